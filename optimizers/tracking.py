@@ -1,0 +1,77 @@
+"""MLflow tracking in the project's sqlite store: ``mlflow ui --backend-store-uri sqlite:///mlruns/mlflow.db``."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
+
+import mlflow
+
+from runtime.paths import PROJECT_ROOT
+
+MLRUNS = PROJECT_ROOT / "mlruns"
+MAX_PARAM = 6000
+
+
+def tracking_uri() -> str:
+    return os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{MLRUNS / 'mlflow.db'}"
+
+
+def git_commit() -> str:
+    try:
+        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=PROJECT_ROOT, capture_output=True, text=True,
+                             check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=PROJECT_ROOT,
+                               capture_output=True, text=True).stdout.strip()
+        return sha + ("-dirty" if dirty else "")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def setup(experiment: str) -> None:
+    MLRUNS.mkdir(exist_ok=True)
+    mlflow.set_tracking_uri(tracking_uri())
+    if mlflow.get_experiment_by_name(experiment) is None:
+        mlflow.create_experiment(experiment, artifact_location=(MLRUNS / "artifacts" / experiment).as_uri())
+    mlflow.set_experiment(experiment)
+
+
+@contextmanager
+def run(experiment: str, run_name: str, tags: dict | None = None):
+    setup(experiment)
+    with mlflow.start_run(run_name=run_name, tags={"git_commit": git_commit(), **(tags or {})}) as active:
+        yield active
+
+
+def log_params(params: dict) -> None:
+    """Log flat params; values too long for an MLflow param are logged as JSON artifacts instead."""
+    flat = {}
+    for key, value in params.items():
+        text = value if isinstance(value, str) else json.dumps(value, default=str)
+        if len(text) > MAX_PARAM:
+            log_json(f"params/{key}.json", value)
+            text = f"see artifact params/{key}.json"
+        flat[key] = text
+    mlflow.log_params(flat)
+
+
+def log_metrics(summary: dict, prefix: str) -> None:
+    mlflow.log_metrics({f"{prefix}_{k}": float(v) for k, v in summary.items() if isinstance(v, (int, float))})
+
+
+def log_json(name: str, obj) -> None:
+    mlflow.log_text(json.dumps(obj, ensure_ascii=False, indent=1, default=str), name)
+
+
+def log_jsonl(name: str, records: list[dict]) -> None:
+    mlflow.log_text("\n".join(json.dumps(r, ensure_ascii=False, default=str) for r in records) + "\n", name)
+
+
+def download(run_id: str, artifact: str) -> Path:
+    """Fetch one artifact of ``run_id`` from the project store into a temp dir."""
+    mlflow.set_tracking_uri(tracking_uri())
+    return Path(mlflow.artifacts.download_artifacts(run_id=run_id, artifact_path=artifact,
+                                                    dst_path=tempfile.mkdtemp(prefix="rag-artifact-")))

@@ -1,0 +1,113 @@
+"""Program registry: ``build(name, search=..., **config)``, ``names()``, ``load_compiled(path_or_run_id)``."""
+from __future__ import annotations
+
+import inspect
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import dspy
+
+from programs.baselines import RAG, Direct
+
+
+@dataclass(frozen=True)
+class ProgramSpec:
+    cls: type[dspy.Module]
+    description: str
+    fixed: dict = field(default_factory=dict)  # constructor arguments that define this variant
+
+    @property
+    def params(self) -> list[str]:
+        names = inspect.signature(self.cls.__init__).parameters
+        return [n for n in names if n not in ("self", "search", *self.fixed)]
+
+    @property
+    def needs_search(self) -> bool:
+        return "search" in inspect.signature(self.cls.__init__).parameters
+
+
+REGISTRY: dict[str, ProgramSpec] = {
+    "direct": ProgramSpec(Direct, "closed-book answer, no retrieval"),
+    "cot": ProgramSpec(Direct, "closed-book chain of thought", {"reasoning": True}),
+    "rag": ProgramSpec(RAG, "retrieve top-k once, then answer"),
+}
+
+
+def names() -> list[str]:
+    return sorted(REGISTRY)
+
+
+def spec(name: str) -> ProgramSpec:
+    if name not in REGISTRY:
+        raise ValueError(f"unknown program '{name}'; choose one of: {', '.join(names())}")
+    return REGISTRY[name]
+
+
+def accepted_config(name: str, config: dict) -> dict:
+    """The subset of ``config`` that program ``name`` takes (this is what gets logged as its config)."""
+    params = spec(name).params
+    return {k: v for k, v in config.items() if k in params}
+
+
+def build(name: str, search=None, **config) -> dspy.Module:
+    """Build program ``name``; config keys it does not take (e.g. ``loops`` for ``rag``) are left out."""
+    s = spec(name)
+    kwargs = {**accepted_config(name, config), **s.fixed}
+    if s.needs_search:
+        if search is None:
+            raise ValueError(f"program '{name}' needs a retriever: build('{name}', search=Retriever(...))")
+        kwargs["search"] = search
+    return s.cls(**kwargs)
+
+
+ARTIFACT_FORMAT = "agentic-rag-dspy/1"
+
+
+def save_compiled(program: dspy.Module, path, name: str, config: dict, data: dict) -> dict:
+    """Write a compiled program as one JSON file: DSPy state (demos, instructions) + what rebuilds it.
+
+    Per-predictor LMs are stripped from the state: the artifact is LM-agnostic and roles are bound at load time.
+    ``data`` records the dataset/embedder/index the retriever was built from."""
+    state = program.dump_state()
+    for value in state.values():
+        if isinstance(value, dict) and "lm" in value:
+            value["lm"] = None
+    artifact = {"format": ARTIFACT_FORMAT, "program": name, "config": accepted_config(name, config), "data": data,
+                "state": state}
+    with open(path, "w", encoding="utf-8") as fh:
+        json.dump(artifact, fh, ensure_ascii=False, indent=1, default=str)
+    return artifact
+
+
+def load_compiled(path_or_run_id: str, search=None, data_dir=None, roles=None) -> dspy.Module:
+    """A ready module from a compiled artifact: a JSON path, or an MLflow run id of this project's store.
+
+    Without ``search`` the retriever is rebuilt from the recorded dataset corpora (cached index, no re-embedding).
+    With ``roles`` (``runtime.roles.Roles``) the predictors are bound to their LMs; otherwise the default LM
+    configured with ``dspy.configure`` is used."""
+    path = Path(path_or_run_id)
+    if not path.exists():
+        if path.suffix == ".json" or "/" in path_or_run_id:
+            raise FileNotFoundError(f"compiled program not found: {path}; pass a program.json path or an MLflow run id")
+        from optimizers.tracking import download
+
+        path = download(path_or_run_id, "program.json")
+    artifact = json.loads(path.read_text(encoding="utf-8"))
+    if artifact.get("format") != ARTIFACT_FORMAT:
+        raise ValueError(f"{path} is not a compiled program of this project (format {artifact.get('format')!r}, "
+                         f"expected {ARTIFACT_FORMAT!r})")
+    name, data = artifact["program"], artifact["data"]
+    if spec(name).needs_search and search is None:
+        import data as datasets
+        from programs.retrieval import Retriever
+
+        bundle = datasets.load(data["dataset"], data_dir)
+        search = Retriever(bundle.corpora, embedder=data["embedder"], index_type=data["index"])
+    program = build(name, search=search, **artifact["config"])
+    program.load_state(artifact["state"])
+    if roles is not None:
+        from runtime.roles import assign_roles
+
+        assign_roles(program, roles)
+    return program

@@ -1,0 +1,35 @@
+"""Baselines shared by every method's comparison: no retrieval (``direct``, ``cot``) and single-shot ``rag``."""
+from __future__ import annotations
+
+import dspy
+
+from programs.retrieval import Retriever
+from programs.writer import Writer
+
+
+class Direct(dspy.Module):
+    """Closed-book answer (``reasoning=True`` gives the chain-of-thought baseline)."""
+
+    def __init__(self, reasoning: bool = False):
+        super().__init__()
+        self.writer = Writer(use_passages=False, reasoning=reasoning)
+
+    def forward(self, question: str, options: dict[str, str] | None = None) -> dspy.Prediction:
+        out = self.writer(question=question, options=options)
+        return dspy.Prediction(answer=out.answer, passages=[], trace={"iterations": 0, "queries": [],
+                                                                      "stop_reason": "no_retrieval"})
+
+
+class RAG(dspy.Module):
+    """Retrieve the top-``k`` passages for the question once, then write the answer from them."""
+
+    def __init__(self, search: Retriever, k: int = 5, max_chars: int = 600):
+        super().__init__()
+        self.search, self.k = search, k
+        self.writer = Writer(use_passages=True, max_chars=max_chars)
+
+    def forward(self, question: str, options: dict[str, str] | None = None) -> dspy.Prediction:
+        passages = self.search.search(question, self.k)
+        out = self.writer(question=question, passages=passages, options=options)
+        return dspy.Prediction(answer=out.answer, passages=passages, trace={"iterations": 1, "queries": [question],
+                                                                            "stop_reason": "single_pass"})

@@ -1,0 +1,21 @@
+"""Where the project keeps things that must stay out of git."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+
+
+def cache_dir() -> Path:
+    """Model/wheel/index cache shared across checkouts (``RAG_CACHE_DIR``, default ``~/.cache/agentic-rag``)."""
+    path = Path(os.environ.get("RAG_CACHE_DIR", Path.home() / ".cache" / "agentic-rag")).expanduser()
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def project_cache() -> Path:
+    """Per-checkout, git-ignored cache (DSPy disk cache, faiss indexes, eval checkpoints)."""
+    path = Path(os.environ.get("RAG_PROJECT_CACHE", PROJECT_ROOT / ".cache"))
+    path.mkdir(parents=True, exist_ok=True)
+    return path

@@ -1,0 +1,28 @@
+"""Writer role: produce the final answer."""
+import dspy
+
+
+class AnswerDirectly(dspy.Signature):
+    """Answer the question from your own knowledge with a short phrase of a few words. No explanation."""
+
+    question: str = dspy.InputField()
+    answer: str = dspy.OutputField(desc="a short phrase, usually 1-5 words")
+
+
+class AnswerFromPassages(dspy.Signature):
+    """Answer the question using the passages. Reply with a short phrase of a few words taken from or
+    supported by the passages; combine facts across passages when the question needs several steps."""
+
+    passages: list[str] = dspy.InputField(desc="retrieved passages, most relevant first")
+    question: str = dspy.InputField()
+    answer: str = dspy.OutputField(desc="a short phrase, usually 1-5 words")
+
+
+class ChooseOption(dspy.Signature):
+    """Pick the option that best answers the question. Use the passages when they are relevant; otherwise rely
+    on what you know about the place or culture the question names."""
+
+    passages: list[str] = dspy.InputField(desc="retrieved passages; may be empty")
+    question: str = dspy.InputField()
+    options: str = dspy.InputField(desc="one option per line as 'LETTER. text'")
+    answer: str = dspy.OutputField(desc="only the letter of the chosen option")
