@@ -35,7 +35,7 @@ def record(example: dspy.Example, pred, metrics: dict, k: int | None) -> dict:
     for name, fn in metrics.items():
         rec[name] = float(fn(example, pred)) if pred is not None else 0.0
     passages = list(getattr(pred, "passages", None) or [])
-    if "gold_titles" in example:
+    if k is not None and "gold_titles" in example:
         rec.update(retrieval_scores(example.gold_titles, passages, k))
     rec["passages"] = [{"id": p.id, "title": p.title, "score": round(p.score, 4)} for p in passages]
     rec["trace"] = getattr(pred, "trace", None)

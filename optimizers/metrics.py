@@ -31,8 +31,9 @@ def accuracy(example, pred, trace=None):
 
 
 class Judge:
-    """LLM-judge correctness (its own LM, see ``--judge-lm``). "I don't know" and empty answers are wrong
-    without a call; a judge output that cannot be parsed counts as wrong and is tallied in ``failures``."""
+    """LLM-judge correctness (its own LM, see ``--judge-lm``). Without a call: "I don't know" and empty answers
+    are wrong, an exact match after DSPy normalisation is right (small judges reject even those). A judge output
+    that cannot be parsed counts as wrong and is tallied in ``failures``."""
 
     def __init__(self, lm: dspy.LM | None = None):
         self.predict = dspy.Predict(JudgeAnswer)
@@ -44,6 +45,8 @@ class Judge:
         answer = (pred.answer or "").strip()
         if answer.lower().rstrip(".") in IDK:
             ok = False
+        elif EM(answer, example.answers):
+            ok = True
         else:
             try:
                 ok = bool(self.predict(question=example.question, reference_answers=list(example.answers),

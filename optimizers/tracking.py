@@ -12,12 +12,18 @@ import mlflow
 
 from runtime.paths import PROJECT_ROOT
 
-MLRUNS = PROJECT_ROOT / "mlruns"
 MAX_PARAM = 6000
 
 
+def mlruns() -> Path:
+    """The store folder (``RAG_MLRUNS``, default ``./mlruns``): sqlite db + ``artifacts/``."""
+    path = Path(os.environ.get("RAG_MLRUNS", PROJECT_ROOT / "mlruns"))
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
 def tracking_uri() -> str:
-    return os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{MLRUNS / 'mlflow.db'}"
+    return os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{mlruns() / 'mlflow.db'}"
 
 
 def git_commit() -> str:
@@ -32,10 +38,9 @@ def git_commit() -> str:
 
 
 def setup(experiment: str) -> None:
-    MLRUNS.mkdir(exist_ok=True)
     mlflow.set_tracking_uri(tracking_uri())
     if mlflow.get_experiment_by_name(experiment) is None:
-        mlflow.create_experiment(experiment, artifact_location=(MLRUNS / "artifacts" / experiment).as_uri())
+        mlflow.create_experiment(experiment, artifact_location=(mlruns() / "artifacts" / experiment).as_uri())
     mlflow.set_experiment(experiment)
 
 

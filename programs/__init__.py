@@ -80,12 +80,8 @@ def save_compiled(program: dspy.Module, path, name: str, config: dict, data: dic
     return artifact
 
 
-def load_compiled(path_or_run_id: str, search=None, data_dir=None, roles=None) -> dspy.Module:
-    """A ready module from a compiled artifact: a JSON path, or an MLflow run id of this project's store.
-
-    Without ``search`` the retriever is rebuilt from the recorded dataset corpora (cached index, no re-embedding).
-    With ``roles`` (``runtime.roles.Roles``) the predictors are bound to their LMs; otherwise the default LM
-    configured with ``dspy.configure`` is used."""
+def read_artifact(path_or_run_id: str) -> dict:
+    """The JSON of a compiled program, from a path or an MLflow run id of this project's store."""
     path = Path(path_or_run_id)
     if not path.exists():
         if path.suffix == ".json" or "/" in path_or_run_id:
@@ -97,6 +93,17 @@ def load_compiled(path_or_run_id: str, search=None, data_dir=None, roles=None) -
     if artifact.get("format") != ARTIFACT_FORMAT:
         raise ValueError(f"{path} is not a compiled program of this project (format {artifact.get('format')!r}, "
                          f"expected {ARTIFACT_FORMAT!r})")
+    return artifact
+
+
+def load_compiled(path_or_run_id: str | dict, search=None, data_dir=None, roles=None) -> dspy.Module:
+    """A ready module from a compiled artifact: a JSON path, an MLflow run id of this project's store, or the
+    artifact dict itself.
+
+    Without ``search`` the retriever is rebuilt from the recorded dataset corpora (cached index, no re-embedding).
+    With ``roles`` (``runtime.roles.Roles``) the predictors are bound to their LMs; otherwise the default LM
+    configured with ``dspy.configure`` is used."""
+    artifact = path_or_run_id if isinstance(path_or_run_id, dict) else read_artifact(path_or_run_id)
     name, data = artifact["program"], artifact["data"]
     if spec(name).needs_search and search is None:
         import data as datasets

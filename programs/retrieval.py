@@ -89,7 +89,7 @@ class Corpus:
 
 def _factory(index_type: str, n: int) -> str:
     if index_type == "ivf":
-        return f"IVF{max(1, int(4 * n ** 0.5))},Flat"
+        return f"IVF{max(1, min(int(4 * n ** 0.5), n // 39))},Flat"  # faiss wants >= 39 points per list
     if index_type not in INDEX_TYPES:
         raise ValueError(f"unknown index type '{index_type}'; choose one of: flat, hnsw, ivf")
     return INDEX_TYPES[index_type]

@@ -55,11 +55,14 @@ class LlamaServer:
     def api_base(self) -> str:
         return f"http://127.0.0.1:{self.port}/v1"
 
-    def start(self) -> "LlamaServer":
+    def command(self) -> list[str]:
         path = models.verify(self.model) if models.model_path(self.model).exists() else models.fetch(self.model)
-        cmd = [sys.executable, "-m", "llama_cpp.server", "--model", str(path), "--model_alias", self.spec.alias,
-               "--host", "127.0.0.1", "--port", str(self.port), "--n_ctx", str(self.n_ctx),
-               "--n_threads", str(self.n_threads), "--n_threads_batch", str(self.n_threads)]
+        return [sys.executable, "-m", "llama_cpp.server", "--model", str(path), "--model_alias", self.spec.alias,
+                "--host", "127.0.0.1", "--port", str(self.port), "--n_ctx", str(self.n_ctx),
+                "--n_threads", str(self.n_threads), "--n_threads_batch", str(self.n_threads)]
+
+    def start(self) -> "LlamaServer":
+        cmd = self.command()
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)

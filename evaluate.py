@@ -1,0 +1,49 @@
+"""Evaluate a program or a compiled artifact on one split and log an MLflow run.
+
+``python evaluate.py --program rag --dataset hotpotqa --split dev --dev 50 --judge``
+``python evaluate.py --compiled <run-id or program.json> --split test``"""
+from __future__ import annotations
+
+import mlflow
+
+import programs
+from optimizers import tracking
+from optimizers.cli import fail, parser, session
+from optimizers.evaluation import evaluate
+
+
+def main(argv=None) -> dict:
+    p = parser(__doc__.splitlines()[0])
+    p.add_argument("--compiled", help="compiled program: program.json path or MLflow run id")
+    p.add_argument("--split", default="dev", choices=["train", "dev", "test"])
+    args = p.parse_args(argv)
+    if bool(args.program) == bool(args.compiled):
+        fail(f"give exactly one of --program ({', '.join(programs.names())}) or --compiled PATH|RUN_ID")
+    artifact = None
+    if args.compiled:
+        try:
+            artifact = programs.read_artifact(args.compiled)
+        except (FileNotFoundError, ValueError) as err:
+            fail(str(err))
+        args.program = artifact["program"]
+    s = session(args, programs.spec(args.program).needs_search)
+    program = (programs.load_compiled(artifact, search=s.retriever, roles=s.roles) if artifact
+               else s.build(args.program))
+    examples = getattr(s.splits, args.split)
+    run_name = f"{args.program}-{args.dataset}-{args.split}" + ("-compiled" if artifact else "")
+    with tracking.run(args.experiment, run_name, tags={"entry": "evaluate.py"}) as run:
+        tracking.log_params(s.params(args.program) | {"split": args.split, "compiled_from": args.compiled or ""})
+        records, summary = evaluate(program, examples, s.metrics, k=args.k if s.retriever else None,
+                                    retries=args.retries, checkpoint=s.checkpoint(args.split, program, examples),
+                                    desc=args.split)
+        tracking.log_metrics(summary, args.split)
+        tracking.log_jsonl(f"predictions/{args.split}.jsonl", records)
+        if s.judge:
+            mlflow.log_metric("judge_failures", s.judge.failures)
+    print(f"\nrun {run.info.run_id} ({run_name})")
+    print("  " + "  ".join(f"{k}={v:.3f}" if isinstance(v, float) else f"{k}={v}" for k, v in summary.items()))
+    return summary
+
+
+if __name__ == "__main__":
+    main()

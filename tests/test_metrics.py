@@ -1,0 +1,50 @@
+import dspy
+import pytest
+
+from optimizers.metrics import Judge, accuracy, exact_match, f1, retrieval_scores
+from programs.retrieval import Passage
+
+EX = dspy.Example(question="Capital of France?", answer="Paris", answers=["Paris", "City of Paris"])
+
+
+def pred(answer, **kw):
+    return dspy.Prediction(answer=answer, **kw)
+
+
+def test_em_and_f1_use_dspy_normalisation_and_bool_under_trace():
+    assert exact_match(EX, pred("the Paris.")) == 1.0
+    assert exact_match(EX, pred("Lyon")) == 0.0
+    assert f1(EX, pred("Paris France")) == pytest.approx(2 / 3)
+    assert f1(EX, pred("Paris France"), trace=[]) is True and f1(EX, pred("Lyon"), trace=[]) is False
+    assert exact_match(EX, pred(None)) == 0.0
+
+
+def test_accuracy_compares_letters():
+    mc = dspy.Example(answer="B")
+    assert accuracy(mc, pred("b")) == 1.0 and accuracy(mc, pred("C")) == 0.0 and accuracy(mc, pred("")) == 0.0
+
+
+def test_retrieval_scores_hand_computed():
+    ps = [Passage(str(i), t, "") for i, t in enumerate(["A", "X", "A", "B", "Y"])]
+    s = retrieval_scores(["A", "B"], ps, k=3)  # distinct titles A, X, B -> hits at ranks 1 and 3
+    assert s["title_precision"] == pytest.approx(2 / 3) and s["title_recall"] == 1.0
+    assert s["title_f1"] == pytest.approx(0.8) and s["all_pass"] == 1.0 and s["recall_any"] == 1.0
+    assert s["ndcg"] == pytest.approx((1 + 1 / 2) / (1 + 1 / 1.5849625), rel=1e-6)
+    miss = retrieval_scores(["A", "B"], ps, k=1)
+    assert miss["all_pass"] == 0.0 and miss["title_recall"] == 0.5
+    assert retrieval_scores(["A"], [], k=5)["recall_any"] == 0.0
+
+
+def test_judge_calls_its_lm_and_skips_idk(dummy):
+    lm = dummy([{"correct": "True"}, {"correct": "False"}])
+    judge = Judge(lm)
+    assert judge(EX, pred("Paris, France")) == 1.0
+    assert judge(EX, pred("Lyon"), trace=[]) is False
+    assert judge(EX, pred("I don't know")) == 0.0  # no LM call: the scripted answers are all used
+    assert judge(EX, pred("the paris")) == 1.0  # exact match after normalisation: no call either
+    assert judge.failures == 0 and len(lm.history) == 2
+
+
+def test_judge_counts_unparseable_output_as_wrong(dummy):
+    judge = Judge(dummy([{"verdict": "yes"}] * 4))
+    assert judge(EX, pred("Paris, France")) == 0.0 and judge.failures == 1

@@ -1,0 +1,82 @@
+import json
+
+import dspy
+import pytest
+from dspy.utils.dummies import DummyLM
+
+import programs
+from programs.retrieval import Corpus, Retriever
+from runtime.roles import Roles, assign_roles
+
+DOCS = [{"id": "1", "title": "Paris", "text": "Paris is the capital of France."},
+        {"id": "2", "title": "Rome", "text": "Rome is the capital of Italy."}]
+
+
+@pytest.fixture
+def retriever(embedder):
+    return Retriever([Corpus("toy", DOCS)], embedder)
+
+
+def test_registry_lists_baselines_and_rejects_unknown_names():
+    assert {"direct", "cot", "rag"} <= set(programs.names())
+    with pytest.raises(ValueError, match="choose one of: .*rag"):
+        programs.build("nope")
+    with pytest.raises(ValueError, match="needs a retriever"):
+        programs.build("rag")
+    assert programs.accepted_config("rag", {"k": 3, "loops": 2, "max_chars": 100}) == {"k": 3, "max_chars": 100}
+    assert programs.accepted_config("direct", {"k": 3, "loops": 2}) == {}
+
+
+def test_rag_retrieves_k_and_answers_from_them(dummy, retriever):
+    lm = dummy([{"answer": "Paris"}])
+    pred = programs.build("rag", search=retriever, k=1)(question="capital of France")
+    assert pred.answer == "Paris" and [p.title for p in pred.passages] == ["Paris"]
+    assert pred.trace["queries"] == ["capital of France"]
+    assert "Paris is the capital of France" in lm.history[-1]["messages"][-1]["content"]
+
+
+def test_direct_and_cot(dummy):
+    dummy([{"answer": "Paris"}, {"reasoning": "France's capital is Paris.", "answer": "Paris"}])
+    assert programs.build("direct")(question="capital of France").passages == []
+    cot = programs.build("cot")
+    assert cot(question="capital of France").answer == "Paris"
+    assert isinstance(cot.writer.short, dspy.ChainOfThought)
+
+
+def test_compiled_round_trip_keeps_demos_and_drops_lms(tmp_path, retriever):
+    prog = programs.build("rag", search=retriever, k=1)
+    demo = dspy.Example(passages=["[Rome] Rome is the capital of Italy."], question="capital of Italy",
+                        answer="Rome").with_inputs("passages", "question")
+    prog.writer.short.demos = [demo]
+    assign_roles(prog, Roles(writer=DummyLM([{"answer": "x"}])))
+    path = tmp_path / "program.json"
+    programs.save_compiled(prog, path, "rag", {"k": 1, "loops": 9}, {"dataset": "toy", "embedder": "hash", "index": "flat"})
+    saved = json.loads(path.read_text())
+    assert saved["config"] == {"k": 1} and saved["state"]["writer.short"]["lm"] is None
+    loaded = programs.load_compiled(str(path), search=retriever)
+    assert loaded.k == 1 and loaded.writer.short.demos[0]["answer"] == "Rome"
+
+
+def test_load_compiled_rejects_foreign_json(tmp_path):
+    path = tmp_path / "x.json"
+    path.write_text(json.dumps({"format": "other"}))
+    with pytest.raises(ValueError, match="not a compiled program"):
+        programs.load_compiled(str(path))
+    with pytest.raises(FileNotFoundError, match="program.json path or an MLflow run id"):
+        programs.load_compiled(str(tmp_path / "missing.json"))
+
+
+def test_roles_bind_predictors_by_name_prefix():
+    class Planned(dspy.Module):
+        ROLES = {"planner": "planner"}
+
+        def __init__(self):
+            super().__init__()
+            self.planner = dspy.Predict("question -> plan")
+            self.writer = dspy.Predict("question -> answer")
+
+    writer, planner = DummyLM([{}]), DummyLM([{}])
+    prog = assign_roles(Planned(), Roles(writer=writer, planner=planner))
+    assert prog.planner.lm is planner and prog.writer.lm is writer
+    prog = assign_roles(Planned(), Roles(writer=writer))
+    assert prog.planner.lm is writer

@@ -1,0 +1,73 @@
+import pytest
+
+from programs.retrieval import Corpus, CorpusIndex, Passage, Retriever
+
+DOCS = [
+    {"id": "1", "title": "Danube", "text": "The Danube flows through Vienna and Budapest into the Black Sea."},
+    {"id": "2", "title": "Seine", "text": "The Seine is the river of Paris and flows into the English Channel."},
+    {"id": "3", "title": "Nile", "text": "The Nile flows north through Egypt into the Mediterranean Sea."},
+]
+ES = [{"id": "a", "title": "Sena", "text": "El Sena es el río de París."}]
+
+
+def test_search_ranks_by_overlap_with_stable_ids(embedder):
+    r = Retriever([Corpus("rivers", DOCS)], embedder)
+    hits = r.search("which river flows through Paris", k=2)
+    assert [h.id for h in hits] == ["rivers:2", hits[1].id] and hits[0].title == "Seine"
+    assert hits[0].corpus == "rivers" and hits[0].score >= hits[1].score
+    assert len(r.search("river", k=10)) == 3  # k larger than the corpus returns every document once
+
+
+def test_multi_corpus_search_each_and_union(embedder):
+    r = Retriever([Corpus("en", DOCS, "en"), Corpus("es", ES, "es")], embedder)
+    each = r.search_each("Sena París", k=1)
+    assert set(each) == {"en", "es"} and each["es"][0].lang == "es"
+    assert r.search("Sena París", k=1, corpora=["es"])[0].id == "es:a"
+    assert r.languages() == {"en": "en", "es": "es"}
+    with pytest.raises(KeyError, match="unknown corpora"):
+        r.search("x", 1, corpora=["fr"])
+
+
+def test_second_build_loads_from_cache_without_embedding(embedder, tmp_path):
+    corpus = Corpus("rivers", DOCS)
+    CorpusIndex.build(corpus, embedder, tmp_path)
+    calls = embedder.passage_calls
+    again = CorpusIndex.build(Corpus("rivers", DOCS), embedder, tmp_path)
+    assert embedder.passage_calls == calls and again.index.ntotal == 3
+
+
+def test_corrupt_cache_is_rebuilt(embedder, tmp_path, capsys):
+    corpus = Corpus("rivers", DOCS)
+    CorpusIndex.build(corpus, embedder, tmp_path)
+    (index_file,) = tmp_path.glob("rivers-*/index.faiss")
+    index_file.write_bytes(b"not a faiss index")
+    calls = embedder.passage_calls
+    rebuilt = CorpusIndex.build(corpus, embedder, tmp_path)
+    assert embedder.passage_calls > calls and rebuilt.index.ntotal == 3
+    assert "rebuilding index cache" in capsys.readouterr().err
+
+
+def test_changed_corpus_gets_a_new_index_and_drops_the_stale_one(embedder, tmp_path):
+    CorpusIndex.build(Corpus("rivers", DOCS), embedder, tmp_path)
+    changed = Corpus("rivers", DOCS[:2])
+    idx = CorpusIndex.build(changed, embedder, tmp_path)
+    assert idx.index.ntotal == 2 and len(list(tmp_path.glob("rivers-*"))) == 1
+
+
+@pytest.mark.parametrize("docs, message", [([{"id": "1", "title": "t"}], "lacks"),
+                                           ([DOCS[0], DOCS[0]], "duplicate")])
+def test_bad_corpus_is_rejected_with_a_reason(docs, message):
+    with pytest.raises(ValueError, match=message):
+        Corpus("bad", docs)
+
+
+def test_hnsw_and_ivf_indexes_search(embedder):
+    for kind in ("hnsw", "ivf"):
+        r = Retriever([Corpus("rivers", DOCS)], embedder, index_type=kind)
+        assert r.search("Nile Egypt", k=1)[0].title == "Nile"
+
+
+def test_passage_format_truncates_at_a_word_boundary():
+    p = Passage("c:1", "Title", "alpha beta gamma delta")
+    assert p.format(max_chars=12) == "[Title] alpha beta …"
+    assert p.format() == "[Title] alpha beta gamma delta"

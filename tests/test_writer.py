@@ -1,0 +1,29 @@
+import pytest
+
+from programs.retrieval import Passage
+from programs.writer import Writer, parse_choice
+
+OPTS = {"A": "Tteokguk", "B": "Zongzi", "C": "Mooncake", "D": "Turkey"}
+
+
+@pytest.mark.parametrize("raw, letter", [
+    ("B", "B"), ("C.", "C"), ("(D) Turkey", "D"), ("The answer is A", "A"), ("answer: b", ""),
+    ("Mooncake", "C"), ("I would pick zongzi here", "B"), ("Option D", "D"), ("", ""), ("none of these", ""),
+])
+def test_parse_choice(raw, letter):
+    assert parse_choice(raw, OPTS) == letter
+
+
+def test_writer_multiple_choice_returns_a_parsed_letter(dummy):
+    dummy([{"answer": "(C) Mooncake"}])
+    out = Writer()(question="What is eaten at the Mid-Autumn Festival in China?", options=OPTS,
+                   passages=[Passage("zh:1", "中秋节", "吃月饼")])
+    assert out.answer == "C" and out.raw_answer == "(C) Mooncake"
+
+
+def test_writer_short_answer_sees_the_passages(dummy):
+    lm = dummy([{"answer": " Seine "}])
+    out = Writer(max_chars=20)(question="River of Paris?", passages=[Passage("c:1", "Paris", "The Seine crosses Paris " * 5)])
+    assert out.answer == "Seine"
+    prompt = lm.history[-1]["messages"][-1]["content"]
+    assert "[Paris] The Seine crosses …" in prompt  # truncated to max_chars at a word boundary
