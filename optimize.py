@@ -44,7 +44,8 @@ def main(argv=None) -> str:
 
         def stage(name, prog, examples):
             records, summary = evaluate(prog, examples, s.metrics, k=k, retries=args.retries,
-                                        checkpoint=s.checkpoint(name, prog, examples), desc=name)
+                                        checkpoint=s.checkpoint(name, prog, examples), desc=name,
+                                        groups=s.bundle.groups)
             tracking.log_metrics(summary, name)
             tracking.log_jsonl(f"predictions/{name}.jsonl", records)
             stages[name] = summary

@@ -19,6 +19,7 @@ class Bundle:
     corpora: list[Corpus]
     task: str  # "short" (free-form answer) or "mcq" (options in, letter out)
     source: str  # what was read, for provenance in MLflow
+    groups: tuple[str, ...] = ()  # example fields to break metrics down by (e.g. "lang", "tier")
 
 
 @dataclass

@@ -34,4 +34,4 @@ def load_culture(_root: Path | None = None) -> Bundle:
                 for r in rows]
     corpora = [Corpus.from_jsonl(path, name=path.stem, lang=path.stem)
                for path in sorted((DEMO_DIR / "corpora").glob("*.jsonl"))]
-    return Bundle("demo_culture", examples, corpora, "mcq", str(DEMO_DIR / "culture.jsonl"))
+    return Bundle("demo_culture", examples, corpora, "mcq", str(DEMO_DIR / "culture.jsonl"), groups=("lang",))

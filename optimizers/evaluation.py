@@ -29,9 +29,10 @@ def _run(program: dspy.Module, example: dspy.Example, retries: int):
     return None, error, retries + 1
 
 
-def record(example: dspy.Example, pred, metrics: dict, k: int | None) -> dict:
+def record(example: dspy.Example, pred, metrics: dict, k: int | None, groups: tuple[str, ...] = ()) -> dict:
     rec = {"id": example.id, "question": example.question, "gold": example.answer,
            "answer": getattr(pred, "answer", None), "failed": pred is None}
+    rec.update({g: example.get(g) for g in groups})
     for name, fn in metrics.items():
         rec[name] = float(fn(example, pred)) if pred is not None else 0.0
     passages = list(getattr(pred, "passages", None) or [])
@@ -43,11 +44,13 @@ def record(example: dspy.Example, pred, metrics: dict, k: int | None) -> dict:
 
 
 def evaluate(program: dspy.Module, examples: list[dspy.Example], metrics: dict, *, k: int | None = None,
-             retries: int = 1, checkpoint: Path | None = None, desc: str = "eval") -> tuple[list[dict], dict]:
+             retries: int = 1, checkpoint: Path | None = None, desc: str = "eval",
+             groups: tuple[str, ...] = ()) -> tuple[list[dict], dict]:
     """Evaluate ``program`` on ``examples``; resume from ``checkpoint`` (JSONL) when it holds finished examples.
 
-    Returns the per-example records and a summary: mean of every metric, ``failed_examples`` (count),
-    and cost per question (``lm_calls``, ``prompt_tokens``, ``completion_tokens``, ``seconds``)."""
+    Returns the per-example records and a summary: mean of every metric, ``failed_examples`` (count), mean
+    ``iterations`` (from ``pred.trace``), cost per question (``lm_calls``, ``prompt_tokens``, ``completion_tokens``,
+    ``seconds``) and, for each example field in ``groups`` (e.g. ``lang``), ``<metric>_by_<field>/<value>``."""
     done: dict[str, dict] = {}
     if checkpoint and checkpoint.exists():
         with open(checkpoint, encoding="utf-8") as fh:
@@ -63,7 +66,7 @@ def evaluate(program: dspy.Module, examples: list[dspy.Example], metrics: dict, 
                 continue
             with metered() as cost:
                 pred, error, tries = _run(program, example, retries)
-            rec = record(example, pred, metrics, k) | {"error": error, "tries": tries} | cost.as_dict()
+            rec = record(example, pred, metrics, k, groups) | {"error": error, "tries": tries} | cost.as_dict()
             records.append(rec)
             if sink:
                 sink.write(json.dumps(rec, ensure_ascii=False, default=str) + "\n")
@@ -71,10 +74,10 @@ def evaluate(program: dspy.Module, examples: list[dspy.Example], metrics: dict, 
     finally:
         if sink:
             sink.close()
-    return records, summarize(records, metrics)
+    return records, summarize(records, metrics, groups)
 
 
-def summarize(records: list[dict], metrics: dict) -> dict:
+def summarize(records: list[dict], metrics: dict, groups: tuple[str, ...] = ()) -> dict:
     if not records:
         return {"n": 0}
     summary = {"n": len(records), "failed_examples": sum(r["failed"] for r in records)}
@@ -84,4 +87,13 @@ def summarize(records: list[dict], metrics: dict) -> dict:
         values = [r[key] for r in records if r.get(key) is not None]
         if values:
             summary[key] = mean(values)
+    iterations = [r["trace"]["iterations"] for r in records if (r.get("trace") or {}).get("iterations") is not None]
+    if iterations:
+        summary["iterations"] = mean(iterations)
+    for field in groups:
+        for value in sorted({str(r.get(field)) for r in records}):
+            subset = [r for r in records if str(r.get(field)) == value]
+            for name in metrics:
+                summary[f"{name}_by_{field}/{value}"] = mean(r[name] for r in subset)
+            summary[f"n_by_{field}/{value}"] = len(subset)
     return summary

@@ -197,3 +197,9 @@ class Retriever:
         merged = [p for hits in self.search_each(query, k, corpora).values() for p in hits]
         return sorted(merged, key=lambda p: -p.score)[:k]
 
+
+
+def dedup(passages: list[Passage]) -> list[Passage]:
+    """Keep the first occurrence of each passage id, in order."""
+    seen: set[str] = set()
+    return [p for p in passages if not (p.id in seen or seen.add(p.id))]

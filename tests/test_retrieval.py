@@ -71,3 +71,10 @@ def test_passage_format_truncates_at_a_word_boundary():
     p = Passage("c:1", "Title", "alpha beta gamma delta")
     assert p.format(max_chars=12) == "[Title] alpha beta …"
     assert p.format() == "[Title] alpha beta gamma delta"
+
+
+def test_dedup_keeps_first_occurrence_in_order():
+    from programs.retrieval import dedup
+
+    a, b = Passage("c:1", "A", "x", score=0.9), Passage("c:2", "B", "y")
+    assert dedup([a, b, Passage("c:1", "A", "x", score=0.1)]) == [a, b]
