@@ -10,12 +10,12 @@ from pathlib import Path
 
 import mlflow
 
+import programs
 from optimizers import tracking
 from optimizers.cli import compile_metric, fail, parser, session
 from optimizers.compile import OPTIMIZERS, compile_program
 from optimizers.evaluation import evaluate
 from optimizers.metrics import ANSWER_METRICS
-from programs import save_compiled, spec
 from runtime.metering import metered
 
 
@@ -29,8 +29,8 @@ def main(argv=None) -> str:
     p.add_argument("--out", help="where to write the compiled program JSON (also logged to MLflow)")
     args = p.parse_args(argv)
     if not args.program:
-        fail(f"--program is required; choose one of: {', '.join(sorted(__import__('programs').names()))}")
-    s = session(args, spec(args.program).needs_search)
+        fail(f"--program is required; choose one of: {', '.join(programs.names())}")
+    s = session(args, programs.spec(args.program).needs_search)
     metric_name, metric = compile_metric(s.bundle.task, args.metric)
     program = s.build(args.program)
     k = args.k if s.retriever else None
@@ -67,7 +67,7 @@ def main(argv=None) -> str:
             mlflow.log_metric("judge_failures", s.judge.failures)
 
         out = Path(args.out) if args.out else Path(tempfile.mkdtemp()) / "program.json"
-        save_compiled(compiled, out, args.program, s.config,
+        programs.save_compiled(compiled, out, args.program, s.config,
                       {"dataset": args.dataset, "embedder": args.embedder, "index": args.index})
         mlflow.log_artifact(str(out))
 

@@ -50,9 +50,10 @@ def require_file(root: Path | None, *candidates: str) -> Path:
 
 
 def _loaders() -> dict[str, Callable[[Path | None], Bundle]]:
-    from data import demo, hotpotqa
+    from data import demo, hotpotqa, twowiki
 
-    return {"demo": demo.load_multihop, "demo_culture": demo.load_culture, "hotpotqa": hotpotqa.load}
+    return {"demo": demo.load_multihop, "demo_culture": demo.load_culture, "hotpotqa": hotpotqa.load,
+            "2wiki": twowiki.load}
 
 
 def names() -> list[str]:

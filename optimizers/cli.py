@@ -18,7 +18,7 @@ from runtime.lm import make_lm
 from runtime.paths import project_cache
 from runtime.roles import Roles, assign_roles, init_dspy
 
-DEFAULT_SPLITS = {"demo": (8, 6, 6), "demo_culture": (12, 15, 15), "hotpotqa": (20, 30, 50)}
+DEFAULT_SPLITS = {"demo": (8, 6, 6), "demo_culture": (12, 15, 15), "hotpotqa": (20, 30, 50), "2wiki": (20, 30, 50)}
 
 
 def parser(description: str) -> argparse.ArgumentParser:

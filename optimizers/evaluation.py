@@ -9,17 +9,21 @@ import dspy
 from tqdm.auto import tqdm
 
 from optimizers.metrics import retrieval_scores
+from programs.retrieval import excluded
 from runtime.lm import ATTEMPT, ServerError
 from runtime.metering import metered
 
 
 def _run(program: dspy.Module, example: dspy.Example, retries: int):
-    """Call the program; on any error retry with cache-bypassing sampling; return (prediction|None, error, tries)."""
+    """Call the program; on any error retry with cache-bypassing sampling; return (prediction|None, error, tries).
+
+    Documents of the groups in ``example.leave_out`` (if any) are not retrievable during the call."""
     error = None
     for attempt in range(retries + 1):
         token = ATTEMPT.set(attempt)
         try:
-            return program(**example.inputs()), None, attempt + 1
+            with excluded(example.get("leave_out") or ()):
+                return program(**example.inputs()), None, attempt + 1
         except ServerError:
             raise  # the LM server is gone for good: stop the run with its own message
         except Exception as err:  # parse failures, malformed model output, transient endpoint errors

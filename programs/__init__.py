@@ -9,6 +9,8 @@ from pathlib import Path
 import dspy
 
 from programs.baselines import RAG, Direct
+from programs.seal import SEAL
+from programs.self_rag import SelfRAG
 
 
 @dataclass(frozen=True)
@@ -31,6 +33,8 @@ REGISTRY: dict[str, ProgramSpec] = {
     "direct": ProgramSpec(Direct, "closed-book answer, no retrieval"),
     "cot": ProgramSpec(Direct, "closed-book chain of thought", {"reasoning": True}),
     "rag": ProgramSpec(RAG, "retrieve top-k once, then answer"),
+    "seal": ProgramSpec(SEAL, "SEAL-RAG: entity ledger, sufficiency gate, one micro-query per repair at fixed k"),
+    "self_rag": ProgramSpec(SelfRAG, "Self-RAG-style loop: draft, critique, retrieve again or stop (SEAL baseline)"),
 }
 
 

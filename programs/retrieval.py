@@ -9,6 +9,10 @@ import hashlib
 import json
 import shutil
 import sys
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -17,9 +21,21 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from runtime.embedders import Embedder, get_embedder
-from runtime.paths import project_cache
+from runtime.paths import index_dir
 
 INDEX_TYPES = {"flat": "Flat", "hnsw": "HNSW32"}  # plus "ivf" (nlist chosen from corpus size)
+_EXCLUDED: ContextVar[frozenset[str]] = ContextVar("excluded_groups", default=frozenset())
+
+
+@contextmanager
+def excluded(groups: Iterable[str]) -> Iterator[None]:
+    """Inside the block, documents whose ``group`` field is in ``groups`` cannot be retrieved (leave-one-out
+    evaluation over knowledge rendered from the benchmark itself, e.g. the BLEnD corpus)."""
+    token = _EXCLUDED.set(frozenset(groups))
+    try:
+        yield
+    finally:
+        _EXCLUDED.reset(token)
 
 
 @dataclass(frozen=True)
@@ -102,6 +118,7 @@ class CorpusIndex:
         if index.ntotal != len(corpus):
             raise ValueError(f"index for '{corpus.name}' holds {index.ntotal} vectors for {len(corpus)} documents")
         self.corpus, self.index = corpus, index
+        self.group_sizes = Counter(str(d["group"]) for d in corpus.docs if d.get("group"))
 
     @classmethod
     def from_vectors(cls, corpus: Corpus, vectors: np.ndarray, index_type: str = "flat") -> "CorpusIndex":
@@ -115,8 +132,9 @@ class CorpusIndex:
     @classmethod
     def build(cls, corpus: Corpus, embedder: Embedder, cache_dir: Path | None = None, index_type: str = "flat",
               progress: bool = True) -> "CorpusIndex":
-        """Load the cached index for (corpus content, embedder, index type) or embed the corpus and cache it."""
-        root = Path(cache_dir or project_cache() / "indexes")
+        """Load the cached index for (corpus content, embedder, index type) or embed the corpus and cache it
+        (default: :func:`runtime.paths.index_dir`)."""
+        root = Path(cache_dir or index_dir())
         key = f"{corpus.name}-{corpus.content_hash[:16]}-{embedder.id}-{index_type}"
         folder = root / key
         cached = cls._load(corpus, folder, key)
@@ -152,11 +170,15 @@ class CorpusIndex:
             return None
 
     def search_vectors(self, queries: np.ndarray, k: int) -> list[list[Passage]]:
+        """Top-``k`` per query; documents of groups hidden by :func:`excluded` are skipped (over-fetched first)."""
+        hidden = {g for g in _EXCLUDED.get() if g in self.group_sizes}
         k = min(k, len(self.corpus))
         if k <= 0:
             return [[] for _ in range(len(queries))]
-        scores, rows = self.index.search(np.ascontiguousarray(queries, dtype=np.float32), k)
-        return [[self.corpus.passage(int(r), float(s)) for s, r in zip(srow, rrow) if r >= 0]
+        fetch = min(k + sum(self.group_sizes[g] for g in hidden), len(self.corpus))
+        scores, rows = self.index.search(np.ascontiguousarray(queries, dtype=np.float32), fetch)
+        return [[self.corpus.passage(int(r), float(s)) for s, r in zip(srow, rrow)
+                 if r >= 0 and str(self.corpus.docs[r].get("group", "")) not in hidden][:k]
                 for srow, rrow in zip(scores, rows)]
 
 

@@ -19,3 +19,10 @@ def project_cache() -> Path:
     path = Path(os.environ.get("RAG_PROJECT_CACHE", PROJECT_ROOT / ".cache"))
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+def index_dir() -> Path:
+    """faiss index cache (``RAG_INDEX_DIR``, default ``$RAG_CACHE_DIR/indexes``): content-addressed, so checkouts share it."""
+    path = Path(os.environ.get("RAG_INDEX_DIR", cache_dir() / "indexes")).expanduser()
+    path.mkdir(parents=True, exist_ok=True)
+    return path

@@ -15,9 +15,10 @@ from runtime.roles import init_dspy
 
 @pytest.fixture(autouse=True)
 def isolated(tmp_path, monkeypatch):
-    """Every test gets its own project cache and MLflow store; nothing touches ./.cache or ./mlruns."""
+    """Every test gets its own project cache, index cache and MLflow store; nothing touches ./.cache or ./mlruns."""
     monkeypatch.setenv("RAG_PROJECT_CACHE", str(tmp_path / "cache"))
     monkeypatch.setenv("RAG_MLRUNS", str(tmp_path / "mlruns"))
+    monkeypatch.setenv("RAG_INDEX_DIR", str(tmp_path / "indexes"))
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     yield
     dspy.configure(lm=None)

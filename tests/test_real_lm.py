@@ -15,6 +15,12 @@ from runtime.roles import init_dspy
 pytestmark = pytest.mark.real_lm
 
 
+@pytest.fixture(autouse=True)
+def shared_indexes(monkeypatch):
+    """Reuse the real corpora's cached faiss indexes (embedding HotpotQA takes minutes on 2 cores)."""
+    monkeypatch.delenv("RAG_INDEX_DIR")
+
+
 @pytest.fixture(scope="module")
 def lm():
     lm = make_lm("local:qwen-0.5b", cache=False)

@@ -1,0 +1,287 @@
+"""SEAL-RAG: Search -> Extract -> Assess -> Loop at a fixed retrieval depth k, with at most L gap repairs.
+
+Every search returns k passages. Verified (head, relation, tail) facts go into an entity ledger; a sufficiency
+gate decides stop vs. repair; a repair turns the gap (missing entities/relations) into exactly one micro-query
+whose hits are merged by entity-first ranking, which replaces distractors and never grows the context. One final
+generation answers. The deterministic parts (verbatim filtering, blocklist, stuck detection and pivots, ranking,
+the gate) are plain functions here, testable without an LM.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass, field
+
+import dspy
+
+from programs.evidence import EvidenceWriter, lenient
+from programs.retrieval import Passage, Retriever, dedup
+from programs.text import content_words, jaccard, mentions, normalize, words
+from signatures.esc import AssessSufficiency
+from signatures.extract import ExtractFacts
+from signatures.gap import SpecifyGap
+from signatures.query import WriteMicroQuery
+
+
+@dataclass(frozen=True)
+class Fact:
+    head: str
+    relation: str
+    tail: str
+    title: str  # the passage it was read from
+
+    def render(self) -> str:
+        return f"[{self.title}] {self.head} | {self.relation} | {self.tail}"
+
+
+def occurs_verbatim(span: str, text: str) -> bool:
+    """``span`` occurs in ``text`` as written (letter case and runs of whitespace aside), on word boundaries."""
+    span, text = (" ".join(s.split()).casefold() for s in (span, text))
+    return bool(span) and re.search(rf"(?<!\w){re.escape(span)}(?!\w)", text) is not None
+
+
+def verbatim_facts(lines: list[str], passage: Passage, cap: int) -> tuple[list[Fact], int]:
+    """The first ``cap`` distinct facts of ``lines`` ('head | relation | tail') grounded in ``passage``, and the
+    number of lines rejected: malformed, a head or tail with no content word, or one not in the passage."""
+    source = f"{passage.title}\n{passage.text}"
+    kept: list[Fact] = []
+    rejected = 0
+    for line in lines:
+        parts = [part.strip() for part in str(line).split("|")]
+        head, tail = (parts[0], parts[2]) if len(parts) == 3 and parts[1] else ("", "")
+        if not (content_words(head) and content_words(tail)
+                and occurs_verbatim(head, source) and occurs_verbatim(tail, source)):
+            rejected += 1
+            continue
+        fact = Fact(head, parts[1], tail, passage.title)
+        if fact not in kept:
+            kept.append(fact)
+    return kept[:cap], rejected
+
+
+@dataclass
+class Ledger:
+    """Verified facts from every passage read so far; facts outlive passages that ranking later replaces."""
+
+    facts: list[Fact] = field(default_factory=list)
+    read: set[str] = field(default_factory=set)  # ids of passages already extracted
+
+    def add(self, facts: list[Fact]) -> None:
+        self.facts += [f for f in facts if f not in self.facts]
+
+    def linked(self, question: str) -> list[str]:
+        """Entities the question names, plus those one fact away from them (ledger order, no repeats)."""
+        seeds = {normalize(e) for f in self.facts for e in (f.head, f.tail) if mentions(question, e)}
+        out: dict[str, str] = {}
+        for f in self.facts:
+            if normalize(f.head) in seeds or normalize(f.tail) in seeds:
+                out.setdefault(normalize(f.head), f.head)
+                out.setdefault(normalize(f.tail), f.tail)
+        return list(out.values())
+
+    def shown(self, question: str, titles: list[str], limit: int) -> list[str]:
+        """Facts for a prompt: those of the current passages (in their rank order), then question-linked facts
+        from replaced passages; at most ``limit``."""
+        linked = {normalize(e) for e in self.linked(question)}
+        current = sorted((f for f in self.facts if f.title in titles), key=lambda f: titles.index(f.title))
+        replaced = [f for f in self.facts if f.title not in titles
+                    and {normalize(f.head), normalize(f.tail)} & linked]
+        return [f.render() for f in (current + replaced)[:limit]]
+
+
+@dataclass(frozen=True)
+class Gap:
+    entities: tuple[str, ...] = ()
+    relations: tuple[str, ...] = ()
+
+
+def failed_criteria(verdict, min_coverage: float, min_answerability: float) -> list[str]:
+    """The sufficiency criteria an assessment fails; empty means sufficient (every criterion must hold)."""
+    checks = {"coverage": verdict.coverage >= min_coverage,
+              "bridge": verdict.bridge != "missing",
+              "contradiction": verdict.corroboration != "contradicted",
+              "answerability": verdict.answerability >= min_answerability,
+              "verdict": bool(verdict.sufficient)}
+    return [name for name, ok in checks.items() if not ok]
+
+
+def blocklist(evidence: list[Passage], ledger: Ledger, gap_entities: tuple[str, ...] = ()) -> list[str]:
+    """Titles of current passages that already gave facts: searching them again only re-fetches them. A title
+    naming a missing entity stays searchable."""
+    covered = {f.title for f in ledger.facts}
+    return [p.title for p in evidence if p.title in covered
+            and not any(mentions(p.title, g) or mentions(g, p.title) for g in gap_entities)]
+
+
+def strip_terms(query: str, blocked: list[str], max_words: int) -> str:
+    """``query`` without the blocked phrases (whole words, any case, punctuation dropped), cut to ``max_words``."""
+    tokens = re.findall(r"\w+", query or "")
+    lowered = [t.lower() for t in tokens]
+    drop: set[int] = set()
+    for phrase in filter(None, map(words, blocked)):
+        n = len(phrase)
+        for i in range(len(tokens) - n + 1):
+            if lowered[i:i + n] == phrase:
+                drop.update(range(i, i + n))
+    return " ".join([t for i, t in enumerate(tokens) if i not in drop][:max_words])
+
+
+def is_stuck(query: str, earlier: list[str], threshold: float) -> bool:
+    """The query repeats an earlier one: content-word Jaccard at or above ``threshold`` with any of them."""
+    return any(jaccard(query, q) >= threshold for q in earlier)
+
+
+def pivots(gap: Gap, linked: list[str], seen_titles: set[str], question: str) -> list[str]:
+    """Fallback queries when the proposed one is stuck: each missing entity with the missing relations, then each
+    bridge entity (linked to the question through a fact, not named in it) whose own page has not been seen."""
+    relations = " ".join(gap.relations)
+    bridges = [e for e in linked if not mentions(question, e) and not any(mentions(t, e) for t in seen_titles)]
+    return [f"{e} {relations}".strip() for e in gap.entities] + bridges
+
+
+def entity_first_rank(evidence: list[Passage], candidates: list[Passage], anchors: list[str],
+                      gap_entities: tuple[str, ...], k: int) -> list[Passage]:
+    """Merge micro-query hits into the evidence and keep the best ``k``; the context never grows.
+
+    Order: passages naming missing entities first (a passage whose title names one counts twice), then those
+    naming more ledger anchors, then incumbents over newcomers, then retrieval score."""
+    incumbents = {p.id for p in evidence}
+
+    def key(p: Passage):
+        body = f"{p.title} {p.text}"
+        resolves = sum(mentions(p.title, g) + mentions(body, g) for g in gap_entities)
+        anchored = sum(mentions(body, a) for a in anchors)
+        return resolves, anchored, p.id in incumbents, p.score
+
+    return sorted(dedup([*evidence, *candidates]), key=key, reverse=True)[:k]
+
+
+def _clean(items) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(s for s in (str(i).strip() for i in items or ()) if s))
+
+
+@dataclass
+class _Run:
+    """One question's bookkeeping: the ledger, queries issued, titles seen, and what the trace reports."""
+
+    question: str
+    ledger: Ledger = field(default_factory=Ledger)
+    queries: list[str] = field(default_factory=list)
+    seen_titles: set[str] = field(default_factory=set)
+    assessments: list[dict] = field(default_factory=list)
+    gaps: list[dict] = field(default_factory=list)
+    loops_used: int = 0
+    pivots: int = 0
+    parse_failures: int = 0
+    rejected_triples: int = 0
+
+    def trace(self, stop_reason: str) -> dict:
+        return {"iterations": self.loops_used, "queries": list(self.queries), "stop_reason": stop_reason,
+                "ledger": [asdict(f) for f in self.ledger.facts], "assessments": self.assessments, "gaps": self.gaps,
+                "pivots": self.pivots, "parse_failures": self.parse_failures,
+                "rejected_triples": self.rejected_triples}
+
+
+class SEAL(dspy.Module):
+    """SEAL-RAG with retrieval depth ``k`` and at most ``loops`` repairs (``loops=0``: one pass, no repair)."""
+
+    ROLES = {"extract": "critic", "assess": "critic", "gap": "planner", "micro_query": "planner"}
+
+    def __init__(self, search: Retriever, k: int = 3, loops: int = 3, max_chars: int = 600, max_triples: int = 10,
+                 max_facts: int = 30, min_coverage: float = 0.75, min_answerability: float = 0.7,
+                 stuck_jaccard: float = 0.7, max_query_words: int = 12):
+        super().__init__()
+        self.search, self.k, self.loops, self.max_chars = search, k, loops, max_chars
+        self.max_triples, self.max_facts = max_triples, max_facts
+        self.min_coverage, self.min_answerability = min_coverage, min_answerability
+        self.stuck_jaccard, self.max_query_words = stuck_jaccard, max_query_words
+        self.extract = dspy.Predict(ExtractFacts)
+        self.assess = dspy.Predict(AssessSufficiency)
+        self.gap = dspy.Predict(SpecifyGap)
+        self.micro_query = dspy.Predict(WriteMicroQuery)
+        self.writer = EvidenceWriter(max_chars)
+
+    def forward(self, question: str, options: dict[str, str] | None = None) -> dspy.Prediction:
+        run = _Run(question, queries=[question])
+        evidence = self._search(question, run)                                  # Search at fixed k
+        stop, gap, assessed = "loop_budget", Gap(), None
+        for loop in range(self.loops + 1):
+            self._extract(question, evidence, run)                              # Extract (unread passages)
+            if loop == self.loops:
+                break
+            facts = run.ledger.shown(question, [p.title for p in evidence], self.max_facts)
+            fresh = facts != assessed  # unchanged facts would get the same verdict and gap: skip those calls
+            if fresh:
+                assessed = facts
+                if self._sufficient(question, facts, run):                     # Assess
+                    stop = "sufficient"
+                    break
+                gap = self._gap(question, facts, run)                          # gap specification
+            query = self._micro_query(question, gap, evidence, run, propose=fresh)
+            if query is None:
+                stop = "stuck"
+                break
+            run.queries.append(query)                                           # exactly one micro-query
+            evidence = entity_first_rank(evidence, self._search(query, run), run.ledger.linked(question),
+                                         gap.entities, self.k)                  # replace, don't grow
+            run.loops_used += 1
+        facts = run.ledger.shown(question, [p.title for p in evidence], self.max_facts)
+        answer = self.writer(question=question, passages=evidence, options=options, facts=facts).answer
+        trace = run.trace(stop)
+        return dspy.Prediction(answer=answer, passages=evidence, trace=trace, ledger=trace["ledger"],
+                               queries=trace["queries"], loops_used=run.loops_used, stop_reason=stop)
+
+    def _search(self, query: str, run: _Run) -> list[Passage]:
+        hits = self.search.search(query, self.k)
+        run.seen_titles.update(p.title for p in hits)
+        return hits
+
+    def _extract(self, question: str, evidence: list[Passage], run: _Run) -> None:
+        for p in evidence:
+            if p.id in run.ledger.read:
+                continue
+            run.ledger.read.add(p.id)
+            out = lenient(self.extract, question=question, passage=p.format(self.max_chars))
+            if out is None:
+                run.parse_failures += 1
+                continue
+            facts, rejected = verbatim_facts(out.triples, p, self.max_triples)
+            run.ledger.add(facts)
+            run.rejected_triples += rejected
+
+    def _sufficient(self, question: str, facts: list[str], run: _Run) -> bool:
+        if not facts:  # nothing verified yet: insufficient without asking
+            run.assessments.append({"failed": ["no_facts"]})
+            return False
+        out = lenient(self.assess, question=question, facts=facts)
+        if out is None:
+            run.parse_failures += 1
+            run.assessments.append({"failed": ["parse_failure"]})
+            return False
+        failed = failed_criteria(out, self.min_coverage, self.min_answerability)
+        run.assessments.append({name: out[name] for name in AssessSufficiency.output_fields} | {"failed": failed})
+        return not failed
+
+    def _gap(self, question: str, facts: list[str], run: _Run) -> Gap:
+        out = lenient(self.gap, question=question, facts=facts)
+        run.parse_failures += out is None
+        gap = Gap(_clean(out.missing_entities), _clean(out.missing_relations)) if out else Gap()
+        run.gaps.append({"entities": list(gap.entities), "relations": list(gap.relations)})
+        return gap
+
+    def _micro_query(self, question: str, gap: Gap, evidence: list[Passage], run: _Run, propose: bool) -> str | None:
+        """This loop's one query: the LM's proposal minus blocked titles; when it is empty or repeats an earlier
+        query (stuck), the first pivot that does not. None when every option is stuck."""
+        blocked = blocklist(evidence, run.ledger, gap.entities)
+        proposals = []
+        if propose:
+            out = lenient(self.micro_query, question=question, missing_entities=list(gap.entities),
+                          missing_relations=list(gap.relations), avoid=blocked)
+            run.parse_failures += out is None
+            proposals += [out.query] if out else []
+        options = proposals + pivots(gap, run.ledger.linked(question), run.seen_titles, question)
+        for i, option in enumerate(options):
+            query = strip_terms(option, blocked, self.max_query_words)
+            if content_words(query) and not is_stuck(query, run.queries, self.stuck_jaccard):
+                run.pivots += i >= len(proposals)
+                return query
+        return None

@@ -1,0 +1,70 @@
+"""Critic role: judge evidence and drafts."""
+from typing import Literal
+
+import dspy
+from pydantic import BaseModel
+
+
+class CritiqueDraft(dspy.Signature):
+    """Review a draft answer against the passages it was written from: are the passages on topic, do they back
+    the draft, and does the draft answer the question? Suggest a search query that would find what is missing."""
+
+    passages: list[str] = dspy.InputField()
+    question: str = dspy.InputField()
+    draft: str = dspy.InputField()
+    relevant: bool = dspy.OutputField(desc="the passages concern what the question asks")
+    support: Literal["full", "partial", "none"] = dspy.OutputField(desc="how far the passages back the draft")
+    usefulness: int = dspy.OutputField(desc="1 (does not answer) to 5 (complete, direct answer)")
+    next_query: str = dspy.OutputField(desc="a search query for the missing evidence")
+
+
+class DocRating(BaseModel):
+    """Scores (0-5) and a short critique of one numbered document."""
+
+    doc: int
+    relevance: int
+    usefulness: int
+    specificity: int
+    compatibility: int
+    critique: str
+
+
+RUBRIC = ("relevance: matches the question's topic and intent; usefulness: helps find the correct answer; "
+          "specificity: clear and precise, not vague; compatibility: fits the question's language, culture and "
+          "setting")
+
+
+class RateDocuments(dspy.Signature):
+    """Rate every numbered candidate as evidence for the question, each scale an integer from 0 to 5, plus a
+    critique of a few words."""
+
+    question: str = dspy.InputField()
+    candidates: list[str] = dspy.InputField(desc="documents, each starting with its number [n]")
+    ratings: list[DocRating] = dspy.OutputField(desc=f"one per candidate, in order; {RUBRIC}")
+
+
+class RateDocument(dspy.Signature):
+    """Rate the passage as evidence for the question, each scale an integer from 0 to 5, plus a critique of a
+    few words."""
+
+    question: str = dspy.InputField()
+    passage: str = dspy.InputField()
+    relevance: int = dspy.OutputField(desc="matches the question's topic and intent")
+    usefulness: int = dspy.OutputField(desc="helps find the correct answer")
+    specificity: int = dspy.OutputField(desc="clear and precise, not vague")
+    compatibility: int = dspy.OutputField(desc="fits the question's language, culture and setting")
+    critique: str = dspy.OutputField()
+
+
+class CheckSufficiency(dspy.Signature):
+    """Do these kept documents, on their own, answer the question reliably? If not, say briefly what is missing,
+    off-target or contradictory, so the next search can fix it."""
+
+    question: str = dspy.InputField()
+    evidence: list[str] = dspy.InputField(desc="kept documents with their critic notes")
+    enough: bool = dspy.OutputField()
+    reason: str = dspy.OutputField()
+
+
+#: The sufficiency reason used, without an LM call, when no candidate passed the critic.
+NOTHING_KEPT = "None of the retrieved documents was good enough. Critic notes: "

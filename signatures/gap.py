@@ -1,0 +1,12 @@
+"""Gap role: say what evidence is still missing."""
+import dspy
+
+
+class SpecifyGap(dspy.Signature):
+    """Name what is still missing to answer the question: the entities whose facts are absent and the
+    attributes or links to look up for them."""
+
+    question: str = dspy.InputField()
+    facts: list[str] = dspy.InputField(desc="'[source] head | relation | tail' facts found so far")
+    missing_entities: list[str] = dspy.OutputField(desc="names the question depends on that the facts do not cover")
+    missing_relations: list[str] = dspy.OutputField(desc="attributes or links still unknown, e.g. 'birthplace'")

@@ -1,0 +1,18 @@
+"""Translation role (tRAG and crossRAG baselines): bring queries and evidence into English."""
+import dspy
+
+
+class TranslateQuery(dspy.Signature):
+    """Translate the question into English. Keep names, numbers and any answer options; output only the
+    translation."""
+
+    question: str = dspy.InputField()
+    source_language: str = dspy.InputField()
+    english: str = dspy.OutputField()
+
+
+class TranslateDocument(dspy.Signature):
+    """Translate the passage into English, faithfully and completely; output only the translation."""
+
+    passage: str = dspy.InputField()
+    english: str = dspy.OutputField()
