@@ -32,8 +32,9 @@ def accuracy(example, pred, trace=None):
 
 class Judge:
     """LLM-judge correctness (its own LM, see ``--judge-lm``). Without a call: "I don't know" and empty answers
-    are wrong, an exact match after DSPy normalisation is right (small judges reject even those). A judge output
-    that cannot be parsed counts as wrong and is tallied in ``failures``."""
+    are wrong, an exact match after DSPy normalisation is right (small judges reject even those). The judge
+    compares against the references only: shown the question, small judges accept plausible but wrong answers.
+    A judge output that cannot be parsed counts as wrong and is tallied in ``failures``."""
 
     def __init__(self, lm: dspy.LM | None = None):
         self.predict = dspy.Predict(JudgeAnswer)
@@ -49,8 +50,7 @@ class Judge:
             ok = True
         else:
             try:
-                ok = bool(self.predict(question=example.question, reference_answers=list(example.answers),
-                                       predicted_answer=answer).correct)
+                ok = bool(self.predict(reference_answers=list(example.answers), predicted_answer=answer).same)
             except Exception:
                 with self._lock:
                     self.failures += 1

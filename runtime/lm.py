@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import atexit
 import contextvars
+import ctypes
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -28,6 +30,12 @@ ATTEMPT: contextvars.ContextVar[int] = contextvars.ContextVar("lm_attempt", defa
 
 class ServerError(RuntimeError):
     pass
+
+
+def _die_with_parent() -> None:
+    """Child-side hook: on Linux the server gets SIGTERM when its parent dies, even if atexit never runs."""
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
 def _free_port() -> int:
@@ -65,7 +73,8 @@ class LlamaServer:
         cmd = self.command()
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+            self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                         preexec_fn=_die_with_parent)
         self._wait_ready()
         return self
 

@@ -1,4 +1,8 @@
+import os
+import subprocess
 import sys
+import time
+from pathlib import Path
 
 import pytest
 
@@ -76,3 +80,23 @@ def test_lm_call_revives_a_dead_embedded_server_once():
         assert server.restarts == 1 and server.alive()
     finally:
         server.stop()
+
+
+def test_server_dies_with_its_parent_process():
+    """A killed parent (no atexit) must not leave an orphaned server holding the cores."""
+    tests = Path(__file__).resolve().parent
+    code = ("from test_lm import FakeServer; s = FakeServer('qwen-0.5b', startup_timeout=30).start(); "
+            "print(s.proc.pid, flush=True); import time; time.sleep(60)")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tests.parent), str(tests)])}
+    parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, env=env)
+    child = int(parent.stdout.readline())
+    parent.kill()
+    parent.wait()
+    for _ in range(50):
+        try:
+            os.kill(child, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.1)
+    os.kill(child, 9)
+    pytest.fail("server outlived its parent")

@@ -36,7 +36,7 @@ def test_retrieval_scores_hand_computed():
 
 
 def test_judge_calls_its_lm_and_skips_idk(dummy):
-    lm = dummy([{"correct": "True"}, {"correct": "False"}])
+    lm = dummy([{"same": "True"}, {"same": "False"}])
     judge = Judge(lm)
     assert judge(EX, pred("Paris, France")) == 1.0
     assert judge(EX, pred("Lyon"), trace=[]) is False
