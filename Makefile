@@ -43,10 +43,10 @@ demo: setup
 	$(PY) optimize.py --program rag --dataset demo
 
 test: setup
-	$(PY) -m pytest
+	RAG_REAL_LM=1 $(PY) -m pytest
 
 test-fast: setup
-	$(PY) -m pytest -m "not real_lm"
+	$(PY) -m pytest
 
 clean-venv:
 	rm -rf $(VENV)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 
 import dspy
@@ -56,3 +57,14 @@ def dummy():
         init_dspy(lm, cache=False)
         return lm
     return make
+
+
+def pytest_collection_modifyitems(config, items):
+    """The embedded-model tier runs only when asked for (``make test`` sets RAG_REAL_LM=1): a plain ``pytest``
+    stays fast and never starts an LM server."""
+    if os.environ.get("RAG_REAL_LM") == "1":
+        return
+    skip = pytest.mark.skip(reason="real-LM tier: set RAG_REAL_LM=1 (make test does)")
+    for item in items:
+        if "real_lm" in item.keywords:
+            item.add_marker(skip)
