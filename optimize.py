@@ -44,7 +44,7 @@ def main(argv=None) -> str:
 
         def stage(name, prog, examples):
             records, summary = evaluate(prog, examples, s.metrics, k=k, retries=args.retries,
-                                        checkpoint=s.checkpoint(name, prog, examples), desc=name,
+                                        checkpoint=s.checkpoint(name, args.program, prog, examples), desc=name,
                                         groups=s.bundle.groups)
             tracking.log_metrics(summary, name)
             tracking.log_jsonl(f"predictions/{name}.jsonl", records)
@@ -68,7 +68,8 @@ def main(argv=None) -> str:
 
         out = Path(args.out) if args.out else Path(tempfile.mkdtemp()) / "program.json"
         programs.save_compiled(compiled, out, args.program, s.config,
-                      {"dataset": args.dataset, "embedder": args.embedder, "index": args.index})
+                      {"dataset": args.dataset, "embedder": args.embedder, "index": args.index,
+                               "corpus": args.corpus, "leave_question_out": args.leave_question_out})
         mlflow.log_artifact(str(out))
 
     main_metric = next(iter(s.metrics))

@@ -50,10 +50,10 @@ def require_file(root: Path | None, *candidates: str) -> Path:
 
 
 def _loaders() -> dict[str, Callable[[Path | None], Bundle]]:
-    from data import demo, hotpotqa, twowiki
+    from data import blend, click, demo, hotpotqa, twowiki
 
     return {"demo": demo.load_multihop, "demo_culture": demo.load_culture, "hotpotqa": hotpotqa.load,
-            "2wiki": twowiki.load}
+            "2wiki": twowiki.load, "blend": blend.load_mcq, "blend_short": blend.load_short, "click": click.load}
 
 
 def names() -> list[str]:

@@ -27,11 +27,13 @@ def load_multihop(_root: Path | None = None) -> Bundle:
 
 
 def load_culture(_root: Path | None = None) -> Bundle:
-    """Culturally grounded multiple-choice questions with one corpus per language."""
+    """Culturally grounded multiple-choice questions with one corpus per language. The questions are English
+    (``lang``, a program input); ``source_lang`` is the language of the culture they ask about."""
     rows = _jsonl(DEMO_DIR / "culture.jsonl")
     examples = [dspy.Example(id=r["id"], question=r["question"], options=r["options"], answer=r["answer"],
-                             answers=[r["answer"]], country=r["country"], lang=r["lang"]).with_inputs("question", "options")
+                             answers=[r["answer"]], country=r["country"], lang="en", source_lang=r["lang"]
+                             ).with_inputs("question", "options", "lang")
                 for r in rows]
     corpora = [Corpus.from_jsonl(path, name=path.stem, lang=path.stem)
                for path in sorted((DEMO_DIR / "corpora").glob("*.jsonl"))]
-    return Bundle("demo_culture", examples, corpora, "mcq", str(DEMO_DIR / "culture.jsonl"), groups=("lang",))
+    return Bundle("demo_culture", examples, corpora, "mcq", str(DEMO_DIR / "culture.jsonl"), groups=("source_lang",))

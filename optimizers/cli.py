@@ -12,13 +12,15 @@ import dspy
 
 import data as datasets
 import programs
+from data import corpora as sources
 from optimizers.metrics import ANSWER_METRICS, Judge, answer_metrics
 from programs.retrieval import INDEX_TYPES, Retriever
 from runtime.lm import make_lm
 from runtime.paths import project_cache
 from runtime.roles import Roles, assign_roles, init_dspy
 
-DEFAULT_SPLITS = {"demo": (8, 6, 6), "demo_culture": (12, 15, 15), "hotpotqa": (20, 30, 50), "2wiki": (20, 30, 50)}
+DEFAULT_SPLITS = {"demo": (8, 6, 6), "demo_culture": (12, 15, 15), "hotpotqa": (20, 30, 50), "2wiki": (20, 30, 50),
+                  "blend": (16, 16, 48), "blend_short": (16, 16, 48), "click": (16, 16, 30)}
 
 
 def parser(description: str) -> argparse.ArgumentParser:
@@ -26,6 +28,10 @@ def parser(description: str) -> argparse.ArgumentParser:
     p.add_argument("--program", choices=programs.names(), help="registered program")
     p.add_argument("--dataset", default="demo", choices=datasets.names())
     p.add_argument("--data-dir", help="benchmark data folder (default: $RAG_DATA_DIR)")
+    p.add_argument("--corpus", type=sources.source_arg, metavar="|".join(sources.SOURCES),
+                   help="retrieval corpora (default per dataset: blend_kb for blend/blend_short/click, else bundled)")
+    p.add_argument("--leave-question-out", action=argparse.BooleanOptionalAction, default=True,
+                   help="hide the blend_kb documents rendered from the evaluated question's own annotations")
     p.add_argument("--train", type=int, help="train size (default per dataset)")
     p.add_argument("--dev", type=int, help="dev size (default per dataset)")
     p.add_argument("--test", type=int, help="test size (default per dataset)")
@@ -72,16 +78,20 @@ class Session:
                 "split_seed": a.seed, **{f"n_{k}": v for k, v in sizes.items()},
                 "split_ids": self.splits.ids(), "embedder": self.retriever.embedder.id if self.retriever else "",
                 "index": a.index, "corpora": {c.name: len(c) for c in self.bundle.corpora},
-                "judge": a.judge, "retries": a.retries, "cache": not a.no_cache, **self.lm_ids()}
+                "judge": a.judge, "retries": a.retries, "cache": not a.no_cache, **self.lm_ids(),
+                **self.corpus_params()}
+
+    def corpus_params(self) -> dict:
+        return sources.provenance(self.args.dataset, self.args.corpus, self.args.leave_question_out)
 
     def build(self, program_name: str) -> dspy.Module:
         return assign_roles(programs.build(program_name, search=self.retriever, **self.config), self.roles)
 
-    def checkpoint(self, stage: str, program: dspy.Module, examples: list) -> Path:
+    def checkpoint(self, stage: str, program_name: str, program: dspy.Module, examples: list) -> Path:
         """Per-example results file keyed by everything that changes them, so an interrupted run resumes."""
-        key = json.dumps([stage, self.lm_ids(), self.args.embedder, self.args.index, self.config,
-                          self.args.judge, program.dump_state(), [ex.id for ex in examples]], default=str,
-                         sort_keys=True)
+        key = json.dumps([stage, program_name, self.lm_ids(), self.args.embedder, self.args.index, self.config,
+                          self.args.judge, self.corpus_params(), program.dump_state(), [ex.id for ex in examples]],
+                         default=str, sort_keys=True)
         return project_cache() / "evals" / f"{stage}-{hashlib.sha256(key.encode()).hexdigest()[:20]}.jsonl"
 
 
@@ -93,7 +103,8 @@ def fail(message: str) -> None:
 def session(args: argparse.Namespace, needs_search: bool) -> Session:
     """Resolve every flag into ready objects, turning bad input into a one-line error."""
     try:
-        bundle = datasets.load(args.dataset, args.data_dir)
+        bundle = sources.apply(datasets.load(args.dataset, args.data_dir), args.corpus, args.leave_question_out,
+                               datasets.data_dir(args.data_dir))
         n = DEFAULT_SPLITS.get(args.dataset, (20, 30, 50))
         splits = datasets.split(bundle.examples, args.train if args.train is not None else n[0],
                                 args.dev if args.dev is not None else n[1],

@@ -9,6 +9,8 @@ from pathlib import Path
 import dspy
 
 from programs.baselines import RAG, Direct
+from programs.coral import CORAL
+from programs.mrag import MultilingualRAG
 from programs.seal import SEAL
 from programs.self_rag import SelfRAG
 
@@ -33,6 +35,19 @@ REGISTRY: dict[str, ProgramSpec] = {
     "direct": ProgramSpec(Direct, "closed-book answer, no retrieval"),
     "cot": ProgramSpec(Direct, "closed-book chain of thought", {"reasoning": True}),
     "rag": ProgramSpec(RAG, "retrieve top-k once, then answer"),
+    "mono_rag": ProgramSpec(MultilingualRAG, "top-k from the question-language corpus", {"scope": "own"}),
+    "multi_rag": ProgramSpec(MultilingualRAG, "top-k pooled over all language corpora", {"scope": "all"}),
+    "cross_rag": ProgramSpec(MultilingualRAG, "multi_rag with the passages translated into English",
+                             {"scope": "all", "translate_docs": True}),
+    "t_rag": ProgramSpec(MultilingualRAG, "question translated into English, English corpus",
+                         {"scope": "en", "translate_query": True}),
+    "coral": ProgramSpec(CORAL, "CORAL: planner-selected corpora, critic-filtered evidence, replanning loop"),
+    "coral_select": ProgramSpec(CORAL, "CORAL ablation: corpus re-selection only, original query",
+                                {"rewrite": False}),
+    "coral_fixed_own": ProgramSpec(CORAL, "CORAL ablation: fixed question-language corpus", {"scope": "own"}),
+    "coral_fixed_all": ProgramSpec(CORAL, "CORAL ablation: fixed pool of all corpora", {"scope": "all"}),
+    "coral_fixed_own_en": ProgramSpec(CORAL, "CORAL ablation: fixed question-language + English corpora",
+                                      {"scope": "own_en"}),
     "seal": ProgramSpec(SEAL, "SEAL-RAG: entity ledger, sufficiency gate, one micro-query per repair at fixed k"),
     "self_rag": ProgramSpec(SelfRAG, "Self-RAG-style loop: draft, critique, retrieve again or stop (SEAL baseline)"),
 }
@@ -113,7 +128,10 @@ def load_compiled(path_or_run_id: str | dict, search=None, data_dir=None, roles=
         import data as datasets
         from programs.retrieval import Retriever
 
-        bundle = datasets.load(data["dataset"], data_dir)
+        from data import corpora
+
+        bundle = corpora.apply(datasets.load(data["dataset"], data_dir), data.get("corpus"),
+                               data.get("leave_question_out", True), datasets.data_dir(data_dir))
         search = Retriever(bundle.corpora, embedder=data["embedder"], index_type=data["index"])
     program = build(name, search=search, **artifact["config"])
     program.load_state(artifact["state"])

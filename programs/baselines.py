@@ -14,7 +14,8 @@ class Direct(dspy.Module):
         super().__init__()
         self.writer = Writer(use_passages=False, reasoning=reasoning)
 
-    def forward(self, question: str, options: dict[str, str] | None = None) -> dspy.Prediction:
+    def forward(self, question: str, options: dict[str, str] | None = None,
+                lang: str | None = None) -> dspy.Prediction:
         out = self.writer(question=question, options=options)
         return dspy.Prediction(answer=out.answer, passages=[], trace={"iterations": 0, "queries": [],
                                                                       "stop_reason": "no_retrieval"})
@@ -28,7 +29,8 @@ class RAG(dspy.Module):
         self.search, self.k = search, k
         self.writer = Writer(use_passages=True, max_chars=max_chars)
 
-    def forward(self, question: str, options: dict[str, str] | None = None) -> dspy.Prediction:
+    def forward(self, question: str, options: dict[str, str] | None = None,
+                lang: str | None = None) -> dspy.Prediction:
         passages = self.search.search(question, self.k)
         out = self.writer(question=question, passages=passages, options=options)
         return dspy.Prediction(answer=out.answer, passages=passages, trace={"iterations": 1, "queries": [question],

@@ -24,6 +24,8 @@ from signatures.query import WriteMicroQuery
 
 @dataclass(frozen=True)
 class Fact:
+    """A verified (head, relation, tail) triple."""
+
     head: str
     relation: str
     tail: str
@@ -90,6 +92,8 @@ class Ledger:
 
 @dataclass(frozen=True)
 class Gap:
+    """What the evidence still lacks: entities with no facts yet and the relations to look up."""
+
     entities: tuple[str, ...] = ()
     relations: tuple[str, ...] = ()
 
@@ -156,6 +160,7 @@ def entity_first_rank(evidence: list[Passage], candidates: list[Passage], anchor
 
 
 def _clean(items) -> tuple[str, ...]:
+    """Stripped, non-empty, distinct strings of an LM list output."""
     return tuple(dict.fromkeys(s for s in (str(i).strip() for i in items or ()) if s))
 
 
@@ -163,7 +168,6 @@ def _clean(items) -> tuple[str, ...]:
 class _Run:
     """One question's bookkeeping: the ledger, queries issued, titles seen, and what the trace reports."""
 
-    question: str
     ledger: Ledger = field(default_factory=Ledger)
     queries: list[str] = field(default_factory=list)
     seen_titles: set[str] = field(default_factory=set)
@@ -182,7 +186,9 @@ class _Run:
 
 
 class SEAL(dspy.Module):
-    """SEAL-RAG with retrieval depth ``k`` and at most ``loops`` repairs (``loops=0``: one pass, no repair)."""
+    """SEAL-RAG with retrieval depth ``k`` and at most ``loops`` repairs (``loops=0``: one pass, no repair).
+
+    ``lang`` (passed by multilingual datasets) is accepted and unused."""
 
     ROLES = {"extract": "critic", "assess": "critic", "gap": "planner", "micro_query": "planner"}
 
@@ -200,8 +206,9 @@ class SEAL(dspy.Module):
         self.micro_query = dspy.Predict(WriteMicroQuery)
         self.writer = EvidenceWriter(max_chars)
 
-    def forward(self, question: str, options: dict[str, str] | None = None) -> dspy.Prediction:
-        run = _Run(question, queries=[question])
+    def forward(self, question: str, options: dict[str, str] | None = None,
+                lang: str | None = None) -> dspy.Prediction:
+        run = _Run(queries=[question])
         evidence = self._search(question, run)                                  # Search at fixed k
         stop, gap, assessed = "loop_budget", Gap(), None
         for loop in range(self.loops + 1):

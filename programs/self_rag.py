@@ -19,6 +19,8 @@ SUPPORT = {"full": 1.0, "partial": 0.5, "none": 0.0}
 
 @dataclass(frozen=True)
 class Draft:
+    """One round's answer, the passages it was written from, and its critique."""
+
     answer: str
     passages: list[Passage]
     critique: dict | None = None  # relevant, support, usefulness; None when not critiqued
@@ -33,7 +35,9 @@ class Draft:
 
 
 class SelfRAG(dspy.Module):
-    """Retrieve -> draft -> critique -> retrieve again or stop, with at most ``loops`` re-retrievals."""
+    """Retrieve -> draft -> critique -> retrieve again or stop, with at most ``loops`` re-retrievals.
+
+    ``lang`` (passed by multilingual datasets) is accepted and unused."""
 
     ROLES = {"critic": "critic"}
 
@@ -44,7 +48,8 @@ class SelfRAG(dspy.Module):
         self.writer = EvidenceWriter(max_chars)
         self.critic = dspy.Predict(CritiqueDraft)
 
-    def forward(self, question: str, options: dict[str, str] | None = None) -> dspy.Prediction:
+    def forward(self, question: str, options: dict[str, str] | None = None,
+                lang: str | None = None) -> dspy.Prediction:
         queries, drafts, failures, stop = [question], [], 0, "loop_budget"
         for loop in range(self.loops + 1):
             passages = self.search.search(queries[-1], self.k)                          # retrieve

@@ -44,11 +44,11 @@ class RateDocuments(dspy.Signature):
 
 
 class RateDocument(dspy.Signature):
-    """Rate the passage as evidence for the question, each scale an integer from 0 to 5, plus a critique of a
+    """Rate the document as evidence for the question, each scale an integer from 0 to 5, plus a critique of a
     few words."""
 
     question: str = dspy.InputField()
-    passage: str = dspy.InputField()
+    document: str = dspy.InputField()
     relevance: int = dspy.OutputField(desc="matches the question's topic and intent")
     usefulness: int = dspy.OutputField(desc="helps find the correct answer")
     specificity: int = dspy.OutputField(desc="clear and precise, not vague")

@@ -9,12 +9,10 @@ class AssessSufficiency(dspy.Signature):
 
     question: str = dspy.InputField()
     facts: list[str] = dspy.InputField(desc="'[source] head | relation | tail' facts found so far")
-    coverage: float = dspy.OutputField(desc="share (0 to 1) of the entities and attributes the question asks "
-                                            "about that the facts state")
+    coverage: float = dspy.OutputField(desc="share (0-1) of what the question asks about that the facts state")
     bridge: Literal["linked", "missing", "not_needed"] = dspy.OutputField(
-        desc="for a multi-step question, 'linked' if the facts join every step through a named entity of the "
-             "expected kind (person, place, work...), 'missing' if a step is open")
+        desc="'linked' if the facts join each step of a multi-step question through a named entity of the right kind")
     corroboration: Literal["corroborated", "single_source", "contradicted"] = dspy.OutputField(
-        desc="whether separate sources agree on the key facts, only one states them, or they conflict")
-    answerability: float = dspy.OutputField(desc="confidence (0 to 1) that the answer can be read off the facts")
+        desc="do separate sources agree, does only one state the key facts, or do they conflict")
+    answerability: float = dspy.OutputField(desc="confidence (0-1) that the answer can be read off the facts")
     sufficient: bool = dspy.OutputField(desc="True only if the facts answer the question")

@@ -70,7 +70,7 @@ def test_demo_sets_are_consistent():
     langs = {c.name for c in cu.corpora}
     assert len(cu.examples) >= 40 and {"en"} < langs and len(langs) >= 6
     assert all(ex.answer in ex.options and ex.lang in langs for ex in cu.examples)
-    assert cu.task == "mcq" and set(cu.examples[0].inputs().keys()) == {"question", "options"}
+    assert cu.task == "mcq" and set(cu.examples[0].inputs().keys()) == {"question", "options", "lang"}
 
 
 @pytest.mark.skipif(not os.environ.get("RAG_DATA_DIR"), reason="needs RAG_DATA_DIR with the shared benchmark files")

@@ -1,0 +1,52 @@
+"""CLIcK, Culture category (Korean multiple choice from Korean exams and textbooks), as used by the CORAL paper.
+
+Files: ``RAG_DATA_DIR/click/Culture/<Korean Subject>/<Subject>_<Source>.json``, each a list of
+``{id, paragraph, question, choices, answer}`` with the answer given as choice text (mapped to its letter here).
+Ids repeat across files, so examples are keyed ``<file stem>/<id>``. A non-empty paragraph is put before the
+question. Questions are Korean: ``lang`` = ``source_lang`` = ``ko`` (mid resource tier, as in ``data.blend``).
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import dspy
+
+from data import Bundle, require_file
+
+LETTERS = "ABCDEFGH"
+
+
+def _same(a: str, b: str) -> bool:
+    return " ".join(a.split()) == " ".join(b.split())
+
+
+def to_example(path: Path, record: dict) -> dspy.Example | None:
+    """One record -> example, or None when its answer is none of its choices."""
+    choices = [str(c).strip() for c in record["choices"]]
+    match = [i for i, c in enumerate(choices) if _same(c, str(record["answer"]))]
+    if len(match) != 1:
+        return None
+    paragraph = (record.get("paragraph") or "").strip()
+    question = f"{paragraph}\n{record['question'].strip()}" if paragraph else record["question"].strip()
+    letter = LETTERS[match[0]]
+    return dspy.Example(id=f"{path.stem}/{record['id']}", question=question, options=dict(zip(LETTERS, choices)),
+                        answer=letter, answers=[letter], lang="ko", source_lang="ko", tier="mid",
+                        category=path.parent.name.removeprefix("Korean "), source=path.stem.split("_")[-1]
+                        ).with_inputs("question", "options", "lang")
+
+
+def load(root: Path | None) -> Bundle:
+    from data.corpora import blend_kb
+
+    folder = require_file(root, "click/Culture")
+    examples, skipped = [], 0
+    for path in sorted(folder.glob("**/*.json")):
+        for record in json.loads(path.read_text(encoding="utf-8")):
+            example = to_example(path, record)
+            if example is None:
+                skipped += 1
+            else:
+                examples.append(example)
+    return Bundle("click", examples, blend_kb(root), "mcq", f"{folder} (answer not among choices: {skipped})",
+                  groups=("category", "tier"))

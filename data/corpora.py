@@ -1,0 +1,140 @@
+"""Per-language retrieval corpora for the multilingual programs, chosen with ``--corpus SOURCE``:
+
+- ``bundled``: the corpora that come with the dataset (the default for demo, demo_culture, hotpotqa, ...);
+- ``jsonl:DIR``: your own ``DIR/<lang>.jsonl`` files (``{"id", "title", "text"}`` per line; long texts are cut
+  into passages at sentence ends). This is also the way to use Wikipedia language subsets: export them to these
+  files where a hub is reachable (nothing is downloaded here);
+- ``xquad``: the XQuAD paragraphs of ``RAG_DATA_DIR/xquad/xquad.<lang>.json`` (240 per language, deduplicated);
+  only ar, el, en, es and zh overlap the BLEnD languages;
+- ``blend_kb``: *oracle knowledge* rendered from the BLEnD annotations (default for blend, blend_short and click):
+  per country and question one short document stating what its annotators answered, in English and in the local
+  language, filed in the country's language corpus. It measures whether a method routes to the right culture's
+  evidence, not knowledge coverage. Each document's ``group`` is its (question, country); with
+  ``--leave-question-out`` (default) an example cannot retrieve the documents of its own group.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import re
+from pathlib import Path
+
+from data import Bundle, require_file
+from programs.retrieval import Corpus
+
+SOURCES = ("bundled", "xquad", "blend_kb", "jsonl:DIR")
+DEFAULT_SOURCE = {"blend": "blend_kb", "blend_short": "blend_kb", "click": "blend_kb"}
+XQUAD_LANGS = ("ar", "de", "el", "en", "es", "hi", "ro", "ru", "th", "tr", "vi", "zh")
+
+
+def source_arg(text: str) -> str:
+    """argparse type for ``--corpus``."""
+    if text in SOURCES[:3] or (text.startswith("jsonl:") and len(text) > len("jsonl:")):
+        return text
+    raise argparse.ArgumentTypeError(f"unknown corpus source '{text}'; choose one of: {', '.join(SOURCES)}")
+
+
+def default_source(dataset: str) -> str:
+    return DEFAULT_SOURCE.get(dataset, "bundled")
+
+
+def build(source: str, root: Path | None, bundle: Bundle | None = None) -> list[Corpus]:
+    """The corpora of ``source`` (``bundled`` returns ``bundle.corpora``)."""
+    if source == "bundled":
+        return bundle.corpora
+    if source == "xquad":
+        return xquad(root)
+    if source == "blend_kb":
+        return blend_kb(root)
+    if source.startswith("jsonl:"):
+        return jsonl(Path(source[len("jsonl:"):]).expanduser())
+    raise ValueError(f"unknown corpus source '{source}'; choose one of: {', '.join(SOURCES)}")
+
+
+def apply(bundle: Bundle, source: str | None, leave_question_out: bool, root: Path | None) -> Bundle:
+    """Swap in the corpora of ``source`` (unless it is the dataset's default) and, when ``leave_question_out`` is
+    off, let every example retrieve the documents rendered from its own annotations."""
+    if source and source not in ("bundled", default_source(bundle.name)):
+        bundle.corpora = build(source, root, bundle)
+    if not leave_question_out:
+        for example in bundle.examples:
+            example["leave_out"] = []
+    return bundle
+
+
+def provenance(dataset: str, source: str | None, leave_question_out: bool) -> dict:
+    """What to log (and key result checkpoints by) about the corpora."""
+    name = source or default_source(dataset)
+    return {"corpus_source": name + (" (oracle knowledge)" if name == "blend_kb" else ""),
+            "leave_question_out": leave_question_out}
+
+
+def passages(text: str, max_chars: int) -> list[str]:
+    """``text`` cut into pieces of at most about ``max_chars`` characters at sentence ends."""
+    sentences = re.split(r"(?<=[.!?。！？])\s+", text.strip())
+    pieces, current = [], ""
+    for sentence in sentences:
+        if current and len(current) + 1 + len(sentence) > max_chars:
+            pieces.append(current)
+            current = sentence
+        else:
+            current = f"{current} {sentence}".strip()
+    return pieces + [current] if current else pieces
+
+
+def jsonl(folder: Path, max_chars: int = 1500, max_docs: int | None = None) -> list[Corpus]:
+    """One corpus per ``folder/<lang>.jsonl``; texts longer than ``max_chars`` become several passages
+    (ids ``<id>#<n>``); at most ``max_docs`` passages per language."""
+    files = sorted(folder.glob("*.jsonl"))
+    if not files:
+        raise FileNotFoundError(f"no <lang>.jsonl files in {folder}")
+    corpora = []
+    for path in files:
+        docs = []
+        with open(path, encoding="utf-8") as fh:
+            for line in filter(str.strip, fh):
+                doc = json.loads(line)
+                pieces = passages(doc["text"], max_chars)
+                for n, piece in enumerate(pieces):
+                    doc_id = str(doc["id"]) if len(pieces) == 1 else f"{doc['id']}#{n}"
+                    docs.append({**doc, "id": doc_id, "text": piece})
+        corpora.append(Corpus(path.stem, docs[:max_docs], path.stem))
+    return corpora
+
+
+def xquad(root: Path | None, langs=XQUAD_LANGS) -> list[Corpus]:
+    """The distinct XQuAD paragraphs of each language, titled by their article."""
+    corpora = []
+    for lang in langs:
+        release = json.loads(require_file(root, f"xquad/xquad.{lang}.json").read_text(encoding="utf-8"))
+        docs, seen = [], set()
+        for a, article in enumerate(release["data"]):
+            for p, paragraph in enumerate(article["paragraphs"]):
+                text = paragraph["context"].strip()
+                if text not in seen:
+                    seen.add(text)
+                    docs.append({"id": f"{a:02d}-{p:02d}", "title": article["title"].replace("_", " "), "text": text})
+        corpora.append(Corpus(lang, docs, lang))
+    return corpora
+
+
+def blend_kb(root: Path | None, annotations: dict[str, dict] | None = None, top: int = 5) -> list[Corpus]:
+    """One corpus per BLEnD source language; per (country, question) one document listing the ``top`` most
+    voted answers (English spellings with vote counts, then the local-language question and answers)."""
+    from data.blend import COUNTRIES, country_name, kb_group, read_annotations
+
+    annotations = annotations or read_annotations(root)
+    by_lang: dict[str, list[dict]] = {}
+    for country, records in annotations.items():
+        for qid, record in records.items():
+            answers = sorted(record.get("annotations", []), key=lambda a: -a["count"])[:top]
+            english = [f"{' / '.join(a['en_answers'][:2])} ({a['count']})" for a in answers if a.get("en_answers")]
+            if not english:
+                continue
+            local = ", ".join(dict.fromkeys(s for a in answers for s in a.get("answers", [])[:1]))
+            text = (f"Most common answers in {country_name(country)}: {'; '.join(english)}. "
+                    f"{record.get('question', '').strip()} {local}").strip()
+            by_lang.setdefault(COUNTRIES[country][0], []).append(
+                {"id": f"{country}/{qid}", "title": record["en_question"].strip(), "text": text,
+                 "group": kb_group(qid, country)})
+    return [Corpus(lang, docs, lang) for lang, docs in sorted(by_lang.items())]

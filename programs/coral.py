@@ -1,0 +1,386 @@
+"""CORAL: an adaptive retrieval loop over per-language corpora for culturally grounded questions.
+
+Each round: (1) the planner picks at most ``max_corpora`` language corpora (the question's language always among
+them, unless none of its documents survived the critic), (2) top-``k`` per chosen corpus, (3) the critic scores
+every new candidate 0-5 on relevance, usefulness, clarity/specificity and compatibility with a short critique, and
+a candidate is kept when every score >= ``min_each`` and ``s_tot = rel + 0.5 (use + spec + comp) >= min_total``;
+kept documents accumulate over rounds, (4) the critic decides whether the kept documents suffice, (5) if not, the
+planner gets the original question, the previous query and corpora and the reason, and must change the corpora
+and/or rewrite the query. After at most ``loops`` rounds the writer answers from the ``writer_docs`` kept
+documents with the highest ``s_tot`` -- and from no passages at all when nothing was kept, as the paper's writer
+only ever sees validated evidence.
+
+Variants (registry): ``coral_select`` keeps the original query and only re-selects corpora (``rewrite=False``);
+``coral_fixed_{own,all,own_en}`` replace corpus selection by a fixed scope (``all`` pools the top
+``k * max_corpora``) and keep the critic, sufficiency check and query rewriting.
+
+LM calls per question (``loops`` rounds, ``c`` = new candidates per round <= ``k * max_corpora``): planner 1 +
+per round one batched critic call per ``critic_chunk`` candidates (or ``c`` per-document calls), one sufficiency
+check per round before the last (skipped when nothing is kept), 1-2 replanning calls between rounds, writer 1.
+With k=5, 3 corpora, 3 rounds: 4 calls at best and 11 at worst batched (each unusable batch adds the adapter's
+JSON retry and 15 per-document calls), 18 to 53 with ``critic_batch=False``.
+"""
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+import dspy
+from dspy.utils.exceptions import AdapterParseError
+
+from programs.mrag import (DEFAULT_LANG, LANGUAGE_NAMES, SCOPES, answer_writer, corpus_of, language_label,
+                           scope_corpora, with_options)
+from programs.retrieval import Passage, Retriever, dedup
+from runtime.lm import ATTEMPT
+from signatures.critic import NOTHING_KEPT, CheckSufficiency, RateDocument, RateDocuments
+from signatures.planner import ReplanSearch, ReselectCorpora, RewriteQuery, SelectCorpora
+
+PARSE_ERRORS = (AdapterParseError, ValueError)  # unparseable model output (pydantic errors are ValueErrors)
+SCALES = ("relevance", "usefulness", "specificity", "compatibility")
+
+
+@dataclass(frozen=True)
+class Rated:
+    """A candidate passage with its four critic scores (0-5) and critique."""
+
+    passage: Passage
+    relevance: int
+    usefulness: int
+    specificity: int
+    compatibility: int
+    critique: str = ""
+
+    @property
+    def scores(self) -> tuple[int, int, int, int]:
+        return self.relevance, self.usefulness, self.specificity, self.compatibility
+
+    @property
+    def total(self) -> float:
+        """``s_tot = rel + 0.5 (use + spec + comp)`` (at most 12.5)."""
+        return self.relevance + 0.5 * (self.usefulness + self.specificity + self.compatibility)
+
+    @classmethod
+    def of(cls, passage: Passage, values, critique: str = "") -> "Rated":
+        """Scores clamped to 0-5 (anything unparseable as a number scores 0)."""
+        def clamp(v) -> int:
+            try:
+                return max(0, min(5, int(round(float(v)))))
+            except (TypeError, ValueError):
+                return 0
+        return cls(passage, *(clamp(v) for v in values), critique=str(critique or "").strip())
+
+
+def passes(rated: Rated, min_each: int = 2, min_total: float = 6.0) -> bool:
+    """The paper's keep rule: every score >= ``min_each`` and ``s_tot >= min_total``."""
+    return min(rated.scores) >= min_each and rated.total >= min_total
+
+
+def accumulate(kept: dict[str, Rated], new: list[Rated]) -> dict[str, Rated]:
+    """Kept documents across rounds, one per passage id with its best score (first-kept order)."""
+    merged = dict(kept)
+    for r in new:
+        if r.passage.id not in merged or r.total > merged[r.passage.id].total:
+            merged[r.passage.id] = r
+    return merged
+
+
+def best(rated: list[Rated], n: int) -> list[Rated]:
+    """The ``n`` highest ``s_tot`` (ties keep their order)."""
+    return sorted(rated, key=lambda r: -r.total)[:n]
+
+
+def same_plan(corpora: list[str], query: str, previous_corpora: list[str], previous_query: str) -> bool:
+    def norm(q: str) -> str:
+        return " ".join(q.lower().split())
+    return set(corpora) == set(previous_corpora) and norm(query) == norm(previous_query)
+
+
+def validate_corpora(names: list[str], languages: dict[str, str], own: str | None, max_corpora: int,
+                     require_own: bool = True) -> tuple[list[str], int]:
+    """Planner output -> known corpus names (by name, language code or language name), deduplicated, the
+    question's corpus first when required, at most ``max_corpora``; returns (corpora, number of unknown names)."""
+    lookup: dict[str, str] = {}
+    for name, code in languages.items():
+        for key in (LANGUAGE_NAMES.get(code, ""), code, name):
+            if key:
+                lookup[key.lower()] = name
+    chosen, unknown = [], 0
+    for raw in names or []:
+        key = str(raw).strip().strip("'\"`").lower()
+        name = lookup.get(key) or lookup.get(re.split(r"[:(\s]", key, maxsplit=1)[0])
+        if name is None:
+            unknown += 1
+        elif name not in chosen:
+            chosen.append(name)
+    if own and (require_own or own in chosen):
+        chosen = [own] + [c for c in chosen if c != own]
+    chosen = chosen[:max_corpora]
+    return chosen or [own or next(iter(languages))], unknown
+
+
+def forced_change(previous: list[str], order: list[str], tried: set[str], own: str | None,
+                  max_corpora: int) -> list[str] | None:
+    """The previous corpora plus the first corpus of ``order`` not searched yet (dropping the last one that is
+    not the question's corpus when full); None when every corpus has been searched."""
+    fresh = next((c for c in order if c not in tried), None)
+    if fresh is None:
+        return None
+    corpora = list(previous)
+    if len(corpora) >= max_corpora:
+        corpora.remove(next((c for c in reversed(corpora) if c != own), corpora[-1]))
+    return corpora + [fresh]
+
+
+class Verdict(NamedTuple):
+    """The sufficiency decision (``parsed=False``: the critic's output could not be read)."""
+
+    enough: bool
+    reason: str
+    parsed: bool = True
+
+
+@dataclass
+class Trace:
+    """What happened in one ``forward()``, JSON-serialisable via ``as_dict()``."""
+
+    queries: list[str] = field(default_factory=list)
+    corpora: list[list[str]] = field(default_factory=list)
+    selected_langs: list[list[str]] = field(default_factory=list)
+    scores: list[list[dict]] = field(default_factory=list)
+    critiques: list[list[str]] = field(default_factory=list)
+    sufficiency: list[dict] = field(default_factory=list)
+    stop_reason: str = ""
+    evidence: list[dict] = field(default_factory=list)
+    evidence_langs: list[str] = field(default_factory=list)
+    unknown_corpora: int = 0
+    replan_retries: int = 0
+    forced_changes: int = 0
+    critic_fallbacks: int = 0  # batched critic outputs that could not be used at all
+    critic_missing: int = 0  # candidates a usable batch left out (scored one by one)
+    parse_failures: int = 0  # planner / per-document critic / sufficiency outputs that could not be parsed
+    calls: Counter = field(default_factory=Counter)
+
+    def round(self, query: str, corpora: list[str], languages: dict[str, str], rated: list[Rated],
+              kept: dict[str, Rated]) -> None:
+        self.queries.append(query)
+        self.corpora.append(list(corpora))
+        self.selected_langs.append([languages[c] for c in corpora])
+        self.scores.append([{"id": r.passage.id, "scores": list(r.scores), "total": r.total,
+                             "kept": r.passage.id in kept} for r in rated])
+        self.critiques.append([r.critique for r in rated])
+
+    def as_dict(self) -> dict:
+        out = {k: v for k, v in self.__dict__.items() if k != "calls"}
+        return {"iterations": len(self.queries), **out, "calls": dict(self.calls)}
+
+
+class CORAL(dspy.Module):
+    """Planner-critic retrieval loop over language corpora (see the module docstring).
+
+    ``k`` passages per chosen corpus, ``loops`` rounds at most, ``max_corpora`` per round; keep thresholds
+    ``min_each`` / ``min_total``; the writer reads the best ``writer_docs`` kept documents (``max_chars`` each),
+    the critic sees ``critic_chars`` of each candidate, ``critic_chunk`` per batched call (``critic_batch=False``:
+    one call per candidate). ``scope``: ``dynamic`` (planner) or a fixed ``own`` / ``all`` / ``own_en``;
+    ``rewrite=False`` keeps the original query. Planner and critic sample at ``agent_temperature`` (0.6 in the
+    paper), the writer at ``writer_temperature`` (0)."""
+
+    ROLES = {"planner": "planner", "replanner": "planner", "critic": "critic", "critic_each": "critic",
+             "sufficiency": "critic"}
+
+    def __init__(self, search: Retriever, k: int = 5, loops: int = 3, max_corpora: int = 3, min_each: int = 2,
+                 min_total: float = 6.0, writer_docs: int = 5, scope: str = "dynamic", rewrite: bool = True,
+                 critic_batch: bool = True, critic_chunk: int = 15, critic_chars: int = 400,
+                 max_chars: int = 600, agent_temperature: float = 0.6, writer_temperature: float = 0.0):
+        super().__init__()
+        if scope not in ("dynamic", *SCOPES):
+            raise ValueError(f"unknown scope '{scope}'; choose one of: dynamic, {', '.join(SCOPES)}")
+        if loops < 1 or max_corpora < 1 or critic_chunk < 1:
+            raise ValueError("loops, max_corpora and critic_chunk must be at least 1")
+        self.search, self.k, self.loops, self.max_corpora = search, k, loops, max_corpora
+        self.min_each, self.min_total, self.writer_docs = min_each, min_total, writer_docs
+        self.scope, self.rewrite = scope, rewrite
+        self.critic_batch, self.critic_chunk, self.critic_chars = critic_batch, critic_chunk, critic_chars
+        t = agent_temperature
+        self.planner = dspy.Predict(SelectCorpora, temperature=t) if scope == "dynamic" else None
+        replan = {(True, True): ReplanSearch, (True, False): ReselectCorpora, (False, True): RewriteQuery}
+        step = replan.get((scope == "dynamic", rewrite))
+        self.replanner = dspy.Predict(step, temperature=t) if step else None
+        self.critic = dspy.Predict(RateDocuments, temperature=t)
+        self.critic_each = dspy.Predict(RateDocument, temperature=t)
+        self.sufficiency = dspy.Predict(CheckSufficiency, temperature=t)
+        self.writer = answer_writer(max_chars, writer_temperature)
+
+    def forward(self, question: str, options: dict[str, str] | None = None,
+                lang: str | None = None) -> dspy.Prediction:
+        lang = lang or DEFAULT_LANG
+        own, languages, trace = corpus_of(self.search, lang), self.search.languages(), Trace()
+        asked = with_options(question, options)  # what the critic judges against
+        kept: dict[str, Rated] = {}
+        rated: dict[str, Rated] = {}  # every candidate scored so far; never scored twice
+        query, corpora = question, self.select(question, lang, own, trace)          # (1) corpus selection
+        trace.stop_reason = "max_rounds" if corpora else "no_corpus_for_language"
+        for round_no in range(1, self.loops + 1):
+            if not corpora:
+                break
+            candidates = self.retrieve(query, corpora)                              # (2) retrieval
+            new = self.rate([p for p in candidates if p.id not in rated], asked, trace)  # (3) critique
+            rated.update((r.passage.id, r) for r in new)
+            kept = accumulate(kept, [r for r in new if passes(r, self.min_each, self.min_total)])
+            trace.round(query, corpora, languages, [rated[p.id] for p in candidates], kept)
+            if round_no == self.loops:
+                break
+            verdict = self.check(asked, list(kept.values()), new, trace)             # (4) sufficiency
+            if verdict.enough:
+                trace.stop_reason = "sufficient" if verdict.parsed else "sufficiency_unparsed"
+                break
+            plan = self.replan(question, query, corpora, verdict.reason, own, kept, trace)  # (5) refinement
+            if plan is None:
+                trace.stop_reason = "no_change_possible"
+                break
+            query, corpora = plan
+        evidence = [r.passage for r in best(list(kept.values()), self.writer_docs)]
+        out = self.writer(question=question, passages=evidence, options=options)
+        trace.calls["writer"] += 1
+        trace.evidence = [{"id": p.id, "total": kept[p.id].total} for p in evidence]
+        trace.evidence_langs = [languages[p.corpus] for p in evidence]
+        return dspy.Prediction(answer=out.answer, passages=evidence, trace=trace.as_dict())
+
+    # -- (1) and (5): planner -------------------------------------------------------------------------------
+    def select(self, question: str, lang: str, own: str | None, trace: Trace) -> list[str]:
+        """First-round corpora: the fixed scope, or the planner's choice validated against the pool."""
+        if self.scope != "dynamic":
+            return scope_corpora(self.scope, self.search, lang)
+        languages = self.search.languages()
+        if len(languages) == 1:
+            return list(languages)
+        trace.calls["planner"] += 1
+        try:
+            names = self.planner(question=question, question_language=language_label(lang),
+                                 available=self.available()).corpora
+        except PARSE_ERRORS:
+            trace.parse_failures += 1
+            names = ["en"]
+        corpora, unknown = validate_corpora(names, languages, own, self.max_corpora)
+        trace.unknown_corpora += unknown
+        return corpora
+
+    def replan(self, question: str, query: str, corpora: list[str], reason: str, own: str | None,
+               kept: dict[str, Rated], trace: Trace) -> tuple[str, list[str]] | None:
+        """Next (query, corpora), different from the previous ones: the planner's plan, asked once more when it
+        repeats itself, else a forced change (the next corpus not searched yet); None when nothing can change."""
+        languages = self.search.languages()
+        choose_corpora = self.scope == "dynamic" and len(languages) > 1
+        if self.replanner is None or not (choose_corpora or self.rewrite):
+            return None
+        tried = {c for round_corpora in trace.corpora for c in round_corpora}
+        # the question's corpus may be dropped only once it has been searched and none of its documents was kept
+        require_own = own not in tried or any(r.passage.corpus == own for r in kept.values())
+        for attempt in range(2):
+            config = {"rollout_id": 1000 + ATTEMPT.get()} if attempt else {}  # a retry must not hit the cache
+            trace.calls["planner"] += 1
+            try:
+                out = self.replanner(**self.replan_inputs(question, query, corpora, reason), config=config)
+            except PARSE_ERRORS:
+                trace.parse_failures += 1
+                continue
+            new_query = (getattr(out, "query", "") or "").strip() if self.rewrite else ""
+            new_corpora = corpora
+            if choose_corpora:
+                new_corpora, unknown = validate_corpora(out.corpora, languages, own, self.max_corpora, require_own)
+                trace.unknown_corpora += unknown
+            if not same_plan(new_corpora, new_query or query, corpora, query):
+                return new_query or query, new_corpora
+            if attempt == 0:
+                trace.replan_retries += 1
+        if not choose_corpora:
+            return None
+        order = sorted(languages, key=lambda c: languages[c] != "en")  # English first, then pool order
+        forced = forced_change(corpora, order, tried, own, self.max_corpora)
+        if forced is None:
+            return None
+        trace.forced_changes += 1
+        return query, forced
+
+    def replan_inputs(self, question: str, query: str, corpora: list[str], reason: str) -> dict:
+        inputs = {"question": question, "reason": reason, "previous_query": query, "previous_corpora": corpora,
+                  "available": self.available()}
+        return {k: v for k, v in inputs.items() if k in self.replanner.signature.input_fields}
+
+    def available(self) -> list[str]:
+        return [f"{name}: {LANGUAGE_NAMES.get(code, code)}" for name, code in self.search.languages().items()]
+
+    # -- (2) retrieval ---------------------------------------------------------------------------------------
+    def retrieve(self, query: str, corpora: list[str]) -> list[Passage]:
+        """Top-``k`` from each corpus (the ``all`` scope pools the top ``k * max_corpora`` instead)."""
+        if self.scope == "all":
+            return self.search.search(query, self.k * self.max_corpora, corpora)
+        hits = self.search.search_each(query, self.k, corpora)
+        return dedup([p for c in corpora for p in hits[c]])
+
+    # -- (3) critic ------------------------------------------------------------------------------------------
+    def rate(self, passages: list[Passage], asked: str, trace: Trace) -> list[Rated]:
+        """Scores for ``passages``: batched calls of ``critic_chunk`` candidates, falling back to one call per
+        candidate for whatever a batch output leaves unusable; or one call per candidate throughout."""
+        if not self.critic_batch:
+            return [self.rate_one(p, asked, trace) for p in passages]
+        rated = []
+        for start in range(0, len(passages), self.critic_chunk):
+            chunk = passages[start:start + self.critic_chunk]
+            by_position = self.rate_batch(chunk, asked, trace)
+            rated += [by_position.get(i) or self.rate_one(p, asked, trace) for i, p in enumerate(chunk, 1)]
+        return rated
+
+    def rate_batch(self, chunk: list[Passage], asked: str, trace: Trace) -> dict[int, Rated]:
+        """One call for the whole chunk -> {position (1-based): Rated}; positions it misses are counted."""
+        trace.calls["critic"] += 1
+        numbered = [f"[{i}] {p.format(self.critic_chars)}" for i, p in enumerate(chunk, 1)]
+        try:
+            ratings = self.critic(question=asked, candidates=numbered,
+                                  config={"max_tokens": 64 * len(chunk) + 64}).ratings
+        except PARSE_ERRORS:
+            trace.critic_fallbacks += 1
+            return {}
+        positions = [r.doc for r in ratings]
+        if sorted(positions) != list(range(1, len(chunk) + 1)) and len(ratings) == len(chunk):
+            positions = list(range(1, len(chunk) + 1))  # right count, odd numbering: trust the order
+        out: dict[int, Rated] = {}
+        for pos, r in zip(positions, ratings):
+            if 1 <= pos <= len(chunk) and pos not in out:
+                out[pos] = Rated.of(chunk[pos - 1], [getattr(r, s) for s in SCALES], r.critique)
+        if not out:
+            trace.critic_fallbacks += 1
+        else:
+            trace.critic_missing += len(chunk) - len(out)
+        return out
+
+    def rate_one(self, passage: Passage, asked: str, trace: Trace) -> Rated:
+        """One call for one candidate; an unparseable answer scores 0 everywhere (the candidate is dropped)."""
+        trace.calls["critic"] += 1
+        try:
+            out = self.critic_each(question=asked, document=passage.format(self.critic_chars))
+        except PARSE_ERRORS:
+            trace.parse_failures += 1
+            return Rated.of(passage, [0, 0, 0, 0], "unparsed critic output")
+        return Rated.of(passage, [getattr(out, s) for s in SCALES], out.critique)
+
+    # -- (4) sufficiency -------------------------------------------------------------------------------------
+    def check(self, asked: str, kept: list[Rated], new: list[Rated], trace: Trace) -> Verdict:
+        """Whether the best kept documents suffice. Nothing kept is "not enough" without a call (the reason then
+        carries the critiques of this round's best candidates); an unparseable verdict ends the loop."""
+        if not kept:
+            notes = "; ".join(r.critique for r in best(new, 3) if r.critique)
+            verdict = Verdict(False, NOTHING_KEPT + (notes or "none"))
+        else:
+            trace.calls["sufficiency"] += 1
+            evidence = [f"{r.passage.format(self.critic_chars)} (critic: {r.critique}; score {r.total:g})"
+                        for r in best(kept, self.writer_docs)]
+            try:
+                out = self.sufficiency(question=asked, evidence=evidence)
+                verdict = Verdict(bool(out.enough), (out.reason or "").strip())
+            except PARSE_ERRORS:
+                trace.parse_failures += 1
+                verdict = Verdict(True, "", parsed=False)
+        trace.sufficiency.append(verdict._asdict())
+        return verdict

@@ -1,0 +1,167 @@
+"""CORAL against its multilingual baselines on one dataset and corpus source, in one process and one MLflow run.
+
+``python scripts/coral_compare.py --dataset blend --test 48 --balance country``            (blend_kb, leave-out)
+``python scripts/coral_compare.py --dataset click --corpus xquad --test 30 --compile``
+
+Prints one markdown table (accuracy overall and per resource tier, rounds, LM calls, prompt tokens and seconds
+per question) and logs one run: every cell as a metric (``<program>_<metric>``), the table, per-program
+predictions, and for coral a plot of the languages of the planner-selected corpora against the languages of the
+final evidence (the paper's Figure 3). ``--compile`` also bootstraps few-shot demos for coral on the train split
+and reports the compiled program next to the uncompiled one."""
+from __future__ import annotations
+
+import random
+import sys
+from collections import Counter, defaultdict
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import matplotlib  # noqa: E402
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import mlflow  # noqa: E402
+
+import programs  # noqa: E402
+from optimizers import tracking  # noqa: E402
+from optimizers.cli import compile_metric, parser, session  # noqa: E402
+from optimizers.compile import compile_program  # noqa: E402
+from optimizers.evaluation import evaluate  # noqa: E402
+from programs.retrieval import excluded  # noqa: E402
+from runtime.metering import metered  # noqa: E402
+
+DEFAULT_PROGRAMS = ("direct", "mono_rag", "multi_rag", "cross_rag", "t_rag", "coral_select", "coral")
+TIERS = ("low", "mid", "high")
+COST = (("iterations", "rounds", "{:.2f}"), ("lm_calls", "LM calls/q", "{:.1f}"),
+        ("prompt_tokens", "prompt tok/q", "{:.0f}"), ("seconds", "s/q", "{:.1f}"),
+        ("failed_examples", "failed", "{:.0f}"))
+
+
+def balanced(examples: list, field: str, n: int, seed: int) -> list:
+    """``n`` examples spread round-robin over the values of ``field`` (seeded order within each value)."""
+    pool = sorted(examples, key=lambda ex: ex.id)
+    random.Random(seed).shuffle(pool)
+    by_value = defaultdict(list)
+    for ex in pool:
+        by_value[str(ex.get(field))].append(ex)
+    queues = [by_value[v] for v in sorted(by_value)]
+    picked = []
+    while len(picked) < n and any(queues):
+        for queue in queues:
+            if queue and len(picked) < n:
+                picked.append(queue.pop(0))
+    return picked
+
+
+def language_mix(records: list[dict]) -> tuple[Counter, Counter]:
+    """Languages of the corpora the planner chose (every round) and of the evidence the writer got."""
+    selected, evidence = Counter(), Counter()
+    for r in records:
+        trace = r.get("trace") or {}
+        selected.update(lang for round_langs in trace.get("selected_langs", []) for lang in round_langs)
+        evidence.update(trace.get("evidence_langs", []))
+    return selected, evidence
+
+
+def mix_figure(records: list[dict], by: str | None):
+    """Bars of language shares, hatched = planner-selected corpora, solid = final evidence; one panel overall and
+    one per value of ``by`` (e.g. tier)."""
+    panels = [("all", records)]
+    if by:
+        panels += [(f"{by}={v}", [r for r in records if str(r.get(by)) == v])
+                   for v in sorted({str(r.get(by)) for r in records})]
+    fig, axes = plt.subplots(len(panels), 1, figsize=(8, 2.6 * len(panels)), squeeze=False)
+    for ax, (title, subset) in zip(axes[:, 0], panels):
+        selected, evidence = language_mix(subset)
+        langs = sorted(set(selected) | set(evidence))
+        xs = range(len(langs))
+        for counts, offset, style in ((selected, -0.2, {"hatch": "//", "fill": False}), (evidence, 0.2, {})):
+            total = sum(counts.values()) or 1
+            ax.bar([x + offset for x in xs], [counts[lang] / total for lang in langs], width=0.4, **style)
+        ax.set_xticks(list(xs), langs)
+        ax.set_ylabel("share")
+        ax.set_title(f"{title}: planner-selected corpora (hatched) vs final evidence (solid)", fontsize=9)
+    fig.tight_layout()
+    return fig
+
+
+def table(rows: dict[str, dict], metric: str) -> str:
+    tiers = [t for t in TIERS if any(f"{metric}_by_tier/{t}" in r for r in rows.values())]
+    head = ["program", "n", metric, *tiers, *(label for _, label, _ in COST)]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for name, r in rows.items():
+        cells = [name, str(r.get("n", 0)), f"{r.get(metric, 0):.3f}"]
+        cells += [f"{r[f'{metric}_by_tier/{t}']:.3f}" if f"{metric}_by_tier/{t}" in r else "" for t in tiers]
+        cells += [fmt.format(r[key]) if key in r else "" for key, _, fmt in COST]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> dict[str, dict]:
+    p = parser(__doc__.splitlines()[0])
+    p.add_argument("--programs", nargs="+", default=list(DEFAULT_PROGRAMS), choices=programs.names())
+    p.add_argument("--split", default="test", choices=["dev", "test"], help="evaluated split")
+    p.add_argument("--balance", metavar="FIELD", help="draw the evaluated questions (as many as the split) evenly "
+                                                      "over this example field, e.g. country, from non-train examples")
+    p.add_argument("--oracle-lang", action="store_true",
+                   help="tell programs the culture's language (source_lang) instead of the question's language: "
+                        "the paper's oracle own-corpus setting for BLEnD")
+    p.add_argument("--compile", action="store_true", help="also bootstrap coral on train and report it compiled")
+    p.add_argument("--demos", type=int, default=2, help="max bootstrapped and labeled demos per predictor")
+    args = p.parse_args(argv)
+    s = session(args, needs_search=True)
+    examples = getattr(s.splits, args.split)
+    if args.balance:
+        train = set(s.splits.ids()["train"])
+        examples = balanced([ex for ex in s.bundle.examples if ex.id not in train], args.balance, len(examples),
+                            args.seed)
+    train = s.splits.train
+    if args.oracle_lang:
+        examples, train = ([ex.copy(lang=ex.get("source_lang") or ex.get("lang")) for ex in exs]
+                           for exs in (examples, train))
+    metric = next(iter(s.metrics))
+    tag = f"compare{'-oracle' if args.oracle_lang else ''}"
+    rows, coral_records = {}, None
+    run_name = f"coral-compare-{args.dataset}-{s.corpus_params()['corpus_source'].split()[0]}"
+    with tracking.run(args.experiment, run_name, tags={"entry": "scripts/coral_compare.py"}) as run:
+        tracking.log_params(s.params("coral") | {
+            "programs": args.programs, "split": args.split, "balance": args.balance or "",
+            "oracle_lang": args.oracle_lang, "compile": args.compile, "eval_ids": [ex.id for ex in examples]})
+
+        def run_program(label: str, program) -> list[dict]:
+            records, summary = evaluate(program, examples, s.metrics, k=args.k, retries=args.retries,
+                                        checkpoint=s.checkpoint(tag, label, program, examples), desc=label,
+                                        groups=s.bundle.groups)
+            tracking.log_metrics(summary, label)
+            tracking.log_jsonl(f"predictions/{label}.jsonl", records)
+            rows[label] = summary
+            return records
+
+        for name in args.programs:
+            records = run_program(name, s.build(name))
+            coral_records = records if name == "coral" else coral_records
+        if args.compile:
+            _, compile_fn = compile_metric(s.bundle.task, None)
+            hidden = {g for ex in train for g in ex.get("leave_out") or ()}  # no demo may see its own answer
+            with metered() as cost, excluded(hidden):
+                compiled = compile_program(s.build("coral"), "bootstrap", train, s.splits.dev, compile_fn,
+                                           max_demos=args.demos, seed=args.seed)
+            for heavy in (compiled.critic, compiled.sufficiency):
+                heavy.demos = []  # a demo holds a whole candidate list: ~3x the prompt, past an 8k context
+            tracking.log_metrics(cost.as_dict(), "compile")
+            tracking.log_params({"compiled_demos": {n: len(p.demos) for n, p in compiled.named_predictors()}})
+            run_program("coral_compiled", compiled)
+        text = table(rows, metric)
+        mlflow.log_text(text + "\n", "comparison.md")
+        if coral_records:
+            fig = mix_figure(coral_records, "tier" if "tier" in s.bundle.groups else None)
+            mlflow.log_figure(fig, "coral_language_mix.png")
+            plt.close(fig)
+    print(f"\n{args.dataset} | corpus: {s.corpus_params()['corpus_source']} | leave-question-out: "
+          f"{args.leave_question_out} | lm: {args.lm} | run {run.info.run_id}\n\n{text}")
+    return rows
+
+
+if __name__ == "__main__":
+    main()

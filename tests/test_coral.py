@@ -1,0 +1,325 @@
+import json
+
+import dspy
+import pytest
+from dspy.utils.dummies import DummyLM
+
+import programs
+from programs.coral import (CORAL, Rated, accumulate, best, forced_change, passes, same_plan,
+                            validate_corpora)
+from programs.mrag import corpus_of, scope_corpora
+from programs.retrieval import Corpus, Passage, Retriever
+from runtime.roles import Roles, assign_roles
+
+EN = [{"id": "e1", "title": "Birthdays", "text": "In many countries people eat cake on birthdays."},
+      {"id": "e2", "title": "Football", "text": "Football is a popular sport worldwide."}]
+KO = [{"id": "k1", "title": "미역국", "text": "Koreans eat seaweed soup miyeokguk on birthdays."},
+      {"id": "k2", "title": "김치", "text": "Kimchi is served with most meals in Korea."}]
+QUESTION = "What soup do Koreans eat on birthdays?"
+OPTIONS = {"A": "Cake", "B": "Kimchi stew", "C": "Seaweed soup", "D": "Pho"}
+LANGS = {"en": "en", "ko": "ko", "es": "es"}
+
+# Header of an input field that only one signature has: routes a scripted answer to that signature.
+PLAN, REPLAN, BATCH, SINGLE, ENOUGH, WRITE = ("[[ ## question_language ## ]]", "[[ ## previous_corpora ## ]]",
+                                              "[[ ## candidates ## ]]", "[[ ## document ## ]]",
+                                              "[[ ## evidence ## ]]", "[[ ## passages ## ]]")
+
+
+class Queue:
+    """Scripted answers for one signature, consumed in order; the last one repeats."""
+
+    def __init__(self, *answers: dict):
+        self.answers, self.used = list(answers), 0
+
+    def items(self):
+        self.used += 1
+        return (self.answers.pop(0) if len(self.answers) > 1 else self.answers[0]).items()
+
+
+def rating(doc: int, *scores: int, critique: str = "ok") -> dict:
+    return dict(zip(("doc", "relevance", "usefulness", "specificity", "compatibility"), (doc, *scores)),
+                critique=critique)
+
+
+@pytest.fixture
+def search(embedder):
+    return Retriever([Corpus("en", EN, "en"), Corpus("ko", KO, "ko")], embedder)
+
+
+def scripted(dummy, **queues: Queue):
+    headers = {"plan": PLAN, "replan": REPLAN, "batch": BATCH, "single": SINGLE, "enough": ENOUGH, "write": WRITE}
+    return dummy({headers[name]: queue for name, queue in queues.items()})
+
+
+# -- deterministic rules ------------------------------------------------------------------------------------------
+def p(pid: str, corpus: str = "en") -> Passage:
+    return Passage(f"{corpus}:{pid}", pid, "text", corpus, corpus)
+
+
+def test_keep_rule_needs_every_score_and_the_weighted_total():
+    assert Rated.of(p("a"), [3, 2, 2, 2]).total == 6.0 and passes(Rated.of(p("a"), [3, 2, 2, 2]))
+    assert not passes(Rated.of(p("a"), [2, 2, 2, 2]))  # total 5 < 6
+    assert not passes(Rated.of(p("a"), [5, 5, 5, 1]))  # one score below 2
+    assert passes(Rated.of(p("a"), [2, 2, 2, 2]), min_each=1, min_total=5)
+    clamped = Rated.of(p("a"), [9, -1, "4", "x"])
+    assert clamped.scores == (5, 0, 4, 0)
+
+
+def test_kept_documents_accumulate_once_each_with_their_best_score():
+    kept = accumulate({}, [Rated.of(p("a"), [3, 2, 2, 2]), Rated.of(p("b"), [4, 4, 4, 4])])
+    kept = accumulate(kept, [Rated.of(p("a"), [5, 5, 5, 5]), Rated.of(p("b"), [3, 3, 3, 3])])
+    assert list(kept) == ["en:a", "en:b"] and kept["en:a"].total == 12.5 and kept["en:b"].total == 10.0
+    assert [r.passage.id for r in best(list(kept.values()), 1)] == ["en:a"]
+
+
+def test_planner_corpora_are_validated_against_the_pool():
+    chosen, unknown = validate_corpora(["Korean", "xx", "ko: Korean", "es (Spanish)", "fr"], LANGS, "en", 3)
+    assert chosen == ["en", "ko", "es"] and unknown == 2  # question language first, duplicates folded
+    assert validate_corpora(["ko", "es"], LANGS, "en", 2) == (["en", "ko"], 0)  # capped, own kept
+    assert validate_corpora(["ko"], LANGS, "en", 3, require_own=False) == (["ko"], 0)  # own may be dropped
+    assert validate_corpora([], LANGS, "en", 3) == (["en"], 0)
+    assert validate_corpora(["zz"], LANGS, None, 3) == (["en"], 1)
+
+
+def test_forced_change_adds_the_next_untried_corpus():
+    order = ["en", "ko", "es"]
+    assert forced_change(["en"], order, {"en"}, "en", 3) == ["en", "ko"]
+    assert forced_change(["en", "ko"], order, {"en", "ko"}, "en", 2) == ["en", "es"]  # full: drop a non-own one
+    assert forced_change(["en"], order, {"en", "ko", "es"}, "en", 3) is None
+    assert same_plan(["ko", "en"], "Soup  in KOREA", ["en", "ko"], "soup in korea")
+    assert not same_plan(["en"], "soup", ["en"], "birthday soup")
+
+
+def test_scopes_resolve_to_language_corpora(search):
+    assert corpus_of(search, "ko") == "ko" and corpus_of(search, "fr") is None
+    assert scope_corpora("own", search, "ko") == ["ko"] and scope_corpora("own_en", search, "ko") == ["ko", "en"]
+    assert scope_corpora("all", search, "ko") == ["en", "ko"] and scope_corpora("own", search, "fr") == []
+
+
+# -- the loop -----------------------------------------------------------------------------------------------------
+def test_one_sufficient_round_costs_four_calls(dummy, search):
+    lm = scripted(dummy, plan=Queue({"corpora": ["ko", "Klingon"]}),
+                  batch=Queue({"ratings": [rating(1, 1, 1, 1, 1), rating(2, 5, 5, 4, 5, critique="says it")]}),
+                  enough=Queue({"enough": True, "reason": "direct answer"}), write=Queue({"answer": "C"}))
+    pred = CORAL(search, k=1)(question=QUESTION, options=OPTIONS, lang="en")
+    t = pred.trace
+    assert pred.answer == "C" and [x.id for x in pred.passages] == ["ko:k1"]
+    assert t["iterations"] == 1 and t["corpora"] == [["en", "ko"]] and t["stop_reason"] == "sufficient"
+    assert t["unknown_corpora"] == 1 and t["calls"] == {"planner": 1, "critic": 1, "sufficiency": 1, "writer": 1}
+    assert t["critiques"] == [["ok", "says it"]] and [s["kept"] for s in t["scores"][0]] == [False, True]
+    assert t["selected_langs"] == [["en", "ko"]] and t["evidence_langs"] == ["ko"]
+    assert len(lm.history) == 4 and json.loads(json.dumps(t)) == t
+    temperatures = [h["kwargs"].get("temperature") for h in lm.history]
+    assert temperatures == [0.6, 0.6, 0.6, 0.0]  # planner, critic, sufficiency at 0.6; writer at 0
+    assert "Options: A. Cake" in lm.history[1]["messages"][-1]["content"]  # the critic sees the options
+
+
+def test_rounds_accumulate_force_a_change_and_stop_at_the_bound(dummy, search):
+    lm = scripted(dummy, plan=Queue({"corpora": ["en"]}),
+                  batch=Queue({"ratings": [rating(1, 3, 2, 2, 2)]}, {"ratings": [rating(1, 5, 5, 5, 5)]},
+                              {"ratings": [rating(1, 1, 1, 1, 1), rating(2, 1, 1, 1, 1)]}),
+                  enough=Queue({"enough": False, "reason": "nothing Korean"}),
+                  replan=Queue({"corpora": ["en"], "query": QUESTION}, {"corpora": ["en"], "query": QUESTION},
+                               {"corpora": ["ko"], "query": "football kimchi"}),
+                  write=Queue({"answer": "C"}))
+    pred = CORAL(search, k=1, loops=3)(question=QUESTION, options=OPTIONS, lang="en")
+    t = pred.trace
+    assert t["iterations"] == 3 and t["stop_reason"] == "max_rounds"
+    assert t["corpora"] == [["en"], ["en", "ko"], ["en", "ko"]]  # forced: + next untried; own kept on replan
+    assert t["queries"] == [QUESTION, QUESTION, "football kimchi"]
+    assert t["replan_retries"] == 1 and t["forced_changes"] == 1
+    assert [len(s) for s in t["scores"]] == [1, 2, 2]  # round 2 re-uses e1's score, scores only k1
+    assert [x.id for x in pred.passages] == ["ko:k1", "en:e1"]  # kept over rounds, best s_tot first
+    assert t["calls"] == {"planner": 1 + 3, "critic": 3, "sufficiency": 2, "writer": 1}  # no check in round 3
+    assert "nothing Korean" in lm.history[3]["messages"][-1]["content"]  # the replanner gets the reason
+
+
+def test_one_round_budget_skips_the_sufficiency_check(dummy, search):
+    lm = scripted(dummy, plan=Queue({"corpora": ["ko"]}),
+                  batch=Queue({"ratings": [rating(1, 1, 1, 1, 1), rating(2, 1, 1, 1, 1)]}),
+                  write=Queue({"answer": "A"}))
+    pred = CORAL(search, k=1, loops=1)(question=QUESTION, options=OPTIONS, lang="en")
+    assert pred.passages == [] and pred.trace["stop_reason"] == "max_rounds"  # nothing kept: no context
+    assert len(lm.history) == 3 and "## passages ##" in lm.history[-1]["messages"][-1]["content"]
+
+
+def test_nothing_kept_replans_without_a_sufficiency_call(dummy, search):
+    scripted(dummy, plan=Queue({"corpora": ["en"]}), batch=Queue({"ratings": [rating(1, 0, 0, 0, 0, critique="off")]}),
+             replan=Queue({"corpora": ["ko"], "query": "seaweed soup"}), write=Queue({"answer": "C"}))
+    t = CORAL(search, k=1, loops=2)(question=QUESTION, options=OPTIONS, lang="en").trace
+    assert "sufficiency" not in t["calls"] and t["sufficiency"][0]["enough"] is False
+    assert "off" in t["sufficiency"][0]["reason"]
+    assert t["corpora"][1] == ["ko"]  # the question's corpus was searched and none of it was kept: it may go
+
+
+def test_malformed_batch_falls_back_to_one_call_per_document(dummy, search):
+    lm = scripted(dummy, plan=Queue({"corpora": ["ko"]}), batch=Queue({"ratings": "three, then four"}),
+                  single=Queue(rating(0, 1, 1, 1, 1), rating(0, 4, 4, 4, 4)), write=Queue({"answer": "C"}))
+    pred = CORAL(search, k=1, loops=1)(question=QUESTION, options=OPTIONS, lang="en")
+    t = pred.trace
+    assert t["critic_fallbacks"] == 1 and t["calls"]["critic"] == 1 + 2
+    assert [x.id for x in pred.passages] == ["ko:k1"]
+    assert len(lm.history) == 1 + 2 + 2 + 1  # the adapter's JSON retry of the batch is a call too
+
+
+def test_batch_missing_a_document_scores_only_that_one_alone(dummy, search):
+    scripted(dummy, plan=Queue({"corpora": ["ko"]}), batch=Queue({"ratings": [rating(2, 5, 5, 5, 5)]}),
+             single=Queue(rating(0, 1, 1, 1, 1)), write=Queue({"answer": "C"}))
+    t = CORAL(search, k=1, loops=1)(question=QUESTION, options=OPTIONS, lang="en").trace
+    assert t["critic_missing"] == 1 and t["critic_fallbacks"] == 0 and t["calls"]["critic"] == 2
+
+
+def test_per_document_critic_makes_one_call_per_candidate(dummy, search):
+    scripted(dummy, plan=Queue({"corpora": ["ko"]}), single=Queue(rating(0, 4, 4, 4, 4)), write=Queue({"answer": "C"}))
+    t = CORAL(search, k=2, loops=1, critic_batch=False)(question=QUESTION, options=OPTIONS, lang="en").trace
+    assert t["calls"]["critic"] == 4 and len(t["scores"][0]) == 4
+
+
+@pytest.mark.parametrize("batch, best, worst", [(True, 4, 11), (False, 18, 53)])
+def test_call_budget_with_k5_three_corpora_three_rounds(dummy, embedder, batch, best, worst):
+    """Best case: enough after round 1. Worst: never enough, and the planner repeats itself once per replan."""
+    words = ("first", "second", "third")
+    pool = Retriever([Corpus(lang, [{"id": f"{w}{i}", "title": w, "text": f"{w} {lang} note {i}"}
+                                    for w in words for i in range(5)], lang) for lang in ("en", "ko", "es", "zh")],
+                     embedder)
+    ratings = {"ratings": [rating(i, 4, 4, 4, 4) for i in range(1, 16)]}
+    plans = [{"corpora": ["ko", "es"], "query": q} for q in ("first", "second", "second", "third")]
+    for enough, expected in ((True, best), (False, worst)):
+        lm = dummy({PLAN: Queue({"corpora": ["ko", "es"]}), BATCH: Queue(ratings),
+                    SINGLE: Queue(rating(0, 4, 4, 4, 4)), ENOUGH: Queue({"enough": enough, "reason": "more"}),
+                    REPLAN: Queue(*plans), WRITE: Queue({"answer": "A"})})
+        t = CORAL(pool, k=5, loops=3, critic_batch=batch)(question="first", options=OPTIONS, lang="en").trace
+        assert len(lm.history) == expected and sum(t["calls"].values()) == expected
+        assert t["iterations"] == (1 if enough else 3) and all(len(s) == 15 for s in t["scores"])
+
+
+def test_select_only_ablation_keeps_the_query_and_stops_when_nothing_is_left(dummy, search):
+    scripted(dummy, plan=Queue({"corpora": ["ko"]}), batch=Queue({"ratings": [rating(1, 1, 1, 1, 1)]}),
+             replan=Queue({"corpora": ["en", "ko"]}), write=Queue({"answer": "B"}))
+    coral_select = programs.build("coral_select", search=search, k=1, loops=3)
+    assert "query" not in coral_select.replanner.signature.output_fields
+    t = coral_select(question=QUESTION, options=OPTIONS, lang="en").trace
+    assert t["queries"] == [QUESTION] and t["stop_reason"] == "no_change_possible" and t["forced_changes"] == 0
+
+
+def test_mcq_letters_are_parsed_and_short_answers_pass_through(dummy, search):
+    scripted(dummy, plan=Queue({"corpora": ["ko"]}), batch=Queue({"ratings": [rating(1, 1, 1, 1, 1)]}),
+             write=Queue({"answer": "The answer is (C) Seaweed soup"}, {"answer": " seaweed soup "}))
+    coral = CORAL(search, k=1, loops=1)
+    assert coral(question=QUESTION, options=OPTIONS, lang="en").answer == "C"
+    assert coral(question=QUESTION).answer == "seaweed soup"
+
+
+def test_roles_bind_planner_and_critic_predictors(search):
+    writer, planner, critic = DummyLM([{}]), DummyLM([{}]), DummyLM([{}])
+    coral = assign_roles(programs.build("coral", search=search), Roles(writer=writer, planner=planner, critic=critic))
+    lms = {name: pred.lm for name, pred in coral.named_predictors()}
+    assert lms["planner"] is planner and lms["replanner"] is planner
+    assert lms["critic"] is critic and lms["critic_each"] is critic and lms["sufficiency"] is critic
+    assert lms["writer.choice"] is writer
+
+
+def test_compiled_coral_round_trips(tmp_path, search):
+    coral = programs.build("coral", search=search, k=2)
+    coral.critic.demos = [dspy.Example(question="q", candidates=["[1] x"], ratings=[rating(1, 3, 3, 3, 3)])]
+    path = tmp_path / "coral.json"
+    programs.save_compiled(coral, path, "coral", {"k": 2, "loops": 2}, {"dataset": "toy"})
+    loaded = programs.load_compiled(str(path), search=search)
+    assert loaded.k == 2 and loaded.loops == 2 and loaded.critic.demos[0]["ratings"][0]["relevance"] == 3
+
+
+# -- every multilingual baseline and ablation ---------------------------------------------------------------------
+def everything(dummy):
+    return dummy({"[[ ## source_language ## ]]": Queue({"english": "birthday soup Korea"}),
+                  "[[ ## passage ## ]]": Queue({"english": "Koreans eat seaweed soup on birthdays."}),
+                  PLAN: Queue({"corpora": ["ko"]}), REPLAN: Queue({"corpora": ["ko"], "query": "seaweed soup"}),
+                  "[[ ## previous_query ## ]]": Queue({"query": "seaweed soup birthday"}),
+                  BATCH: Queue({"ratings": [rating(i, 4, 4, 4, 4) for i in range(1, 7)]}),
+                  ENOUGH: Queue({"enough": False, "reason": "more"}), WRITE: Queue({"answer": "C"}),
+                  "[[ ## question ## ]]": Queue({"answer": "C"})})
+
+
+@pytest.mark.parametrize("name", ["direct", "rag", "mono_rag", "multi_rag", "cross_rag", "t_rag", "coral",
+                                  "coral_select", "coral_fixed_own", "coral_fixed_all", "coral_fixed_own_en"])
+@pytest.mark.parametrize("lang", ["ko", None])
+def test_every_baseline_runs_on_two_language_corpora(dummy, search, name, lang):
+    everything(dummy)
+    program = programs.build(name, search=search, k=1, loops=2)
+    pred = program(question=QUESTION, options=OPTIONS, lang=lang)
+    assert pred.answer == "C" and json.loads(json.dumps(pred.trace)) == pred.trace
+    assert "iterations" in pred.trace and all(isinstance(x, Passage) for x in pred.passages)
+
+
+def test_baseline_scopes_and_translation(dummy, search):
+    lm = everything(dummy)
+    mono = programs.build("mono_rag", search=search, k=2)(question=QUESTION, options=OPTIONS, lang="ko")
+    assert {x.corpus for x in mono.passages} == {"ko"} and len(lm.history) == 1
+    multi = programs.build("multi_rag", search=search, k=3)(question=QUESTION, options=OPTIONS, lang="ko")
+    assert len(multi.passages) == 3 and {x.corpus for x in multi.passages} == {"en", "ko"}
+    t_rag = programs.build("t_rag", search=search, k=1)(question="생일에 먹는 국은?", options=OPTIONS, lang="ko")
+    assert t_rag.trace["queries"] == ["birthday soup Korea"] and t_rag.passages[0].corpus == "en"
+    calls = len(lm.history)
+    cross = programs.build("cross_rag", search=search, k=2)(question=QUESTION, options=OPTIONS, lang="ko")
+    translated = [x for x in cross.passages if x.corpus == "ko"]
+    assert len(lm.history) - calls == 1 + len(translated)  # one call per non-English passage, then the writer
+    assert all(x.lang == "en" and x.text.startswith("Koreans eat") for x in translated)
+    assert programs.build("t_rag", search=search)(question=QUESTION, lang="en").trace["queries"] == [QUESTION]
+
+
+@pytest.mark.real_lm
+@pytest.mark.parametrize("name", ["coral", "mono_rag"])
+def test_real_lm_answers_demo_culture_questions(name):
+    import data
+    from optimizers.evaluation import evaluate
+    from optimizers.metrics import answer_metrics
+    from runtime.lm import make_lm
+    from runtime.roles import init_dspy
+
+    init_dspy(make_lm("local:qwen-0.5b", cache=False), cache=False)
+    bundle = data.load("demo_culture")
+    examples = data.split(bundle.examples, 0, 3, 0, seed=13).dev
+    program = programs.build(name, search=Retriever(bundle.corpora), k=3, loops=2)
+    records, summary = evaluate(program, examples, answer_metrics("mcq"), groups=bundle.groups)
+    assert summary["failed_examples"] == 0 and all(r["answer"] in ("", "A", "B", "C", "D") for r in records)
+    if name == "coral":
+        assert 1 <= summary["iterations"] <= 2 and summary["lm_calls"] >= 3
+        assert all(r["trace"]["stop_reason"] in ("sufficient", "max_rounds", "no_change_possible",
+                                                 "sufficiency_unparsed") for r in records)
+    else:
+        assert summary["lm_calls"] == 1.0 and all(len(r["passages"]) == 3 for r in records)
+
+
+def test_compare_script_prints_one_table_and_logs_one_run(embedder, monkeypatch, capsys):
+    import importlib.util
+    from pathlib import Path
+
+    import mlflow
+
+    from optimizers import cli
+
+    path = Path(__file__).resolve().parent.parent / "scripts" / "coral_compare.py"
+    spec = importlib.util.spec_from_file_location("coral_compare", path)
+    compare = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(compare)
+    lm = DummyLM({PLAN: Queue({"corpora": ["ko"]}), REPLAN: Queue({"corpora": ["es"], "query": "other"}),
+                  BATCH: Queue({"ratings": [rating(i, 4, 4, 4, 4) for i in range(1, 10)]}),
+                  ENOUGH: Queue({"enough": True, "reason": "fine"}), WRITE: Queue({"answer": "A"})})
+    monkeypatch.setattr(cli, "make_lm", lambda *a, **k: lm)
+    monkeypatch.setattr(cli, "Retriever", lambda corpora, *a: Retriever(corpora, embedder))
+    rows = compare.main(["--dataset", "demo_culture", "--programs", "direct", "mono_rag", "coral", "--train", "2",
+                         "--dev", "1", "--test", "6", "--balance", "source_lang", "--k", "2", "--compile"])
+    assert list(rows) == ["direct", "mono_rag", "coral", "coral_compiled"] and rows["coral"]["n"] == 6
+    assert rows["coral"]["n_by_source_lang/ko"] == 1 and rows["coral"]["iterations"] == 1.0
+    out = capsys.readouterr().out
+    assert "| program | n | accuracy |" in out and "| coral_compiled | 6 |" in out
+    run = mlflow.search_runs(experiment_names=["agentic-rag"], output_format="list")[0]
+    assert {"coral_accuracy", "coral_compiled_lm_calls", "direct_seconds"} <= run.data.metrics.keys()
+    artifacts = {a.path for a in mlflow.MlflowClient().list_artifacts(run.info.run_id)}
+    assert {"comparison.md", "coral_language_mix.png", "predictions"} <= artifacts
+
+
+def test_every_registered_program_takes_the_question_language():
+    import inspect
+
+    for name in programs.names():
+        assert "lang" in inspect.signature(programs.spec(name).cls.forward).parameters, name

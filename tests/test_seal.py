@@ -1,0 +1,281 @@
+"""SEAL-RAG and its Self-RAG baseline: deterministic pieces directly, the loops on DummyLM with a scripted search."""
+import json
+
+import dspy
+import pytest
+from dspy.utils.dummies import DummyLM
+
+import data
+import programs
+from programs.retrieval import Corpus, Passage, Retriever
+from programs.seal import (SEAL, Gap, Ledger, blocklist, entity_first_rank, failed_criteria, is_stuck,
+                           occurs_verbatim, pivots, strip_terms, verbatim_facts)
+from programs.self_rag import SelfRAG
+from runtime.roles import Roles, assign_roles, init_dspy
+
+# Made-up toy world (not benchmark text): the answer needs the film page, then its director's page.
+TEXTS = {"Blue Fox": "Blue Fox is a 1931 silent film directed by Ana Berg.",
+         "Ana Berg": "Ana Berg was a film director born in Lyon.",
+         "Red Owl": "Red Owl is a 1950 film about an owl.",
+         "Green Cat": "Green Cat is a 1931 silent film about a cat.",
+         "Grey Elk": "Grey Elk is a painting of an elk."}
+P = {title: Passage(f"toy:{i}", title, text, corpus="toy", score=1.0 - i / 10)
+     for i, (title, text) in enumerate(TEXTS.items())}
+Q = "Where was the director of the film Blue Fox born?"
+
+
+class ScriptedSearch:
+    """Stands in for the Retriever: the first route whose key occurs in the query gives the hits (top-k)."""
+
+    def __init__(self, routes: dict[str, list[str]], default=("Red Owl", "Green Cat", "Grey Elk")):
+        self.routes, self.default, self.calls = routes, default, []
+
+    def search(self, query, k, corpora=None):
+        self.calls.append((query, k))
+        titles = next((t for key, t in self.routes.items() if key.lower() in query.lower()), self.default)
+        return [P[t] for t in titles][:k]
+
+
+class Queue:
+    """Answers for one DummyLM dict-mode route, used in order (the last one repeats)."""
+
+    def __init__(self, *answers):
+        self.answers = list(answers)
+
+    def items(self):
+        return (self.answers.pop(0) if len(self.answers) > 1 else self.answers[0]).items()
+
+
+def routed(routes: dict) -> DummyLM:
+    """A DummyLM answering each signature by a key in its final message (first match wins), with metering."""
+    lm = DummyLM({key: value if isinstance(value, Queue) else Queue(value) for key, value in routes.items()})
+    init_dspy(lm, cache=False)
+    return lm
+
+
+def extract(title):  # the extract prompt of one passage
+    return f"[[ ## passage ## ]]\n[{title}]"
+
+
+ASSESS, GAP, QUERY, ANSWER, CRITIC = ("`[[ ## coverage ## ]]`", "`[[ ## missing_entities ## ]]`", "`[[ ## query ## ]]`",
+                                      "`[[ ## answer ## ]]`", "`[[ ## relevant ## ]]`")
+INSUFFICIENT = {"coverage": "0.5", "bridge": "missing", "corroboration": "single_source", "answerability": "0.2",
+                "sufficient": "False"}
+SUFFICIENT = {"coverage": "1.0", "bridge": "linked", "corroboration": "single_source", "answerability": "0.9",
+              "sufficient": "True"}
+FILM_FACTS = {"triples": '["Blue Fox | directed by | Ana Berg"]'}
+BERG_FACTS = {"triples": '["Ana Berg | born in | Lyon"]'}
+NO_FACTS = {"triples": "[]"}
+GAP_BERG = {"missing_entities": '["Ana Berg"]', "missing_relations": '["birthplace"]'}
+
+
+def calls(lm, key):
+    return sum(key in h["messages"][-1]["content"] for h in lm.history)
+
+
+# --- deterministic pieces -------------------------------------------------------------------------------------
+
+def test_verbatim_filter_rejects_ungrounded_triples_and_caps_per_passage():
+    p = P["Blue Fox"]
+    lines = ["Blue Fox | directed by | Ana Berg",
+             "blue  fox | release year | 1931",        # case and spacing aside, verbatim
+             "Blue Fox | directed by | Bob Stone",     # tail not in the passage
+             "Blue Fox | directed by | Ana Ber",       # not on a word boundary
+             "He | made | Blue Fox",                   # no content word in the head
+             "Blue Fox | Ana Berg",                    # malformed
+             "Blue Fox | directed by | Ana Berg",      # duplicate
+             "Blue Fox | genre | silent film"]         # over the cap
+    facts, rejected = verbatim_facts(lines, p, cap=2)
+    assert [(f.head, f.relation, f.tail) for f in facts] == [("Blue Fox", "directed by", "Ana Berg"),
+                                                           ("blue  fox", "release year", "1931")]
+    assert rejected == 4 and {f.title for f in facts} == {"Blue Fox"}
+    assert occurs_verbatim("ANA BERG", p.text) and not occurs_verbatim("Berg.", "Bergen")
+    assert len(verbatim_facts([f"Blue Fox | fact {i} | 1931" for i in range(15)], p, cap=10)[0]) == 10
+
+
+def test_stuck_detection_and_pivots():
+    assert is_stuck("Ana Berg birthplace", ["Where was Ana Berg born, birthplace?"], 0.7)  # 3/4 content words
+    assert not is_stuck("Ana Berg birthplace", [Q], 0.7)
+    ledger = Ledger()
+    ledger.add(verbatim_facts(["Blue Fox | directed by | Ana Berg"], P["Blue Fox"], 10)[0])
+    assert ledger.linked(Q) == ["Blue Fox", "Ana Berg"]
+    gap = Gap(("Ana Berg",), ("birthplace", "city"))
+    assert pivots(gap, ledger.linked(Q), {"Blue Fox"}, Q) == ["Ana Berg birthplace city", "Ana Berg"]
+    assert pivots(Gap(), ledger.linked(Q), {"Blue Fox", "Ana Berg"}, Q) == []  # bridge page already seen
+
+
+def test_blocklist_drops_covered_titles_but_keeps_gap_entities():
+    ledger = Ledger()
+    ledger.add(verbatim_facts(["Blue Fox | directed by | Ana Berg"], P["Blue Fox"], 10)[0])
+    evidence = [P["Blue Fox"], P["Red Owl"]]
+    assert blocklist(evidence, ledger) == ["Blue Fox"]  # Red Owl gave no facts
+    assert blocklist(evidence, ledger, ("Blue Fox",)) == []
+    assert strip_terms("Blue Fox director, Ana Berg's birthplace", ["Blue Fox"], 12) == "director Ana Berg s birthplace"
+    assert strip_terms("a b c d e", [], 3) == "a b c"
+
+
+def test_entity_first_ranking_keeps_exactly_k_and_replaces_distractors():
+    evidence = [P["Blue Fox"], P["Red Owl"], P["Green Cat"]]
+    anchors, gap = ["Blue Fox", "Ana Berg"], ("Ana Berg",)
+    ranked = entity_first_rank(evidence, [P["Grey Elk"], P["Ana Berg"]], anchors, gap, k=3)
+    assert [p.title for p in ranked] == ["Ana Berg", "Blue Fox", "Red Owl"]  # the weakest distractor goes
+    assert [p.title for p in entity_first_rank([P["Blue Fox"]], [P["Ana Berg"]], anchors, gap, k=1)] == ["Ana Berg"]
+    # nothing resolves the gap or anchors the ledger: incumbents stay, even against higher retrieval scores
+    assert entity_first_rank([P["Grey Elk"]], [P["Red Owl"]], [], (), k=1) == [P["Grey Elk"]]
+    assert len(entity_first_rank([P["Red Owl"]], [P["Ana Berg"], P["Grey Elk"], P["Red Owl"]], anchors, gap, 1)) == 1
+
+
+def test_sufficiency_gate_needs_every_criterion():
+    assert failed_criteria(dspy.Prediction(**{**SUFFICIENT, "coverage": 1.0, "answerability": 0.9,
+                                             "sufficient": True}), 0.75, 0.7) == []
+    bad = dspy.Prediction(coverage=0.5, bridge="missing", corroboration="contradicted", answerability=0.2,
+                          sufficient=False)
+    assert failed_criteria(bad, 0.75, 0.7) == ["coverage", "bridge", "contradiction", "answerability", "verdict"]
+
+
+# --- the SEAL loop on DummyLM ---------------------------------------------------------------------------------
+
+def test_seal_repairs_the_bridge_by_replacing_the_passage_at_k1():
+    search = ScriptedSearch({"ana berg": ["Ana Berg"], Q: ["Blue Fox"]})
+    lm = routed({ANSWER: {"answer": "Lyon"}, extract("Blue Fox"): FILM_FACTS, extract("Ana Berg"): BERG_FACTS,
+                 "Ana Berg | born in | Lyon": SUFFICIENT, ASSESS: INSUFFICIENT, GAP: GAP_BERG,
+                 QUERY: {"query": "Ana Berg birthplace"}})
+    pred = SEAL(search, k=1, loops=3)(question=Q)
+    assert pred.answer == "Lyon" and [p.title for p in pred.passages] == ["Ana Berg"]
+    assert pred.queries == [Q, "Ana Berg birthplace"] and pred.loops_used == 1 and pred.stop_reason == "sufficient"
+    assert pred.ledger == [{"head": "Blue Fox", "relation": "directed by", "tail": "Ana Berg", "title": "Blue Fox"},
+                           {"head": "Ana Berg", "relation": "born in", "tail": "Lyon", "title": "Ana Berg"}]
+    assert all(k == 1 for _, k in search.calls)
+    writer_prompt = lm.history[-1]["messages"][-1]["content"]
+    assert "[Blue Fox] Blue Fox | directed by | Ana Berg" in writer_prompt  # the ledger outlives the replaced page
+    assert len(lm.history) == 7  # extract, assess, gap, query, extract, assess, answer
+    assert pred.trace["iterations"] == 1 and json.loads(json.dumps(pred.trace)) == pred.trace
+
+
+def test_loop_bound_zero_means_no_repair():
+    search = ScriptedSearch({Q: ["Blue Fox", "Red Owl"]})
+    lm = routed({extract("Blue Fox"): FILM_FACTS, extract("Red Owl"): NO_FACTS, ASSESS: INSUFFICIENT,
+                 GAP: GAP_BERG, QUERY: {"query": "Ana Berg"}, ANSWER: {"answer": "I don't know"}})
+    pred = SEAL(search, k=2, loops=0)(question=Q)
+    assert pred.loops_used == 0 and pred.queries == [Q] and pred.stop_reason == "loop_budget"
+    assert len(search.calls) == 1 and len(pred.passages) == 2
+    assert len(lm.history) == 3 and calls(lm, ASSESS) == calls(lm, QUERY) == 0  # 2 extractions + the answer
+
+
+@pytest.mark.parametrize("loops", [1, 2, 3])
+def test_loop_bound_is_respected_and_k_never_grows(loops):
+    titles = ["Ana Berg", "Red Owl", "Green Cat", "Grey Elk"]  # each repair targets (and admits) a new page
+    search = ScriptedSearch({Q: ["Blue Fox"], **{t.lower(): [t] for t in titles}})
+    lm = routed({ANSWER: {"answer": "Lyon"}, extract("Blue Fox"): FILM_FACTS,
+                 **{extract(t): {"triples": f'["{t} | is | {TEXTS[t].split()[-1].rstrip(".")}"]'} for t in titles},
+                 ASSESS: INSUFFICIENT,
+                 GAP: Queue(*({"missing_entities": f'["{t}"]', "missing_relations": "[]"} for t in titles)),
+                 QUERY: Queue(*({"query": f"{t} facts"} for t in titles))})
+    pred = SEAL(search, k=1, loops=loops)(question=Q)
+    assert pred.loops_used == loops and pred.stop_reason == "loop_budget"
+    assert pred.queries == [Q, *(f"{t} facts" for t in titles[:loops])] and len(search.calls) == loops + 1
+    assert [p.title for p in pred.passages] == [titles[loops - 1]] and all(k == 1 for _, k in search.calls)
+    assert calls(lm, QUERY) == calls(lm, ASSESS) == loops and len(pred.ledger) == loops + 1
+
+
+def test_stuck_query_forces_a_pivot_and_stops_when_no_pivot_is_left():
+    search = ScriptedSearch({"ana berg": ["Ana Berg"], Q: ["Blue Fox"]})
+    lm = routed({extract("Blue Fox"): NO_FACTS, extract("Ana Berg"): NO_FACTS, GAP: GAP_BERG,
+                 QUERY: {"query": "where was the director of the film Blue Fox born"}, ANSWER: {"answer": "Lyon"}})
+    pred = SEAL(search, k=1, loops=3)(question=Q)
+    assert pred.queries == [Q, "Ana Berg birthplace"]  # the proposal repeated the question: pivot to the gap
+    assert pred.trace["pivots"] == 1 and pred.stop_reason == "stuck" and pred.loops_used == 1
+    assert pred.trace["assessments"] == [{"failed": ["no_facts"]}]  # no facts: no assess call
+    assert calls(lm, ASSESS) == 0 and calls(lm, GAP) == 1  # unchanged facts are not re-assessed
+
+
+def test_malformed_lm_output_is_counted_not_fatal():
+    search = ScriptedSearch({Q: ["Blue Fox", "Red Owl"]})
+    routed({extract("Blue Fox"): {"triples": "not a list"}, extract("Red Owl"): {"triples": '["Red Owl | is | owl"]'},
+            ASSESS: {"coverage": "most"}, GAP: GAP_BERG, QUERY: {"query": "Ana Berg birthplace"},
+            ANSWER: {"answer": "Lyon"}})
+    pred = SEAL(search, k=2, loops=1)(question=Q)
+    assert pred.answer == "Lyon" and pred.trace["parse_failures"] == 2  # one extraction + the assessment
+    assert pred.ledger == [{"head": "Red Owl", "relation": "is", "tail": "owl", "title": "Red Owl"}]
+    assert pred.trace["assessments"][0]["failed"] == ["parse_failure"]
+
+
+# --- the Self-RAG baseline ------------------------------------------------------------------------------------
+
+GOOD = {"relevant": "True", "support": "full", "usefulness": "5", "next_query": "none"}
+WEAK = {"relevant": "False", "support": "none", "usefulness": "1", "next_query": "Ana Berg birthplace"}
+
+
+def test_self_rag_stops_when_the_critic_accepts():
+    search = ScriptedSearch({Q: ["Blue Fox", "Ana Berg"]})
+    lm = routed({CRITIC: GOOD, ANSWER: {"answer": "Lyon"}})
+    pred = SelfRAG(search, k=2, loops=3)(question=Q)
+    assert pred.answer == "Lyon" and pred.stop_reason == "accepted" and pred.loops_used == 0
+    assert len(lm.history) == 2 and len(pred.passages) == 2
+
+
+@pytest.mark.parametrize("loops", [0, 1, 2])
+def test_self_rag_loop_bound_and_best_draft(loops):
+    search = ScriptedSearch({"ana berg": ["Ana Berg"], Q: ["Blue Fox"]})
+    drafts = Queue({"answer": "Paris"}, {"answer": "I don't know"}, {"answer": "Lyon"})
+    critiques = Queue({**WEAK, "relevant": "True", "support": "partial", "usefulness": "3"}, WEAK)
+    lm = routed({CRITIC: critiques, ANSWER: drafts})
+    pred = SelfRAG(search, k=1, loops=loops)(question=Q)
+    assert pred.loops_used == loops and len(pred.queries) == loops + 1 == len(search.calls)
+    assert pred.stop_reason == "loop_budget" and len(pred.passages) == 1
+    assert len(lm.history) == (1 if loops == 0 else 2 * (loops + 1))
+    assert pred.answer == "Paris"  # round 0 had the best critique; the refusal never wins
+    if loops:
+        assert pred.queries[1] == "Ana Berg birthplace" and pred.trace["chosen_round"] == 0
+
+
+def test_self_rag_critic_failure_falls_back_to_the_draft_conditioned_query():
+    search = ScriptedSearch({Q: ["Blue Fox"]})
+    routed({CRITIC: {"relevant": "perhaps"}, ANSWER: {"answer": "Lyon"}})
+    pred = SelfRAG(search, k=1, loops=1)(question=Q)
+    assert pred.trace["parse_failures"] == 2 and pred.queries == [Q, f"{Q} Lyon"] and pred.answer == "Lyon"
+
+
+# --- registry and roles ---------------------------------------------------------------------------------------
+
+def test_registry_builds_both_and_binds_roles(embedder):
+    retriever = Retriever([Corpus("toy", [{"id": str(i), "title": t, "text": x} for i, (t, x) in
+                                          enumerate(TEXTS.items())])], embedder)
+    assert programs.accepted_config("seal", {"k": 1, "loops": 2, "max_chars": 90}) == {"k": 1, "loops": 2,
+                                                                                       "max_chars": 90}
+    seal, self_rag = (programs.build(n, search=retriever, k=1, loops=2) for n in ("seal", "self_rag"))
+    assert (seal.k, seal.loops, self_rag.k, self_rag.loops) == (1, 2, 1, 2)
+    writer, planner, critic = DummyLM([{}]), DummyLM([{}]), DummyLM([{}])
+    assign_roles(seal, Roles(writer=writer, planner=planner, critic=critic))
+    assign_roles(self_rag, Roles(writer=writer, planner=planner, critic=critic))
+    assert seal.extract.lm is critic and seal.assess.lm is critic
+    assert seal.gap.lm is planner and seal.micro_query.lm is planner and seal.writer.short.lm is writer
+    assert self_rag.critic.lm is critic and self_rag.writer.short.lm is writer
+
+
+def test_seal_runs_over_the_real_retriever(embedder, dummy):
+    retriever = Retriever([Corpus("toy", [{"id": str(i), "title": t, "text": x} for i, (t, x) in
+                                          enumerate(TEXTS.items())])], embedder)
+    dummy({"`[[ ## triples ## ]]`": NO_FACTS, GAP: GAP_BERG, QUERY: {"query": "Ana Berg birthplace"},
+           ANSWER: {"answer": "Lyon"}})
+    pred = programs.build("seal", search=retriever, k=2, loops=1)(question=Q)
+    assert pred.answer == "Lyon" and len(pred.passages) == 2 and pred.queries[-1] == "Ana Berg birthplace"
+
+
+# --- the embedded model (slow; not part of the fast suite) ----------------------------------------------------
+
+@pytest.mark.real_lm
+@pytest.mark.parametrize("name", ["seal", "self_rag"])
+def test_real_lm_runs_on_demo_questions(name):
+    from optimizers.evaluation import evaluate
+    from optimizers.metrics import answer_metrics
+    from runtime.lm import make_lm
+
+    init_dspy(make_lm("local:qwen-0.5b", cache=False), cache=False)
+    bundle = data.load("demo")
+    examples = data.split(bundle.examples, 0, 2, 0, seed=13).dev
+    program = programs.build(name, search=Retriever(bundle.corpora), k=3, loops=1)
+    records, summary = evaluate(program, examples, answer_metrics(bundle.task), k=3)
+    assert summary["failed_examples"] == 0 and all(r["answer"] for r in records)
+    assert all(len(r["passages"]) == 3 and r["trace"]["iterations"] <= 1 for r in records)
+    assert summary["lm_calls"] >= 2 and "title_precision" in summary
