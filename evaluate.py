@@ -26,6 +26,7 @@ def main(argv=None) -> dict:
         except (FileNotFoundError, ValueError) as err:
             fail(str(err))
         args.program = artifact["program"]
+        args.dataset = args.dataset or artifact["data"]["dataset"]
     s = session(args, programs.spec(args.program).needs_search)
     program = (programs.load_compiled(artifact, search=s.retriever, roles=s.roles) if artifact
                else s.build(args.program))

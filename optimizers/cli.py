@@ -26,7 +26,8 @@ DEFAULT_SPLITS = {"demo": (8, 6, 6), "demo_culture": (12, 15, 15), "hotpotqa": (
 def parser(description: str) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=description, formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--program", choices=programs.names(), help="registered program")
-    p.add_argument("--dataset", default="demo", choices=datasets.names())
+    p.add_argument("--dataset", choices=datasets.names(),
+                   help="default: the program's demo set (demo, or demo_culture for multilingual programs)")
     p.add_argument("--data-dir", help="benchmark data folder (default: $RAG_DATA_DIR)")
     p.add_argument("--corpus", type=sources.source_arg, metavar="|".join(sources.SOURCES),
                    help="retrieval corpora (default per dataset: blend_kb for blend/blend_short/click, else bundled)")
@@ -102,6 +103,8 @@ def fail(message: str) -> None:
 
 def session(args: argparse.Namespace, needs_search: bool) -> Session:
     """Resolve every flag into ready objects, turning bad input into a one-line error."""
+    if args.dataset is None:
+        args.dataset = programs.spec(args.program).default_dataset if args.program else "demo"
     try:
         bundle = sources.apply(datasets.load(args.dataset, args.data_dir), args.corpus, args.leave_question_out,
                                datasets.data_dir(args.data_dir))

@@ -27,6 +27,11 @@ class ProgramSpec:
         return [n for n in names if n not in ("self", "search", *self.fixed)]
 
     @property
+    def default_dataset(self) -> str:
+        """The bundled demo set the program runs on when no ``--dataset`` is given."""
+        return getattr(self.cls, "DEFAULT_DATASET", "demo")
+
+    @property
     def needs_search(self) -> bool:
         return "search" in inspect.signature(self.cls.__init__).parameters
 

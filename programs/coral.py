@@ -186,6 +186,7 @@ class CORAL(dspy.Module):
     ``rewrite=False`` keeps the original query. Planner and critic sample at ``agent_temperature`` (0.6 in the
     paper), the writer at ``writer_temperature`` (0)."""
 
+    DEFAULT_DATASET = "demo_culture"
     ROLES = {"planner": "planner", "replanner": "planner", "critic": "critic", "critic_each": "critic",
              "sufficiency": "critic"}
 

@@ -87,6 +87,8 @@ class Translator(dspy.Module):
 class MultilingualRAG(dspy.Module):
     """Retrieve top-``k`` once over a fixed corpus scope (optionally translating), then write the answer."""
 
+    DEFAULT_DATASET = "demo_culture"
+
     def __init__(self, search: Retriever, k: int = 5, scope: str = "own", translate_query: bool = False,
                  translate_docs: bool = False, max_chars: int = 600):
         super().__init__()

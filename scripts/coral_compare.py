@@ -109,6 +109,7 @@ def main(argv=None) -> dict[str, dict]:
                         "the paper's oracle own-corpus setting for BLEnD")
     p.add_argument("--compile", action="store_true", help="also bootstrap coral on train and report it compiled")
     p.add_argument("--demos", type=int, default=2, help="max bootstrapped and labeled demos per predictor")
+    p.set_defaults(dataset="demo_culture")
     args = p.parse_args(argv)
     s = session(args, needs_search=True)
     examples = getattr(s.splits, args.split)

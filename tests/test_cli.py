@@ -55,3 +55,9 @@ def test_bad_input_is_one_clear_line(argv, message, capsys):
         optimize.main(argv)
     err = capsys.readouterr().err.strip().splitlines()
     assert message in err[-1]
+
+
+def test_multilingual_programs_default_to_the_multilingual_demo_set():
+    args = cli.parser("x").parse_args(["--program", "coral"])
+    assert args.dataset is None and programs.spec("coral").default_dataset == "demo_culture"
+    assert programs.spec("rag").default_dataset == "demo" and programs.spec("mono_rag").default_dataset == "demo_culture"
