@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import signal
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -103,6 +104,8 @@ def fail(message: str) -> None:
 
 def session(args: argparse.Namespace, needs_search: bool) -> Session:
     """Resolve every flag into ready objects, turning bad input into a one-line error."""
+    # `kill` unwinds like Ctrl-C: the MLflow run is closed as failed and the LM servers are stopped
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     if args.dataset is None:
         args.dataset = programs.spec(args.program).default_dataset if args.program else "demo"
     try:
