@@ -57,7 +57,6 @@ def search_overhead(sizes: list[int], n_queries: int, k: int = 10) -> None:
         _, raw = timed(lambda: [index.index.search(queries[i:i + 1], k) for i in range(n_queries)])
         _, ours = timed(lambda: [index.search_vectors(queries[i:i + 1], k) for i in range(n_queries)])
         print(f"| {n:,} | {1000 * raw / n_queries:.3f} | {1000 * ours / n_queries:.3f} | {ours / raw:.3f} |")
-        del vectors, index, corpus
 
 
 def main() -> None:

@@ -266,29 +266,6 @@ def test_baseline_scopes_and_translation(dummy, search):
     assert programs.build("t_rag", search=search)(question=QUESTION, lang="en").trace["queries"] == [QUESTION]
 
 
-@pytest.mark.real_lm
-@pytest.mark.parametrize("name", ["coral", "mono_rag"])
-def test_real_lm_answers_demo_culture_questions(name):
-    import data
-    from optimizers.evaluation import evaluate
-    from optimizers.metrics import answer_metrics
-    from runtime.lm import make_lm
-    from runtime.roles import init_dspy
-
-    init_dspy(make_lm("local:qwen-0.5b", cache=False), cache=False)
-    bundle = data.load("demo_culture")
-    examples = data.split(bundle.examples, 0, 3, 0, seed=13).dev
-    program = programs.build(name, search=Retriever(bundle.corpora), k=3, loops=2)
-    records, summary = evaluate(program, examples, answer_metrics("mcq"), groups=bundle.groups)
-    assert summary["failed_examples"] == 0 and all(r["answer"] in ("", "A", "B", "C", "D") for r in records)
-    if name == "coral":
-        assert 1 <= summary["iterations"] <= 2 and summary["lm_calls"] >= 3
-        assert all(r["trace"]["stop_reason"] in ("sufficient", "max_rounds", "no_change_possible",
-                                                 "sufficiency_unparsed") for r in records)
-    else:
-        assert summary["lm_calls"] == 1.0 and all(len(r["passages"]) == 3 for r in records)
-
-
 def test_compare_script_prints_one_table_and_logs_one_run(embedder, monkeypatch, capsys):
     import importlib.util
     from pathlib import Path

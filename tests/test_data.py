@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 import data
-from data import demo, hotpotqa
+from data import demo
 
 # Made-up records in the original HotpotQA dev-distractor layout (not benchmark text).
 FIXTURE = [

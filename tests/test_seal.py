@@ -5,7 +5,6 @@ import dspy
 import pytest
 from dspy.utils.dummies import DummyLM
 
-import data
 import programs
 from programs.retrieval import Corpus, Passage, Retriever
 from programs.seal import (SEAL, Gap, Ledger, blocklist, entity_first_rank, failed_criteria, is_stuck,
@@ -260,22 +259,3 @@ def test_seal_runs_over_the_real_retriever(embedder, dummy):
            ANSWER: {"answer": "Lyon"}})
     pred = programs.build("seal", search=retriever, k=2, loops=1)(question=Q)
     assert pred.answer == "Lyon" and len(pred.passages) == 2 and pred.queries[-1] == "Ana Berg birthplace"
-
-
-# --- the embedded model (slow; not part of the fast suite) ----------------------------------------------------
-
-@pytest.mark.real_lm
-@pytest.mark.parametrize("name", ["seal", "self_rag"])
-def test_real_lm_runs_on_demo_questions(name):
-    from optimizers.evaluation import evaluate
-    from optimizers.metrics import answer_metrics
-    from runtime.lm import make_lm
-
-    init_dspy(make_lm("local:qwen-0.5b", cache=False), cache=False)
-    bundle = data.load("demo")
-    examples = data.split(bundle.examples, 0, 2, 0, seed=13).dev
-    program = programs.build(name, search=Retriever(bundle.corpora), k=3, loops=1)
-    records, summary = evaluate(program, examples, answer_metrics(bundle.task), k=3)
-    assert summary["failed_examples"] == 0 and all(r["answer"] for r in records)
-    assert all(len(r["passages"]) == 3 and r["trace"]["iterations"] <= 1 for r in records)
-    assert summary["lm_calls"] >= 2 and "title_precision" in summary
