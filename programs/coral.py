@@ -15,10 +15,11 @@ Variants (registry): ``coral_select`` keeps the original query and only re-selec
 ``k * max_corpora``) and keep the critic, sufficiency check and query rewriting.
 
 LM calls per question (``loops`` rounds, ``c`` = new candidates per round <= ``k * max_corpora``): planner 1 +
-per round one batched critic call per ``critic_chunk`` candidates (or ``c`` per-document calls), one sufficiency
+per round one batched critic call per ``critic_chunk`` candidates, one line of scores per candidate parsed here
+(or ``c`` per-document calls, which also write a critique each), one sufficiency
 check per round before the last (skipped when nothing is kept), 1-2 replanning calls between rounds, writer 1.
-With k=5, 3 corpora, 3 rounds: 4 calls at best and 11 at worst batched (each unusable batch adds the adapter's
-JSON retry and 15 per-document calls), 18 to 53 with ``critic_batch=False``.
+With k=5, 3 corpora, 3 rounds: 4 calls at best and 11 at worst batched (each unusable batch adds up to 15
+per-document calls), 18 to 53 with ``critic_batch=False``.
 """
 from __future__ import annotations
 
@@ -70,6 +71,19 @@ class Rated:
             except (TypeError, ValueError):
                 return 0
         return cls(passage, *(clamp(v) for v in values), critique=str(critique or "").strip())
+
+
+RATING_LINE = re.compile(r"^\W*(\d+)\W*?\|\s*(\d)\s*\|\s*(\d)\s*\|\s*(\d)\s*\|\s*(\d)\s*(?:\|\s*(.*))?$")
+
+
+def parse_ratings(text: str) -> list[tuple[int, list[int], str]]:
+    """The critic's ``n | rel | use | spec | comp [| critique]`` lines as (n, scores, critique); other lines skipped.
+    The batched critic is asked for numbers only: small models paste the document back as the critique."""
+    rows = []
+    for line in (text or "").splitlines():
+        if m := RATING_LINE.match(line.strip()):
+            rows.append((int(m[1]), [int(m[i]) for i in range(2, 6)], (m[6] or "").strip()))
+    return rows
 
 
 def passes(rated: Rated, min_each: int = 2, min_total: float = 6.0) -> bool:
@@ -181,8 +195,9 @@ class CORAL(dspy.Module):
 
     ``k`` passages per chosen corpus, ``loops`` rounds at most, ``max_corpora`` per round; keep thresholds
     ``min_each`` / ``min_total``; the writer reads the best ``writer_docs`` kept documents (``max_chars`` each),
-    the critic sees ``critic_chars`` of each candidate, ``critic_chunk`` per batched call (``critic_batch=False``:
-    one call per candidate). ``scope``: ``dynamic`` (planner) or a fixed ``own`` / ``all`` / ``own_en``;
+    the critic sees ``critic_chars`` of each candidate in one call per candidate, or ``critic_chunk`` candidates
+    per call with ``critic_batch=True`` (for models that can rate a list: Qwen2.5-Coder 0.5B cannot -- on demo
+    questions its batches of 3 failed half the time and cost more calls and seconds than one call per document). ``scope``: ``dynamic`` (planner) or a fixed ``own`` / ``all`` / ``own_en``;
     ``rewrite=False`` keeps the original query. Planner and critic sample at ``agent_temperature`` (0.6 in the
     paper), the writer at ``writer_temperature`` (0)."""
 
@@ -192,7 +207,7 @@ class CORAL(dspy.Module):
 
     def __init__(self, search: Retriever, k: int = 5, loops: int = 3, max_corpora: int = 3, min_each: int = 2,
                  min_total: float = 6.0, writer_docs: int = 5, scope: str = "dynamic", rewrite: bool = True,
-                 critic_batch: bool = True, critic_chunk: int = 15, critic_chars: int = 400,
+                 critic_batch: bool = False, critic_chunk: int = 15, critic_chars: int = 400,
                  max_chars: int = 600, agent_temperature: float = 0.6, writer_temperature: float = 0.0):
         super().__init__()
         if scope not in ("dynamic", *SCOPES):
@@ -338,18 +353,17 @@ class CORAL(dspy.Module):
         trace.calls["critic"] += 1
         numbered = [f"[{i}] {p.format(self.critic_chars)}" for i, p in enumerate(chunk, 1)]
         try:
-            ratings = self.critic(question=asked, candidates=numbered,
-                                  config={"max_tokens": 64 * len(chunk) + 64}).ratings
+            text = self.critic(question=asked, candidates=numbered, config={"max_tokens": 16 * len(chunk) + 32}).ratings
         except PARSE_ERRORS:
-            trace.critic_fallbacks += 1
-            return {}
-        positions = [r.doc for r in ratings]
+            text = ""
+        ratings = parse_ratings(text)
+        positions = [doc for doc, _, _ in ratings]
         if sorted(positions) != list(range(1, len(chunk) + 1)) and len(ratings) == len(chunk):
             positions = list(range(1, len(chunk) + 1))  # right count, odd numbering: trust the order
         out: dict[int, Rated] = {}
-        for pos, r in zip(positions, ratings):
+        for pos, (_, scores, critique) in zip(positions, ratings):
             if 1 <= pos <= len(chunk) and pos not in out:
-                out[pos] = Rated.of(chunk[pos - 1], [getattr(r, s) for s in SCALES], r.critique)
+                out[pos] = Rated.of(chunk[pos - 1], scores, critique)
         if not out:
             trace.critic_fallbacks += 1
         else:

@@ -2,7 +2,6 @@
 from typing import Literal
 
 import dspy
-from pydantic import BaseModel
 
 
 class CritiqueDraft(dspy.Signature):
@@ -18,29 +17,18 @@ class CritiqueDraft(dspy.Signature):
     next_query: str = dspy.OutputField(desc="a search query for the missing evidence")
 
 
-class DocRating(BaseModel):
-    """Scores (0-5) and a short critique of one numbered document."""
-
-    doc: int
-    relevance: int
-    usefulness: int
-    specificity: int
-    compatibility: int
-    critique: str
-
-
 RUBRIC = ("relevance: matches the question's topic and intent; usefulness: helps find the correct answer; "
           "specificity: clear and precise, not vague; compatibility: fits the question's language, culture and "
           "setting")
 
 
 class RateDocuments(dspy.Signature):
-    """Rate every numbered candidate as evidence for the question, each scale an integer from 0 to 5, plus a
-    critique of a few words."""
+    """Rate every numbered candidate as evidence for the question: one line per candidate,
+    'n | relevance | usefulness | specificity | compatibility', each an integer from 0 to 5. Numbers only."""
 
     question: str = dspy.InputField()
     candidates: list[str] = dspy.InputField(desc="documents, each starting with its number [n]")
-    ratings: list[DocRating] = dspy.OutputField(desc=f"one per candidate, in order; {RUBRIC}")
+    ratings: str = dspy.OutputField(desc=f"one line per candidate, in order; {RUBRIC}")
 
 
 class RateDocument(dspy.Signature):

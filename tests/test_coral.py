@@ -41,6 +41,12 @@ def rating(doc: int, *scores: int, critique: str = "ok") -> dict:
                 critique=critique)
 
 
+def batched(*ratings: dict) -> dict:
+    """The batched critic's answer: one 'n | rel | use | spec | comp | critique' line per rating."""
+    return {"ratings": "\n".join(" | ".join(str(r[k]) for k in ("doc", "relevance", "usefulness", "specificity",
+                                                                  "compatibility", "critique")) for r in ratings)}
+
+
 @pytest.fixture
 def search(embedder):
     return Retriever([Corpus("en", EN, "en"), Corpus("ko", KO, "ko")], embedder)
@@ -99,9 +105,9 @@ def test_scopes_resolve_to_language_corpora(search):
 # -- the loop -----------------------------------------------------------------------------------------------------
 def test_one_sufficient_round_costs_four_calls(dummy, search):
     lm = scripted(dummy, plan=Queue({"corpora": ["ko", "Klingon"]}),
-                  batch=Queue({"ratings": [rating(1, 1, 1, 1, 1), rating(2, 5, 5, 4, 5, critique="says it")]}),
+                  batch=Queue(batched(rating(1, 1, 1, 1, 1), rating(2, 5, 5, 4, 5, critique="says it"))),
                   enough=Queue({"enough": True, "reason": "direct answer"}), write=Queue({"answer": "C"}))
-    pred = CORAL(search, k=1)(question=QUESTION, options=OPTIONS, lang="en")
+    pred = CORAL(search, k=1, critic_batch=True)(question=QUESTION, options=OPTIONS, lang="en")
     t = pred.trace
     assert pred.answer == "C" and [x.id for x in pred.passages] == ["ko:k1"]
     assert t["iterations"] == 1 and t["corpora"] == [["en", "ko"]] and t["stop_reason"] == "sufficient"
@@ -116,13 +122,13 @@ def test_one_sufficient_round_costs_four_calls(dummy, search):
 
 def test_rounds_accumulate_force_a_change_and_stop_at_the_bound(dummy, search):
     lm = scripted(dummy, plan=Queue({"corpora": ["en"]}),
-                  batch=Queue({"ratings": [rating(1, 3, 2, 2, 2)]}, {"ratings": [rating(1, 5, 5, 5, 5)]},
-                              {"ratings": [rating(1, 1, 1, 1, 1), rating(2, 1, 1, 1, 1)]}),
+                  batch=Queue(batched(rating(1, 3, 2, 2, 2)), batched(rating(1, 5, 5, 5, 5)),
+                              batched(rating(1, 1, 1, 1, 1), rating(2, 1, 1, 1, 1))),
                   enough=Queue({"enough": False, "reason": "nothing Korean"}),
                   replan=Queue({"corpora": ["en"], "query": QUESTION}, {"corpora": ["en"], "query": QUESTION},
                                {"corpora": ["ko"], "query": "football kimchi"}),
                   write=Queue({"answer": "C"}))
-    pred = CORAL(search, k=1, loops=3)(question=QUESTION, options=OPTIONS, lang="en")
+    pred = CORAL(search, k=1, loops=3, critic_batch=True)(question=QUESTION, options=OPTIONS, lang="en")
     t = pred.trace
     assert t["iterations"] == 3 and t["stop_reason"] == "max_rounds"
     assert t["corpora"] == [["en"], ["en", "ko"], ["en", "ko"]]  # forced: + next untried; own kept on replan
@@ -136,17 +142,17 @@ def test_rounds_accumulate_force_a_change_and_stop_at_the_bound(dummy, search):
 
 def test_one_round_budget_skips_the_sufficiency_check(dummy, search):
     lm = scripted(dummy, plan=Queue({"corpora": ["ko"]}),
-                  batch=Queue({"ratings": [rating(1, 1, 1, 1, 1), rating(2, 1, 1, 1, 1)]}),
+                  batch=Queue(batched(rating(1, 1, 1, 1, 1), rating(2, 1, 1, 1, 1))),
                   write=Queue({"answer": "A"}))
-    pred = CORAL(search, k=1, loops=1)(question=QUESTION, options=OPTIONS, lang="en")
+    pred = CORAL(search, k=1, loops=1, critic_batch=True)(question=QUESTION, options=OPTIONS, lang="en")
     assert pred.passages == [] and pred.trace["stop_reason"] == "max_rounds"  # nothing kept: no context
     assert len(lm.history) == 3 and "## passages ##" in lm.history[-1]["messages"][-1]["content"]
 
 
 def test_nothing_kept_replans_without_a_sufficiency_call(dummy, search):
-    scripted(dummy, plan=Queue({"corpora": ["en"]}), batch=Queue({"ratings": [rating(1, 0, 0, 0, 0, critique="off")]}),
+    scripted(dummy, plan=Queue({"corpora": ["en"]}), batch=Queue(batched(rating(1, 0, 0, 0, 0, critique="off"))),
              replan=Queue({"corpora": ["ko"], "query": "seaweed soup"}), write=Queue({"answer": "C"}))
-    t = CORAL(search, k=1, loops=2)(question=QUESTION, options=OPTIONS, lang="en").trace
+    t = CORAL(search, k=1, loops=2, critic_batch=True)(question=QUESTION, options=OPTIONS, lang="en").trace
     assert "sufficiency" not in t["calls"] and t["sufficiency"][0]["enough"] is False
     assert "off" in t["sufficiency"][0]["reason"]
     assert t["corpora"][1] == ["ko"]  # the question's corpus was searched and none of it was kept: it may go
@@ -155,17 +161,17 @@ def test_nothing_kept_replans_without_a_sufficiency_call(dummy, search):
 def test_malformed_batch_falls_back_to_one_call_per_document(dummy, search):
     lm = scripted(dummy, plan=Queue({"corpora": ["ko"]}), batch=Queue({"ratings": "three, then four"}),
                   single=Queue(rating(0, 1, 1, 1, 1), rating(0, 4, 4, 4, 4)), write=Queue({"answer": "C"}))
-    pred = CORAL(search, k=1, loops=1)(question=QUESTION, options=OPTIONS, lang="en")
+    pred = CORAL(search, k=1, loops=1, critic_batch=True)(question=QUESTION, options=OPTIONS, lang="en")
     t = pred.trace
     assert t["critic_fallbacks"] == 1 and t["calls"]["critic"] == 1 + 2
     assert [x.id for x in pred.passages] == ["ko:k1"]
-    assert len(lm.history) == 1 + 2 + 2 + 1  # the adapter's JSON retry of the batch is a call too
+    assert len(lm.history) == 1 + 1 + 2 + 1
 
 
 def test_batch_missing_a_document_scores_only_that_one_alone(dummy, search):
-    scripted(dummy, plan=Queue({"corpora": ["ko"]}), batch=Queue({"ratings": [rating(2, 5, 5, 5, 5)]}),
+    scripted(dummy, plan=Queue({"corpora": ["ko"]}), batch=Queue(batched(rating(2, 5, 5, 5, 5))),
              single=Queue(rating(0, 1, 1, 1, 1)), write=Queue({"answer": "C"}))
-    t = CORAL(search, k=1, loops=1)(question=QUESTION, options=OPTIONS, lang="en").trace
+    t = CORAL(search, k=1, loops=1, critic_batch=True)(question=QUESTION, options=OPTIONS, lang="en").trace
     assert t["critic_missing"] == 1 and t["critic_fallbacks"] == 0 and t["calls"]["critic"] == 2
 
 
@@ -182,7 +188,7 @@ def test_call_budget_with_k5_three_corpora_three_rounds(dummy, embedder, batch, 
     pool = Retriever([Corpus(lang, [{"id": f"{w}{i}", "title": w, "text": f"{w} {lang} note {i}"}
                                     for w in words for i in range(5)], lang) for lang in ("en", "ko", "es", "zh")],
                      embedder)
-    ratings = {"ratings": [rating(i, 4, 4, 4, 4) for i in range(1, 16)]}
+    ratings = batched(*(rating(i, 4, 4, 4, 4) for i in range(1, 16)))
     plans = [{"corpora": ["ko", "es"], "query": q} for q in ("first", "second", "second", "third")]
     for enough, expected in ((True, best), (False, worst)):
         lm = dummy({PLAN: Queue({"corpora": ["ko", "es"]}), BATCH: Queue(ratings),
@@ -194,7 +200,7 @@ def test_call_budget_with_k5_three_corpora_three_rounds(dummy, embedder, batch, 
 
 
 def test_select_only_ablation_keeps_the_query_and_stops_when_nothing_is_left(dummy, search):
-    scripted(dummy, plan=Queue({"corpora": ["ko"]}), batch=Queue({"ratings": [rating(1, 1, 1, 1, 1)]}),
+    scripted(dummy, plan=Queue({"corpora": ["ko"]}), batch=Queue(batched(rating(1, 1, 1, 1, 1))),
              replan=Queue({"corpora": ["en", "ko"]}), write=Queue({"answer": "B"}))
     coral_select = programs.build("coral_select", search=search, k=1, loops=3)
     assert "query" not in coral_select.replanner.signature.output_fields
@@ -203,9 +209,9 @@ def test_select_only_ablation_keeps_the_query_and_stops_when_nothing_is_left(dum
 
 
 def test_mcq_letters_are_parsed_and_short_answers_pass_through(dummy, search):
-    scripted(dummy, plan=Queue({"corpora": ["ko"]}), batch=Queue({"ratings": [rating(1, 1, 1, 1, 1)]}),
+    scripted(dummy, plan=Queue({"corpora": ["ko"]}), batch=Queue(batched(rating(1, 1, 1, 1, 1))),
              write=Queue({"answer": "The answer is (C) Seaweed soup"}, {"answer": " seaweed soup "}))
-    coral = CORAL(search, k=1, loops=1)
+    coral = CORAL(search, k=1, loops=1, critic_batch=True)
     assert coral(question=QUESTION, options=OPTIONS, lang="en").answer == "C"
     assert coral(question=QUESTION).answer == "seaweed soup"
 
@@ -221,11 +227,11 @@ def test_roles_bind_planner_and_critic_predictors(search):
 
 def test_compiled_coral_round_trips(tmp_path, search):
     coral = programs.build("coral", search=search, k=2)
-    coral.critic.demos = [dspy.Example(question="q", candidates=["[1] x"], ratings=[rating(1, 3, 3, 3, 3)])]
+    coral.critic.demos = [dspy.Example(question="q", candidates=["[1] x"], ratings="1 | 3 | 3 | 3 | 3 | ok")]
     path = tmp_path / "coral.json"
     programs.save_compiled(coral, path, "coral", {"k": 2, "loops": 2}, {"dataset": "toy"})
     loaded = programs.load_compiled(str(path), search=search)
-    assert loaded.k == 2 and loaded.loops == 2 and loaded.critic.demos[0]["ratings"][0]["relevance"] == 3
+    assert loaded.k == 2 and loaded.loops == 2 and loaded.critic.demos[0]["ratings"].startswith("1 | 3")
 
 
 # -- every multilingual baseline and ablation ---------------------------------------------------------------------
@@ -234,7 +240,7 @@ def everything(dummy):
                   "[[ ## passage ## ]]": Queue({"english": "Koreans eat seaweed soup on birthdays."}),
                   PLAN: Queue({"corpora": ["ko"]}), REPLAN: Queue({"corpora": ["ko"], "query": "seaweed soup"}),
                   "[[ ## previous_query ## ]]": Queue({"query": "seaweed soup birthday"}),
-                  BATCH: Queue({"ratings": [rating(i, 4, 4, 4, 4) for i in range(1, 7)]}),
+                  BATCH: Queue(batched(*(rating(i, 4, 4, 4, 4) for i in range(1, 7)))), SINGLE: Queue(rating(0, 4, 4, 4, 4)),
                   ENOUGH: Queue({"enough": False, "reason": "more"}), WRITE: Queue({"answer": "C"}),
                   "[[ ## question ## ]]": Queue({"answer": "C"})})
 
@@ -279,7 +285,7 @@ def test_compare_script_prints_one_table_and_logs_one_run(embedder, monkeypatch,
     compare = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(compare)
     lm = DummyLM({PLAN: Queue({"corpora": ["ko"]}), REPLAN: Queue({"corpora": ["es"], "query": "other"}),
-                  BATCH: Queue({"ratings": [rating(i, 4, 4, 4, 4) for i in range(1, 10)]}),
+                  BATCH: Queue(batched(*(rating(i, 4, 4, 4, 4) for i in range(1, 10)))), SINGLE: Queue(rating(0, 4, 4, 4, 4)),
                   ENOUGH: Queue({"enough": True, "reason": "fine"}), WRITE: Queue({"answer": "A"})})
     monkeypatch.setattr(cli, "make_lm", lambda *a, **k: lm)
     monkeypatch.setattr(cli, "Retriever", lambda corpora, *a: Retriever(corpora, embedder))
@@ -300,3 +306,11 @@ def test_every_registered_program_takes_the_question_language():
 
     for name in programs.names():
         assert "lang" in inspect.signature(programs.spec(name).cls.forward).parameters, name
+
+
+def test_critic_lines_are_parsed_leniently():
+    from programs.coral import parse_ratings
+
+    text = "1 | 4 | 3 | 5 | 2 | on topic\n[2] | 0|1|1|0\nsummary: mostly useful\n3. | 9 | 1 | 1 | 1 | x"
+    assert parse_ratings(text) == [(1, [4, 3, 5, 2], "on topic"), (2, [0, 1, 1, 0], ""), (3, [9, 1, 1, 1], "x")]
+    assert parse_ratings("") == [] and parse_ratings("three, then four") == []

@@ -33,7 +33,7 @@ def run(name: str, dataset: str, n: int, **config):
     records, summary = evaluate(program, examples, answer_metrics(bundle.task), k=config.get("k") if search else None,
                                 groups=bundle.groups)
     assert summary["failed_examples"] == 0 and summary["prompt_tokens"] > 0 and summary["seconds"] > 0
-    assert all(r["answer"] is not None and len(r["answer"]) < 200 for r in records)
+    assert all(isinstance(r["answer"], str) for r in records)  # quality is measured, not asserted
     return records, summary
 
 
