@@ -72,11 +72,11 @@ def main(argv=None) -> str:
                                "corpus": args.corpus, "leave_question_out": args.leave_question_out})
         mlflow.log_artifact(str(out))
 
-    main_metric = next(iter(s.metrics))
     print(f"\nrun {run.info.run_id} ({run_name})")
     for name, summary in stages.items():
-        print(f"  {name:12s} {main_metric}={summary.get(main_metric, 0):.3f}  failed={summary['failed_examples']}"
-              f"  lm_calls/q={summary.get('lm_calls', 0):.2f}  s/q={summary.get('seconds', 0):.2f}")
+        scores = "  ".join(f"{m}={summary.get(m, 0):.3f}" for m in s.metrics)
+        print(f"  {name:12s} {scores}  failed={summary['failed_examples']}  lm_calls/q={summary.get('lm_calls', 0):.2f}"
+              f"  prompt_tokens/q={summary.get('prompt_tokens', 0):.0f}  s/q={summary.get('seconds', 0):.2f}")
     print(f"compiled program: {out}\nload it with programs.load_compiled({run.info.run_id!r})")
     return run.info.run_id
 
