@@ -8,10 +8,10 @@ import threading
 import dspy
 from dspy.evaluate.metrics import EM, F1
 
+from programs.text import abstained
 from signatures.judge import JudgeAnswer
 
 F1_PASS = 0.5  # an F1 at or above this accepts a bootstrapped demo
-IDK = ("i don't know", "i do not know", "unknown", "")
 
 
 def exact_match(example, pred, trace=None):
@@ -44,7 +44,7 @@ class Judge:
 
     def __call__(self, example, pred, trace=None):
         answer = (pred.answer or "").strip()
-        if answer.lower().rstrip(".") in IDK:
+        if abstained(answer):
             ok = False
         elif EM(answer, example.answers):
             ok = True

@@ -5,7 +5,6 @@ from __future__ import annotations
 import dspy
 from dspy.utils.exceptions import AdapterParseError
 
-from optimizers.metrics import IDK
 from programs.retrieval import Passage
 from programs.writer import Writer
 from signatures.writer import AnswerOrAbstain
@@ -17,11 +16,6 @@ def lenient(predictor: dspy.Module, **inputs) -> dspy.Prediction | None:
         return predictor(**inputs)
     except AdapterParseError:
         return None
-
-
-def abstained(answer: str) -> bool:
-    """Whether ``answer`` is a refusal such as "I don't know" (the judge scores these as wrong)."""
-    return (answer or "").strip().lower().rstrip(".") in IDK
 
 
 class EvidenceWriter(Writer):

@@ -10,8 +10,9 @@ from dataclasses import dataclass
 
 import dspy
 
-from programs.evidence import EvidenceWriter, abstained, lenient
+from programs.evidence import EvidenceWriter, lenient
 from programs.retrieval import Passage, Retriever
+from programs.text import abstained
 from signatures.critic import CritiqueDraft
 
 SUPPORT = {"full": 1.0, "partial": 0.5, "none": 0.0}

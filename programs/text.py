@@ -11,6 +11,14 @@ also both either neither more most same other such s
 """.split())
 
 
+REFUSALS = ("i don't know", "i do not know", "unknown", "")
+
+
+def abstained(answer: str | None) -> bool:
+    """Whether ``answer`` is a refusal such as "I don't know" (judged wrong by the metrics)."""
+    return (answer or "").strip().lower().rstrip(".") in REFUSALS
+
+
 def words(text: str) -> list[str]:
     """Lower-cased word tokens (letters/digits), punctuation dropped."""
     return re.findall(r"\w+", (text or "").lower())
