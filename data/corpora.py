@@ -19,6 +19,7 @@ import json
 import re
 from pathlib import Path
 
+import data as datasets
 from data import Bundle, require_file
 from programs.retrieval import Corpus
 
@@ -60,6 +61,11 @@ def apply(bundle: Bundle, source: str | None, leave_question_out: bool, root: Pa
         for example in bundle.examples:
             example["leave_out"] = []
     return bundle
+
+
+def load(dataset: str, data_dir: str | None, source: str | None, leave_question_out: bool) -> Bundle:
+    """The dataset's bundle with the corpora of ``source`` applied: the one way programs and CLIs get their data."""
+    return apply(datasets.load(dataset, data_dir), source, leave_question_out, datasets.data_dir(data_dir))
 
 
 def provenance(dataset: str, source: str | None, leave_question_out: bool) -> dict:

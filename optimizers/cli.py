@@ -109,8 +109,7 @@ def session(args: argparse.Namespace, needs_search: bool) -> Session:
     if args.dataset is None:
         args.dataset = programs.spec(args.program).default_dataset if args.program else "demo"
     try:
-        bundle = sources.apply(datasets.load(args.dataset, args.data_dir), args.corpus, args.leave_question_out,
-                               datasets.data_dir(args.data_dir))
+        bundle = sources.load(args.dataset, args.data_dir, args.corpus, args.leave_question_out)
         n = DEFAULT_SPLITS.get(args.dataset, (20, 30, 50))
         splits = datasets.split(bundle.examples, args.train if args.train is not None else n[0],
                                 args.dev if args.dev is not None else n[1],

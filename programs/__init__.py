@@ -130,13 +130,10 @@ def load_compiled(path_or_run_id: str | dict, search=None, data_dir=None, roles=
     artifact = path_or_run_id if isinstance(path_or_run_id, dict) else read_artifact(path_or_run_id)
     name, data = artifact["program"], artifact["data"]
     if spec(name).needs_search and search is None:
-        import data as datasets
+        from data import corpora
         from programs.retrieval import Retriever
 
-        from data import corpora
-
-        bundle = corpora.apply(datasets.load(data["dataset"], data_dir), data.get("corpus"),
-                               data.get("leave_question_out", True), datasets.data_dir(data_dir))
+        bundle = corpora.load(data["dataset"], data_dir, data.get("corpus"), data.get("leave_question_out", True))
         search = Retriever(bundle.corpora, embedder=data["embedder"], index_type=data["index"])
     program = build(name, search=search, **artifact["config"])
     program.load_state(artifact["state"])
