@@ -1,0 +1,220 @@
+"""compile_program on a DummyLM: random search, MIPROv2 and GEPA pick demos / instructions from the trainset and
+select on the devset; the metric wrappers never abort a compile. (BootstrapFewShot is covered by test_cli.)"""
+from __future__ import annotations
+
+
+import dspy
+import pytest
+from dspy.utils.dummies import DummyLM
+
+import programs
+from optimizers.compile import OPTIMIZERS, compile_program, never_raises, with_feedback
+from optimizers.metrics import exact_match
+
+CAPITALS = [("capital of France", "Paris"), ("capital of Italy", "Rome"), ("capital of Spain", "Madrid"),
+            ("capital of Japan", "Tokyo"), ("capital of Peru", "Lima"), ("capital of Chile", "Santiago")]
+EXAMPLES = [dspy.Example(question=q, answer=a, answers=[a]).with_inputs("question") for q, a in CAPITALS]
+TRAIN, DEV = EXAMPLES[:4], EXAMPLES[4:]
+TRAIN_QUESTIONS = {ex.question for ex in TRAIN}
+PROPOSED = "Name the capital city in one word."
+
+# MIPROv2's proposer prompts, keyed by the output field each asks for (DummyLM matches keys in the last message,
+# which ends "starting with the field `[[ ## <first output> ## ]]`"); listed first so they win over the questions
+# that the dataset summary and task demos quote.
+PROPOSER_ANSWERS = {f"`[[ ## {name} ## ]]`": {name: text} for name, text in [
+    ("proposed_instruction", PROPOSED), ("observations", "Every question asks for a capital city."),
+    ("summary", "Capital-city questions."), ("program_description", "Answers short factual questions."),
+    ("module_description", "Writes the final short answer.")]}
+
+
+def instructions(program: dspy.Module) -> dict[str, str]:
+    return {name: p.signature.instructions for name, p in program.named_predictors()}
+
+
+def demo_questions(program: dspy.Module) -> list[str]:
+    return [d["question"] for p in program.predictors() for d in p.demos]
+
+
+# --- metric wrappers --------------------------------------------------------------------------------------------
+
+def test_never_raises_scores_a_crashing_metric_as_wrong():
+    def crashes(example, pred, trace=None):
+        raise AttributeError("odd model output")
+
+    safe = never_raises(crashes)
+    ex, pred = EXAMPLES[0], dspy.Prediction(answer=None)
+    assert safe(ex, pred) == 0.0 and isinstance(safe(ex, pred), float)
+    assert safe(ex, pred, trace=[]) is False  # bootstrapping (trace set) wants a bool
+    ok = never_raises(exact_match)  # a working metric passes through untouched
+    assert ok(ex, dspy.Prediction(answer="Paris")) == 1.0 and ok(ex, dspy.Prediction(answer="Rome"), trace=[]) is False
+
+
+def test_with_feedback_scores_and_names_the_expected_answer():
+    gepa_metric = with_feedback(exact_match)
+    wrong = gepa_metric(EXAMPLES[0], dspy.Prediction(answer="Lyon"), None, "writer.short", None)
+    assert isinstance(wrong, dspy.Prediction) and wrong.score == 0.0
+    assert "Expected answer: 'Paris'" in wrong.feedback and "'Lyon'" in wrong.feedback
+    right = gepa_metric(EXAMPLES[0], dspy.Prediction(answer="Paris"))
+    assert right.score == 1.0 and "Score 1.00" in right.feedback
+    no_answer = with_feedback(never_raises(exact_match))(EXAMPLES[0], dspy.Prediction())  # pred.answer missing
+    assert no_answer.score == 0.0 and "Predicted: None" in no_answer.feedback
+    as_bool = with_feedback(lambda gold, pred, trace=None: gold.answer == pred.answer)  # GEPA wants a float
+    assert type(as_bool(EXAMPLES[0], dspy.Prediction(answer="Paris")).score) is float
+
+
+# --- dispatch ---------------------------------------------------------------------------------------------------
+
+def test_unknown_optimizer_names_the_choices(dummy):
+    lm = dummy([{"answer": "Paris"}])
+    with pytest.raises(ValueError, match="unknown optimizer 'copro'; choose one of: bootstrap, random_search, "
+                                         "mipro, gepa"):
+        compile_program(programs.build("direct"), "copro", TRAIN, DEV, exact_match)
+    assert OPTIMIZERS == ("bootstrap", "random_search", "mipro", "gepa") and not lm.history
+
+
+# --- random search ----------------------------------------------------------------------------------------------
+
+def test_random_search_picks_trainset_demos_on_the_devset(dummy):
+    """The DummyLM only answers a question it sees as a demo, so zero-shot scores 0 and the devset decides which
+    trainset demos win."""
+    dummy([], follow_examples=True)
+    program = programs.build("direct")
+    dev = EXAMPLES[2:]  # two questions from the trainset (answerable from demos), two never seen
+    compiled = compile_program(program, "random_search", TRAIN, dev, exact_match, max_demos=2, candidates=2)
+
+    assert compiled is not program and demo_questions(program) == []  # the student is left alone
+    assert compiled.writer.short.demos and set(demo_questions(compiled)) <= TRAIN_QUESTIONS
+    cands = compiled.candidate_programs  # zero-shot, labeled-only, unshuffled bootstrap + `candidates` seeds
+    assert len(cands) == 2 + 3 and all(len(c["subscores"]) == len(dev) for c in cands)
+    assert all(len(p.demos) <= 2 for c in cands for p in c["program"].predictors())  # max_demos reached it
+    zero_shot = next(c for c in cands if c["seed"] == -3)
+    assert zero_shot["score"] == 0.0 and cands[0]["program"] is compiled  # the best on the devset is returned
+    # its devset score is exactly the dev questions its writer has demos for
+    hits = {d["question"] for d in compiled.writer.short.demos} & {ex.question for ex in dev}
+    assert hits and cands[0]["score"] == 100 * len(hits) / len(dev)
+
+
+def test_a_crashing_metric_scores_zero_instead_of_aborting_the_compile(dummy):
+    """Unwrapped, a metric that raises is an evaluation error, and DSPy cancels a run after 10 of them."""
+    dummy({q: {"answer": a} for q, a in CAPITALS})
+
+    def crashes(example, pred, trace=None):
+        raise KeyError("answers")
+
+    dev = EXAMPLES * 2  # 12 examples: more than dspy.settings.max_errors
+    compiled = compile_program(programs.build("direct"), "random_search", TRAIN, dev, crashes, candidates=1)
+    assert [c["score"] for c in compiled.candidate_programs] == [0.0] * 4
+    assert demo_questions(compiled) == []  # nothing beat zero-shot, and no trace passed the metric
+
+
+# --- MIPROv2 ----------------------------------------------------------------------------------------------------
+
+class _LastChoice:
+    """Stands in for an optuna trial: always takes the last candidate (a proposed instruction, a bootstrapped set)."""
+
+    def suggest_categorical(self, name, choices):
+        return list(choices)[-1]
+
+
+def test_mipro_bootstraps_trainset_demos_and_proposes_instructions(dummy, monkeypatch):
+    """Steps 1-2 of MIPROv2 run for real; its optuna search (step 3) is replaced by one trial that inserts the last
+    instruction and demo candidates with MIPROv2's own code, so the candidates can be checked."""
+    seen = {}
+
+    def one_trial(self, program, instruction_candidates, demo_candidates, evaluate, valset, num_trials, minibatch,
+                  minibatch_size, *rest):
+        seen.update(instructions=instruction_candidates, demos=demo_candidates, valset=valset,
+                    num_trials=num_trials, minibatch_size=minibatch_size)
+        candidate = program.deepcopy()
+        self._select_and_insert_instructions_and_demos(candidate, instruction_candidates, demo_candidates,
+                                                       _LastChoice(), {1: {}}, 1)
+        return candidate
+
+    monkeypatch.setattr(dspy.MIPROv2, "_optimize_prompt_parameters", one_trial)
+    dummy({**PROPOSER_ANSWERS, **{q: {"answer": a} for q, a in CAPITALS}})
+    program = programs.build("direct")
+    original = instructions(program)
+    compiled = compile_program(program, "mipro", TRAIN, DEV, exact_match, max_demos=2, candidates=3)
+
+    assert seen["num_trials"] == 2 * 3 and seen["minibatch_size"] == len(DEV) and seen["valset"] == DEV
+    short = seen["instructions"][0]  # writer.short: the original first, then the proposer's (from the DummyLM)
+    assert short[0] == original["writer.short"] and short[1:] == [PROPOSED, PROPOSED]
+    bootstrapped = [d for demo_set in seen["demos"][0] for d in demo_set if d.get("augmented")]
+    assert bootstrapped and all(d["question"] in TRAIN_QUESTIONS and d["answer"] == dict(CAPITALS)[d["question"]]
+                                for d in bootstrapped)  # traces the LM got right under the metric
+
+    assert compiled is not program and instructions(program) == original and demo_questions(program) == []
+    assert instructions(compiled) == {"writer.short": PROPOSED, "writer.choice": PROPOSED}
+    assert compiled.writer.short.demos and set(demo_questions(compiled)) <= TRAIN_QUESTIONS
+
+
+def test_mipro_budget_sets_the_trial_count(dummy, monkeypatch):
+    trials = []
+    monkeypatch.setattr(dspy.MIPROv2, "_optimize_prompt_parameters",
+                        lambda self, program, ic, dc, ev, vs, num_trials, *rest: trials.append(num_trials) or program)
+    dummy({**PROPOSER_ANSWERS, **{q: {"answer": a} for q, a in CAPITALS}})
+    compile_program(programs.build("direct"), "mipro", TRAIN, DEV, exact_match, candidates=2, budget=5)
+    assert trials == [5]
+
+
+def test_mipro_end_to_end_with_optuna(dummy):
+    dummy({**PROPOSER_ANSWERS, **{q: {"answer": a} for q, a in CAPITALS}})
+    program = programs.build("direct")
+    original = instructions(program)
+    compiled = compile_program(program, "mipro", TRAIN, DEV, exact_match, max_demos=2, candidates=3, budget=3)
+    assert compiled is not program and instructions(program) == original
+    assert all(text in (original[name], PROPOSED) for name, text in instructions(compiled).items())
+    assert set(demo_questions(compiled)) <= TRAIN_QUESTIONS
+    assert compiled.score == 100.0  # every answer in the script is right
+
+
+# --- GEPA -------------------------------------------------------------------------------------------------------
+
+YES_NO = [dspy.Example(question=q, answer="yes").with_inputs("question")
+          for q in ("Is Paris in France?", "Is Rome in Italy?", "Is Lima in Peru?", "Is Oslo in Norway?",
+                    "Is Bern in Switzerland?", "Is Kyiv in Ukraine?")]
+
+
+def said_yes(example, pred, trace=None):
+    return float(pred.answer == example.answer)
+
+
+def reflection_lm(n=10):
+    """GEPA's instruction proposer talks JSON to the reflection LM."""
+    return DummyLM([{"new_instruction": f"NEW INSTRUCTION {i}"} for i in range(n)], adapter=dspy.JSONAdapter())
+
+
+def test_gepa_adopts_a_reflected_instruction_that_scores_better(dummy):
+    # GEPA scores the seed on the devset (2 calls) and a train minibatch (3), reflects once, then re-runs the
+    # minibatch with the new instruction: from then on the scripted writer answers right.
+    writer = dummy([{"answer": "no"}] * 5 + [{"answer": "yes"}] * 40)
+    reflect = reflection_lm()
+    program = programs.build("direct")
+    original = instructions(program)
+    compiled = compile_program(program, "gepa", YES_NO[:4], YES_NO[4:], said_yes, budget=12, reflection_lm=reflect)
+
+    assert compiled is not program and instructions(program) == original
+    assert instructions(compiled) == {"writer.short": "NEW INSTRUCTION 0", "writer.choice": original["writer.choice"]}
+    assert len(reflect.history) == 1
+    prompt = reflect.history[0]["messages"][-1]["content"]
+    assert original["writer.short"] in prompt and "Expected answer: 'yes'. Predicted: 'no'." in prompt
+    systems = [call["messages"][0]["content"] for call in writer.history]
+    assert len(systems) > 5 and all(("NEW INSTRUCTION 0" in s) == (i >= 5) for i, s in enumerate(systems))
+
+
+def test_gepa_keeps_the_instructions_when_no_reflection_helps(dummy):
+    writer = dummy({q: {"answer": "Oslo"} for q, _ in CAPITALS})  # wrong whatever the instruction
+    reflect = reflection_lm()
+    program = programs.build("direct")
+    original = instructions(program)
+    compiled = compile_program(program, "gepa", TRAIN, DEV, exact_match, budget=12, reflection_lm=reflect)
+
+    assert compiled is not program and instructions(compiled) == original
+    assert reflect.history  # it did reflect, with feedback naming the gold answers of the train minibatch
+    prompts = " ".join(call["messages"][-1]["content"] for call in reflect.history)
+    assert "Predicted: 'Oslo'" in prompts and any(f"Expected answer: '{a}'" in prompts for _, a in CAPITALS[:4])
+    assert all(f"Expected answer: '{a}'" not in prompts for _, a in CAPITALS[4:])  # devset is for selection only
+    calls_small = len(writer.history)
+    writer.history.clear()
+    compile_program(program, "gepa", TRAIN, DEV, exact_match, budget=30, reflection_lm=reflection_lm())
+    assert len(writer.history) > calls_small  # budget is GEPA's metric-call budget
