@@ -43,7 +43,7 @@ def compile_program(program: dspy.Module, optimizer: str, trainset: list, devset
     if optimizer == "mipro":
         tp = dspy.MIPROv2(metric=metric, auto=None, num_candidates=candidates, num_threads=1, seed=seed, **demos)
         return tp.compile(program, trainset=trainset, valset=devset, num_trials=budget or 2 * candidates,
-                          minibatch_size=min(35, len(devset)), requires_permission_to_run=False)
+                          minibatch=len(devset) > 35, minibatch_size=min(35, len(devset)))
     if optimizer == "gepa":
         tp = dspy.GEPA(metric=with_feedback(metric), reflection_lm=reflection_lm, max_metric_calls=budget or 60,
                        num_threads=1, seed=seed)

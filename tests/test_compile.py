@@ -124,7 +124,7 @@ def test_mipro_bootstraps_trainset_demos_and_proposes_instructions(dummy, monkey
     def one_trial(self, program, instruction_candidates, demo_candidates, evaluate, valset, num_trials, minibatch,
                   minibatch_size, *rest):
         seen.update(instructions=instruction_candidates, demos=demo_candidates, valset=valset,
-                    num_trials=num_trials, minibatch_size=minibatch_size)
+                    num_trials=num_trials, minibatch=minibatch, minibatch_size=minibatch_size)
         candidate = program.deepcopy()
         self._select_and_insert_instructions_and_demos(candidate, instruction_candidates, demo_candidates,
                                                        _LastChoice(), {1: {}}, 1)
@@ -136,7 +136,8 @@ def test_mipro_bootstraps_trainset_demos_and_proposes_instructions(dummy, monkey
     original = instructions(program)
     compiled = compile_program(program, "mipro", TRAIN, DEV, exact_match, max_demos=2, candidates=3)
 
-    assert seen["num_trials"] == 2 * 3 and seen["minibatch_size"] == len(DEV) and seen["valset"] == DEV
+    assert seen["num_trials"] == 2 * 3 and seen["valset"] == DEV
+    assert not seen["minibatch"]  # a devset of <= 35 is scored whole: minibatches would repeat full evaluations
     short = seen["instructions"][0]  # writer.short: the original first, then the proposer's (from the DummyLM)
     assert short[0] == original["writer.short"] and short[1:] == [PROPOSED, PROPOSED]
     bootstrapped = [d for demo_set in seen["demos"][0] for d in demo_set if d.get("augmented")]
