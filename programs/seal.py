@@ -41,6 +41,16 @@ def occurs_verbatim(span: str, text: str) -> bool:
     return bool(span) and re.search(rf"(?<!\w){re.escape(span)}(?!\w)", text) is not None
 
 
+def triple_lines(text: str) -> list[str]:
+    """The lines of the extractor's output, with bullets, numbering and JSON-list punctuation stripped.
+
+    The output is plain text, not a typed list: asked for ``list[str]``, the 0.5B model put head, relation and tail
+    in separate list items (every triple of 3 probe questions was malformed)."""
+    lines = (re.sub(r"^(?:[-*\u2022]|\d+[.)])\s+", "", line.strip().strip('[],"\'').strip())
+             for line in re.split(r'\n|",\s*"', text or ""))
+    return [line for line in lines if line]
+
+
 def verbatim_facts(lines: list[str], passage: Passage, cap: int) -> tuple[list[Fact], int]:
     """The first ``cap`` distinct facts of ``lines`` ('head | relation | tail') grounded in ``passage``, and the
     number of lines rejected: malformed, a head or tail with no content word, or one not in the passage."""
@@ -48,7 +58,7 @@ def verbatim_facts(lines: list[str], passage: Passage, cap: int) -> tuple[list[F
     kept: list[Fact] = []
     rejected = 0
     for line in lines:
-        parts = [part.strip() for part in str(line).split("|")]
+        parts = [part.strip().strip("()[]{}<>\"'").strip() for part in str(line).split("|")]
         head, tail = (parts[0], parts[2]) if len(parts) == 3 and parts[1] else ("", "")
         if not (content_words(head) and content_words(tail)
                 and occurs_verbatim(head, source) and occurs_verbatim(tail, source)):
@@ -251,7 +261,7 @@ class SEAL(dspy.Module):
             if out is None:
                 run.parse_failures += 1
                 continue
-            facts, rejected = verbatim_facts(out.triples, p, self.max_triples)
+            facts, rejected = verbatim_facts(triple_lines(out.triples), p, self.max_triples)
             run.ledger.add(facts)
             run.rejected_triples += rejected
 

@@ -4,8 +4,10 @@ import dspy
 
 class ExtractFacts(dspy.Signature):
     """List the facts in the passage that help answer the question, one per line as 'head | relation | tail'.
-    Copy head and tail exactly as the passage writes them (names, titles, dates, places); keep the relation short."""
+    Copy head and tail exactly as the passage writes them (names, titles, dates, places); keep the relation short.
+    Write only triples, never whole sentences. Line format, with words taken from the passage:
+    <name from the passage> | <short relation> | <name, date or place from the passage>"""
 
     question: str = dspy.InputField()
     passage: str = dspy.InputField()
-    triples: list[str] = dspy.OutputField(desc="'head | relation | tail' lines, most useful first")
+    triples: str = dspy.OutputField(desc="one 'head | relation | tail' per line, most useful first")

@@ -8,7 +8,7 @@ from dspy.utils.dummies import DummyLM
 import programs
 from programs.retrieval import Corpus, Passage, Retriever
 from programs.seal import (SEAL, Gap, Ledger, blocklist, entity_first_rank, failed_criteria, is_stuck,
-                           occurs_verbatim, pivots, strip_terms, verbatim_facts)
+                           occurs_verbatim, pivots, strip_terms, triple_lines, verbatim_facts)
 from programs.self_rag import SelfRAG
 from runtime.roles import Roles, assign_roles, init_dspy
 
@@ -88,6 +88,9 @@ def test_verbatim_filter_rejects_ungrounded_triples_and_caps_per_passage():
     assert [(f.head, f.relation, f.tail) for f in facts] == [("Blue Fox", "directed by", "Ana Berg"),
                                                            ("blue  fox", "release year", "1931")]
     assert rejected == 4 and {f.title for f in facts} == {"Blue Fox"}
+    # the extractor writes text lines; bullets, numbering and a JSON list's punctuation are not part of a triple
+    assert triple_lines('["Blue Fox | is | film", "x"]\n1. Ana Berg | born | Lyon\n- a | b | c\n\n') == [
+        "Blue Fox | is | film", "x", "Ana Berg | born | Lyon", "a | b | c"]
     assert occurs_verbatim("ANA BERG", p.text) and not occurs_verbatim("Berg.", "Bergen")
     assert len(verbatim_facts([f"Blue Fox | fact {i} | 1931" for i in range(15)], p, cap=10)[0]) == 10
 
@@ -190,7 +193,7 @@ def test_stuck_query_forces_a_pivot_and_stops_when_no_pivot_is_left():
 
 def test_malformed_lm_output_is_counted_not_fatal():
     search = ScriptedSearch({Q: ["Blue Fox", "Red Owl"]})
-    routed({extract("Blue Fox"): {"triples": "not a list"}, extract("Red Owl"): {"triples": '["Red Owl | is | owl"]'},
+    routed({extract("Blue Fox"): {"answer": "no triples field"}, extract("Red Owl"): {"triples": "Red Owl | is | owl"},
             ASSESS: {"coverage": "most"}, GAP: GAP_BERG, QUERY: {"query": "Ana Berg birthplace"},
             ANSWER: {"answer": "Lyon"}})
     pred = SEAL(search, k=2, loops=1)(question=Q)
