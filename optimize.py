@@ -68,8 +68,9 @@ def main(argv=None) -> str:
 
         out = Path(args.out) if args.out else Path(tempfile.mkdtemp()) / "program.json"
         programs.save_compiled(compiled, out, args.program, s.config,
-                      {"dataset": args.dataset, "embedder": args.embedder, "index": args.index,
-                               "corpus": args.corpus, "leave_question_out": args.leave_question_out})
+                               {"dataset": args.dataset, "embedder": args.embedder, "index": args.index,
+                                "corpus": args.corpus, "leave_question_out": args.leave_question_out,
+                                "max_docs": args.max_docs})
         mlflow.log_artifact(str(out))
 
     print(f"\nrun {run.info.run_id} ({run_name})")

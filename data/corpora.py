@@ -4,6 +4,8 @@
 - ``jsonl:DIR``: your own ``DIR/<lang>.jsonl`` files (``{"id", "title", "text"}`` per line; long texts are cut
   into passages at sentence ends). This is also the way to use Wikipedia language subsets: export them to these
   files where a hub is reachable (nothing is downloaded here);
+- ``wikipedia:LANGS`` (e.g. ``wikipedia:en,ko,es``): the first ``--max-docs`` articles (default 1000) of each
+  language's Wikipedia from the HF hub (``wikimedia/wikipedia``, streamed, cut into passages); needs hub access;
 - ``xquad``: the XQuAD paragraphs of ``RAG_DATA_DIR/xquad/xquad.<lang>.json`` (240 per language, deduplicated);
   only ar, el, en, es and zh overlap the BLEnD languages;
 - ``blend_kb``: *oracle knowledge* rendered from the BLEnD annotations (default for blend, blend_short and click):
@@ -17,20 +19,23 @@ from __future__ import annotations
 import argparse
 import json
 import re
+from itertools import islice
 from pathlib import Path
 
 import data as datasets
 from data import Bundle, require_file
 from programs.retrieval import Corpus
 
-SOURCES = ("bundled", "xquad", "blend_kb", "jsonl:DIR")
+SOURCES = ("bundled", "xquad", "blend_kb", "jsonl:DIR", "wikipedia:LANGS")
+PREFIXED = ("jsonl:", "wikipedia:")
+WIKIPEDIA = ("wikimedia/wikipedia", "20231101")  # HF dataset and snapshot
 DEFAULT_SOURCE = {"blend": "blend_kb", "blend_short": "blend_kb", "click": "blend_kb"}
 XQUAD_LANGS = ("ar", "de", "el", "en", "es", "hi", "ro", "ru", "th", "tr", "vi", "zh")
 
 
 def source_arg(text: str) -> str:
     """argparse type for ``--corpus``."""
-    if text in SOURCES[:3] or (text.startswith("jsonl:") and len(text) > len("jsonl:")):
+    if text in SOURCES[:3] or any(text.startswith(p) and len(text) > len(p) for p in PREFIXED):
         return text
     raise argparse.ArgumentTypeError(f"unknown corpus source '{text}'; choose one of: {', '.join(SOURCES)}")
 
@@ -39,8 +44,9 @@ def default_source(dataset: str) -> str:
     return DEFAULT_SOURCE.get(dataset, "bundled")
 
 
-def build(source: str, root: Path | None, bundle: Bundle | None = None) -> list[Corpus]:
-    """The corpora of ``source`` (``bundled`` returns ``bundle.corpora``)."""
+def build(source: str, root: Path | None, bundle: Bundle | None = None, max_docs: int | None = None) -> list[Corpus]:
+    """The corpora of ``source`` (``bundled`` returns ``bundle.corpora``); ``max_docs`` caps the source documents
+    per language of ``jsonl`` and ``wikipedia``."""
     if source == "bundled":
         return bundle.corpora
     if source == "xquad":
@@ -48,31 +54,36 @@ def build(source: str, root: Path | None, bundle: Bundle | None = None) -> list[
     if source == "blend_kb":
         return blend_kb(root)
     if source.startswith("jsonl:"):
-        return jsonl(Path(source[len("jsonl:"):]).expanduser())
+        return jsonl(Path(source[len("jsonl:"):]).expanduser(), max_docs=max_docs)
+    if source.startswith("wikipedia:"):
+        return wikipedia(source[len("wikipedia:"):].split(","), max_docs or 1000)
     raise ValueError(f"unknown corpus source '{source}'; choose one of: {', '.join(SOURCES)}")
 
 
-def apply(bundle: Bundle, source: str | None, leave_question_out: bool, root: Path | None) -> Bundle:
+def apply(bundle: Bundle, source: str | None, leave_question_out: bool, root: Path | None,
+          max_docs: int | None = None) -> Bundle:
     """Swap in the corpora of ``source`` (unless it is the dataset's default) and, when ``leave_question_out`` is
     off, let every example retrieve the documents rendered from its own annotations."""
     if source and source not in ("bundled", default_source(bundle.name)):
-        bundle.corpora = build(source, root, bundle)
+        bundle.corpora = build(source, root, bundle, max_docs)
     if not leave_question_out:
         for example in bundle.examples:
             example["leave_out"] = []
     return bundle
 
 
-def load(dataset: str, data_dir: str | None, source: str | None, leave_question_out: bool) -> Bundle:
+def load(dataset: str, data_dir: str | None, source: str | None, leave_question_out: bool,
+         max_docs: int | None = None) -> Bundle:
     """The dataset's bundle with the corpora of ``source`` applied: the one way programs and CLIs get their data."""
-    return apply(datasets.load(dataset, data_dir), source, leave_question_out, datasets.data_dir(data_dir))
+    return apply(datasets.load(dataset, data_dir), source, leave_question_out, datasets.data_dir(data_dir), max_docs)
 
 
-def provenance(dataset: str, source: str | None, leave_question_out: bool) -> dict:
+def provenance(dataset: str, source: str | None, leave_question_out: bool, max_docs: int | None = None) -> dict:
     """What to log (and key result checkpoints by) about the corpora."""
     name = source or default_source(dataset)
+    capped = {"max_docs": max_docs} if max_docs and name.startswith(PREFIXED) else {}
     return {"corpus_source": name + (" (oracle knowledge)" if name == "blend_kb" else ""),
-            "leave_question_out": leave_question_out}
+            "leave_question_out": leave_question_out, **capped}
 
 
 def passages(text: str, max_chars: int) -> list[str]:
@@ -88,23 +99,44 @@ def passages(text: str, max_chars: int) -> list[str]:
     return pieces + [current] if current else pieces
 
 
+def chunked(docs, max_chars: int) -> list[dict]:
+    """``{"id", "title", "text", ...}`` documents cut into passages of about ``max_chars`` (ids ``<id>#<n>``)."""
+    out = []
+    for doc in docs:
+        pieces = passages(doc["text"], max_chars)
+        for n, piece in enumerate(pieces):
+            out.append({**doc, "id": str(doc["id"]) if len(pieces) == 1 else f"{doc['id']}#{n}", "text": piece})
+    return out
+
+
 def jsonl(folder: Path, max_chars: int = 1500, max_docs: int | None = None) -> list[Corpus]:
-    """One corpus per ``folder/<lang>.jsonl``; texts longer than ``max_chars`` become several passages
-    (ids ``<id>#<n>``); at most ``max_docs`` passages per language."""
+    """One corpus per ``folder/<lang>.jsonl`` from its first ``max_docs`` documents, cut into passages."""
     files = sorted(folder.glob("*.jsonl"))
     if not files:
         raise FileNotFoundError(f"no <lang>.jsonl files in {folder}")
     corpora = []
     for path in files:
-        docs = []
         with open(path, encoding="utf-8") as fh:
-            for line in filter(str.strip, fh):
-                doc = json.loads(line)
-                pieces = passages(doc["text"], max_chars)
-                for n, piece in enumerate(pieces):
-                    doc_id = str(doc["id"]) if len(pieces) == 1 else f"{doc['id']}#{n}"
-                    docs.append({**doc, "id": doc_id, "text": piece})
-        corpora.append(Corpus(path.stem, docs[:max_docs], path.stem))
+            docs = [json.loads(line) for line in islice(filter(str.strip, fh), max_docs)]
+        corpora.append(Corpus(path.stem, chunked(docs, max_chars), path.stem))
+    return corpora
+
+
+def wikipedia(langs: list[str], max_docs: int, max_chars: int = 1500) -> list[Corpus]:
+    """The first ``max_docs`` articles of each language's Wikipedia, streamed from the HF hub, cut into passages."""
+    from datasets import load_dataset
+
+    name, snapshot = WIKIPEDIA
+    corpora = []
+    for lang in langs:
+        try:
+            rows = list(islice(load_dataset(name, f"{snapshot}.{lang}", split="train", streaming=True), max_docs))
+        except Exception as err:  # offline, unknown language, hub error: one line naming the way out
+            first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+            raise ValueError(f"cannot stream {name} {snapshot}.{lang} from the Hugging Face hub ({first}); export "
+                             f"articles to DIR/{lang}.jsonl and use --corpus jsonl:DIR") from err
+        docs = [{"id": r["id"], "title": r["title"], "text": r["text"]} for r in rows]
+        corpora.append(Corpus(lang, chunked(docs, max_chars), lang))
     return corpora
 
 

@@ -34,6 +34,8 @@ def parser(description: str) -> argparse.ArgumentParser:
                    help="retrieval corpora (default per dataset: blend_kb for blend/blend_short/click, else bundled)")
     p.add_argument("--leave-question-out", action=argparse.BooleanOptionalAction, default=True,
                    help="hide the blend_kb documents rendered from the evaluated question's own annotations")
+    p.add_argument("--max-docs", type=int, help="documents per language read by --corpus jsonl:DIR (default all) "
+                                                "and wikipedia:LANGS (default 1000), before cutting into passages")
     p.add_argument("--train", type=int, help="train size (default per dataset)")
     p.add_argument("--dev", type=int, help="dev size (default per dataset)")
     p.add_argument("--test", type=int, help="test size (default per dataset)")
@@ -84,7 +86,8 @@ class Session:
                 **self.corpus_params()}
 
     def corpus_params(self) -> dict:
-        return sources.provenance(self.args.dataset, self.args.corpus, self.args.leave_question_out)
+        return sources.provenance(self.args.dataset, self.args.corpus, self.args.leave_question_out,
+                                  self.args.max_docs)
 
     def build(self, program_name: str) -> dspy.Module:
         return assign_roles(programs.build(program_name, search=self.retriever, **self.config), self.roles)
@@ -109,7 +112,7 @@ def session(args: argparse.Namespace, needs_search: bool) -> Session:
     if args.dataset is None:
         args.dataset = programs.spec(args.program).default_dataset if args.program else "demo"
     try:
-        bundle = sources.load(args.dataset, args.data_dir, args.corpus, args.leave_question_out)
+        bundle = sources.load(args.dataset, args.data_dir, args.corpus, args.leave_question_out, args.max_docs)
         n = DEFAULT_SPLITS.get(args.dataset, (20, 30, 50))
         splits = datasets.split(bundle.examples, args.train if args.train is not None else n[0],
                                 args.dev if args.dev is not None else n[1],

@@ -133,7 +133,8 @@ def load_compiled(path_or_run_id: str | dict, search=None, data_dir=None, roles=
         from data import corpora
         from programs.retrieval import Retriever
 
-        bundle = corpora.load(data["dataset"], data_dir, data.get("corpus"), data.get("leave_question_out", True))
+        bundle = corpora.load(data["dataset"], data_dir, data.get("corpus"), data.get("leave_question_out", True),
+                              data.get("max_docs"))
         search = Retriever(bundle.corpora, embedder=data["embedder"], index_type=data["index"])
     program = build(name, search=search, **artifact["config"])
     program.load_state(artifact["state"])

@@ -28,9 +28,37 @@ def test_jsonl_source_cuts_long_texts_into_passages(tmp_path):
     assert ids[0] == "a#0" and ids[-1] == "b" and len(ids) > 2
     assert all(len(d["text"]) <= 1500 for d in built["ko"].docs)
     assert " ".join(d["text"] for d in built["ko"].docs[:-1]) == long_text
-    assert len(corpora.jsonl(tmp_path, max_chars=200, max_docs=3)[1]) == 3
+    capped = corpora.jsonl(tmp_path, max_chars=200, max_docs=1)[1]  # the first document, in passages
+    assert len(capped) > 1 and {d["id"].split("#")[0] for d in capped.docs} == {"a"}
     with pytest.raises(FileNotFoundError, match="no <lang>.jsonl"):
         corpora.build(f"jsonl:{tmp_path / 'missing'}", None)
+
+
+def test_wikipedia_source_streams_capped_articles_per_language(monkeypatch):
+    import datasets
+
+    asked = []
+
+    def fake_load_dataset(name, config, split, streaming):
+        asked.append((name, config, split, streaming))
+        if config.endswith(".xx"):
+            raise FileNotFoundError("Dataset 'wikimedia/wikipedia' doesn't exist on the Hub\nmore detail")
+        lang = config.split(".")[1]
+        return iter({"id": str(i), "title": f"{lang} {i}", "text": "Sentence. " * (i * 200 + 1), "url": "u"}
+                    for i in range(10**6))  # an endless stream: only max_docs rows may be read
+
+    monkeypatch.setattr(datasets, "load_dataset", fake_load_dataset)
+    assert corpora.source_arg("wikipedia:en,ko") == "wikipedia:en,ko"
+    en, ko = corpora.build("wikipedia:en,ko", None, max_docs=2)
+    assert asked == [("wikimedia/wikipedia", "20231101.en", "train", True),
+                     ("wikimedia/wikipedia", "20231101.ko", "train", True)]
+    assert (en.name, ko.lang) == ("en", "ko") and {d["title"] for d in ko.docs} == {"ko 0", "ko 1"}
+    assert [d["id"] for d in en.docs][:2] == ["0", "1#0"] and all(len(d["text"]) <= 1500 for d in en.docs)
+    with pytest.raises(ValueError, match=r"cannot stream wikimedia/wikipedia 20231101.xx .*doesn't exist on the "
+                                         r"Hub\); export articles to DIR/xx.jsonl and use --corpus jsonl:DIR$"):
+        corpora.build("wikipedia:xx", None)
+    assert corpora.provenance("blend", "wikipedia:en", True, 50)["max_docs"] == 50
+    assert "max_docs" not in corpora.provenance("blend", "xquad", True, 50)  # xquad ignores the cap
 
 
 def test_xquad_source_keeps_each_paragraph_once(tmp_path):
@@ -50,7 +78,7 @@ def test_corpus_flag_and_provenance():
     args = cli.parser("t").parse_args(["--corpus", "jsonl:/x", "--no-leave-question-out"])
     assert args.corpus == "jsonl:/x" and args.leave_question_out is False
     with pytest.raises(SystemExit):
-        cli.parser("t").parse_args(["--corpus", "wikipedia"])
+        cli.parser("t").parse_args(["--corpus", "wikipedia"])  # no languages
     assert corpora.provenance("blend", None, True) == {"corpus_source": "blend_kb (oracle knowledge)",
                                                        "leave_question_out": True}
     assert corpora.provenance("demo_culture", None, True)["corpus_source"] == "bundled"
