@@ -39,8 +39,9 @@ $(VENV)/.llama: $(LLAMA_OK) | $(PY)
 models: $(VENV)/.deps
 	$(PY) -m runtime.models fetch $(MODELS)
 
+# coral on the bundled multilingual demo set, sized for a 2-core CPU (uncompiled vs compiled, 6 questions each)
 demo: setup
-	$(PY) optimize.py --program rag --dataset demo
+	$(PY) optimize.py --program coral --dataset demo_culture --train 6 --dev 6 --test 6 --k 3 --loops 2
 
 test: setup
 	RAG_REAL_LM=1 $(PY) -m pytest
