@@ -95,7 +95,8 @@ class Session:
     def checkpoint(self, stage: str, program_name: str, program: dspy.Module, examples: list) -> Path:
         """Per-example results file keyed by everything that changes them, so an interrupted run resumes."""
         key = json.dumps([stage, program_name, self.lm_ids(), self.args.embedder, self.args.index, self.config,
-                          self.args.judge, self.corpus_params(), program.dump_state(), [ex.id for ex in examples]],
+                          self.args.judge, self.corpus_params(), programs.portable_state(program),
+                          [ex.id for ex in examples]],
                          default=str, sort_keys=True)
         return project_cache() / "evals" / f"{stage}-{hashlib.sha256(key.encode()).hexdigest()[:20]}.jsonl"
 

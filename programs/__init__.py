@@ -88,17 +88,23 @@ def build(name: str, search=None, **config) -> dspy.Module:
 ARTIFACT_FORMAT = "agentic-rag-dspy/1"
 
 
+def portable_state(program: dspy.Module) -> dict:
+    """``program.dump_state()`` without per-predictor LMs (their endpoints include the embedded server's port,
+    which changes every process): what identifies the program's prompts and demos."""
+    state = program.dump_state()
+    for value in state.values():
+        if isinstance(value, dict) and "lm" in value:
+            value["lm"] = None
+    return state
+
+
 def save_compiled(program: dspy.Module, path, name: str, config: dict, data: dict) -> dict:
     """Write a compiled program as one JSON file: DSPy state (demos, instructions) + what rebuilds it.
 
     Per-predictor LMs are stripped from the state: the artifact is LM-agnostic and roles are bound at load time.
     ``data`` records the dataset/embedder/index the retriever was built from."""
-    state = program.dump_state()
-    for value in state.values():
-        if isinstance(value, dict) and "lm" in value:
-            value["lm"] = None
     artifact = {"format": ARTIFACT_FORMAT, "program": name, "config": accepted_config(name, config), "data": data,
-                "state": state}
+                "state": portable_state(program)}
     with open(path, "w", encoding="utf-8") as fh:
         json.dump(artifact, fh, ensure_ascii=False, indent=1, default=str)
     return artifact

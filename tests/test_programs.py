@@ -80,3 +80,15 @@ def test_roles_bind_predictors_by_name_prefix():
     assert prog.planner.lm is planner and prog.writer.lm is writer
     prog = assign_roles(Planned(), Roles(writer=writer))
     assert prog.planner.lm is writer
+
+
+def test_portable_state_ignores_the_lm_endpoint():
+    """Checkpoint keys use it: the embedded server's port changes every process, and must not stop a resume."""
+    from runtime.lm import make_lm
+
+    bound = [assign_roles(programs.build("direct"), Roles(writer=make_lm("openai/x", f"http://127.0.0.1:{port}/v1")))
+             for port in (1111, 2222)]
+    assert bound[0].dump_state() != bound[1].dump_state()
+    assert programs.portable_state(bound[0]) == programs.portable_state(bound[1])
+    bound[1].writer.short.demos = [dspy.Example(question="q", answer="a")]
+    assert programs.portable_state(bound[0]) != programs.portable_state(bound[1])
