@@ -39,9 +39,9 @@ $(VENV)/.llama: $(LLAMA_OK) | $(PY)
 models: $(VENV)/.deps
 	$(PY) -m runtime.models fetch $(MODELS)
 
-# coral on the bundled multilingual demo set, sized for a 2-core CPU (uncompiled vs compiled, 6 questions each)
+# coral on the bundled multilingual demo set, sized for a 2-core CPU (uncompiled vs compiled, 4 questions each; ~1 min per coral question at k=3)
 demo: setup
-	$(PY) optimize.py --program coral --dataset demo_culture --train 6 --dev 6 --test 6 --k 3 --loops 2
+	$(PY) optimize.py --program coral --dataset demo_culture --train 4 --dev 4 --test 4 --k 2 --loops 1
 
 test: setup
 	RAG_REAL_LM=1 $(PY) -m pytest
