@@ -39,7 +39,8 @@ $(VENV)/.llama: $(LLAMA_OK) | $(PY)
 models: $(VENV)/.deps
 	$(PY) -m runtime.models fetch $(MODELS)
 
-# coral on the bundled multilingual demo set, sized for a 2-core CPU (uncompiled vs compiled, 4 questions each; ~1 min per coral question at k=3)
+# coral on the bundled multilingual demo set, sized for a 2-core CPU: 4 questions per split, k=2, one round
+# (~12 min from a fresh clone; at k=3 and 2 rounds a coral question takes ~1 min)
 demo: setup
 	$(PY) optimize.py --program coral --dataset demo_culture --train 4 --dev 4 --test 4 --k 2 --loops 1
 

@@ -2,8 +2,7 @@
 
 - ``bundled``: the corpora that come with the dataset (the default for demo, demo_culture, hotpotqa, ...);
 - ``jsonl:DIR``: your own ``DIR/<lang>.jsonl`` files (``{"id", "title", "text"}`` per line; long texts are cut
-  into passages at sentence ends). This is also the way to use Wikipedia language subsets: export them to these
-  files where a hub is reachable (nothing is downloaded here);
+  into passages at sentence ends), e.g. Wikipedia articles exported on a machine with hub access;
 - ``wikipedia:LANGS`` (e.g. ``wikipedia:en,ko,es``): the first ``--max-docs`` articles (default 1000) of each
   language's Wikipedia from the HF hub (``wikimedia/wikipedia``, streamed, cut into passages); needs hub access;
 - ``xquad``: the XQuAD paragraphs of ``RAG_DATA_DIR/xquad/xquad.<lang>.json`` (240 per language, deduplicated);
