@@ -18,6 +18,7 @@ from pathlib import Path
 
 import faiss
 import numpy as np
+from filelock import FileLock
 from tqdm.auto import tqdm
 
 from runtime.embedders import Embedder, get_embedder
@@ -136,10 +137,13 @@ class CorpusIndex:
         (default: :func:`runtime.paths.index_dir`)."""
         root = Path(cache_dir or index_dir())
         key = f"{corpus.name}-{corpus.content_hash[:16]}-{embedder.id}-{index_type}"
-        folder = root / key
-        cached = cls._load(corpus, folder, key)
-        if cached is not None:
-            return cached
+        (root / ".locks").mkdir(parents=True, exist_ok=True)
+        with FileLock(root / ".locks" / f"{key}.lock"):  # a second process waits for the first build instead of repeating it
+            return cls._load(corpus, root / key, key) or cls._embed(corpus, embedder, root, key, index_type, progress)
+
+    @classmethod
+    def _embed(cls, corpus: Corpus, embedder: Embedder, root: Path, key: str, index_type: str,
+               progress: bool) -> "CorpusIndex":
         texts = [f"{d['title']}. {d['text']}" for d in corpus.docs]
         batches = range(0, len(texts), embedder.batch_size)
         vectors = np.concatenate([embedder.encode_passages(texts[i:i + embedder.batch_size])
@@ -149,6 +153,7 @@ class CorpusIndex:
         built = cls.from_vectors(corpus, vectors, index_type)
         for stale in root.glob(f"{corpus.name}-*-{embedder.id}-{index_type}"):
             shutil.rmtree(stale, ignore_errors=True)
+        folder = root / key
         folder.mkdir(parents=True, exist_ok=True)
         faiss.write_index(built.index, str(folder / "index.faiss"))
         (folder / "meta.json").write_text(json.dumps({"key": key, "ntotal": len(corpus)}))

@@ -1,3 +1,6 @@
+import time
+from concurrent.futures import ThreadPoolExecutor
+
 import pytest
 
 from programs.retrieval import Corpus, CorpusIndex, Passage, Retriever
@@ -45,6 +48,14 @@ def test_corrupt_cache_is_rebuilt(embedder, tmp_path, capsys):
     rebuilt = CorpusIndex.build(corpus, embedder, tmp_path)
     assert embedder.passage_calls > calls and rebuilt.index.ntotal == 3
     assert "rebuilding index cache" in capsys.readouterr().err
+
+
+def test_concurrent_builds_of_one_index_embed_once(embedder, tmp_path, monkeypatch):
+    encode = embedder._encode
+    monkeypatch.setattr(embedder, "_encode", lambda texts, q: time.sleep(0.3) or encode(texts, q))
+    with ThreadPoolExecutor(2) as pool:
+        built = list(pool.map(lambda _: CorpusIndex.build(Corpus("rivers", DOCS), embedder, tmp_path), range(2)))
+    assert embedder.passage_calls == 1 and [b.index.ntotal for b in built] == [3, 3]
 
 
 def test_changed_corpus_gets_a_new_index_and_drops_the_stale_one(embedder, tmp_path):
