@@ -157,6 +157,12 @@ class ProjectLM(dspy.LM):
             return super().__call__(prompt, messages=messages, **kwargs)
 
 
+def _token_cap(max_tokens: int) -> dict:
+    """LiteLLM sends OpenAI's ``max_completion_tokens``, which llama.cpp's server (and other OpenAI-compatible
+    servers) ignore, so a looping model generated up to the context size; repeat the cap as ``max_tokens``."""
+    return {"max_tokens": max_tokens}
+
+
 def make_lm(name: str, api_base: str | None = None, temperature: float = 0.0, max_tokens: int = 512,
             cache: bool = True) -> ProjectLM:
     """Build an LM from ``local:<model>`` or a DSPy/LiteLLM model string (with optional OpenAI-compatible base)."""
@@ -167,11 +173,13 @@ def make_lm(name: str, api_base: str | None = None, temperature: float = 0.0, ma
                              + ", ".join(LOCAL_PREFIX + k for k in models.MODELS))
         server = local_server(key)
         lm = ProjectLM(f"openai/{server.spec.alias}", api_base=server.api_base, api_key="local",
-                       temperature=temperature, max_tokens=max_tokens, cache=cache, num_retries=1)
+                       temperature=temperature, max_tokens=max_tokens, cache=cache, num_retries=1,
+                       extra_body=_token_cap(max_tokens))
         lm.server = server
         return lm
     if "/" not in name:
         raise ValueError(f"unknown LM '{name}'; use local:qwen-0.5b, local:qwen-1.5b, or a DSPy/LiteLLM model "
                          "string such as openai/gpt-4o-mini (add --api-base URL for an OpenAI-compatible server)")
-    extra = {"api_base": api_base, "api_key": os.environ.get("OPENAI_API_KEY", "local")} if api_base else {}
+    extra = {"api_base": api_base, "api_key": os.environ.get("OPENAI_API_KEY", "local"),
+             "extra_body": _token_cap(max_tokens)} if api_base else {}
     return ProjectLM(name, temperature=temperature, max_tokens=max_tokens, cache=cache, **extra)

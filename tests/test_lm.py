@@ -1,8 +1,12 @@
+import http.server
+import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -66,6 +70,44 @@ def test_unknown_lm_names_the_choices(name, message):
 def test_remote_lm_takes_an_openai_compatible_base():
     lm = make_lm("openai/my-model", api_base="http://127.0.0.1:9/v1")
     assert lm.model == "openai/my-model" and lm.kwargs["api_base"] == "http://127.0.0.1:9/v1"
+
+
+@pytest.fixture
+def chat_server():
+    """An in-process OpenAI-style chat endpoint that records each request body and answers a fixed completion."""
+    bodies = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):
+            bodies.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+            out = json.dumps({"id": "x", "object": "chat.completion", "created": 0, "model": "m",
+                              "choices": [{"index": 0, "finish_reason": "stop",
+                                           "message": {"role": "assistant", "content": "hi"}}],
+                              "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(out)))
+            self.end_headers()
+            self.wfile.write(out)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_port}/v1", bodies
+    server.shutdown()
+
+
+def test_token_cap_reaches_llama_cpp_as_max_tokens(chat_server, monkeypatch):
+    """llama.cpp ignores ``max_completion_tokens``: without ``max_tokens`` a looping model ran to the context size."""
+    base, bodies = chat_server
+    monkeypatch.setattr(lm_mod, "local_server", lambda key: SimpleNamespace(spec=SimpleNamespace(alias=key),
+                                                                              api_base=base))
+    for lm in (make_lm("local:qwen-0.5b", max_tokens=64, cache=False), make_lm("openai/m", base, max_tokens=64,
+                                                                                cache=False)):
+        lm("hello")
+    assert [b.get("max_tokens") for b in bodies] == [64, 64]
 
 
 def test_lm_call_revives_a_dead_embedded_server_once():
