@@ -31,6 +31,9 @@ def main(argv=None) -> str:
     if not args.program:
         fail(f"--program is required; choose one of: {', '.join(programs.names())}")
     s = session(args, programs.spec(args.program).needs_search)
+    if not s.splits.train or (args.optimizer != "bootstrap" and not s.splits.dev):
+        fail(f"--optimizer {args.optimizer} needs --train" + ("" if args.optimizer == "bootstrap" else " and --dev")
+             + " of at least 1 example")
     metric_name, metric = compile_metric(s.bundle.task, args.metric)
     program = s.build(args.program)
     k = args.k if s.retriever else None
@@ -43,6 +46,8 @@ def main(argv=None) -> str:
         stages = {}
 
         def stage(name, prog, examples):
+            if not examples:  # e.g. --dev 0 with bootstrap, which never looks at dev
+                return
             records, summary = evaluate(prog, examples, s.metrics, k=k, retries=args.retries,
                                         checkpoint=s.checkpoint(name, args.program, prog, examples), desc=name,
                                         groups=s.bundle.groups)

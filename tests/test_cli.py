@@ -34,6 +34,12 @@ def test_optimize_logs_one_complete_run_and_a_loadable_program(scripted_lm, tmp_
     assert str(tracking.mlruns()) in tracking.tracking_uri()
 
 
+def test_empty_dev_split_is_skipped_not_logged_as_zero(scripted_lm):
+    run_id = optimize.main(["--program", "direct", "--train", "2", "--dev", "0", "--test", "1"])
+    metrics = mlflow.get_run(run_id).data.metrics
+    assert "test_after_em" in metrics and not any(m.startswith("dev_") for m in metrics)
+
+
 def test_evaluate_a_compiled_artifact(scripted_lm, tmp_path):
     out = tmp_path / "program.json"
     optimize.main(["--program", "direct", "--train", "2", "--dev", "1", "--test", "1", "--out", str(out)])
@@ -48,6 +54,8 @@ def test_evaluate_a_compiled_artifact(scripted_lm, tmp_path):
     (["--program", "rag", "--dataset", "hotpotqa", "--data-dir", "/nonexistent"], "RAG_DATA_DIR"),
     (["--program", "rag", "--lm", "gpt4"], "unknown LM 'gpt4'"),
     (["--program", "rag", "--train", "100"], "lower --train/--dev/--test"),
+    (["--program", "rag", "--train", "0"], "needs --train of at least 1"),
+    (["--program", "rag", "--optimizer", "random_search", "--dev", "0"], "needs --train and --dev of at least 1"),
     ([], "--program is required"),
 ])
 def test_bad_input_is_one_clear_line(argv, message, capsys):
