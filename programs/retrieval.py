@@ -138,7 +138,8 @@ class CorpusIndex:
         root = Path(cache_dir or index_dir())
         key = f"{corpus.name}-{corpus.content_hash[:16]}-{embedder.id}-{index_type}"
         (root / ".locks").mkdir(parents=True, exist_ok=True)
-        with FileLock(root / ".locks" / f"{key}.lock"):  # a second process waits for the first build instead of repeating it
+        # a second process waits for the first one's build and loads it instead of embedding the corpus again
+        with FileLock(root / ".locks" / f"{key}.lock"):
             return cls._load(corpus, root / key, key) or cls._embed(corpus, embedder, root, key, index_type, progress)
 
     @classmethod
