@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 import sys
 from collections import Counter
 from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from contextvars import ContextVar
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -25,6 +26,7 @@ from runtime.embedders import Embedder, get_embedder
 from runtime.paths import index_dir
 
 INDEX_TYPES = {"flat": "Flat", "hnsw": "HNSW32"}  # plus "ivf" (nlist chosen from corpus size)
+KEEP_VERSIONS = 3  # cached indexes per corpus name, most recently used first: switching sources (blend_kb, xquad) reuses them
 _EXCLUDED: ContextVar[frozenset[str]] = ContextVar("excluded_groups", default=frozenset())
 
 
@@ -152,12 +154,14 @@ class CorpusIndex:
                                                 disable=not progress or len(batches) < 2)]) if texts else \
             np.zeros((0, 1), np.float32)
         built = cls.from_vectors(corpus, vectors, index_type)
-        for stale in root.glob(f"{corpus.name}-*-{embedder.id}-{index_type}"):
-            shutil.rmtree(stale, ignore_errors=True)
         folder = root / key
         folder.mkdir(parents=True, exist_ok=True)
         faiss.write_index(built.index, str(folder / "index.faiss"))
         (folder / "meta.json").write_text(json.dumps({"key": key, "ntotal": len(corpus)}))
+        versions = sorted(root.glob(f"{corpus.name}-*-{embedder.id}-{index_type}"), key=lambda p: p.stat().st_mtime,
+                          reverse=True)
+        for stale in versions[KEEP_VERSIONS:]:
+            shutil.rmtree(stale, ignore_errors=True)
         return built
 
     @classmethod
@@ -169,6 +173,8 @@ class CorpusIndex:
             index = faiss.read_index(str(folder / "index.faiss"))
             if meta.get("key") != key or meta.get("ntotal") != len(corpus):
                 raise ValueError("metadata does not match the corpus")
+            with suppress(OSError):  # marks it recently used for the KEEP_VERSIONS pruning (read-only caches skip)
+                os.utime(folder)
             return cls(corpus, index)
         except Exception as err:  # a corrupt or half-written cache is rebuilt, never trusted
             print(f"warning: rebuilding index cache {folder.name}: {err}", file=sys.stderr)

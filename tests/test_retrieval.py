@@ -1,3 +1,4 @@
+import json
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -58,11 +59,18 @@ def test_concurrent_builds_of_one_index_embed_once(embedder, tmp_path, monkeypat
     assert embedder.passage_calls == 1 and [b.index.ntotal for b in built] == [3, 3]
 
 
-def test_changed_corpus_gets_a_new_index_and_drops_the_stale_one(embedder, tmp_path):
-    CorpusIndex.build(Corpus("rivers", DOCS), embedder, tmp_path)
-    changed = Corpus("rivers", DOCS[:2])
-    idx = CorpusIndex.build(changed, embedder, tmp_path)
-    assert idx.index.ntotal == 2 and len(list(tmp_path.glob("rivers-*"))) == 1
+def test_changed_corpus_gets_a_new_index_and_keeps_the_most_recently_used_versions(embedder, tmp_path, monkeypatch):
+    monkeypatch.setattr("programs.retrieval.KEEP_VERSIONS", 2)
+    versions = [Corpus("rivers", DOCS[:n]) for n in (1, 2, 3)]
+    CorpusIndex.build(versions[0], embedder, tmp_path)
+    time.sleep(0.01)
+    CorpusIndex.build(versions[1], embedder, tmp_path)
+    time.sleep(0.01)
+    CorpusIndex.build(Corpus("rivers", DOCS[:1]), embedder, tmp_path)  # a cache hit counts as a use
+    time.sleep(0.01)
+    assert CorpusIndex.build(versions[2], embedder, tmp_path).index.ntotal == 3
+    kept = {json.loads((p / "meta.json").read_text())["ntotal"] for p in tmp_path.glob("rivers-*")}
+    assert kept == {1, 3}  # the 2-document version was the least recently used
 
 
 @pytest.mark.parametrize("docs, message", [([{"id": "1", "title": "t"}], "lacks"),
