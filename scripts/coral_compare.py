@@ -4,7 +4,7 @@
 ``python scripts/coral_compare.py --dataset click --corpus xquad --test 30 --compile``
 
 Prints one markdown table (accuracy overall and per resource tier, rounds, LM calls, prompt tokens and seconds
-per question) and logs one run: every cell as a metric (``<program>_<metric>``), the table, per-program
+per question), then each program paired with coral (exact McNemar test, most frequent answer), and logs one run: every cell as a metric (``<program>_<metric>``), the table, per-program
 predictions, and for coral a plot of the languages of the planner-selected corpora against the languages of the
 final evidence (the paper's Figure 3). ``--compile`` also bootstraps few-shot demos for coral on the train split
 and reports the compiled program next to the uncompiled one."""
@@ -28,6 +28,7 @@ from optimizers import tracking  # noqa: E402
 from optimizers.cli import compile_metric, parser, session  # noqa: E402
 from optimizers.compile import compile_program  # noqa: E402
 from optimizers.evaluation import evaluate  # noqa: E402
+from optimizers.stats import mcnemar_exact  # noqa: E402
 from programs.retrieval import excluded  # noqa: E402
 from runtime.metering import metered  # noqa: E402
 
@@ -98,6 +99,26 @@ def table(rows: dict[str, dict], metric: str) -> str:
     return "\n".join(lines)
 
 
+def paired(records: dict[str, list[dict]], metric: str, reference: str = "coral") -> tuple[str, dict]:
+    """Every program against ``reference`` on the same questions (right = full ``metric`` score): discordant
+    counts and the exact McNemar p-value, plus each program's most frequent answer, where a multiple-choice
+    writer's position bias shows. Returns the markdown table and the p-values as metrics."""
+    ref = {r["id"]: r.get(metric, 0.0) >= 1.0 for r in records[reference]}
+    lines = [f"| program | most frequent answer | only {reference} right | only program right | McNemar p |",
+             "|---|---|---|---|---|"]
+    metrics = {}
+    for name, recs in records.items():
+        (top, count), = Counter(str(r.get("answer"))[:40] for r in recs).most_common(1)
+        cells = ["–"] * 3
+        if name != reference:
+            pairs = [(ref[r["id"]], r.get(metric, 0.0) >= 1.0) for r in recs if r["id"] in ref]
+            only_ref, only_prog, p = mcnemar_exact(*zip(*pairs)) if pairs else (0, 0, 1.0)
+            cells = [str(only_ref), str(only_prog), f"{p:.3f}"]
+            metrics[f"{name}_vs_{reference}_mcnemar_p"] = p
+        lines.append(f"| {name} | {top} ({count}/{len(recs)}) | " + " | ".join(cells) + " |")
+    return "\n".join(lines), metrics
+
+
 def main(argv=None) -> dict[str, dict]:
     p = parser(__doc__.splitlines()[0])
     p.add_argument("--programs", nargs="+", default=list(DEFAULT_PROGRAMS), choices=programs.names())
@@ -123,25 +144,23 @@ def main(argv=None) -> dict[str, dict]:
                            for exs in (examples, train))
     metric = next(iter(s.metrics))
     tag = f"compare{'-oracle' if args.oracle_lang else ''}"
-    rows, coral_records = {}, None
+    rows, records_by = {}, {}
     run_name = f"coral-compare-{args.dataset}-{s.corpus_params()['corpus_source'].split()[0]}"
     with tracking.run(args.experiment, run_name, tags={"entry": "scripts/coral_compare.py"}) as run:
         tracking.log_params(s.params("coral") | {
             "programs": args.programs, "split": args.split, "balance": args.balance or "",
             "oracle_lang": args.oracle_lang, "compile": args.compile, "eval_ids": [ex.id for ex in examples]})
 
-        def run_program(label: str, program) -> list[dict]:
+        def run_program(label: str, program) -> None:
             records, summary = evaluate(program, examples, s.metrics, k=args.k, retries=args.retries,
                                         checkpoint=s.checkpoint(tag, label, program, examples), desc=label,
                                         groups=s.bundle.groups)
             tracking.log_metrics(summary, label)
             tracking.log_jsonl(f"predictions/{label}.jsonl", records)
-            rows[label] = summary
-            return records
+            rows[label], records_by[label] = summary, records
 
         for name in args.programs:
-            records = run_program(name, s.build(name))
-            coral_records = records if name == "coral" else coral_records
+            run_program(name, s.build(name))
         if args.compile:
             _, compile_fn = compile_metric(s.bundle.task, None)
             hidden = {g for ex in train for g in ex.get("leave_out") or ()}  # no demo may see its own answer
@@ -154,11 +173,14 @@ def main(argv=None) -> dict[str, dict]:
             tracking.log_params({"compiled_demos": {n: len(p.demos) for n, p in compiled.named_predictors()}})
             run_program("coral_compiled", compiled)
         text = table(rows, metric)
-        mlflow.log_text(text + "\n", "comparison.md")
-        if coral_records:
-            fig = mix_figure(coral_records, "tier" if "tier" in s.bundle.groups else None)
+        if "coral" in records_by:
+            tests, p_values = paired(records_by, metric)
+            text += "\n\n" + tests
+            mlflow.log_metrics(p_values)
+            fig = mix_figure(records_by["coral"], "tier" if "tier" in s.bundle.groups else None)
             mlflow.log_figure(fig, "coral_language_mix.png")
             plt.close(fig)
+        mlflow.log_text(text + "\n", "comparison.md")
     print(f"\n{args.dataset} | corpus: {s.corpus_params()['corpus_source']} | leave-question-out: "
           f"{args.leave_question_out} | lm: {args.lm} | run {run.info.run_id}\n\n{text}")
     return rows

@@ -18,29 +18,17 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import mlflow  # noqa: E402
-from scipy.stats import binomtest, ttest_rel  # noqa: E402
 
 import programs  # noqa: E402
 from optimizers import cli, tracking  # noqa: E402
 from optimizers.evaluation import evaluate  # noqa: E402
+from optimizers.stats import mcnemar_exact, paired_t  # noqa: E402
 from runtime.roles import assign_roles  # noqa: E402
 
 PROGRAMS = ("seal", "self_rag", "rag")
 COLUMNS = {"judge": "judge", "em": "EM", "f1": "F1", "title_precision": "P@k", "title_recall": "R@k",
            "title_f1": "F1@k", "iterations": "iters/q", "lm_calls": "LM calls/q", "seconds": "s/q",
            "failed_examples": "failed"}
-
-
-def mcnemar_exact(a: list[bool], b: list[bool]) -> tuple[int, int, float]:
-    """Discordant counts (only a right, only b right) and the exact two-sided McNemar p-value."""
-    only_a = sum(x and not y for x, y in zip(a, b))
-    only_b = sum(y and not x for x, y in zip(a, b))
-    return only_a, only_b, float(binomtest(only_a, only_a + only_b, 0.5).pvalue) if only_a + only_b else 1.0
-
-
-def paired_t(a: list[float], b: list[float]) -> float:
-    """Two-sided paired t-test p-value; NaN when the pairs never differ (the test is undefined)."""
-    return float(ttest_rel(a, b).pvalue) if any(x != y for x, y in zip(a, b)) else math.nan
 
 
 def cell_name(name: str, k: int, loops: int | None) -> str:

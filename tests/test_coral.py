@@ -273,17 +273,11 @@ def test_baseline_scopes_and_translation(dummy, search):
 
 
 def test_compare_script_prints_one_table_and_logs_one_run(embedder, monkeypatch, capsys):
-    import importlib.util
-    from pathlib import Path
-
     import mlflow
 
+    import scripts.coral_compare as compare
     from optimizers import cli
 
-    path = Path(__file__).resolve().parent.parent / "scripts" / "coral_compare.py"
-    spec = importlib.util.spec_from_file_location("coral_compare", path)
-    compare = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(compare)
     lm = DummyLM({PLAN: Queue({"corpora": ["ko"]}), REPLAN: Queue({"corpora": ["es"], "query": "other"}),
                   BATCH: Queue(batched(*(rating(i, 4, 4, 4, 4) for i in range(1, 10)))), SINGLE: Queue(rating(0, 4, 4, 4, 4)),
                   ENOUGH: Queue({"enough": True, "reason": "fine"}), WRITE: Queue({"answer": "A"})})
@@ -294,11 +288,24 @@ def test_compare_script_prints_one_table_and_logs_one_run(embedder, monkeypatch,
     assert list(rows) == ["direct", "mono_rag", "coral", "coral_compiled"] and rows["coral"]["n"] == 6
     assert rows["coral"]["n_by_source_lang/ko"] == 1 and rows["coral"]["iterations"] == 1.0
     out = capsys.readouterr().out
-    assert "| program | n | accuracy |" in out and "| coral_compiled | 6 |" in out
+    assert "| program | n | accuracy |" in out and "| coral_compiled | 6 |" in out and "| only coral right |" in out
     run = mlflow.search_runs(experiment_names=["agentic-rag"], output_format="list")[0]
-    assert {"coral_accuracy", "coral_compiled_lm_calls", "direct_seconds"} <= run.data.metrics.keys()
+    assert {"coral_accuracy", "coral_compiled_lm_calls", "direct_seconds",
+            "direct_vs_coral_mcnemar_p"} <= run.data.metrics.keys()
     artifacts = {a.path for a in mlflow.MlflowClient().list_artifacts(run.info.run_id)}
     assert {"comparison.md", "coral_language_mix.png", "predictions"} <= artifacts
+
+
+def test_paired_table_counts_discordant_questions_against_coral():
+    from scripts.coral_compare import paired
+
+    def recs(answers, right):
+        return [{"id": f"q{i}", "answer": a, "accuracy": float(r)} for i, (a, r) in enumerate(zip(answers, right))]
+
+    records = {"direct": recs("ABCA", [0, 0, 0, 1]), "coral": recs("AAAB", [1, 1, 1, 0])}
+    text, p_values = paired(records, "accuracy")
+    assert "| direct | A (2/4) | 3 | 1 | 0.625 |" in text and "| coral | A (3/4) | – | – | – |" in text
+    assert p_values == {"direct_vs_coral_mcnemar_p": 0.625}
 
 
 def test_every_registered_program_takes_the_question_language():
