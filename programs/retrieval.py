@@ -26,7 +26,8 @@ from runtime.embedders import Embedder, get_embedder
 from runtime.paths import index_dir
 
 INDEX_TYPES = {"flat": "Flat", "hnsw": "HNSW32"}  # plus "ivf" (nlist chosen from corpus size)
-KEEP_VERSIONS = 3  # cached indexes per corpus name, most recently used first: switching sources (blend_kb, xquad) reuses them
+# cached indexes kept per corpus name (most recently used): switching corpus sources (blend_kb, xquad) reuses them
+KEEP_VERSIONS = 3
 _EXCLUDED: ContextVar[frozenset[str]] = ContextVar("excluded_groups", default=frozenset())
 
 
