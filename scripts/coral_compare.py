@@ -6,8 +6,9 @@
 Prints one markdown table (accuracy overall and per resource tier, rounds, LM calls, prompt tokens and seconds
 per question), then each program paired with coral (exact McNemar test, most frequent answer), and logs one run:
 every cell as a metric (``<program>_<metric>``), the tables, per-program predictions, and for coral a plot of the
-languages of the planner-selected corpora against the languages of the final evidence (the paper's Figure 3). ``--compile`` also bootstraps few-shot demos for coral on the train split
-and reports the compiled program next to the uncompiled one."""
+languages of the planner-selected corpora against the languages of the final evidence (the paper's Figure 3).
+``--compile`` also bootstraps few-shot demos for coral on the train split and reports the compiled program next to
+the uncompiled one."""
 from __future__ import annotations
 
 import random
