@@ -104,7 +104,7 @@ def paired(records: dict[str, list[dict]], metric: str, reference: str = "coral"
     """Every program against ``reference`` on the same questions (right = full ``metric`` score): discordant
     counts and the exact McNemar p-value, plus each program's most frequent answer, where a multiple-choice
     writer's position bias shows. Returns the markdown table and the p-values as metrics."""
-    ref = {r["id"]: r.get(metric, 0.0) >= 1.0 for r in records[reference]}
+    right = {name: {r["id"]: r.get(metric, 0.0) >= 1.0 for r in recs} for name, recs in records.items()}
     lines = [f"| program | most frequent answer | only {reference} right | only program right | McNemar p |",
              "|---|---|---|---|---|"]
     metrics = {}
@@ -112,8 +112,8 @@ def paired(records: dict[str, list[dict]], metric: str, reference: str = "coral"
         (top, count), = Counter(str(r.get("answer"))[:40] for r in recs).most_common(1)
         cells = ["–"] * 3
         if name != reference:
-            pairs = [(ref[r["id"]], r.get(metric, 0.0) >= 1.0) for r in recs if r["id"] in ref]
-            only_ref, only_prog, p = mcnemar_exact(*zip(*pairs)) if pairs else (0, 0, 1.0)
+            ids = [i for i in right[reference] if i in right[name]]
+            only_ref, only_prog, p = mcnemar_exact([right[reference][i] for i in ids], [right[name][i] for i in ids])
             cells = [str(only_ref), str(only_prog), f"{p:.3f}"]
             metrics[f"{name}_vs_{reference}_mcnemar_p"] = p
         lines.append(f"| {name} | {top} ({count}/{len(recs)}) | " + " | ".join(cells) + " |")
