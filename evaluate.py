@@ -30,13 +30,13 @@ def main(argv=None) -> dict:
     s = session(args, programs.spec(args.program).needs_search)
     program = (programs.load_compiled(artifact, search=s.retriever, roles=s.roles) if artifact
                else s.build(args.program))
-    examples = getattr(s.splits, args.split)
+    examples = s.evaluated(getattr(s.splits, args.split))
     run_name = f"{args.program}-{args.dataset}-{args.split}" + ("-compiled" if artifact else "")
     with tracking.run(args.experiment, run_name, tags={"entry": "evaluate.py"}) as run:
         tracking.log_params(s.params(args.program) | {"split": args.split, "compiled_from": args.compiled or ""})
         records, summary = evaluate(program, examples, s.metrics, k=args.k if s.retriever else None,
                                     retries=args.retries, checkpoint=s.checkpoint(args.split, args.program, program, examples),
-                                    desc=args.split, groups=s.bundle.groups)
+                                    desc=args.split, groups=s.groups)
         tracking.log_metrics(summary, args.split)
         tracking.log_jsonl(f"predictions/{args.split}.jsonl", records)
         if s.judge:

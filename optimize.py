@@ -48,9 +48,10 @@ def main(argv=None) -> str:
         def stage(name, prog, examples):
             if not examples:  # e.g. --dev 0 with bootstrap, which never looks at dev
                 return
+            examples = s.evaluated(examples)
             records, summary = evaluate(prog, examples, s.metrics, k=k, retries=args.retries,
                                         checkpoint=s.checkpoint(name, args.program, prog, examples), desc=name,
-                                        groups=s.bundle.groups)
+                                        groups=s.groups)
             tracking.log_metrics(summary, name)
             tracking.log_jsonl(f"predictions/{name}.jsonl", records)
             stages[name] = summary

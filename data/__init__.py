@@ -76,3 +76,21 @@ def split(examples: list[dspy.Example], n_train: int, n_dev: int, n_test: int, s
     pool = sorted(examples, key=lambda ex: ex.id)
     random.Random(seed).shuffle(pool)
     return Splits(pool[:n_train], pool[n_train:n_train + n_dev], pool[n_train + n_dev:need], seed)
+
+
+def circular(examples: list[dspy.Example]) -> list[dspy.Example]:
+    """Circular multiple choice: each example once per cyclic shift of its options, so every option text (the
+    gold one included) stands at every letter exactly once. Copies get id ``<id>#r<shift>``, ``base_id`` and
+    ``rotation``; ``optimizers.evaluation.summarize`` counts a question as solved only when all its copies are.
+    A writer that always picks one letter scores 1/n per copy and 0 circular."""
+    out = []
+    for ex in examples:
+        if not ex.get("options"):
+            raise ValueError(f"circular evaluation needs multiple-choice examples; {ex.id} has no options")
+        letters, texts = list(ex.options), list(ex.options.values())
+        gold = letters.index(ex.answer)
+        for shift in range(len(texts)):
+            letter = letters[(gold - shift) % len(texts)]
+            out.append(ex.copy(id=f"{ex.id}#r{shift}", base_id=ex.id, rotation=shift, answer=letter,
+                               answers=[letter], options=dict(zip(letters, texts[shift:] + texts[:shift]))))
+    return out

@@ -51,6 +51,10 @@ def parser(description: str) -> argparse.ArgumentParser:
     p.add_argument("--index", default="flat", choices=[*INDEX_TYPES, "ivf"], help="faiss index type")
     p.add_argument("--judge", action="store_true", help="also score answers with the LLM judge (--judge-lm)")
     p.add_argument("--retries", type=int, default=1, help="retries of an example whose LM output fails")
+    p.add_argument("--circular", action="store_true",
+                   help="multiple choice: evaluate each question once per cyclic shift of its options and report "
+                        "circular_<metric> (right at every shift), which a letter-position bias cannot inflate; "
+                        "costs one evaluation per option")
     p.add_argument("--no-cache", action="store_true", help="disable DSPy's LM response cache")
     p.add_argument("--experiment", default="agentic-rag", help="MLflow experiment")
     return p
@@ -70,6 +74,15 @@ class Session:
     def config(self) -> dict:
         return {"k": self.args.k, "loops": self.args.loops, "max_chars": self.args.max_chars}
 
+    @property
+    def groups(self) -> tuple[str, ...]:
+        """Example fields metrics are broken down by: the dataset's, plus the option shift with ``--circular``."""
+        return (*self.bundle.groups, "rotation") if self.args.circular else self.bundle.groups
+
+    def evaluated(self, examples: list[dspy.Example]) -> list[dspy.Example]:
+        """The examples to evaluate: as given, or once per cyclic option shift with ``--circular``."""
+        return datasets.circular(examples) if self.args.circular else examples
+
     def lm_ids(self) -> dict:
         a = self.args
         return {"lm": a.lm, "api_base": a.api_base or "", "planner_lm": a.planner_lm or a.lm,
@@ -82,7 +95,7 @@ class Session:
                 "split_seed": a.seed, **{f"n_{k}": v for k, v in sizes.items()},
                 "split_ids": self.splits.ids(), "embedder": self.retriever.embedder.id if self.retriever else "",
                 "index": a.index, "corpora": {c.name: len(c) for c in self.bundle.corpora},
-                "judge": a.judge, "retries": a.retries, "cache": not a.no_cache, **self.lm_ids(),
+                "judge": a.judge, "circular": a.circular, "retries": a.retries, "cache": not a.no_cache, **self.lm_ids(),
                 **self.corpus_params()}
 
     def corpus_params(self) -> dict:
@@ -124,6 +137,8 @@ def session(args: argparse.Namespace, needs_search: bool) -> Session:
         retriever = Retriever(bundle.corpora, args.embedder, args.index) if needs_search else None
     except (FileNotFoundError, ValueError, KeyError) as err:
         fail(str(err).strip("'\""))
+    if args.circular and bundle.task != "mcq":
+        fail(f"--circular needs a multiple-choice dataset; {args.dataset} has free-form answers")
     roles = Roles(writer=writer, **extra)
     init_dspy(writer, cache=not args.no_cache)
     judge = Judge(roles.lm("judge")) if args.judge else None

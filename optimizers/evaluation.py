@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+from collections import defaultdict
 from pathlib import Path
 from statistics import mean
 
@@ -37,6 +38,8 @@ def record(example: dspy.Example, pred, metrics: dict, k: int | None, groups: tu
     rec = {"id": example.id, "question": example.question, "gold": example.answer,
            "answer": getattr(pred, "answer", None), "failed": pred is None}
     rec.update({g: example.get(g) for g in groups})
+    if example.get("base_id"):
+        rec["base_id"] = example.base_id  # a circular multiple-choice copy (``data.circular``)
     for name, fn in metrics.items():
         rec[name] = float(fn(example, pred)) if pred is not None else 0.0
     passages = list(getattr(pred, "passages", None) or [])
@@ -54,7 +57,8 @@ def evaluate(program: dspy.Module, examples: list[dspy.Example], metrics: dict, 
 
     Returns the per-example records and a summary: mean of every metric, ``failed_examples`` (count), mean
     ``iterations`` (from ``pred.trace``), cost per question (``lm_calls``, ``prompt_tokens``, ``completion_tokens``,
-    ``seconds``) and, for each example field in ``groups`` (e.g. ``lang``), ``<metric>_by_<field>/<value>``."""
+    ``seconds``), for each example field in ``groups`` (e.g. ``lang``) ``<metric>_by_<field>/<value>``, and for
+    circular copies (``data.circular``) ``circular_<metric>``: per question the worst score over its copies."""
     done: dict[str, dict] = {}
     if checkpoint and checkpoint.exists():
         with open(checkpoint, encoding="utf-8") as fh:
@@ -91,6 +95,14 @@ def summarize(records: list[dict], metrics: dict, groups: tuple[str, ...] = ()) 
         values = [r[key] for r in records if r.get(key) is not None]
         if values:
             summary[key] = mean(values)
+    copies = defaultdict(list)
+    for r in records:
+        if "base_id" in r:
+            copies[r["base_id"]].append(r)
+    if copies:
+        summary["n_questions"] = len(copies)
+        for name in metrics:
+            summary[f"circular_{name}"] = mean(min(r[name] for r in rs) for rs in copies.values())
     iterations = [r["trace"]["iterations"] for r in records if (r.get("trace") or {}).get("iterations") is not None]
     if iterations:
         summary["iterations"] = mean(iterations)

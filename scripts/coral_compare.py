@@ -2,13 +2,14 @@
 
 ``python scripts/coral_compare.py --dataset blend --test 48 --balance country``            (blend_kb, leave-out)
 ``python scripts/coral_compare.py --dataset click --corpus xquad --test 30 --compile``
+``python scripts/coral_compare.py --dataset blend --test 48 --programs direct multi_rag --circular``
 
-Prints one markdown table (accuracy overall and per resource tier, rounds, LM calls, prompt tokens and seconds
-per question), then each program paired with coral (exact McNemar test, most frequent answer), and logs one run:
-every cell as a metric (``<program>_<metric>``), the tables, per-program predictions, and for coral a plot of the
-languages of the planner-selected corpora against the languages of the final evidence (the paper's Figure 3).
-``--compile`` also bootstraps few-shot demos for coral on the train split and reports the compiled program next to
-the uncompiled one."""
+Prints one markdown table (accuracy overall, at every option shift with ``--circular``, and per resource tier,
+rounds, LM calls, prompt tokens and seconds per question), then each program paired with coral, or else with the
+first program (exact McNemar test, most frequent answer), and logs one run: every cell as a metric
+(``<program>_<metric>``), the tables, per-program predictions, and for coral a plot of the languages of the
+planner-selected corpora against the languages of the final evidence (the paper's Figure 3). ``--compile`` also
+bootstraps few-shot demos for coral on the train split and reports the compiled program next to the uncompiled one."""
 from __future__ import annotations
 
 import random
@@ -90,21 +91,32 @@ def mix_figure(records: list[dict], by: str | None):
 
 def table(rows: dict[str, dict], metric: str) -> str:
     tiers = [t for t in TIERS if any(f"{metric}_by_tier/{t}" in r for r in rows.values())]
-    head = ["program", "n", metric, *tiers, *(label for _, label, _ in COST)]
+    circular = [f"circular_{metric}"] if any(f"circular_{metric}" in r for r in rows.values()) else []
+    head = ["program", "n", metric, *circular, *tiers, *(label for _, label, _ in COST)]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for name, r in rows.items():
-        cells = [name, str(r.get("n", 0)), f"{r.get(metric, 0):.3f}"]
+        cells = [name, str(r.get("n", 0)), f"{r.get(metric, 0):.3f}", *(f"{r[c]:.3f}" for c in circular)]
         cells += [f"{r[f'{metric}_by_tier/{t}']:.3f}" if f"{metric}_by_tier/{t}" in r else "" for t in tiers]
         cells += [fmt.format(r[key]) if key in r else "" for key, _, fmt in COST]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
+def solved(records: list[dict], metric: str) -> dict[str, bool]:
+    """Per question: whether it got the full ``metric`` score, on every copy of it (``base_id``) when circular."""
+    right: dict[str, bool] = {}
+    for r in records:
+        key = r.get("base_id", r["id"])
+        right[key] = right.get(key, True) and r.get(metric, 0.0) >= 1.0
+    return right
+
+
 def paired(records: dict[str, list[dict]], metric: str, reference: str = "coral") -> tuple[str, dict]:
-    """Every program against ``reference`` on the same questions (right = full ``metric`` score): discordant
-    counts and the exact McNemar p-value, plus each program's most frequent answer, where a multiple-choice
-    writer's position bias shows. Returns the markdown table and the p-values as metrics."""
-    right = {name: {r["id"]: r.get(metric, 0.0) >= 1.0 for r in recs} for name, recs in records.items()}
+    """Every program against ``reference`` on the same questions (right = full ``metric`` score, at every option
+    shift for circular copies): discordant counts and the exact McNemar p-value, plus each program's most
+    frequent answer, where a multiple-choice writer's position bias shows. Returns the markdown table and the
+    p-values as metrics."""
+    right = {name: solved(recs, metric) for name, recs in records.items()}
     lines = [f"| program | most frequent answer | only {reference} right | only program right | McNemar p |",
              "|---|---|---|---|---|"]
     metrics = {}
@@ -143,6 +155,7 @@ def main(argv=None) -> dict[str, dict]:
     if args.oracle_lang:
         examples, train = ([ex.copy(lang=ex.get("source_lang") or ex.get("lang")) for ex in exs]
                            for exs in (examples, train))
+    examples = s.evaluated(examples)
     metric = next(iter(s.metrics))
     tag = f"compare{'-oracle' if args.oracle_lang else ''}"
     rows, records_by = {}, {}
@@ -155,7 +168,7 @@ def main(argv=None) -> dict[str, dict]:
         def run_program(label: str, program) -> None:
             records, summary = evaluate(program, examples, s.metrics, k=args.k, retries=args.retries,
                                         checkpoint=s.checkpoint(tag, label, program, examples), desc=label,
-                                        groups=s.bundle.groups)
+                                        groups=s.groups)
             tracking.log_metrics(summary, label)
             tracking.log_jsonl(f"predictions/{label}.jsonl", records)
             rows[label], records_by[label] = summary, records
@@ -174,10 +187,10 @@ def main(argv=None) -> dict[str, dict]:
             tracking.log_params({"compiled_demos": {n: len(p.demos) for n, p in compiled.named_predictors()}})
             run_program("coral_compiled", compiled)
         text = table(rows, metric)
+        tests, p_values = paired(records_by, metric, "coral" if "coral" in records_by else args.programs[0])
+        text += "\n\n" + tests
+        mlflow.log_metrics(p_values)
         if "coral" in records_by:
-            tests, p_values = paired(records_by, metric)
-            text += "\n\n" + tests
-            mlflow.log_metrics(p_values)
             fig = mix_figure(records_by["coral"], "tier" if "tier" in s.bundle.groups else None)
             mlflow.log_figure(fig, "coral_language_mix.png")
             plt.close(fig)

@@ -57,6 +57,7 @@ def test_evaluate_a_compiled_artifact(scripted_lm, tmp_path):
     (["--program", "rag", "--train", "0"], "needs --train of at least 1"),
     (["--program", "rag", "--optimizer", "random_search", "--dev", "0"], "needs --train and --dev of at least 1"),
     ([], "--program is required"),
+    (["--program", "rag", "--circular"], "--circular needs a multiple-choice dataset"),
 ])
 def test_bad_input_is_one_clear_line(argv, message, capsys):
     with pytest.raises(SystemExit):

@@ -296,6 +296,18 @@ def test_compare_script_prints_one_table_and_logs_one_run(embedder, monkeypatch,
     assert {"comparison.md", "coral_language_mix.png", "predictions"} <= artifacts
 
 
+def test_compare_script_circular_mode_scores_a_letter_bias_zero(monkeypatch, capsys):
+    import scripts.coral_compare as compare
+    from optimizers import cli
+
+    monkeypatch.setattr(cli, "make_lm", lambda *a, **k: DummyLM({WRITE: Queue({"answer": "A"})}))
+    rows = compare.main(["--dataset", "demo_culture", "--programs", "direct", "--train", "1", "--dev", "1",
+                         "--test", "3", "--circular"])
+    assert rows["direct"]["n"] == 12 and rows["direct"]["accuracy"] == 0.25 and rows["direct"]["circular_accuracy"] == 0
+    out = capsys.readouterr().out
+    assert "| program | n | accuracy | circular_accuracy |" in out and "| direct | A (12/12) | – |" in out
+
+
 def test_paired_table_counts_discordant_questions_against_coral():
     from scripts.coral_compare import paired
 
@@ -306,6 +318,18 @@ def test_paired_table_counts_discordant_questions_against_coral():
     text, p_values = paired(records, "accuracy")
     assert "| direct | A (2/4) | 3 | 1 | 0.625 |" in text and "| coral | A (3/4) | – | – | – |" in text
     assert p_values == {"direct_vs_coral_mcnemar_p": 0.625}
+
+
+def test_paired_table_counts_a_circular_question_right_only_at_every_shift():
+    from scripts.coral_compare import paired
+
+    def recs(rights):
+        return [{"id": f"q{q}#r{r}", "base_id": f"q{q}", "answer": "A", "accuracy": float(ok)}
+                for q, row in enumerate(rights) for r, ok in enumerate(row)]
+
+    records = {"direct": recs([[1, 1], [1, 0], [0, 0]]), "coral": recs([[1, 0], [1, 1], [1, 1]])}
+    text, p_values = paired(records, "accuracy", "direct")
+    assert "| coral | A (6/6) | 1 | 2 | 1.000 |" in text and set(p_values) == {"coral_vs_direct_mcnemar_p"}
 
 
 def test_every_registered_program_takes_the_question_language():

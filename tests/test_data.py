@@ -62,6 +62,23 @@ def test_splits_are_seeded_disjoint_and_order_independent():
         data.split(examples, 10, 10, 10)
 
 
+def test_circular_copies_put_every_option_at_every_letter():
+    ex = data.load("demo_culture").examples[0]
+    copies = data.circular([ex])
+    assert [c.id for c in copies] == [f"{ex.id}#r{i}" for i in range(4)] and {c.base_id for c in copies} == {ex.id}
+    assert copies[0].options == ex.options and copies[0].answer == ex.answer
+    for letter in ex.options:  # each text, the gold one included, stands at this letter in exactly one copy
+        assert sorted(c.options[letter] for c in copies) == sorted(ex.options.values())
+    assert sorted(c.answer for c in copies) == list("ABCD")
+    assert all(c.options[c.answer] == ex.options[ex.answer] and c.answers == [c.answer] for c in copies)
+    assert copies[2].inputs().keys() == ex.inputs().keys()
+
+
+def test_circular_refuses_examples_without_options():
+    with pytest.raises(ValueError, match="has no options"):
+        data.circular(data.load("demo").examples[:1])
+
+
 def test_demo_sets_are_consistent():
     mh = demo.load_multihop()
     titles = {d["title"] for d in mh.corpora[0].docs}

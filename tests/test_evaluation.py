@@ -70,3 +70,19 @@ def test_metrics_are_broken_down_by_group_and_iterations_averaged(dummy):
     _, summary = evaluate(Looping(), examples, {"em": exact_match}, groups=("lang",))
     assert summary["em_by_lang/ko"] == 0.5 and summary["em_by_lang/es"] == 1.0 and summary["n_by_lang/ko"] == 2
     assert summary["iterations"] == 2.0
+
+
+def test_circular_score_needs_every_copy_right(dummy):
+    import data
+    from optimizers.metrics import accuracy
+
+    class AlwaysA(dspy.Module):
+        def forward(self, question, options, lang):
+            return dspy.Prediction(answer="A", passages=[])
+
+    examples = data.circular(data.load("demo_culture").examples[:3])
+    records, summary = evaluate(AlwaysA(), examples, {"accuracy": accuracy}, groups=("rotation",))
+    assert summary["n"] == 12 and summary["n_questions"] == 3
+    assert summary["accuracy"] == 0.25 and summary["circular_accuracy"] == 0.0  # the letter bias shows, and scores 0
+    assert {r["base_id"] for r in records} == {ex.id for ex in data.load("demo_culture").examples[:3]}
+    assert sum(summary[f"n_by_rotation/{i}"] for i in range(4)) == 12
