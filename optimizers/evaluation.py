@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-from collections import defaultdict
 from pathlib import Path
 from statistics import mean
 
@@ -95,14 +94,11 @@ def summarize(records: list[dict], metrics: dict, groups: tuple[str, ...] = ()) 
         values = [r[key] for r in records if r.get(key) is not None]
         if values:
             summary[key] = mean(values)
-    copies = defaultdict(list)
-    for r in records:
-        if "base_id" in r:
-            copies[r["base_id"]].append(r)
-    if copies:
-        summary["n_questions"] = len(copies)
+    if any("base_id" in r for r in records):
         for name in metrics:
-            summary[f"circular_{name}"] = mean(min(r[name] for r in rs) for rs in copies.values())
+            scores = per_question(records, name)
+            summary[f"circular_{name}"] = mean(scores.values())
+        summary["n_questions"] = len(scores)
     iterations = [r["trace"]["iterations"] for r in records if (r.get("trace") or {}).get("iterations") is not None]
     if iterations:
         summary["iterations"] = mean(iterations)
@@ -113,3 +109,12 @@ def summarize(records: list[dict], metrics: dict, groups: tuple[str, ...] = ()) 
                 summary[f"{name}_by_{field}/{value}"] = mean(r[name] for r in subset)
             summary[f"n_by_{field}/{value}"] = len(subset)
     return summary
+
+
+def per_question(records: list[dict], metric: str) -> dict[str, float]:
+    """Each question's ``metric`` score: the worst over its circular copies (same ``base_id``), else its own."""
+    scores: dict[str, float] = {}
+    for r in records:
+        key, value = r.get("base_id", r["id"]), r.get(metric, 0.0)
+        scores[key] = min(scores[key], value) if key in scores else value
+    return scores

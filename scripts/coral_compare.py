@@ -29,7 +29,7 @@ import programs  # noqa: E402
 from optimizers import tracking  # noqa: E402
 from optimizers.cli import compile_metric, parser, session  # noqa: E402
 from optimizers.compile import compile_program  # noqa: E402
-from optimizers.evaluation import evaluate  # noqa: E402
+from optimizers.evaluation import evaluate, per_question  # noqa: E402
 from optimizers.stats import mcnemar_exact  # noqa: E402
 from programs.retrieval import excluded  # noqa: E402
 from runtime.metering import metered  # noqa: E402
@@ -102,21 +102,13 @@ def table(rows: dict[str, dict], metric: str) -> str:
     return "\n".join(lines)
 
 
-def solved(records: list[dict], metric: str) -> dict[str, bool]:
-    """Per question: whether it got the full ``metric`` score, on every copy of it (``base_id``) when circular."""
-    right: dict[str, bool] = {}
-    for r in records:
-        key = r.get("base_id", r["id"])
-        right[key] = right.get(key, True) and r.get(metric, 0.0) >= 1.0
-    return right
-
-
 def paired(records: dict[str, list[dict]], metric: str, reference: str = "coral") -> tuple[str, dict]:
     """Every program against ``reference`` on the same questions (right = full ``metric`` score, at every option
     shift for circular copies): discordant counts and the exact McNemar p-value, plus each program's most
     frequent answer, where a multiple-choice writer's position bias shows. Returns the markdown table and the
     p-values as metrics."""
-    right = {name: solved(recs, metric) for name, recs in records.items()}
+    right = {name: {q: score >= 1.0 for q, score in per_question(recs, metric).items()}
+             for name, recs in records.items()}
     lines = [f"| program | most frequent answer | only {reference} right | only program right | McNemar p |",
              "|---|---|---|---|---|"]
     metrics = {}
