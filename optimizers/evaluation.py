@@ -96,9 +96,8 @@ def summarize(records: list[dict], metrics: dict, groups: tuple[str, ...] = ()) 
             summary[key] = mean(values)
     if any("base_id" in r for r in records):
         for name in metrics:
-            scores = per_question(records, name)
-            summary[f"circular_{name}"] = mean(scores.values())
-        summary["n_questions"] = len(scores)
+            summary[f"circular_{name}"] = mean(per_question(records, name).values())
+        summary["n_questions"] = len({r.get("base_id", r["id"]) for r in records})
     iterations = [r["trace"]["iterations"] for r in records if (r.get("trace") or {}).get("iterations") is not None]
     if iterations:
         summary["iterations"] = mean(iterations)
