@@ -141,7 +141,8 @@ def load_compiled(path_or_run_id: str | dict, search=None, data_dir=None, roles=
 
         bundle = corpora.load(data["dataset"], data_dir, data.get("corpus"), data.get("leave_question_out", True),
                               data.get("max_docs"))
-        search = Retriever(bundle.corpora, embedder=data["embedder"], index_type=data["index"])
+        options = {k: data[k] for k in ("retriever", "rerank", "rerank_depth", "fuse_depth", "rrf_k") if k in data}
+        search = Retriever(bundle.corpora, embedder=data["embedder"], index_type=data["index"], **options)
     program = build(name, search=search, **artifact["config"])
     program.load_state(artifact["state"])
     if roles is not None:
