@@ -53,16 +53,19 @@ class NoReranker(Reranker):
 
 
 class EmbedReranker(Reranker):
-    """Cosine similarity under the retriever's embedder (query and passage prompts as at indexing time)."""
+    """Cosine similarity under the retriever's embedder (query and passage prompts as at indexing time); passage
+    vectors are read back from the dense index where the retriever has one, else encoded."""
 
     name = "embed"
 
     def __init__(self, search: "Retriever"):
-        self.embedder = search.embedder
+        self.search, self.embedder = search, search.embedder
 
     def scores(self, query, passages):
         q = self.embedder.encode_queries([query])[0]
-        return self.embedder.encode_passages([_passage_text(p) for p in passages]) @ q
+        stored = self.search.stored_vectors(passages)
+        vectors = stored if stored is not None else self.embedder.encode_passages([_passage_text(p) for p in passages])
+        return vectors @ q
 
 
 class CrossReranker(Reranker):

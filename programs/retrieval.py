@@ -127,6 +127,7 @@ class CorpusIndex:
             raise ValueError(f"index for '{corpus.name}' holds {index.ntotal} vectors for {len(corpus)} documents")
         self.corpus, self.index = corpus, index
         self.group_sizes = Counter(str(d["group"]) for d in corpus.docs if d.get("group"))
+        self.rows = {f"{corpus.name}:{d['id']}": row for row, d in enumerate(corpus.docs)}
 
     @classmethod
     def from_vectors(cls, corpus: Corpus, vectors: np.ndarray, index_type: str = "flat") -> "CorpusIndex":
@@ -284,6 +285,17 @@ class Retriever:
                 else:
                     out[i][name] = dense[i] if method == "dense" else lexical
         return out
+
+    def stored_vectors(self, passages: list[Passage]) -> np.ndarray | None:
+        """The indexed (passage-side) vectors of ``passages``, read back from their faiss indexes; None when one
+        of them has no dense index or its index type cannot give vectors back."""
+        if not all(self.indexes.get(p.corpus) and p.id in self.indexes[p.corpus].rows for p in passages):
+            return None
+        try:
+            return np.stack([self.indexes[p.corpus].index.reconstruct(self.indexes[p.corpus].rows[p.id])
+                             for p in passages]) if passages else None
+        except RuntimeError:  # e.g. an IVF index without a direct map
+            return None
 
     def search_each(self, query: str, k: int, corpora: list[str] | None = None) -> dict[str, list[Passage]]:
         """Top-``k`` per selected corpus (each corpus's candidates reranked on their own)."""

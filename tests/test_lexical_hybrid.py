@@ -2,8 +2,10 @@
 import math
 
 import pytest
+from dspy.utils.dummies import DummyLM
 
 import optimize
+from optimizers import cli
 from programs import retrieval
 from programs.bm25 import BM25Index, tokenize
 from programs.retrieval import Corpus, Passage, Retriever, excluded, rrf
@@ -106,7 +108,8 @@ def test_unknown_retriever_names_the_choices(embedder, tmp_path):
     (["--retriever", "sparse"], "invalid choice: 'sparse' (choose from 'dense', 'bm25', 'hybrid')"),
     (["--rerank", "colbert"], "unknown reranker 'colbert'; choose one of: none, embed, cross, lm"),
 ])
-def test_bad_retrieval_flags_are_one_clear_line(argv, message, capsys):
+def test_bad_retrieval_flags_are_one_clear_line(argv, message, capsys, monkeypatch):
+    monkeypatch.setattr(cli, "make_lm", lambda *a, **k: DummyLM([{"answer": "x"}]))
     with pytest.raises(SystemExit):
         optimize.main(["--program", "rag", "--train", "1", "--dev", "1", "--test", "1", *argv])
     assert message in capsys.readouterr().err.strip().splitlines()[-1]
