@@ -230,3 +230,37 @@ def test_ircot_respects_the_budget_and_counts_unusable_thoughts():
     routed({THOUGHT: {"next_sentence": "..."}, ANSWER: {"answer": "Lyon"}})
     pred = programs.build("ircot", search=ScriptedSearch(ROUTES), k=2, loops=3)(question=Q)
     assert pred.trace["fallbacks"] == {"thought": 1} and pred.trace["stop_reason"] == "unusable_thought"
+
+
+# --- the comparison / step-budget script --------------------------------------------------------------------------
+
+def test_paired_tests_against_par2_count_discordant_questions():
+    from scripts.par2_compare import paired
+
+    ref = [{"id": str(i), "em": float(i < 6), "recall_any": 1.0} for i in range(8)]
+    other = [{"id": str(i), "em": float(i == 7), "recall_any": float(i % 2)} for i in range(8)]
+    text, metrics = paired({"par2": ref, "rag": other}, "par2", "em")
+    assert "| rag | 8 | 6 | 1 | 0.125 | 1.000 | 0.500 |" in text  # binomial(1 of 7, p=0.5) two-sided = 0.125
+    assert metrics["rag_vs_par2_mcnemar_p"] == pytest.approx(0.125) and "rag_vs_par2_ttest_recall_p" in metrics
+
+
+def test_compare_script_runs_programs_and_budgets_in_one_run(monkeypatch, capsys, embedder):
+    import mlflow
+
+    import scripts.par2_compare as compare
+    from optimizers import cli
+
+    lm = DummyLM({PLAN: {"searches": "Apple founders | who\nSteve Jobs | person"},
+                  ESC: {"decision": "STOP", "next_query": ""}, THOUGHT: {"next_sentence": "So the answer is: Paris."},
+                  ANSWER: {"answer": "Paris"}})
+    monkeypatch.setattr(cli, "make_lm", lambda *a, **k: lm)
+    monkeypatch.setattr(cli, "Retriever", lambda corpora, *a: Retriever(corpora, embedder=embedder))
+    summaries = compare.main(["--dataset", "demo", "--train", "0", "--dev", "0", "--test", "2", "--k", "2",
+                              "--loops", "2", "--programs", "rag", "par2", "--budgets", "2", "3",
+                              "--budget-programs", "par2", "ircot"])
+    assert set(summaries) == {"rag", "par2", "ircot_H2", "par2_H3", "ircot_H3"}  # par2 at H=2 is reused
+    out = capsys.readouterr().out
+    assert "### step budget H=3" in out and "| ircot | 2 |" in out and "McNemar p" in out
+    run_id = out.strip().split()[-1]
+    metrics = mlflow.get_run(run_id).data.metrics
+    assert {"par2_recall_any", "par2_ndcg", "par2_all_pass", "ircot_H3_lm_calls"} <= metrics.keys()
