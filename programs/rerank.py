@@ -19,6 +19,9 @@ class Reranker:
     def rerank(self, query: str, passages: list[Passage], top_n: int) -> list[Passage]:
         return list(passages)[:top_n]
 
+    def __deepcopy__(self, memo):
+        return self  # like the Retriever: copies of a program (e.g. during compilation) share it
+
 
 class EmbedReranker(Reranker):
     """Cosine similarity to the query under the retriever's embedder; passage vectors are memoised by id."""

@@ -1,3 +1,5 @@
+import copy
+
 import pytest
 
 from programs.rerank import get_reranker
@@ -23,3 +25,8 @@ def test_none_keeps_order_and_unknown_names_fail_with_the_choices(search):
     assert get_reranker("none", search).rerank("owls", hits, 2) == hits[:2]
     with pytest.raises(ValueError, match="unknown reranker 'bm25'.*none, embed"):
         get_reranker("bm25", search)
+
+
+def test_programs_copied_for_compilation_share_the_reranker(search):
+    reranker = get_reranker("embed", search)
+    assert copy.deepcopy({"r": reranker})["r"] is reranker
