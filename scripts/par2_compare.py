@@ -106,6 +106,8 @@ def main(argv=None) -> dict[str, dict]:
                                                   desc=cell)
         tracking.log_metrics(summaries[cell], cell)
         tracking.log_jsonl(f"predictions/{cell}.jsonl", records[cell])
+        print(f"{cell}: " + " ".join(f"{key}={fmt(summaries[cell].get(key))}" for key, _ in COLUMNS
+                                     if key in summaries[cell]), flush=True)  # survives an interrupted run
 
     def build(name: str, loops: int):
         return assign_roles(programs.build(name, search=s.retriever, **(s.config | {"loops": loops})), s.roles)
