@@ -1,7 +1,7 @@
 """PAR2-RAG (Algorithm 1 of the paper): retrieve broadly before committing narrowly.
 
-Coverage Anchor: a planner writes ``subqueries`` (m) searches, each with a reason; each is run (top ``depth``),
-reranked to its best ``k`` and deduplicated, and the hits are merged, round robin, into the anchor context.
+Coverage Anchor: a planner writes ``subqueries`` (m) searches, each with a reason; each is run, reranked to its best
+``k`` and deduplicated, and the hits are merged, round robin, into the anchor context.
 Iterative Chain: for t = 1..``loops`` (H) the writer drafts an answer r_t from the question and the context C_t;
 the evidence-sufficiency controller (ESC) then says STOP, or CONTINUE with one reformulated query whose top ``k``
 extend C_t. The answer is the last draft.
@@ -11,8 +11,10 @@ Ablations: ``anchor=False`` (Iterative Chain only: C_1 is the question's own top
 more, then the question itself is the only sub-query; an unusable ESC reply is asked for once more, then means
 STOP. Both are counted in the trace.
 
-Reranker names come from :mod:`programs.rerank`. ``embed`` scores passages by cosine under the retriever's own
-embedder, so over the dense retriever it keeps the retriever's order; it changes the ranking over other retrievers.
+Reranking: every search goes through the retriever, which applies its own second stage where it has one. ``rerank``
+(a :mod:`programs.rerank` name, default ``none``) adds one in the program: each search then fetches ``depth``
+candidates and the reranker keeps the best ``k`` for that search. ``embed`` scores by cosine under the retriever's
+own embedder, so over the dense retriever it keeps the retriever's order.
 """
 from __future__ import annotations
 
@@ -98,14 +100,15 @@ class PAR2(dspy.Module):
 
     ROLES = {"planner": "planner", "esc": "critic"}
 
-    def __init__(self, search: Retriever, k: int = 5, loops: int = 5, subqueries: int = 5, rerank: str = "embed",
+    def __init__(self, search: Retriever, k: int = 5, loops: int = 5, subqueries: int = 5, rerank: str = "none",
                  depth: int = 20, max_passages: int = 8, max_chars: int = 600, anchor: bool = True,
                  chain: bool = True):
         super().__init__()
         if loops < 1 or subqueries < 1 or k < 1:
             raise ValueError(f"PAR2 needs loops, subqueries and k >= 1 (got {loops}, {subqueries}, {k})")
         self.search, self.k, self.loops, self.subqueries = search, k, loops, subqueries
-        self.depth, self.max_passages, self.max_chars = max(depth, k), max_passages, max_chars
+        self.depth = max(depth, k) if rerank != "none" else k
+        self.max_passages, self.max_chars = max_passages, max_chars
         self.use_anchor, self.use_chain = anchor, chain
         self.reranker = get_reranker(rerank, search)
         self.planner = dspy.Predict(PlanSearches)
@@ -152,7 +155,8 @@ class PAR2(dspy.Module):
         return plan
 
     def _retrieve(self, queries: list[str], run: _Run) -> list[list[Passage]]:
-        """Top ``depth`` per query (one batch when the retriever has ``search_many``), reranked to the best ``k``."""
+        """Top ``depth`` per query (one batch when the retriever has ``search_many``), reranked to the best ``k``
+        (``depth`` is ``k`` without a program-level reranker)."""
         run.queries += queries
         many = getattr(self.search, "search_many", None)
         hits = many(queries, self.depth) if many else [self.search.search(q, self.depth) for q in queries]
