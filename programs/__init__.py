@@ -10,7 +10,9 @@ import dspy
 
 from programs.baselines import RAG, Direct
 from programs.coral import CORAL
+from programs.iterative import IRCoT, ReAct
 from programs.mrag import MultilingualRAG
+from programs.par2 import PAR2
 from programs.seal import SEAL
 from programs.self_rag import SelfRAG
 
@@ -55,6 +57,12 @@ REGISTRY: dict[str, ProgramSpec] = {
                                       {"scope": "own_en"}),
     "seal": ProgramSpec(SEAL, "SEAL-RAG: entity ledger, sufficiency gate, one micro-query per repair at fixed k"),
     "self_rag": ProgramSpec(SelfRAG, "Self-RAG-style loop: draft, critique, retrieve again or stop (SEAL baseline)"),
+    "par2": ProgramSpec(PAR2, "PAR2-RAG: planned sub-queries anchor the context, then ESC-gated draft/search steps"),
+    "par2_anchor": ProgramSpec(PAR2, "PAR2-RAG ablation: Coverage Anchor, then one write", {"chain": False}),
+    "par2_chain": ProgramSpec(PAR2, "PAR2-RAG ablation: Iterative Chain from the question's own hits",
+                              {"anchor": False}),
+    "react": ProgramSpec(ReAct, "dspy.ReAct agent with a search tool, loops steps (PAR2 baseline)"),
+    "ircot": ProgramSpec(IRCoT, "IRCoT: one chain-of-thought sentence, one search, repeat (PAR2 baseline)"),
 }
 
 

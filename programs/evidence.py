@@ -33,3 +33,15 @@ class EvidenceWriter(Writer):
             return super().forward(question, passages, options)
         out = self.short(facts=list(facts), passages=[p.format(self.max_chars) for p in passages], question=question)
         return dspy.Prediction(answer=out.answer.strip())
+
+
+def retried(predictor: dspy.Module, parse, tries: int = 2, **inputs):
+    """Call ``predictor`` until ``parse(prediction)`` gives a value other than None, at most ``tries`` times; later
+    tries sample (temperature 0.7, their own cache entries). Returns (value or None, failed attempts)."""
+    for attempt in range(tries):
+        config = {"rollout_id": attempt, "temperature": 0.7} if attempt else {}
+        out = lenient(predictor, **inputs, config=config)
+        value = parse(out) if out is not None else None
+        if value is not None:
+            return value, attempt
+    return None, tries

@@ -46,6 +46,9 @@ class Reranker:
     def scores(self, query: str, passages: list["Passage"]) -> list[float]:
         raise NotImplementedError
 
+    def __deepcopy__(self, memo):
+        return self  # like the Retriever: copies of a program (e.g. during compilation) share it
+
 
 class NoReranker(Reranker):
     def rerank(self, query, passages, top_n):

@@ -1,4 +1,6 @@
 """Second-stage rerankers: contract (best first, own score, top_n), the LM grader's parsing, and wiring into search."""
+import copy
+
 import pytest
 
 from programs.rerank import RERANKERS, get_reranker
@@ -68,3 +70,8 @@ def test_embed_reads_indexed_vectors_back_instead_of_encoding_again(embedder, tm
     # every document is a candidate here, so reranking by cosine gives the dense ranking and scores
     assert [p.id for p in found] == [p.id for p in dense]
     assert [p.score for p in found] == pytest.approx([p.score for p in dense], abs=1e-5)
+
+
+def test_programs_copied_for_compilation_share_the_reranker(search):
+    reranker = get_reranker("embed", search)
+    assert copy.deepcopy({"r": reranker})["r"] is reranker
