@@ -21,7 +21,8 @@ from runtime.paths import project_cache
 from runtime.roles import Roles, assign_roles, init_dspy
 
 DEFAULT_SPLITS = {"demo": (8, 6, 6), "demo_culture": (12, 15, 15), "hotpotqa": (20, 30, 50), "2wiki": (20, 30, 50),
-                  "blend": (16, 16, 48), "blend_short": (16, 16, 48), "click": (16, 16, 30)}
+                  "blend": (16, 16, 48), "blend_short": (16, 16, 48), "click": (16, 16, 30),
+                  "musique": (20, 30, 50)}
 
 
 def parser(description: str) -> argparse.ArgumentParser:
