@@ -10,6 +10,7 @@ import dspy
 
 from programs.baselines import RAG, Direct
 from programs.coral import CORAL
+from programs.crag import CRAG
 from programs.mrag import MultilingualRAG
 from programs.seal import SEAL
 from programs.self_rag import SelfRAG
@@ -55,6 +56,8 @@ REGISTRY: dict[str, ProgramSpec] = {
                                       {"scope": "own_en"}),
     "seal": ProgramSpec(SEAL, "SEAL-RAG: entity ledger, sufficiency gate, one micro-query per repair at fixed k"),
     "self_rag": ProgramSpec(SelfRAG, "Self-RAG-style loop: draft, critique, retrieve again or stop (SEAL baseline)"),
+    "crag": ProgramSpec(CRAG, "CRAG-style: grade the top-k, then keep, refine or re-search with a rewritten query "
+                              "(SEAL baseline)"),
 }
 
 
