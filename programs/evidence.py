@@ -54,7 +54,7 @@ class EvidenceWriter(Writer):
     def __init__(self, max_chars: int = 600, facts: bool = False):
         super().__init__(use_passages=True, max_chars=max_chars)
         self.with_facts = facts
-        self.cite = dspy.Predict(AnswerWithCitationsAndFacts if facts else AnswerWithCitations)
+        self.short = dspy.Predict(AnswerWithCitationsAndFacts if facts else AnswerWithCitations)
 
     def forward(self, question: str, passages: list[Passage] = (), options: dict[str, str] | None = None,
                 facts: list[str] = ()):
@@ -62,7 +62,7 @@ class EvidenceWriter(Writer):
             return super().forward(question, passages, options)
         passages = list(passages)
         extra = {"facts": list(facts)} if self.with_facts else {}
-        out = self.cite(passages=numbered(passages, self.max_chars), question=question, **extra)
+        out = self.short(passages=numbered(passages, self.max_chars), question=question, **extra)
         answer = clean_answer(out.answer)
         cited = [] if answer == IDK else cited_passages(out.citations, passages)
         return dspy.Prediction(answer=answer, citations=[p.id for p in cited], cited_titles=[p.title for p in cited])

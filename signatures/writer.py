@@ -28,17 +28,6 @@ class ChooseOption(dspy.Signature):
     answer: str = dspy.OutputField(desc="only the letter of the chosen option")
 
 
-class AnswerOrAbstain(dspy.Signature):
-    """Answer the question in 2-4 words using only the facts and passages. If they do not give the answer,
-    reply exactly: I don't know"""
-
-    facts: list[str] = dspy.InputField(desc="'[source] head | relation | tail' facts checked against their "
-                                            "passages; may be empty")
-    passages: list[str] = dspy.InputField(desc="evidence passages")
-    question: str = dspy.InputField()
-    answer: str = dspy.OutputField(desc="2-4 words, or I don't know")
-
-
 class AnswerWithCitations(dspy.Signature):
     """Answer the question in 2-4 words using only the numbered passages, and name the passages that support the
     answer. If the passages do not give the answer, reply exactly: I don't know"""

@@ -86,8 +86,8 @@ def test_every_arm_uses_the_same_writer_signature(name, embedder):
 
     retriever = Retriever([Corpus("toy", [{"id": "0", "title": "t", "text": "x"}])], embedder)
     arm, rag = programs.build(name, search=retriever, k=1), programs.build("rag", search=retriever, k=1, cite=True)
-    assert arm.writer.cite.signature.instructions == rag.writer.cite.signature.instructions
-    assert list(arm.writer.cite.signature.fields) == list(rag.writer.cite.signature.fields)
+    assert arm.writer.short.signature.instructions == rag.writer.short.signature.instructions
+    assert list(arm.writer.short.signature.fields) == list(rag.writer.short.signature.fields)
     assert not isinstance(programs.build("rag", search=retriever).writer, EvidenceWriter)  # default rag unchanged
 
 
@@ -98,4 +98,4 @@ def test_crag_roles(embedder):
     crag = programs.build("crag", search=retriever, k=2, loops=1)
     writer, planner, critic = dspy.utils.DummyLM([{}]), dspy.utils.DummyLM([{}]), dspy.utils.DummyLM([{}])
     assign_roles(crag, Roles(writer=writer, planner=planner, critic=critic))
-    assert crag.grade.lm is critic and crag.rewrite.lm is planner and crag.writer.cite.lm is writer
+    assert crag.grade.lm is critic and crag.rewrite.lm is planner and crag.writer.short.lm is writer
