@@ -29,24 +29,28 @@ def numbered(passages: list[Passage], max_chars: int) -> list[str]:
     return [f"[{i}] {p.format(max_chars)}" for i, p in enumerate(passages, 1)]
 
 
-def cited_passages(citations: str, passages: list[Passage]) -> list[Passage]:
-    """The passages whose numbers (1-based) the writer's citation text names, in order, without repeats;
-    numbers out of range are ignored."""
-    numbers = dict.fromkeys(int(n) for n in re.findall(r"\d+", citations or ""))
+CITATION = re.compile(r"\[\s*(\d+(?:\s*(?:,|and)\s*\d+)*)\s*\]")
+
+
+def cited_passages(answer: str, passages: list[Passage]) -> list[Passage]:
+    """The passages whose numbers (1-based) the answer cites in brackets ("Lansing [2]", "[1, 3]"), in order,
+    without repeats; numbers out of range are ignored."""
+    numbers = dict.fromkeys(int(n) for group in CITATION.findall(answer or "") for n in re.findall(r"\d+", group))
     return [passages[n - 1] for n in numbers if 1 <= n <= len(passages)]
 
 
 def clean_answer(answer: str) -> str:
-    """The answer without inline citation marks ("Lansing [2]") and surrounding punctuation; refusals become
+    """The answer without its citation marks ("Lansing [2]") and surrounding punctuation; refusals become
     exactly "I don't know"."""
-    text = re.sub(r"\[\s*\d+(?:\s*,\s*\d+)*\s*\]", " ", answer or "")
+    text = CITATION.sub(" ", answer or "")
     text = " ".join(text.split()).strip(" .;,")
     return IDK if abstained(text) else text
 
 
 class EvidenceWriter(Writer):
-    """The one final generation of every evidence-loop arm: 2-4 words and the numbers of the supporting passages,
-    or "I don't know". Cited passage ids are parsed in Python (``citations``, empty for a refusal).
+    """The one final generation of every evidence-loop arm: 2-4 words with the numbers of the supporting passages
+    in brackets, or "I don't know". The bracketed numbers are parsed in Python into cited passage ids
+    (``citations``; empty for a refusal or an answer that cites nothing) and cut from the answer.
 
     ``facts=True`` adds verified ledger facts as an input (SEAL's ``ledger_to_writer`` option). Multiple-choice
     questions keep the shared :class:`Writer` path (letter out, no citations)."""
@@ -64,7 +68,7 @@ class EvidenceWriter(Writer):
         extra = {"facts": list(facts)} if self.with_facts else {}
         out = self.short(passages=numbered(passages, self.max_chars), question=question, **extra)
         answer = clean_answer(out.answer)
-        cited = [] if answer == IDK else cited_passages(out.citations, passages)
+        cited = [] if answer == IDK else cited_passages(out.answer, passages)
         return dspy.Prediction(answer=answer, citations=[p.id for p in cited], cited_titles=[p.title for p in cited])
 
 

@@ -29,13 +29,13 @@ class ChooseOption(dspy.Signature):
 
 
 class AnswerWithCitations(dspy.Signature):
-    """Answer the question in 2-4 words using only the numbered passages, and name the passages that support the
-    answer. If the passages do not give the answer, reply exactly: I don't know"""
+    """Answer the question in 2-4 words using only the numbered passages, then the numbers of the passages that
+    support the answer in brackets, e.g. "Lansing [2]" or "Ann Arbor [1, 3]". If the passages do not give the
+    answer, reply exactly: I don't know"""
 
     passages: list[str] = dspy.InputField(desc="evidence passages, each starting with its number [n]")
     question: str = dspy.InputField()
-    answer: str = dspy.OutputField(desc="2-4 words, or I don't know")
-    citations: str = dspy.OutputField(desc="numbers of the supporting passages, e.g. 1, 3; none if I don't know")
+    answer: str = dspy.OutputField(desc="2-4 words and [passage numbers], or I don't know")
 
 
 #: The same answer with the verified ledger facts as an extra input (SEAL's ``ledger_to_writer`` option).

@@ -177,7 +177,7 @@ def test_sufficiency_gate_needs_every_criterion():
 
 def test_seal_repairs_the_bridge_by_replacing_the_passage_at_k1():
     search = ScriptedSearch({"ana berg": ["Ana Berg"], Q: ["Blue Fox"]})
-    lm = routed({ANSWER: {"answer": "Lyon", "citations": "1"}, extract("Blue Fox"): FILM_FACTS, extract("Ana Berg"): BERG_FACTS,
+    lm = routed({ANSWER: {"answer": "Lyon [1]"}, extract("Blue Fox"): FILM_FACTS, extract("Ana Berg"): BERG_FACTS,
                  "Ana Berg | born in | Lyon": SUFFICIENT, ASSESS: INSUFFICIENT, GAP: GAP_BERG,
                  QUERY: {"query": "Ana Berg birthplace"}})
     pred = SEAL(search, k=1, loops=3)(question=Q)
@@ -198,7 +198,7 @@ def test_seal_repairs_the_bridge_by_replacing_the_passage_at_k1():
 
 def test_ledger_to_writer_shows_the_facts_of_replaced_passages():
     search = ScriptedSearch({"ana berg": ["Ana Berg"], Q: ["Blue Fox"]})
-    lm = routed({ANSWER: {"answer": "Lyon", "citations": "1"}, extract("Blue Fox"): FILM_FACTS,
+    lm = routed({ANSWER: {"answer": "Lyon [1]"}, extract("Blue Fox"): FILM_FACTS,
                  extract("Ana Berg"): BERG_FACTS, "Ana Berg | born in | Lyon": SUFFICIENT, ASSESS: INSUFFICIENT,
                  GAP: GAP_BERG, QUERY: {"query": "Ana Berg birthplace"}})
     pred = SEAL(search, k=1, loops=3, ledger_to_writer=True)(question=Q)
@@ -209,7 +209,7 @@ def test_ledger_to_writer_shows_the_facts_of_replaced_passages():
 def test_loop_bound_zero_means_no_repair():
     search = ScriptedSearch({Q: ["Blue Fox", "Red Owl"]})
     lm = routed({extract("Blue Fox"): FILM_FACTS, extract("Red Owl"): NO_FACTS, ASSESS: INSUFFICIENT,
-                 GAP: GAP_BERG, QUERY: {"query": "Ana Berg"}, ANSWER: {"answer": "I don't know", "citations": "none"}})
+                 GAP: GAP_BERG, QUERY: {"query": "Ana Berg"}, ANSWER: {"answer": "I don't know"}})
     pred = SEAL(search, k=2, loops=0)(question=Q)
     assert pred.loops_used == 0 and pred.queries == [Q] and pred.stop_reason == "loop_budget"
     assert len(search.calls) == 1 and len(pred.passages) == 2
@@ -220,7 +220,7 @@ def test_loop_bound_zero_means_no_repair():
 def test_loop_bound_is_respected_and_k_never_grows(loops):
     titles = ["Ana Berg", "Red Owl", "Green Cat", "Grey Elk"]  # each repair targets (and admits) a new page
     search = ScriptedSearch({Q: ["Blue Fox"], **{t.lower(): [t] for t in titles}})
-    lm = routed({ANSWER: {"answer": "Lyon", "citations": "1"}, extract("Blue Fox"): FILM_FACTS,
+    lm = routed({ANSWER: {"answer": "Lyon [1]"}, extract("Blue Fox"): FILM_FACTS,
                  **{extract(t): {"triples": f'["{t} | is | {TEXTS[t].split()[-1].rstrip(".")}"]'} for t in titles},
                  ASSESS: INSUFFICIENT,
                  GAP: Queue(*({"missing_entities": f'["{t}"]', "missing_relations": "[]"} for t in titles)),
@@ -236,7 +236,7 @@ def test_loop_bound_is_respected_and_k_never_grows(loops):
 def test_stuck_query_forces_a_pivot_and_stops_when_no_pivot_is_left():
     search = ScriptedSearch({"ana berg": ["Ana Berg"], Q: ["Blue Fox"]})
     lm = routed({extract("Blue Fox"): NO_FACTS, extract("Ana Berg"): NO_FACTS, GAP: GAP_BERG,
-                 QUERY: {"query": "where was the director of the film Blue Fox born"}, ANSWER: {"answer": "Lyon", "citations": "1"}})
+                 QUERY: {"query": "where was the director of the film Blue Fox born"}, ANSWER: {"answer": "Lyon [1]"}})
     pred = SEAL(search, k=1, loops=3)(question=Q)
     assert pred.queries == [Q, "Ana Berg birthplace"]  # the proposal repeated the question: pivot to the gap
     assert pred.trace["pivots"] == 1 and pred.stop_reason == "stuck" and pred.loops_used == 1
@@ -248,7 +248,7 @@ def test_malformed_lm_output_is_counted_not_fatal():
     search = ScriptedSearch({Q: ["Blue Fox", "Red Owl"]})
     routed({extract("Blue Fox"): {"answer": "no triples field"}, extract("Red Owl"): {"triples": "Red Owl | is | owl"},
             ASSESS: {"coverage": "most"}, GAP: GAP_BERG, QUERY: {"query": "Ana Berg birthplace"},
-            ANSWER: {"answer": "Lyon", "citations": "1"}})
+            ANSWER: {"answer": "Lyon [1]"}})
     pred = SEAL(search, k=2, loops=1)(question=Q)
     assert pred.answer == "Lyon" and pred.trace["parse_failures"] == 2  # one extraction + the assessment
     assert pred.ledger == [{"head": "Red Owl", "relation": "is", "tail": "owl", "title": "Red Owl",
@@ -264,7 +264,7 @@ WEAK = {"relevant": "False", "support": "none", "usefulness": "1", "next_query":
 
 def test_self_rag_stops_when_the_critic_accepts():
     search = ScriptedSearch({Q: ["Blue Fox", "Ana Berg"]})
-    lm = routed({CRITIC: GOOD, ANSWER: {"answer": "Lyon", "citations": "1"}})
+    lm = routed({CRITIC: GOOD, ANSWER: {"answer": "Lyon [1]"}})
     pred = SelfRAG(search, k=2, loops=3)(question=Q)
     assert pred.answer == "Lyon" and pred.stop_reason == "accepted" and pred.loops_used == 0
     assert len(lm.history) == 2 and len(pred.passages) == 2
@@ -273,8 +273,8 @@ def test_self_rag_stops_when_the_critic_accepts():
 @pytest.mark.parametrize("loops", [0, 1, 2])
 def test_self_rag_loop_bound_and_best_draft(loops):
     search = ScriptedSearch({"ana berg": ["Ana Berg"], "red owl": ["Red Owl"], Q: ["Blue Fox"]})
-    drafts = Queue({"answer": "Paris", "citations": "1"}, {"answer": "I don't know", "citations": "none"},
-                   {"answer": "Lyon", "citations": "1"})
+    drafts = Queue({"answer": "Paris [1]"}, {"answer": "I don't know"},
+                   {"answer": "Lyon [1]"})
     critiques = Queue({**WEAK, "relevant": "True", "support": "partial", "usefulness": "3"},
                       {**WEAK, "next_query": "Red Owl film"}, WEAK)
     lm = routed({CRITIC: critiques, ANSWER: drafts})
@@ -290,8 +290,8 @@ def test_self_rag_loop_bound_and_best_draft(loops):
 def test_self_rag_does_not_repeat_a_query_and_stops_when_stuck():
     search = ScriptedSearch({"ana berg": ["Ana Berg"], Q: ["Blue Fox"]})
     critiques = Queue(WEAK, {**WEAK, "next_query": "Ana Berg birthplace?"}, WEAK)  # the same query again
-    routed({CRITIC: critiques, ANSWER: Queue({"answer": "Paris", "citations": "1"},
-                                             {"answer": "I don't know", "citations": "none"})})
+    routed({CRITIC: critiques, ANSWER: Queue({"answer": "Paris [1]"},
+                                             {"answer": "I don't know"})})
     pred = SelfRAG(search, k=1, loops=3)(question=Q)
     # the repeat falls back to the question with the draft, but the draft was a refusal: nothing new to ask
     assert pred.queries == [Q, "Ana Berg birthplace"] and pred.stop_reason == "stuck"
@@ -300,7 +300,7 @@ def test_self_rag_does_not_repeat_a_query_and_stops_when_stuck():
 
 def test_self_rag_keeps_earlier_passages_within_k():
     search = ScriptedSearch({"ana berg": ["Blue Fox", "Ana Berg", "Green Cat"], Q: ["Blue Fox", "Red Owl", "Grey Elk"]})
-    routed({CRITIC: WEAK, ANSWER: {"answer": "Paris", "citations": "2"}})
+    routed({CRITIC: WEAK, ANSWER: {"answer": "Paris [2]"}})
     pred = SelfRAG(search, k=3, loops=1)(question=Q)  # equal critiques: the later round's draft is chosen
     # two new passages (Blue Fox was held, so it is not fetched again) alternate with the held ones, back to k
     assert [p.title for p in pred.passages] == ["Ana Berg", "Blue Fox", "Green Cat"]
@@ -312,7 +312,7 @@ def test_self_rag_keeps_earlier_passages_within_k():
 
 def test_self_rag_critic_failure_falls_back_to_the_draft_conditioned_query():
     search = ScriptedSearch({Q: ["Blue Fox"]})
-    routed({CRITIC: {"relevant": "perhaps"}, ANSWER: {"answer": "Lyon", "citations": "1"}})
+    routed({CRITIC: {"relevant": "perhaps"}, ANSWER: {"answer": "Lyon [1]"}})
     pred = SelfRAG(search, k=1, loops=1)(question=Q)
     assert pred.trace["parse_failures"] == 2 and pred.queries == [Q, f"{Q} Lyon"] and pred.answer == "Lyon"
 
@@ -338,6 +338,6 @@ def test_seal_runs_over_the_real_retriever(embedder, dummy):
     retriever = Retriever([Corpus("toy", [{"id": str(i), "title": t, "text": x} for i, (t, x) in
                                           enumerate(TEXTS.items())])], embedder)
     dummy({"`[[ ## triples ## ]]`": NO_FACTS, GAP: GAP_BERG, QUERY: {"query": "Ana Berg birthplace"},
-           ANSWER: {"answer": "Lyon", "citations": "1"}})
+           ANSWER: {"answer": "Lyon [1]"}})
     pred = programs.build("seal", search=retriever, k=2, loops=1)(question=Q)
     assert pred.answer == "Lyon" and len(pred.passages) == 2 and pred.queries[-1] == "Ana Berg birthplace"
