@@ -222,7 +222,8 @@ class SEAL(dspy.Module):
     """SEAL-RAG with retrieval depth ``k`` and at most ``loops`` repairs (``loops=0``: one pass, no repair).
 
     ``ledger_to_writer`` also shows the final writer the verified facts (off by default, so the writer sees what
-    every baseline's writer sees: the final k passages). ``lang`` (passed by multilingual datasets) is accepted
+    every baseline's writer sees: the final k passages; then passages that only the writer would read are not
+    extracted, and ``loops=0`` is exactly ``rag``). ``lang`` (passed by multilingual datasets) is accepted
     and unused."""
 
     ROLES = {"extract": "critic", "assess": "critic", "gap": "planner", "micro_query": "planner"}
@@ -248,9 +249,11 @@ class SEAL(dspy.Module):
         evidence = self._search(question, run)                                  # Search at fixed k
         stop, gap, assessed = "loop_budget", Gap(), None
         for loop in range(self.loops + 1):
-            self._extract(question, evidence, run)                              # Extract (unread passages)
-            if loop == self.loops:
+            if loop == self.loops:  # budget spent: only a writer that sees the ledger needs the last facts
+                if self.ledger_to_writer:
+                    self._extract(question, evidence, run)
                 break
+            self._extract(question, evidence, run)                              # Extract (unread passages)
             facts = run.ledger.shown(question, [p.title for p in evidence], self.max_facts)
             fresh = facts != assessed  # unchanged facts would get the same verdict and gap: skip those calls
             if fresh:

@@ -213,7 +213,11 @@ def test_loop_bound_zero_means_no_repair():
     pred = SEAL(search, k=2, loops=0)(question=Q)
     assert pred.loops_used == 0 and pred.queries == [Q] and pred.stop_reason == "loop_budget"
     assert len(search.calls) == 1 and len(pred.passages) == 2
+    assert len(lm.history) == 1 and pred.ledger == []  # the answer only: at L=0 seal is rag
+    lm = routed({extract("Blue Fox"): FILM_FACTS, extract("Red Owl"): NO_FACTS, ANSWER: {"answer": "Ana Berg [1]"}})
+    pred = SEAL(search, k=2, loops=0, ledger_to_writer=True)(question=Q)
     assert len(lm.history) == 3 and calls(lm, ASSESS) == calls(lm, QUERY) == 0  # 2 extractions + the answer
+    assert len(pred.ledger) == 1 and "Blue Fox | directed by" in lm.history[-1]["messages"][-1]["content"]
 
 
 @pytest.mark.parametrize("loops", [1, 2, 3])
@@ -230,7 +234,7 @@ def test_loop_bound_is_respected_and_k_never_grows(loops):
     assert pred.queries == [Q, *(f"{t} facts" for t in titles[:loops])] and len(search.calls) == loops + 1
     assert [p.title for p in pred.passages] == [titles[loops - 1]] and pred.trace["replaced"] == [1] * loops
     assert [k for _, k in search.calls] == [1 + i for i in range(loops + 1)]  # k plus the blocked passages
-    assert calls(lm, QUERY) == calls(lm, ASSESS) == loops and len(pred.ledger) == loops + 1
+    assert calls(lm, QUERY) == calls(lm, ASSESS) == loops and len(pred.ledger) == loops  # last page: not read
 
 
 def test_stuck_query_forces_a_pivot_and_stops_when_no_pivot_is_left():
