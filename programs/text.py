@@ -15,7 +15,8 @@ REFUSAL = re.compile(r"(?:i\s+(?:do\s*n[o']?t|do\s+not|cannot|can\s*not|am\s+not
                      r"(?:know|tell|say|determine|answer|be\s+sure)"
                      r"|not\s+(?:enough|sufficient)\s+(?:information|evidence|context)"
                      r"|insufficient\s+(?:information|evidence|context)|cannot\s+be\s+(?:determined|answered)"
-                     r"|(?:the\s+)?(?:passages|facts|context)\s+do\s*(?:es)?\s*n[o']?t\s+(?:say|mention|state|give|contain))\b")
+                     r"|(?:the\s+)?(?:passages|facts|context)\s+do\s*(?:es)?\s*n[o']?t\s+"
+                     r"(?:say|mention|state|give|contain))\b")
 WHOLE_REFUSALS = frozenset({"unknown", "idk", "no answer", "none given", "n/a"})
 APOSTROPHES = str.maketrans({"\u2019": "'", "\u2018": "'", "\u02bc": "'", "\u00b4": "'", "`": "'"})
 

@@ -42,7 +42,8 @@ def test_incorrect_set_is_replaced_by_a_rewritten_query_at_the_same_k():
     routed({GRADE: grades("incorrect", "incorrect", "correct", "ambiguous"),
             REWRITE: {"query": "Ana Berg film director birthplace"}, ANSWER: {"answer": "Lyon [1]"}})
     pred = CRAG(search, k=2, loops=1)(question=Q)
-    assert pred.queries == [Q, "Ana Berg film director birthplace"] and pred.trace["actions"] == ["incorrect", "correct"]
+    assert pred.queries == [Q, "Ana Berg film director birthplace"]
+    assert pred.trace["actions"] == ["incorrect", "correct"]
     assert [p.title for p in pred.passages] == ["Ana Berg", "Green Cat"]  # Blue Fox was fetched before: blocked
     assert search.calls[1][1] == 4 and pred.loops_used == 1
 
