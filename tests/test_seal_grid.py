@@ -11,8 +11,8 @@ def rec(i, judge, precision, replaced=()):
 
 def test_cells_run_rag_once_per_k():
     assert cells(["seal", "crag", "rag"], [1, 3], [0, 1]) == [
-        ("seal", 1, 0), ("crag", 1, 0), ("seal", 1, 1), ("crag", 1, 1), ("seal", 3, 0), ("crag", 3, 0),
-        ("seal", 3, 1), ("crag", 3, 1), ("rag", 1, None), ("rag", 3, None)]
+        ("rag", 1, None), ("rag", 3, None), ("seal", 1, 0), ("crag", 1, 0), ("seal", 1, 1), ("crag", 1, 1),
+        ("seal", 3, 0), ("crag", 3, 0), ("seal", 3, 1), ("crag", 3, 1)]
 
 
 def test_comparisons_pair_seal_with_every_arm_and_correct_across_the_grid():
