@@ -5,7 +5,7 @@
   into passages at sentence ends), e.g. Wikipedia articles exported on a machine with hub access;
 - ``wikipedia:LANGS`` (e.g. ``wikipedia:en,ko,es``): the first ``--max-docs`` articles (default 1000) of each
   language's Wikipedia from the HF hub (``wikimedia/wikipedia``, streamed, cut into passages); needs hub access;
-- ``multihop_pool``: the harder English open-retrieval setting (default of ``scripts/seal_grid.py``): every
+- ``multihop_pool``: the pooled English open-retrieval setting (default of ``scripts/seal_grid.py``): every
   multi-hop paragraph available (the HotpotQA, 2WikiMultiHopQA and MuSiQue contexts and the XQuAD English
   paragraphs), searched as one pool (one corpus per source, merged by score under the shared embedder, so each
   source's index is the one its own dataset already built), so each question competes with the other datasets'
