@@ -67,6 +67,8 @@ def parser(description: str) -> argparse.ArgumentParser:
                         "circular_<metric> (right at every shift), which a letter-position bias cannot inflate; "
                         "costs one evaluation per option")
     p.add_argument("--no-cache", action="store_true", help="disable DSPy's LM response cache")
+    p.add_argument("--ledger-to-writer", action="store_true",
+                   help="seal: also show the final writer the verified ledger facts (default: passages only)")
     p.add_argument("--experiment", default="agentic-rag", help="MLflow experiment")
     return p
 
@@ -83,7 +85,8 @@ class Session:
 
     @property
     def config(self) -> dict:
-        return {"k": self.args.k, "loops": self.args.loops, "max_chars": self.args.max_chars}
+        return {"k": self.args.k, "loops": self.args.loops, "max_chars": self.args.max_chars,
+                **({"ledger_to_writer": True} if getattr(self.args, "ledger_to_writer", False) else {})}
 
     @property
     def groups(self) -> tuple[str, ...]:

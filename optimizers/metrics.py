@@ -82,6 +82,13 @@ def retrieval_scores(gold_titles, passages, k: int | None = None) -> dict[str, f
     }
 
 
+def citation_precision(gold_titles, cited_titles) -> float | None:
+    """Share of the cited passages whose title is a gold title; None when nothing is cited (a refusal or an
+    uncited answer), so averages run over answers that cite."""
+    cited = list(cited_titles)
+    return sum(t in set(gold_titles) for t in cited) / len(cited) if cited else None
+
+
 ANSWER_METRICS = {"em": exact_match, "f1": f1, "accuracy": accuracy}
 METRIC_NAMES = (*ANSWER_METRICS, "judge")
 

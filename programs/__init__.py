@@ -11,6 +11,7 @@ import dspy
 from programs.baselines import RAG, Direct
 from programs.coral import CORAL
 from programs.iterative import IRCoT, ReAct
+from programs.crag import CRAG
 from programs.mrag import MultilingualRAG
 from programs.par2 import PAR2
 from programs.seal import SEAL
@@ -63,6 +64,8 @@ REGISTRY: dict[str, ProgramSpec] = {
                               {"anchor": False}),
     "react": ProgramSpec(ReAct, "dspy.ReAct agent with a search tool, loops steps (PAR2 baseline)"),
     "ircot": ProgramSpec(IRCoT, "IRCoT: one chain-of-thought sentence, one search, repeat (PAR2 baseline)"),
+    "crag": ProgramSpec(CRAG, "CRAG-style: grade the top-k, then keep, refine or re-search with a rewritten query "
+                              "(SEAL baseline)"),
 }
 
 
