@@ -40,6 +40,8 @@ from signatures.planner import ReplanSearch, ReselectCorpora, RewriteQuery, Sele
 
 PARSE_ERRORS = (AdapterParseError, ValueError)  # unparseable model output (pydantic errors are ValueErrors)
 SCALES = ("relevance", "usefulness", "specificity", "compatibility")
+#: The replanning reason when the sufficiency verdict could not be read (counted as "not enough").
+UNREADABLE_VERDICT = "The sufficiency check gave no readable verdict; search again."
 
 
 @dataclass(frozen=True)
@@ -114,7 +116,10 @@ def same_plan(corpora: list[str], query: str, previous_corpora: list[str], previ
 def validate_corpora(names: list[str], languages: dict[str, str], own: str | None, max_corpora: int,
                      require_own: bool = True) -> tuple[list[str], int]:
     """Planner output -> known corpus names (by name, language code or language name), deduplicated, the
-    question's corpus first when required, at most ``max_corpora``; returns (corpora, number of unknown names)."""
+    question's corpus first when required, at most ``max_corpora``; returns (corpora, number of unknown names).
+
+    Nothing is made up: when no valid name was given (and the question's corpus is not required) the list is
+    empty, and the caller decides what that means."""
     lookup: dict[str, str] = {}
     for name, code in languages.items():
         for key in (LANGUAGE_NAMES.get(code, ""), code, name):
@@ -130,8 +135,7 @@ def validate_corpora(names: list[str], languages: dict[str, str], own: str | Non
             chosen.append(name)
     if own and (require_own or own in chosen):
         chosen = [own] + [c for c in chosen if c != own]
-    chosen = chosen[:max_corpora]
-    return chosen or [own or next(iter(languages))], unknown
+    return chosen[:max_corpora], unknown
 
 
 def forced_change(previous: list[str], order: list[str], tried: set[str], own: str | None,
@@ -174,6 +178,7 @@ class Trace:
     critic_fallbacks: int = 0  # batched critic outputs that could not be used at all
     critic_missing: int = 0  # candidates a usable batch left out (scored one by one)
     parse_failures: int = 0  # planner / per-document critic / sufficiency outputs that could not be parsed
+    planner_fallbacks: int = 0  # planner outputs with no valid corpus name (see ``select`` / ``replan``)
     calls: Counter = field(default_factory=Counter)
 
     def round(self, query: str, corpora: list[str], languages: dict[str, str], rated: list[Rated],
@@ -249,7 +254,7 @@ class CORAL(dspy.Module):
                 break
             verdict = self.check(asked, list(kept.values()), new, trace)             # (4) sufficiency
             if verdict.enough:
-                trace.stop_reason = "sufficient" if verdict.parsed else "sufficiency_unparsed"
+                trace.stop_reason = "sufficient"
                 break
             plan = self.replan(question, query, corpora, verdict.reason, own, kept, trace)  # (5) refinement
             if plan is None:
@@ -280,6 +285,9 @@ class CORAL(dspy.Module):
             names = ["en"]
         corpora, unknown = validate_corpora(names, languages, own, self.max_corpora)
         trace.unknown_corpora += unknown
+        if not corpora:  # no valid name and no corpus in the question's language: search English, and say so
+            trace.planner_fallbacks += 1
+            corpora = scope_corpora("en", self.search, "en")
         return corpora
 
     def replan(self, question: str, query: str, corpora: list[str], reason: str, own: str | None,
@@ -306,6 +314,9 @@ class CORAL(dspy.Module):
             if choose_corpora:
                 new_corpora, unknown = validate_corpora(out.corpora, languages, own, self.max_corpora, require_own)
                 trace.unknown_corpora += unknown
+                if not new_corpora:  # no valid name: the corpora stay as they were (only the query may change)
+                    trace.planner_fallbacks += 1
+                    new_corpora = corpora
             if not same_plan(new_corpora, new_query or query, corpora, query):
                 return new_query or query, new_corpora
             if attempt == 0:
@@ -383,7 +394,8 @@ class CORAL(dspy.Module):
     # -- (4) sufficiency -------------------------------------------------------------------------------------
     def check(self, asked: str, kept: list[Rated], new: list[Rated], trace: Trace) -> Verdict:
         """Whether the best kept documents suffice. Nothing kept is "not enough" without a call (the reason then
-        carries the critiques of this round's best candidates); an unparseable verdict ends the loop."""
+        carries the critiques of this round's best candidates); an unparseable verdict is "not enough" too, so the
+        loop goes on within its round budget (the critic errs on the side of searching again)."""
         if not kept:
             notes = "; ".join(r.critique for r in best(new, 3) if r.critique)
             verdict = Verdict(False, NOTHING_KEPT + (notes or "none"))
@@ -396,6 +408,6 @@ class CORAL(dspy.Module):
                 verdict = Verdict(bool(out.enough), (out.reason or "").strip())
             except PARSE_ERRORS:
                 trace.parse_failures += 1
-                verdict = Verdict(True, "", parsed=False)
+                verdict = Verdict(False, UNREADABLE_VERDICT, parsed=False)
         trace.sufficiency.append(verdict._asdict())
         return verdict

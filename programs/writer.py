@@ -6,6 +6,7 @@ import re
 import dspy
 
 from programs.retrieval import Passage
+from programs.text import mentions, normalize
 from signatures.writer import AnswerDirectly, AnswerFromPassages, ChooseOption
 
 
@@ -13,23 +14,31 @@ def format_options(options: dict[str, str]) -> str:
     return "\n".join(f"{letter}. {text}" for letter, text in options.items())
 
 
-def parse_choice(raw: str, options: dict[str, str]) -> str:
-    """Map model output to an option letter: an explicit letter first, else the option whose text it quotes.
+def _quoted_options(raw: str, options: dict[str, str]) -> list[str]:
+    """Letters whose option text occurs in ``raw`` as whole words (case, punctuation and apostrophes ignored),
+    leaving out options whose text is only part of another quoted option's text ("tea" inside "A cup of tea")."""
+    quoted = {letter: normalize(text) for letter, text in options.items() if mentions(raw, text)}
+    return [letter for letter, text in quoted.items()
+            if not any(text != other and f" {text} " in f" {other} " for other in quoted.values())]
 
+
+def parse_choice(raw: str, options: dict[str, str]) -> str:
+    """Map model output to an option letter: the option whose text the reply quotes first, then an explicit
+    letter ("B", "(B) ...", "the answer is B"), then a lone letter anywhere.
+
+    Text goes first because a reply such as "A cup of tea" starts like the letter A while naming another option.
     Returns "" when nothing matches, which scores as wrong rather than being guessed."""
     raw = (raw or "").strip()
-    letters = "".join(options)
-    explicit = (rf"^\(?([{letters}])\)?(?:[.):\s]|$)",                          # "B", "B.", "(B) text"
-                rf"(?i:answer|option|choice)\s*(?:is|:)?\s*\(?([{letters}])\b")  # "the answer is B"
-    for pattern in explicit:
-        if m := re.search(pattern, raw):
-            return m.group(1)
-    lowered = raw.lower()
-    quoted = [letter for letter, text in options.items() if text.strip() and text.strip().lower() in lowered]
+    quoted = _quoted_options(raw, options)
     if len(quoted) == 1:
         return quoted[0]
-    m = re.search(rf"\b([{letters}])\b", raw)                                    # a lone letter anywhere
-    return m.group(1) if m else ""
+    letters = "".join(options)
+    for pattern in (rf"^\(?([{letters}])\)?(?:[.):\s]|$)",                        # "B", "B.", "(B) text"
+                    rf"(?i:answer|option|choice)\s*(?:is|:)?\s*\(?([{letters}])\b",  # "the answer is B"
+                    rf"\b([{letters}])\b"):                                       # a lone letter anywhere
+        if m := re.search(pattern, raw):
+            return m.group(1)
+    return ""
 
 
 class Writer(dspy.Module):

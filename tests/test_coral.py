@@ -83,8 +83,9 @@ def test_planner_corpora_are_validated_against_the_pool():
     assert chosen == ["en", "ko", "es"] and unknown == 2  # question language first, duplicates folded
     assert validate_corpora(["ko", "es"], LANGS, "en", 2) == (["en", "ko"], 0)  # capped, own kept
     assert validate_corpora(["ko"], LANGS, "en", 3, require_own=False) == (["ko"], 0)  # own may be dropped
-    assert validate_corpora([], LANGS, "en", 3) == (["en"], 0)
-    assert validate_corpora(["zz"], LANGS, None, 3) == (["en"], 1)
+    assert validate_corpora([], LANGS, "en", 3) == (["en"], 0)  # the required own corpus
+    assert validate_corpora(["zz"], LANGS, None, 3) == ([], 1)  # no first-listed corpus made up
+    assert validate_corpora(["zz"], LANGS, "ko", 3, require_own=False) == ([], 1)  # nor the own corpus put back
 
 
 def test_forced_change_adds_the_next_untried_corpus():
@@ -345,3 +346,27 @@ def test_critic_lines_are_parsed_leniently():
     text = "1 | 4 | 3 | 5 | 2 | on topic\n[2] | 0|1|1|0\nsummary: mostly useful\n3. | 9 | 1 | 1 | 1 | x"
     assert parse_ratings(text) == [(1, [4, 3, 5, 2], "on topic"), (2, [0, 1, 1, 0], ""), (3, [9, 1, 1, 1], "x")]
     assert parse_ratings("") == [] and parse_ratings("three, then four") == []
+
+
+def test_unreadable_sufficiency_verdict_means_search_again(dummy, search):
+    scripted(dummy, plan=Queue({"corpora": ["en"]}), batch=Queue(batched(rating(1, 5, 5, 5, 5))),
+             enough=Queue({"enough": "perhaps", "reason": "?"}),
+             replan=Queue({"corpora": ["ko"], "query": "seaweed soup"}), write=Queue({"answer": "C"}))
+    t = CORAL(search, k=1, loops=2, critic_batch=True)(question=QUESTION, options=OPTIONS, lang="en").trace
+    assert t["sufficiency"][0]["enough"] is False and t["sufficiency"][0]["parsed"] is False
+    assert t["parse_failures"] == 1 and t["iterations"] == 2 and t["stop_reason"] == "max_rounds"
+
+
+def test_no_valid_corpus_name_falls_back_to_english_and_is_counted(dummy, search):
+    scripted(dummy, plan=Queue({"corpora": ["Klingon"]}), batch=Queue(batched(rating(1, 1, 1, 1, 1))),
+             write=Queue({"answer": "A"}))
+    t = CORAL(search, k=1, loops=1, critic_batch=True)(question=QUESTION, options=OPTIONS, lang="fr").trace
+    assert t["corpora"] == [["en"]] and t["planner_fallbacks"] == 1 and t["unknown_corpora"] == 1
+
+
+def test_replan_without_a_valid_name_keeps_the_corpora(dummy, search):
+    scripted(dummy, plan=Queue({"corpora": ["ko"]}), batch=Queue(batched(rating(1, 1, 1, 1, 1))),
+             replan=Queue({"corpora": ["Klingon"], "query": "seaweed soup birthday"}), write=Queue({"answer": "C"}))
+    t = CORAL(search, k=1, loops=2, critic_batch=True)(question=QUESTION, options=OPTIONS, lang="en").trace
+    assert t["corpora"] == [["en", "ko"], ["en", "ko"]] and t["queries"][1] == "seaweed soup birthday"
+    assert t["planner_fallbacks"] == 1
