@@ -247,7 +247,8 @@ def everything(dummy):
 
 
 @pytest.mark.parametrize("name", ["direct", "rag", "mono_rag", "multi_rag", "cross_rag", "t_rag", "coral",
-                                  "coral_select", "coral_fixed_own", "coral_fixed_all", "coral_fixed_own_en"])
+                                  "coral_select", "coral_fixed_own", "coral_fixed_all", "coral_fixed_own_en",
+                                  "own_en_rag"])
 @pytest.mark.parametrize("lang", ["ko", None])
 def test_every_baseline_runs_on_two_language_corpora(dummy, search, name, lang):
     everything(dummy)
@@ -271,6 +272,10 @@ def test_baseline_scopes_and_translation(dummy, search):
     assert len(lm.history) - calls == 1 + len(translated)  # one call per non-English passage, then the writer
     assert all(x.lang == "en" and x.text.startswith("Koreans eat") for x in translated)
     assert programs.build("t_rag", search=search)(question=QUESTION, lang="en").trace["queries"] == [QUESTION]
+    calls = len(lm.history)
+    own_en = programs.build("own_en_rag", search=search, k=4)(question=QUESTION, options=OPTIONS, lang="ko")
+    assert own_en.trace["corpora"] == [["ko", "en"]] and own_en.trace["iterations"] == 1
+    assert len(lm.history) - calls == 1  # single pass: the writer only, no critic loop
 
 
 def test_compare_script_prints_one_table_and_logs_one_run(embedder, monkeypatch, capsys):
