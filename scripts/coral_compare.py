@@ -91,12 +91,16 @@ def mix_figure(records: list[dict], by: str | None):
 
 def table(rows: dict[str, dict], metric: str) -> str:
     tiers = [t for t in TIERS if any(f"{metric}_by_tier/{t}" in r for r in rows.values())]
+    lang_means = [t for t in tiers if any(f"{metric}_by_tier_langmean/{t}" in r for r in rows.values())]
     circular = [f"circular_{metric}"] if any(f"circular_{metric}" in r for r in rows.values()) else []
-    head = ["program", "n", metric, *circular, *tiers, *(label for _, label, _ in COST)]
+    head = ["program", "n", metric, *circular, *tiers, *(f"{t} (lang mean)" for t in lang_means),
+            *(label for _, label, _ in COST)]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for name, r in rows.items():
         cells = [name, str(r.get("n", 0)), f"{r.get(metric, 0):.3f}", *(f"{r[c]:.3f}" for c in circular)]
         cells += [f"{r[f'{metric}_by_tier/{t}']:.3f}" if f"{metric}_by_tier/{t}" in r else "" for t in tiers]
+        cells += [f"{r[f'{metric}_by_tier_langmean/{t}']:.3f}" if f"{metric}_by_tier_langmean/{t}" in r else ""
+                  for t in lang_means]
         cells += [fmt.format(r[key]) if key in r else "" for key, _, fmt in COST]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
