@@ -3,10 +3,11 @@
 ``python scripts/coral_compare.py --dataset blend --test 48 --balance country``            (blend_kb, leave-out)
 ``python scripts/coral_compare.py --dataset click --corpus xquad --test 30 --compile``
 ``python scripts/coral_compare.py --dataset blend --test 48 --programs direct multi_rag --circular``
+``python scripts/coral_compare.py --dataset blend --test 48 --programs direct multi_rag --circular --mc-scoring pride``
 
 Prints one markdown table (accuracy overall, at every option shift with ``--circular``, and per resource tier,
 rounds, LM calls, prompt tokens and seconds per question), then each program paired with coral, or else with the
-first program (exact McNemar test, most frequent answer), and logs one run: every cell as a metric
+first program (exact McNemar test, most frequent answer), for multiple choice the accuracy per gold letter, and logs one run: every cell as a metric
 (``<program>_<metric>``), the tables, per-program predictions, and for coral a plot of the languages of the
 planner-selected corpora against the languages of the final evidence (the paper's Figure 3). ``--compile`` also
 bootstraps few-shot demos for coral on the train split and reports the compiled program next to the uncompiled one."""
@@ -106,6 +107,24 @@ def table(rows: dict[str, dict], metric: str) -> str:
     return "\n".join(lines)
 
 
+def by_gold_position(records: dict[str, list[dict]], metric: str) -> str:
+    """Accuracy per gold letter (n per letter in brackets) and how often each letter was answered: with
+    ``--circular`` every question has its gold at every letter once, so a writer free of letter bias scores the
+    same in every column; the spread (max - min) measures how much the gold's position decides."""
+    letters = sorted({str(r.get("gold")) for recs in records.values() for r in recs if r.get("gold")})
+    lines = ["| program | " + " | ".join(f"gold {g}" for g in letters) + " | spread | answered "
+             + " / ".join(letters) + " |", "|---|" + "---|" * (len(letters) + 2)]
+    for name, recs in records.items():
+        acc = {g: [r.get(metric, 0.0) for r in recs if r.get("gold") == g] for g in letters}
+        means = {g: sum(v) / len(v) for g, v in acc.items() if v}
+        answered = Counter(str(r.get("answer")) for r in recs)
+        cells = [f"{means[g]:.3f} ({len(acc[g])})" if g in means else "" for g in letters]
+        spread = max(means.values()) - min(means.values()) if means else 0.0
+        lines.append(f"| {name} | " + " | ".join(cells) + f" | {spread:.3f} | "
+                     + " / ".join(str(answered[g]) for g in letters) + " |")
+    return "\n".join(lines)
+
+
 def paired(records: dict[str, list[dict]], metric: str, reference: str = "coral") -> tuple[str, dict]:
     """Every program against ``reference`` on the same questions (right = full ``metric`` score, at every option
     shift for circular copies): discordant counts and the exact McNemar p-value, plus each program's most
@@ -169,8 +188,16 @@ def main(argv=None) -> dict[str, dict]:
             tracking.log_jsonl(f"predictions/{label}.jsonl", records)
             rows[label], records_by[label] = summary, records
 
+        evaluated_ids = {ex.get("base_id", ex.id) for ex in examples}
         for name in args.programs:
-            run_program(name, s.build(name))
+            program = s.build(name)
+            if name in s.calibrations:  # pride: the calibration slice (train split) must not be evaluated
+                info = s.calibrations[name]
+                if overlap := evaluated_ids & set(info["asked"]):
+                    raise SystemExit(f"error: PriDe calibration questions are also evaluated: {sorted(overlap)}")
+                tracking.log_json(f"calibration/{name}.json", info)
+                mlflow.log_metrics({f"{name}_prior_{k}": v for k, v in info["prior"].items()})
+            run_program(name, program)
         if args.compile:
             _, compile_fn = compile_metric(s.bundle.task, None)
             hidden = {g for ex in train for g in ex.get("leave_out") or ()}  # no demo may see its own answer
@@ -185,6 +212,8 @@ def main(argv=None) -> dict[str, dict]:
         text = table(rows, metric)
         tests, p_values = paired(records_by, metric, "coral" if "coral" in records_by else args.programs[0])
         text += "\n\n" + tests
+        if s.bundle.task == "mcq":
+            text += "\n\n" + by_gold_position(records_by, metric)
         mlflow.log_metrics(p_values)
         if "coral" in records_by:
             fig = mix_figure(records_by["coral"], "tier" if "tier" in s.bundle.groups else None)

@@ -312,6 +312,7 @@ def test_compare_script_circular_mode_scores_a_letter_bias_zero(monkeypatch, cap
     assert rows["direct"]["n"] == 12 and rows["direct"]["accuracy"] == 0.25 and rows["direct"]["circular_accuracy"] == 0
     out = capsys.readouterr().out
     assert "| program | n | accuracy | circular_accuracy |" in out and "| direct | A (12/12) | – |" in out
+    assert "| direct | 1.000 (3) | 0.000 (3) | 0.000 (3) | 0.000 (3) | 1.000 | 12 / 0 / 0 / 0 |" in out  # by gold
 
 
 def test_paired_table_counts_discordant_questions_against_coral():
