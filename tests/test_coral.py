@@ -376,3 +376,49 @@ def test_replan_without_a_valid_name_keeps_the_corpora(dummy, search):
     t = CORAL(search, k=1, loops=2, critic_batch=True)(question=QUESTION, options=OPTIONS, lang="en").trace
     assert t["corpora"] == [["en", "ko"], ["en", "ko"]] and t["queries"][1] == "seaweed soup birthday"
     assert t["planner_fallbacks"] == 1
+
+
+def test_candidate_corpora_are_shown_in_a_seeded_per_question_order_with_probes(dummy, embedder):
+    langs = ("ar", "de", "el", "en", "es", "ko")
+    pool = Retriever([Corpus(lang, [{"id": "1", "title": f"{lang} title", "text": f"{lang} soup birthday"}], lang)
+                      for lang in langs], embedder)
+    coral, again = CORAL(pool), CORAL(pool)
+    questions = [f"What soup is eaten on birthday number {i}?" for i in range(8)]
+    orders = [coral.presented(q) for q in questions]
+    assert orders == [again.presented(q) for q in questions]  # seeded: the same question, the same order
+    assert all(sorted(o) == sorted(langs) for o in orders) and len({tuple(o) for o in orders}) > 1
+    assert CORAL(pool, seed=14).presented(questions[0]) != orders[0] or CORAL(pool, seed=15).presented(
+        questions[0]) != orders[0]
+    assert CORAL(pool, shuffle_corpora=False).presented(questions[0]) == list(langs)  # pool order
+    lm = scripted(dummy, plan=Queue({"corpora": ["ko"]}), single=Queue(rating(0, 1, 1, 1, 1)),
+                  write=Queue({"answer": "A"}))
+    t = coral(question=questions[0], options=OPTIONS, lang="en").trace
+    assert t["presented"] == orders[0]
+    prompt = lm.history[0]["messages"][-1]["content"]
+    shown = [line.split(":")[0].strip('"[ ,') for line in prompt.splitlines() if "top match" in line]
+    assert len(shown) == 1 or shown == orders[0]  # one line per corpus in the presented order
+    for lang in langs:
+        assert f"{lang}: " in prompt and f"top match: '{lang} title'" in prompt
+
+
+def test_closed_set_outputs_use_a_grammar_only_where_the_endpoint_takes_one(dummy, search):
+    def run():
+        return scripted(dummy, plan=Queue({"corpora": ["ko"]}), single=Queue(rating(0, 4, 4, 4, 4)),
+                        enough=Queue({"enough": False, "reason": "more"}),
+                        replan=Queue({"corpora": ["en"], "query": "seaweed"}), write=Queue({"answer": "A"}))
+    lm = run()  # DummyLM: no grammar support -> plain requests, validated afterwards as before
+    CORAL(search, k=1, loops=2)(question=QUESTION, options=OPTIONS, lang="en")
+    assert not any("grammar" in (h["kwargs"].get("extra_body") or {}) for h in lm.history)
+    lm = run()
+    lm.server = object()  # what make_lm sets on the embedded llama.cpp LM
+    lm.kwargs["extra_body"] = {"max_tokens": 512}
+    CORAL(search, k=1, loops=2)(question=QUESTION, options=OPTIONS, lang="en")
+    grammars = [(h["kwargs"].get("extra_body") or {}).get("grammar") for h in lm.history]
+    assert grammars[-1] is None  # the writer is free
+    constrained = [g for g in grammars if g]
+    plan = next(g for g in constrained if "## corpora ##" in g and "## query ##" not in g)
+    assert '\\"ko\\"' in plan and '\\"en\\"' in plan and "es" not in plan  # only the pool's names
+    assert any("## corpora ##" in g and "## query ##" in g for g in constrained)  # the replanner
+    assert any("## relevance ##" in g and '"5"' in g for g in constrained)  # the per-document critic
+    assert any('## enough ##' in g and '("True" | "False")' in g for g in constrained)  # sufficiency
+    assert all(h["kwargs"]["extra_body"]["max_tokens"] == 512 for h in lm.history if h["kwargs"].get("extra_body"))
