@@ -166,6 +166,7 @@ class Verdict(NamedTuple):
 class Trace:
     """What happened in one ``forward()``, JSON-serialisable via ``as_dict()``."""
 
+    own: str | None = None  # the question-language corpus
     presented: list[str] = field(default_factory=list)  # candidate corpora in the order the planner saw them
     queries: list[str] = field(default_factory=list)
     corpora: list[list[str]] = field(default_factory=list)
@@ -246,6 +247,7 @@ class CORAL(dspy.Module):
                 lang: str | None = None) -> dspy.Prediction:
         lang = lang or DEFAULT_LANG
         own, languages, trace = corpus_of(self.search, lang), self.search.languages(), Trace()
+        trace.own = own
         asked = with_options(question, options)  # what the critic judges against
         kept: dict[str, Rated] = {}
         rated: dict[str, Rated] = {}  # every candidate scored so far; never scored twice

@@ -125,6 +125,54 @@ def by_gold_position(records: dict[str, list[dict]], metric: str) -> str:
     return "\n".join(lines)
 
 
+def planner_diagnostics(records: list[dict], languages: dict[str, str]) -> dict:
+    """How the planner chose corpora, per question from the trace: whether the corpus of the culture's own
+    language (``source_lang``) was chosen in round 1 / in any round (selection recall, over questions whose
+    culture has a corpus), and whether it follows list position: how often the first-listed candidate (the question
+    -language corpus aside, which is always searched) is among its round-1 picks and the picks' mean listed
+    position (1 = first), each beside what picking that many candidates at random gives."""
+    by_lang = {code: name for name, code in languages.items()}
+    have, r1, anyr, first, first_chance, pos, pos_chance = 0, 0, 0, [], [], [], []
+    for r in records:
+        trace = r.get("trace") or {}
+        if not trace.get("corpora"):
+            continue
+        rounds, own = trace["corpora"], trace.get("own")
+        culture = by_lang.get(r.get("source_lang"))
+        if culture:
+            have += 1
+            r1 += culture in rounds[0]
+            anyr += any(culture in c for c in rounds)
+        candidates = [c for c in (trace.get("presented") or list(languages)) if c != own]
+        picks = [c for c in rounds[0] if c != own and c in candidates]
+        if candidates and picks:
+            first.append(candidates[0] in picks)
+            first_chance.append(len(picks) / len(candidates))
+            pos += [candidates.index(c) + 1 for c in picks]
+            pos_chance.append((len(candidates) + 1) / 2)
+    mean = lambda xs: sum(xs) / len(xs) if xs else float("nan")  # noqa: E731
+    return {"culture_corpus_questions": have, "culture_recall_round1": r1 / have if have else float("nan"),
+            "culture_recall_any": anyr / have if have else float("nan"), "first_listed_chosen": mean(first),
+            "first_listed_chance": mean(first_chance), "mean_listed_position": mean(pos),
+            "mean_listed_position_chance": mean(pos_chance)}
+
+
+def planner_table(records: dict[str, list[dict]], languages: dict[str, str]) -> tuple[str, dict]:
+    """``planner_diagnostics`` of every program with a planner, as a markdown table and as metrics."""
+    lines = ["| program | questions with a culture corpus | culture corpus chosen, round 1 | any round | "
+             "first-listed candidate chosen (random) | mean listed position of picks (random) |", "|---|---|---|---|---|---|"]
+    metrics = {}
+    for name, recs in records.items():
+        if not any((r.get("trace") or {}).get("selected_langs") for r in recs):
+            continue
+        d = planner_diagnostics(recs, languages)
+        metrics.update({f"{name}_planner_{k}": v for k, v in d.items()})
+        lines.append(f"| {name} | {d['culture_corpus_questions']} | {d['culture_recall_round1']:.3f} | "
+                     f"{d['culture_recall_any']:.3f} | {d['first_listed_chosen']:.3f} ({d['first_listed_chance']:.3f}) | "
+                     f"{d['mean_listed_position']:.2f} ({d['mean_listed_position_chance']:.2f}) |")
+    return ("\n".join(lines) if len(lines) > 2 else ""), metrics
+
+
 def paired(records: dict[str, list[dict]], metric: str, reference: str = "coral") -> tuple[str, dict]:
     """Every program against ``reference`` on the same questions (right = full ``metric`` score, at every option
     shift for circular copies): discordant counts and the exact McNemar p-value, plus each program's most
@@ -214,6 +262,10 @@ def main(argv=None) -> dict[str, dict]:
         text += "\n\n" + tests
         if s.bundle.task == "mcq":
             text += "\n\n" + by_gold_position(records_by, metric)
+        planners, planner_metrics = planner_table(records_by, s.retriever.languages())
+        if planners:
+            text += "\n\n" + planners
+            mlflow.log_metrics({k: v for k, v in planner_metrics.items() if v == v})  # NaN: no such question
         mlflow.log_metrics(p_values)
         if "coral" in records_by:
             fig = mix_figure(records_by["coral"], "tier" if "tier" in s.bundle.groups else None)

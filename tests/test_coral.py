@@ -422,3 +422,25 @@ def test_closed_set_outputs_use_a_grammar_only_where_the_endpoint_takes_one(dumm
     assert any("## relevance ##" in g and '"5"' in g for g in constrained)  # the per-document critic
     assert any('## enough ##' in g and '("True" | "False")' in g for g in constrained)  # sufficiency
     assert all(h["kwargs"]["extra_body"]["max_tokens"] == 512 for h in lm.history if h["kwargs"].get("extra_body"))
+
+
+def test_planner_diagnostics_count_culture_recall_and_list_position():
+    from scripts.coral_compare import planner_diagnostics, planner_table
+
+    languages = {"ar": "ar", "de": "de", "en": "en", "ko": "ko"}
+    records = [  # question language en (always searched); candidates ar, de, ko
+        {"source_lang": "ko", "trace": {"own": "en", "presented": ["en", "ar", "de", "ko"],
+                                        "corpora": [["en", "ar", "de"], ["en", "ko"]]}},
+        {"source_lang": "ko", "trace": {"own": "en", "presented": ["ko", "en", "de", "ar"],
+                                        "corpora": [["en", "ko"]]}},
+        {"source_lang": "su", "trace": {"own": "en", "corpora": [["en", "ar"]]}},  # no Sundanese corpus; pool order
+    ]
+    d = planner_diagnostics(records, languages)
+    assert d["culture_corpus_questions"] == 2 and d["culture_recall_round1"] == 0.5 and d["culture_recall_any"] == 1.0
+    assert d["first_listed_chosen"] == 1.0  # ar first for q1 and q3, ko first for q2
+    assert d["first_listed_chance"] == pytest.approx((2 / 3 + 1 / 3 + 1 / 3) / 3)
+    assert d["mean_listed_position"] == pytest.approx((1 + 2 + 1 + 1) / 4) and d["mean_listed_position_chance"] == 2.0
+    text, metrics = planner_table({"coral": [r | {"trace": r["trace"] | {"selected_langs": [["x"]]}} for r in records],
+                                   "direct": [{"trace": {}}]}, languages)
+    assert "| coral | 2 | 0.500 | 1.000 | 1.000 (0.444) | 1.25 (2.00) |" in text and "direct" not in text
+    assert metrics["coral_planner_culture_recall_round1"] == 0.5
