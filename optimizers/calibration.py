@@ -17,7 +17,7 @@ from runtime.metering import metered
 def calibrate_pride(program: dspy.Module, examples: list[dspy.Example], retries: int = 1) -> dict:
     """Estimate the prior on ``examples`` and switch ``program`` to ``pride`` scoring with it. Returns what to log:
     the prior, the questions asked and those used (every shift read), and the calibration's LM cost."""
-    observed: list[dict[str, float]] = []
+    observed: list[dict] = []
     set_mc_scoring(program, MCScoring("logprob", observed=observed))
     samples, used = [], []
     with metered() as cost:
@@ -27,7 +27,7 @@ def calibrate_pride(program: dspy.Module, examples: list[dspy.Example], retries:
                 before = len(observed)
                 _run(program, copy, retries)
                 if len(observed) > before:
-                    shifts.append(observed[-1])  # the last writer call answers the question
+                    shifts.append(observed[-1]["probs"])  # the last writer call answers the question
             if len(shifts) == len(example.options):
                 samples.append(shifts)
                 used.append(example.id)

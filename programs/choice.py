@@ -26,8 +26,9 @@ _WARNED: set[str] = set()
 class MCScoring:
     """How every multiple-choice writer of a program picks its letter (set with ``programs.writer.set_mc_scoring``).
 
-    ``prior``: option-ID prior (letter -> probability) for ``pride``; ``observed``: when a list, every
-    distribution read in a logprob mode is appended to it (calibration reads them from here)."""
+    ``prior``: option-ID prior (letter -> probability) for ``pride``; ``observed``: when a list, every call
+    that read letter probabilities appends ``{"written", "probs", "answer"}`` to it: the letter parsed from the
+    reply (what ``generate`` answers), the observed distribution, and the letter chosen."""
 
     mode: str = "generate"
     prior: dict[str, float] | None = None

@@ -68,7 +68,8 @@ class Writer(dspy.Module):
         """The option letter: parsed from the reply, or the most probable letter at the answer's first token."""
         config = {"logprobs": True, "top_logprobs": TOP_LOGPROBS} if self.mc.reads_logprobs else {}
         out = self.choice(passages=context, question=question, options=format_options(options), config=config)
-        answer, probs = parse_choice(out.answer, options), None
+        answer = written = parse_choice(out.answer, options)
+        probs = None
         if self.mc.reads_logprobs:
             logps = letter_logprobs(out.get("logprobs"), "".join(options))
             if logps is None:
@@ -79,7 +80,7 @@ class Writer(dspy.Module):
                 probs = normalized(logps)
                 answer = self.mc.pick(probs)
                 if self.mc.observed is not None:
-                    self.mc.observed.append(probs)
+                    self.mc.observed.append({"written": written, "probs": probs, "answer": answer})
         return dspy.Prediction(answer=answer, raw_answer=out.answer, option_probs=probs,
                                reasoning=getattr(out, "reasoning", None))
 

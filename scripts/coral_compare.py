@@ -20,6 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import dspy  # noqa: E402
 import matplotlib  # noqa: E402
 
 matplotlib.use("Agg")
@@ -30,9 +31,10 @@ import programs  # noqa: E402
 from optimizers import tracking  # noqa: E402
 from optimizers.cli import compile_metric, parser, session  # noqa: E402
 from optimizers.compile import compile_program  # noqa: E402
-from optimizers.evaluation import evaluate, per_question  # noqa: E402
+from optimizers.evaluation import evaluate, per_question, summarize  # noqa: E402
 from optimizers.stats import mcnemar_exact  # noqa: E402
 from programs.retrieval import excluded  # noqa: E402
+from programs.writer import Writer  # noqa: E402
 from runtime.metering import metered  # noqa: E402
 
 DEFAULT_PROGRAMS = ("direct", "mono_rag", "multi_rag", "cross_rag", "t_rag", "coral_select", "coral")
@@ -104,6 +106,61 @@ def table(rows: dict[str, dict], metric: str) -> str:
                   for t in lang_means]
         cells += [fmt.format(r[key]) if key in r else "" for key, _, fmt in COST]
         lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+class Observed(dspy.Module):
+    """``program`` with what its last multiple-choice writer call read added to the trace as ``mc``: the letter
+    parsed from the reply (the ``generate`` answer), the letter probabilities, and the letter chosen. One set of
+    LM calls then scores every ``--mc-scoring`` mode."""
+
+    def __init__(self, program: dspy.Module):
+        super().__init__()
+        self.program, self.log = program, []
+        for _, writer in program.named_sub_modules(Writer):
+            writer.mc.observed = self.log
+
+    def forward(self, **inputs):
+        before = len(self.log)
+        pred = self.program(**inputs)
+        if len(self.log) > before and isinstance(pred.trace, dict):
+            pred.trace = {**pred.trace, "mc": self.log[-1]}
+        return pred
+
+
+def mc_modes(records: dict[str, list[dict]], metric: str, prior_of: dict[str, dict]) -> dict[str, list[dict]]:
+    """Per program run with letter probabilities: its records re-scored as ``generate`` (the written letter),
+    ``logprob`` (the most probable letter) and, with a prior, ``pride``; a question whose probabilities could not
+    be read keeps its answer in every mode."""
+    out = {}
+    for name, recs in records.items():
+        if not any((r.get("trace") or {}).get("mc") for r in recs):
+            continue
+        modes = ["generate", "logprob"] + (["pride"] if name in prior_of else [])
+        for mode in modes:
+            rescored = []
+            for r in recs:
+                mc = (r.get("trace") or {}).get("mc")
+                letter = r.get("answer")
+                if mc and mode == "generate":
+                    letter = mc["written"]
+                elif mc and mode == "logprob":
+                    letter = max(mc["probs"], key=mc["probs"].get)
+                elif mc:
+                    letter = mc["answer"]
+                rescored.append(r | {"answer": letter, metric: float(letter == r.get("gold"))})
+            out[f"{name} [{mode}]"] = rescored
+    return out
+
+
+def modes_table(records: dict[str, list[dict]], metric: str) -> str:
+    """Accuracy, circular accuracy and most frequent answer of each (program, scoring mode)."""
+    lines = [f"| program [mode] | {metric} | circular_{metric} | most frequent answer |", "|---|---|---|---|"]
+    for label, recs in records.items():
+        s = summarize(recs, {metric: None})
+        (top, count), = Counter(str(r.get("answer")) for r in recs).most_common(1)
+        circular = f"{s[f'circular_{metric}']:.3f}" if f"circular_{metric}" in s else ""
+        lines.append(f"| {label} | {s[metric]:.3f} | {circular} | {top} ({count}/{len(recs)}) |")
     return "\n".join(lines)
 
 
@@ -239,6 +296,8 @@ def main(argv=None) -> dict[str, dict]:
         evaluated_ids = {ex.get("base_id", ex.id) for ex in examples}
         for name in args.programs:
             program = s.build(name)
+            if args.mc_scoring != "generate" and s.bundle.task == "mcq":
+                program = Observed(program)
             if name in s.calibrations:  # pride: the calibration slice (train split) must not be evaluated
                 info = s.calibrations[name]
                 if overlap := evaluated_ids & set(info["asked"]):
@@ -261,7 +320,13 @@ def main(argv=None) -> dict[str, dict]:
         tests, p_values = paired(records_by, metric, "coral" if "coral" in records_by else args.programs[0])
         text += "\n\n" + tests
         if s.bundle.task == "mcq":
-            text += "\n\n" + by_gold_position(records_by, metric)
+            modes = mc_modes(records_by, metric, s.calibrations)
+            text += "\n\n" + by_gold_position(records_by | modes, metric)
+            if modes:
+                text += "\n\n" + modes_table(modes, metric)
+                mlflow.log_metrics({f"{label.replace(' [', '_').rstrip(']')}_{k}": v
+                                    for label, recs in modes.items()
+                                    for k, v in summarize(recs, {metric: None}).items() if k.startswith(("acc", "circ"))})
         planners, planner_metrics = planner_table(records_by, s.retriever.languages())
         if planners:
             text += "\n\n" + planners

@@ -444,3 +444,24 @@ def test_planner_diagnostics_count_culture_recall_and_list_position():
                                    "direct": [{"trace": {}}]}, languages)
     assert "| coral | 2 | 0.500 | 1.000 | 1.000 (0.444) | 1.25 (2.00) |" in text and "direct" not in text
     assert metrics["coral_planner_culture_recall_round1"] == 0.5
+
+
+def test_one_set_of_calls_scores_every_mc_mode():
+    from scripts.coral_compare import mc_modes, modes_table
+
+    def rec(i, gold, mc):
+        return {"id": f"q#r{i}", "base_id": "q", "gold": gold, "answer": "?", "accuracy": 0.0,
+                "trace": {"mc": mc} if mc else {}}
+
+    probs = {"A": 0.5, "B": 0.3, "C": 0.1, "D": 0.1}
+    records = {"direct": [rec(0, "B", {"written": "A", "probs": probs, "answer": "B"}),
+                          rec(1, "C", {"written": "C", "probs": probs, "answer": "C"}),
+                          rec(2, "D", None)],  # no probabilities read: its answer in every mode
+               "multi_rag": [rec(0, "A", None)]}
+    modes = mc_modes(records, "accuracy", {"direct": {"A": 0.25}})
+    assert list(modes) == ["direct [generate]", "direct [logprob]", "direct [pride]"]
+    assert [r["answer"] for r in modes["direct [generate]"]] == ["A", "C", "?"]
+    assert [r["answer"] for r in modes["direct [logprob]"]] == ["A", "A", "?"]
+    assert [r["accuracy"] for r in modes["direct [pride]"]] == [1.0, 1.0, 0.0]
+    text = modes_table(modes, "accuracy")
+    assert "| direct [pride] | 0.667 | 0.000 | B (1/3) |" in text or "| direct [pride] | 0.667 | 0.000 |" in text
