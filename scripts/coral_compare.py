@@ -265,7 +265,7 @@ def main(argv=None) -> dict[str, dict]:
     p.add_argument("--demos", type=int, default=2, help="max bootstrapped and labeled demos per predictor")
     p.set_defaults(dataset="demo_culture")
     args = p.parse_args(argv)
-    s = session(args, needs_search=True)
+    s = session(args, needs_search=any(programs.spec(name).needs_search for name in args.programs))
     examples = getattr(s.splits, args.split)
     if args.balance:
         train = set(s.splits.ids()["train"])
@@ -327,7 +327,7 @@ def main(argv=None) -> dict[str, dict]:
                 mlflow.log_metrics({f"{label.replace(' [', '_').rstrip(']')}_{k}": v
                                     for label, recs in modes.items()
                                     for k, v in summarize(recs, {metric: None}).items() if k.startswith(("acc", "circ"))})
-        planners, planner_metrics = planner_table(records_by, s.retriever.languages())
+        planners, planner_metrics = planner_table(records_by, s.retriever.languages() if s.retriever else {})
         if planners:
             text += "\n\n" + planners
             mlflow.log_metrics({k: v for k, v in planner_metrics.items() if v == v})  # NaN: no such question
