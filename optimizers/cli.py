@@ -116,6 +116,11 @@ class Session:
     def build(self, program_name: str) -> dspy.Module:
         """The program with its role LMs and ``--mc-scoring`` (``pride`` calibrates it here, on train questions)."""
         program = assign_roles(programs.build(program_name, search=self.retriever, **self.config), self.roles)
+        return self.with_mc_scoring(program_name, program)
+
+    def with_mc_scoring(self, program_name: str, program: dspy.Module) -> dspy.Module:
+        """``program`` answering multiple choice as ``--mc-scoring`` says; ``pride`` calibrates it on the first
+        ``--mc-calibration`` train questions (recorded in ``calibrations``)."""
         if self.bundle.task == "mcq" and self.args.mc_scoring == "logprob":
             set_mc_scoring(program, MCScoring("logprob"))
         elif self.bundle.task == "mcq" and self.args.mc_scoring == "pride":
