@@ -140,6 +140,7 @@ def main(argv=None) -> dict[str, dict]:
             lines.append(f"| {name} | {len(gold)} / {len(other)} | "
                          + " | ".join(f"{summary[f'auc_{s}']:.3f}" for s in SCORES)
                          + f" | {summary['lm_calls_per_passage']:.1f} | {summary['seconds_per_passage']:.1f} |")
+            print(f"run {run.info.run_id}: {lines[-1]}", file=sys.stderr, flush=True)
         text = "\n".join(lines)
         mlflow.log_text(text + "\n", "critic_auc.md")
     print(f"\nHotpotQA critic AUC, {args.n} questions | run {run.info.run_id}\n\n{text}")
