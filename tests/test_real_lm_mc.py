@@ -13,7 +13,8 @@ pytestmark = pytest.mark.real_lm
 
 
 @pytest.fixture(autouse=True)
-def lm():
+def lm(monkeypatch):
+    monkeypatch.delenv("RAG_INDEX_DIR")  # reuse the shared faiss indexes
     lm = make_lm("local:qwen-0.5b", cache=False)
     init_dspy(lm, cache=False)
     return lm
