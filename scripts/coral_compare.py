@@ -217,7 +217,8 @@ def planner_diagnostics(records: list[dict], languages: dict[str, str]) -> dict:
 def planner_table(records: dict[str, list[dict]], languages: dict[str, str]) -> tuple[str, dict]:
     """``planner_diagnostics`` of every program with a planner, as a markdown table and as metrics."""
     lines = ["| program | questions with a culture corpus | culture corpus chosen, round 1 | any round | "
-             "first-listed candidate chosen (random) | mean listed position of picks (random) |", "|---|---|---|---|---|---|"]
+             "first-listed candidate chosen (random) | mean listed position of picks (random) |",
+             "|---|---|---|---|---|---|"]
     metrics = {}
     for name, recs in records.items():
         if not any((r.get("trace") or {}).get("selected_langs") for r in recs):
@@ -225,7 +226,8 @@ def planner_table(records: dict[str, list[dict]], languages: dict[str, str]) -> 
         d = planner_diagnostics(recs, languages)
         metrics.update({f"{name}_planner_{k}": v for k, v in d.items()})
         lines.append(f"| {name} | {d['culture_corpus_questions']} | {d['culture_recall_round1']:.3f} | "
-                     f"{d['culture_recall_any']:.3f} | {d['first_listed_chosen']:.3f} ({d['first_listed_chance']:.3f}) | "
+                     f"{d['culture_recall_any']:.3f} | "
+                     f"{d['first_listed_chosen']:.3f} ({d['first_listed_chance']:.3f}) | "
                      f"{d['mean_listed_position']:.2f} ({d['mean_listed_position_chance']:.2f}) |")
     return ("\n".join(lines) if len(lines) > 2 else ""), metrics
 
@@ -326,7 +328,8 @@ def main(argv=None) -> dict[str, dict]:
                 text += "\n\n" + modes_table(modes, metric)
                 mlflow.log_metrics({f"{label.replace(' [', '_').rstrip(']')}_{k}": v
                                     for label, recs in modes.items()
-                                    for k, v in summarize(recs, {metric: None}).items() if k.startswith(("acc", "circ"))})
+                                    for k, v in summarize(recs, {metric: None}).items()
+                                    if k.startswith(("acc", "circ"))})
         planners, planner_metrics = planner_table(records_by, s.retriever.languages() if s.retriever else {})
         if planners:
             text += "\n\n" + planners

@@ -132,7 +132,8 @@ def main(argv=None) -> dict[str, dict]:
             gold = [r for r in rows if r["gold"]]
             other = [r for r in rows if not r["gold"]]
             summary = {f"auc_{s}": auc([r[s] for r in gold], [r[s] for r in other]) for s in SCORES}
-            summary |= {"lm_calls_per_passage": cost["lm_calls"] / len(rows), "seconds_per_passage": seconds / len(rows)}
+            summary |= {"lm_calls_per_passage": cost["lm_calls"] / len(rows),
+                        "seconds_per_passage": seconds / len(rows)}
             label = name.replace(":", "_").replace("/", "_")
             mlflow.log_metrics({f"{label}_{k}": v for k, v in summary.items() if v == v})
             tracking.log_jsonl(f"scores/{label}.jsonl", rows)
