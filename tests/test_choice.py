@@ -126,3 +126,29 @@ def test_pride_calibration_recovers_the_prior_and_switches_the_program():
         texts = ["coffee", "juice", "milk", "tea"]
         options = dict(zip("ABCD", texts[shift:] + texts[:shift]))
         assert options[program(question="Drink?", options=options).answer] == "tea"
+
+
+def test_compare_script_scores_every_mode_from_one_run_and_logs_the_calibration(monkeypatch, capsys):
+    import mlflow
+
+    import scripts.coral_compare as compare
+    from optimizers import cli
+
+    class LetterBiasLM(DummyLM):  # writes "B"; its letter probabilities favour A whatever the options say
+        def __call__(self, prompt=None, messages=None, **kwargs):
+            outputs = super().__call__(prompt=prompt, messages=messages, **kwargs)
+            alternatives = [(k, math.log(p)) for k, p in PRIOR.items()]
+            content = [token(" ## answer ## ]]"), token("\n"), token("B", math.log(0.3), alternatives)]
+            return [{"text": text, "logprobs": {"content": content}} for text in outputs]
+
+    monkeypatch.setattr(cli, "make_lm", lambda *a, **k: LetterBiasLM({"[[ ## options ## ]]": {"answer": "B"}}))
+    compare.main(["--dataset", "demo_culture", "--programs", "direct", "--train", "2", "--dev", "1", "--test", "3",
+                  "--circular", "--mc-scoring", "pride", "--mc-calibration", "2"])
+    out = capsys.readouterr().out
+    assert "| direct [generate] | 0.250 | 0.000 | B (12/12) |" in out  # the written letter
+    assert "| direct [logprob] | 0.250 | 0.000 | A (12/12) |" in out  # the letter prior decides
+    assert "| direct [pride] |" in out
+    run = mlflow.search_runs(experiment_names=["agentic-rag"], output_format="list")[0]
+    assert run.data.metrics["direct_prior_A"] == pytest.approx(0.4) and "direct_pride_accuracy" in run.data.metrics
+    artifacts = {a.path for a in mlflow.MlflowClient().list_artifacts(run.info.run_id, "calibration")}
+    assert artifacts == {"calibration/direct.json"}
