@@ -28,12 +28,14 @@ def main(argv=None) -> dict:
         args.program = artifact["program"]
         args.dataset = args.dataset or artifact["data"]["dataset"]
     s = session(args, programs.spec(args.program).needs_search)
-    program = (programs.load_compiled(artifact, search=s.retriever, roles=s.roles) if artifact
-               else s.build(args.program))
+    program = (s.with_mc_scoring(args.program, programs.load_compiled(artifact, search=s.retriever, roles=s.roles))
+               if artifact else s.build(args.program))
     examples = s.evaluated(getattr(s.splits, args.split))
     run_name = f"{args.program}-{args.dataset}-{args.split}" + ("-compiled" if artifact else "")
     with tracking.run(args.experiment, run_name, tags={"entry": "evaluate.py"}) as run:
         tracking.log_params(s.params(args.program) | {"split": args.split, "compiled_from": args.compiled or ""})
+        if args.program in s.calibrations:
+            tracking.log_json("calibration.json", s.calibrations[args.program])
         records, summary = evaluate(program, examples, s.metrics, k=args.k if s.retriever else None,
                                     retries=args.retries, checkpoint=s.checkpoint(args.split, args.program, program, examples),
                                     desc=args.split, groups=s.groups)

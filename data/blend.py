@@ -6,8 +6,9 @@ annotated answers with vote counts, "I don't know" tallies) and ``blend/question
 (topic). Questions are the English versions, which name the country, so ``lang`` (the language the question is
 written in, a program input) is ``en`` for every example; the country's own language is ``source_lang`` and its
 resource tier ``tier`` (both only for metric breakdowns, so no program is told the culture). Each example also
-carries ``leave_out``: the group of the knowledge-corpus documents rendered from its own annotations
-(see ``data.corpora.blend_kb``), hidden while it is evaluated.
+carries ``leave_out``: the group of the knowledge-corpus documents rendered from its question id -- the documents of
+every country, since the other countries' answers to the same question are where its distractors come from (see
+``data.corpora.blend_kb``) -- hidden while it is evaluated.
 """
 from __future__ import annotations
 
@@ -127,12 +128,12 @@ def _example(qid: str, country: str, record: dict, topic: str, **fields) -> dspy
     source_lang, tier = COUNTRIES[country]
     return dspy.Example(id=f"{country}/{qid}", question=record["en_question"].strip(), lang="en",
                         source_lang=source_lang, tier=tier, country=country, topic=topic,
-                        local_question=record.get("question", ""), leave_out=[kb_group(qid, country)], **fields)
+                        local_question=record.get("question", ""), leave_out=[kb_group(qid)], **fields)
 
 
-def kb_group(qid: str, country: str) -> str:
-    """The knowledge-corpus group of one (question, country) annotation."""
-    return f"{qid}@{country}"
+def kb_group(qid: str) -> str:
+    """The knowledge-corpus group of one question id: its documents for every country."""
+    return f"q:{qid}"
 
 
 def load_mcq(root: Path | None, seed: int = 13) -> Bundle:

@@ -14,11 +14,13 @@
   paragraph's title, as one corpus ``pool_en`` (finer passages, a new index: ~9k passages to embed);
 - ``xquad``: the XQuAD paragraphs of ``RAG_DATA_DIR/xquad/xquad.<lang>.json`` (240 per language, deduplicated);
   only ar, el, en, es and zh overlap the BLEnD languages;
-- ``blend_kb``: *oracle knowledge* rendered from the BLEnD annotations (default for blend, blend_short and click):
-  per country and question one short document stating what its annotators answered, in English and in the local
-  language, filed in the country's language corpus. It measures whether a method routes to the right culture's
-  evidence, not knowledge coverage. Each document's ``group`` is its (question, country); with
-  ``--leave-question-out`` (default) an example cannot retrieve the documents of its own group.
+- ``blend_kb``: knowledge rendered from the BLEnD annotations (default for blend, blend_short and click): per
+  country and question one short document stating what its annotators answered, in English and in the local
+  language, filed in the country's language corpus. Each document's ``group`` is its question id. With
+  ``--leave-question-out`` (default) an example cannot retrieve any document of its own question id (no country's
+  answers to it, so neither the gold nor the distractors' sources): what is left is the culture's answers to
+  *other* questions. ``--no-leave-question-out`` is the *oracle* setting: the answer itself is retrievable, so it
+  measures whether a method routes to the right culture's evidence, not knowledge coverage.
 """
 from __future__ import annotations
 
@@ -92,7 +94,8 @@ def provenance(dataset: str, source: str | None, leave_question_out: bool, max_d
     """What to log (and key result checkpoints by) about the corpora."""
     name = source or default_source(dataset)
     capped = {"max_docs": max_docs} if max_docs and name.startswith(PREFIXED) else {}
-    return {"corpus_source": name + (" (oracle knowledge)" if name == "blend_kb" else ""),
+    oracle = " (oracle knowledge)" if not leave_question_out else " (own question left out)"
+    return {"corpus_source": name + (oracle if name == "blend_kb" else ""),
             "leave_question_out": leave_question_out, **capped}
 
 
@@ -184,7 +187,7 @@ def blend_kb(root: Path | None, annotations: dict[str, dict] | None = None, top:
                     f"{record.get('question', '').strip()} {local}").strip()
             by_lang.setdefault(COUNTRIES[country][0], []).append(
                 {"id": f"{country}/{qid}", "title": record["en_question"].strip(), "text": text,
-                 "group": kb_group(qid, country)})
+                 "group": kb_group(qid)})
     return [Corpus(lang, docs, lang) for lang, docs in sorted(by_lang.items())]
 
 

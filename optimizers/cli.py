@@ -6,7 +6,7 @@ import hashlib
 import json
 import signal
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import dspy
@@ -15,7 +15,10 @@ import data as datasets
 import programs
 from data import corpora as sources
 from optimizers.metrics import ANSWER_METRICS, Judge, answer_metrics
+from optimizers.calibration import calibrate_pride
+from programs.choice import MODES, MCScoring
 from programs.retrieval import INDEX_TYPES, RETRIEVERS, Retriever
+from programs.writer import mc_state, set_mc_scoring
 from runtime.lm import make_lm
 from runtime.paths import project_cache
 from runtime.roles import Roles, assign_roles, init_dspy
@@ -66,6 +69,12 @@ def parser(description: str) -> argparse.ArgumentParser:
                    help="multiple choice: evaluate each question once per cyclic shift of its options and report "
                         "circular_<metric> (right at every shift), which a letter-position bias cannot inflate; "
                         "costs one evaluation per option")
+    p.add_argument("--mc-scoring", default="generate", choices=MODES,
+                   help="multiple choice: parse the written letter (generate), take the most probable option letter "
+                        "from the LM's token logprobs (logprob), or divide out the option-ID prior estimated on "
+                        "--mc-calibration train questions (pride, Zheng et al. 2024); no logprobs -> generate")
+    p.add_argument("--mc-calibration", type=int, default=8,
+                   help="pride: train-split questions asked at every option shift to estimate the prior")
     p.add_argument("--no-cache", action="store_true", help="disable DSPy's LM response cache")
     p.add_argument("--ledger-to-writer", action="store_true",
                    help="seal: also show the final writer the verified ledger facts (default: passages only)")
@@ -82,6 +91,7 @@ class Session:
     retriever: Retriever | None
     metrics: dict
     judge: Judge | None
+    calibrations: dict = field(default_factory=dict)  # program name -> PriDe calibration (prior, ids, cost)
 
     @property
     def config(self) -> dict:
@@ -110,6 +120,7 @@ class Session:
                 "split_ids": self.splits.ids(), "embedder": self.retriever.embedder.id if self.retriever else "",
                 "index": a.index, **retrieval_options(a), "corpora": {c.name: len(c) for c in self.bundle.corpora},
                 "judge": a.judge, "circular": a.circular, "retries": a.retries, "cache": not a.no_cache, **self.lm_ids(),
+                "mc_scoring": a.mc_scoring, **({"mc_calibration": a.mc_calibration} if a.mc_scoring == "pride" else {}),
                 **self.corpus_params()}
 
     def corpus_params(self) -> dict:
@@ -117,7 +128,23 @@ class Session:
                                   self.args.max_docs)
 
     def build(self, program_name: str) -> dspy.Module:
-        return assign_roles(programs.build(program_name, search=self.retriever, **self.config), self.roles)
+        """The program with its role LMs and ``--mc-scoring`` (``pride`` calibrates it here, on train questions)."""
+        program = assign_roles(programs.build(program_name, search=self.retriever, **self.config), self.roles)
+        return self.with_mc_scoring(program_name, program)
+
+    def with_mc_scoring(self, program_name: str, program: dspy.Module) -> dspy.Module:
+        """``program`` answering multiple choice as ``--mc-scoring`` says; ``pride`` calibrates it on the first
+        ``--mc-calibration`` train questions (recorded in ``calibrations``)."""
+        if self.bundle.task == "mcq" and self.args.mc_scoring == "logprob":
+            set_mc_scoring(program, MCScoring("logprob"))
+        elif self.bundle.task == "mcq" and self.args.mc_scoring == "pride":
+            slice_ = self.splits.train[:self.args.mc_calibration]
+            info = calibrate_pride(program, slice_, self.args.retries)
+            self.calibrations[program_name] = info
+            print(f"pride calibration of {program_name} on {len(info['used'])}/{len(slice_)} train questions "
+                  f"({', '.join(info['used'])}): prior " + " ".join(f"{k}={v:.3f}" for k, v in info["prior"].items()),
+                  file=sys.stderr)
+        return program
 
     def checkpoint(self, stage: str, program_name: str, program: dspy.Module, examples: list) -> Path:
         """Per-example results file keyed by everything that changes them, so an interrupted run resumes."""
@@ -125,6 +152,7 @@ class Session:
         key = json.dumps([stage, program_name, self.lm_ids(), self.args.embedder, self.args.index, self.config,
                           *([] if retrieval == DEFAULT_RETRIEVAL else [retrieval]),
                           self.args.judge, self.corpus_params(), programs.portable_state(program),
+                          *([mc_state(program)] if self.args.mc_scoring != "generate" else []),
                           [ex.id for ex in examples]],
                          default=str, sort_keys=True)
         return project_cache() / "evals" / f"{stage}-{hashlib.sha256(key.encode()).hexdigest()[:20]}.jsonl"
@@ -160,6 +188,9 @@ def session(args: argparse.Namespace, needs_search: bool) -> Session:
             if needs_search else None
     except (FileNotFoundError, ValueError, KeyError) as err:
         fail(str(err).strip("'\""))
+    if args.mc_scoring == "pride" and bundle.task == "mcq" and not 0 < args.mc_calibration <= len(splits.train):
+        fail(f"--mc-scoring pride calibrates on --mc-calibration train questions: give 1..{len(splits.train)} "
+             "(or raise --train)")
     if args.circular and bundle.task != "mcq":
         fail(f"--circular needs a multiple-choice dataset; {args.dataset} has free-form answers")
     roles = Roles(writer=writer, **extra)

@@ -113,7 +113,19 @@ def summarize(records: list[dict], metrics: dict, groups: tuple[str, ...] = ()) 
             for name in metrics:
                 summary[f"{name}_by_{field}/{value}"] = mean(r[name] for r in subset)
             summary[f"n_by_{field}/{value}"] = len(subset)
+    if {"tier", "source_lang"} <= set(groups):
+        summary.update(language_means(records, metrics))
     return summary
+
+
+def language_means(records: list[dict], metrics: dict) -> dict:
+    """``<metric>_by_tier_langmean/<tier>``: the mean of the per-language means within each resource tier (how the
+    CORAL paper averages a tier), beside the pooled ``<metric>_by_tier/<tier>`` that weights languages by size."""
+    by_tier: dict[str, dict[str, list[dict]]] = {}
+    for r in records:
+        by_tier.setdefault(str(r.get("tier")), {}).setdefault(str(r.get("source_lang")), []).append(r)
+    return {f"{name}_by_tier_langmean/{tier}": mean(mean(r[name] for r in recs) for recs in langs.values())
+            for tier, langs in sorted(by_tier.items()) for name in metrics}
 
 
 def per_question(records: list[dict], metric: str) -> dict[str, float]:

@@ -52,10 +52,15 @@ REGISTRY: dict[str, ProgramSpec] = {
     "coral": ProgramSpec(CORAL, "CORAL: planner-selected corpora, critic-filtered evidence, replanning loop"),
     "coral_select": ProgramSpec(CORAL, "CORAL ablation: corpus re-selection only, original query",
                                 {"rewrite": False}),
-    "coral_fixed_own": ProgramSpec(CORAL, "CORAL ablation: fixed question-language corpus", {"scope": "own"}),
-    "coral_fixed_all": ProgramSpec(CORAL, "CORAL ablation: fixed pool of all corpora", {"scope": "all"}),
-    "coral_fixed_own_en": ProgramSpec(CORAL, "CORAL ablation: fixed question-language + English corpora",
+    "coral_fixed_own": ProgramSpec(CORAL, "CORAL loop ablation: critic loop over the fixed question-language "
+                                          "corpus (the single-pass fixed scope is mono_rag)", {"scope": "own"}),
+    "coral_fixed_all": ProgramSpec(CORAL, "CORAL loop ablation: critic loop over the fixed pool of all corpora "
+                                          "(the single-pass fixed scope is multi_rag)", {"scope": "all"}),
+    "coral_fixed_own_en": ProgramSpec(CORAL, "CORAL loop ablation: critic loop over the fixed question-language + "
+                                             "English corpora (the single-pass fixed scope is own_en_rag)",
                                       {"scope": "own_en"}),
+    "own_en_rag": ProgramSpec(MultilingualRAG, "top-k pooled over the question-language and English corpora, one "
+                                               "pass (CORAL's fixed C_own ∪ C_en scope)", {"scope": "own_en"}),
     "seal": ProgramSpec(SEAL, "SEAL-RAG: entity ledger, sufficiency gate, one micro-query per repair at fixed k"),
     "self_rag": ProgramSpec(SelfRAG, "Self-RAG-style loop: draft, critique, retrieve again or stop (SEAL baseline)"),
     "par2": ProgramSpec(PAR2, "PAR2-RAG: planned sub-queries anchor the context, then ESC-gated draft/search steps"),

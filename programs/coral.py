@@ -23,6 +23,7 @@ per-document calls), 18 to 53 with ``critic_batch=False``.
 """
 from __future__ import annotations
 
+import random
 import re
 from collections import Counter
 from dataclasses import dataclass, field
@@ -33,6 +34,7 @@ from dspy.utils.exceptions import AdapterParseError
 
 from programs.mrag import (DEFAULT_LANG, LANGUAGE_NAMES, SCOPES, answer_writer, corpus_of, language_label,
                            scope_corpora, with_options)
+from programs.constrained import BOOL, constrained_config, name_list, one_of
 from programs.retrieval import Passage, Retriever, dedup
 from runtime.lm import ATTEMPT
 from signatures.critic import NOTHING_KEPT, CheckSufficiency, RateDocument, RateDocuments
@@ -40,6 +42,9 @@ from signatures.planner import ReplanSearch, ReselectCorpora, RewriteQuery, Sele
 
 PARSE_ERRORS = (AdapterParseError, ValueError)  # unparseable model output (pydantic errors are ValueErrors)
 SCALES = ("relevance", "usefulness", "specificity", "compatibility")
+SCORE = one_of(list("012345"))  # one critic scale under a grammar
+#: The replanning reason when the sufficiency verdict could not be read (counted as "not enough").
+UNREADABLE_VERDICT = "The sufficiency check gave no readable verdict; search again."
 
 
 @dataclass(frozen=True)
@@ -114,7 +119,10 @@ def same_plan(corpora: list[str], query: str, previous_corpora: list[str], previ
 def validate_corpora(names: list[str], languages: dict[str, str], own: str | None, max_corpora: int,
                      require_own: bool = True) -> tuple[list[str], int]:
     """Planner output -> known corpus names (by name, language code or language name), deduplicated, the
-    question's corpus first when required, at most ``max_corpora``; returns (corpora, number of unknown names)."""
+    question's corpus first when required, at most ``max_corpora``; returns (corpora, number of unknown names).
+
+    Nothing is made up: when no valid name was given (and the question's corpus is not required) the list is
+    empty, and the caller decides what that means."""
     lookup: dict[str, str] = {}
     for name, code in languages.items():
         for key in (LANGUAGE_NAMES.get(code, ""), code, name):
@@ -130,8 +138,7 @@ def validate_corpora(names: list[str], languages: dict[str, str], own: str | Non
             chosen.append(name)
     if own and (require_own or own in chosen):
         chosen = [own] + [c for c in chosen if c != own]
-    chosen = chosen[:max_corpora]
-    return chosen or [own or next(iter(languages))], unknown
+    return chosen[:max_corpora], unknown
 
 
 def forced_change(previous: list[str], order: list[str], tried: set[str], own: str | None,
@@ -159,6 +166,8 @@ class Verdict(NamedTuple):
 class Trace:
     """What happened in one ``forward()``, JSON-serialisable via ``as_dict()``."""
 
+    own: str | None = None  # the question-language corpus
+    presented: list[str] = field(default_factory=list)  # candidate corpora in the order the planner saw them
     queries: list[str] = field(default_factory=list)
     corpora: list[list[str]] = field(default_factory=list)
     selected_langs: list[list[str]] = field(default_factory=list)
@@ -174,6 +183,7 @@ class Trace:
     critic_fallbacks: int = 0  # batched critic outputs that could not be used at all
     critic_missing: int = 0  # candidates a usable batch left out (scored one by one)
     parse_failures: int = 0  # planner / per-document critic / sufficiency outputs that could not be parsed
+    planner_fallbacks: int = 0  # planner outputs with no valid corpus name (see ``select`` / ``replan``)
     calls: Counter = field(default_factory=Counter)
 
     def round(self, query: str, corpora: list[str], languages: dict[str, str], rated: list[Rated],
@@ -199,7 +209,10 @@ class CORAL(dspy.Module):
     per call with ``critic_batch=True`` (for models that can rate a list: Qwen2.5-Coder 0.5B cannot -- on demo
     questions its batches of 3 failed half the time and cost more calls and seconds than one call per document). ``scope``: ``dynamic`` (planner) or a fixed ``own`` / ``all`` / ``own_en``;
     ``rewrite=False`` keeps the original query. Planner and critic sample at ``agent_temperature`` (0.6 in the
-    paper), the writer at ``writer_temperature`` (0)."""
+    paper), the writer at ``writer_temperature`` (0). The planner sees the candidate corpora in an order that
+    carries no meaning (``shuffle_corpora``: shuffled per question, seeded by ``seed`` and the question) and, with
+    ``probe``, each corpus's top passage title and score for the question; on the embedded llama.cpp server its
+    corpus names and the sufficiency verdict are decoded under a grammar (``programs.constrained``)."""
 
     DEFAULT_DATASET = "demo_culture"
     ROLES = {"planner": "planner", "replanner": "planner", "critic": "critic", "critic_each": "critic",
@@ -208,7 +221,8 @@ class CORAL(dspy.Module):
     def __init__(self, search: Retriever, k: int = 5, loops: int = 3, max_corpora: int = 3, min_each: int = 2,
                  min_total: float = 6.0, writer_docs: int = 5, scope: str = "dynamic", rewrite: bool = True,
                  critic_batch: bool = False, critic_chunk: int = 15, critic_chars: int = 400,
-                 max_chars: int = 600, agent_temperature: float = 0.6, writer_temperature: float = 0.0):
+                 max_chars: int = 600, agent_temperature: float = 0.6, writer_temperature: float = 0.0,
+                 shuffle_corpora: bool = True, probe: bool = True, seed: int = 13):
         super().__init__()
         if scope not in ("dynamic", *SCOPES):
             raise ValueError(f"unknown scope '{scope}'; choose one of: dynamic, {', '.join(SCOPES)}")
@@ -218,6 +232,7 @@ class CORAL(dspy.Module):
         self.min_each, self.min_total, self.writer_docs = min_each, min_total, writer_docs
         self.scope, self.rewrite = scope, rewrite
         self.critic_batch, self.critic_chunk, self.critic_chars = critic_batch, critic_chunk, critic_chars
+        self.shuffle_corpora, self.probe, self.seed = shuffle_corpora, probe, seed
         t = agent_temperature
         self.planner = dspy.Predict(SelectCorpora, temperature=t) if scope == "dynamic" else None
         replan = {(True, True): ReplanSearch, (True, False): ReselectCorpora, (False, True): RewriteQuery}
@@ -232,6 +247,7 @@ class CORAL(dspy.Module):
                 lang: str | None = None) -> dspy.Prediction:
         lang = lang or DEFAULT_LANG
         own, languages, trace = corpus_of(self.search, lang), self.search.languages(), Trace()
+        trace.own = own
         asked = with_options(question, options)  # what the critic judges against
         kept: dict[str, Rated] = {}
         rated: dict[str, Rated] = {}  # every candidate scored so far; never scored twice
@@ -249,7 +265,7 @@ class CORAL(dspy.Module):
                 break
             verdict = self.check(asked, list(kept.values()), new, trace)             # (4) sufficiency
             if verdict.enough:
-                trace.stop_reason = "sufficient" if verdict.parsed else "sufficiency_unparsed"
+                trace.stop_reason = "sufficient"
                 break
             plan = self.replan(question, query, corpora, verdict.reason, own, kept, trace)  # (5) refinement
             if plan is None:
@@ -272,14 +288,19 @@ class CORAL(dspy.Module):
         if len(languages) == 1:
             return list(languages)
         trace.calls["planner"] += 1
+        trace.presented = self.presented(question)
         try:
             names = self.planner(question=question, question_language=language_label(lang),
-                                 available=self.available()).corpora
+                                 available=self.available(question, trace.presented),
+                                 config=self.names_config(self.planner)).corpora
         except PARSE_ERRORS:
             trace.parse_failures += 1
             names = ["en"]
         corpora, unknown = validate_corpora(names, languages, own, self.max_corpora)
         trace.unknown_corpora += unknown
+        if not corpora:  # no valid name and no corpus in the question's language: search English, and say so
+            trace.planner_fallbacks += 1
+            corpora = scope_corpora("en", self.search, "en")
         return corpora
 
     def replan(self, question: str, query: str, corpora: list[str], reason: str, own: str | None,
@@ -297,7 +318,8 @@ class CORAL(dspy.Module):
             config = {"rollout_id": 1000 + ATTEMPT.get()} if attempt else {}  # a retry must not hit the cache
             trace.calls["planner"] += 1
             try:
-                out = self.replanner(**self.replan_inputs(question, query, corpora, reason), config=config)
+                out = self.replanner(**self.replan_inputs(question, query, corpora, reason),
+                                     config=config | self.names_config(self.replanner))
             except PARSE_ERRORS:
                 trace.parse_failures += 1
                 continue
@@ -306,6 +328,9 @@ class CORAL(dspy.Module):
             if choose_corpora:
                 new_corpora, unknown = validate_corpora(out.corpora, languages, own, self.max_corpora, require_own)
                 trace.unknown_corpora += unknown
+                if not new_corpora:  # no valid name: the corpora stay as they were (only the query may change)
+                    trace.planner_fallbacks += 1
+                    new_corpora = corpora
             if not same_plan(new_corpora, new_query or query, corpora, query):
                 return new_query or query, new_corpora
             if attempt == 0:
@@ -320,12 +345,35 @@ class CORAL(dspy.Module):
         return query, forced
 
     def replan_inputs(self, question: str, query: str, corpora: list[str], reason: str) -> dict:
-        inputs = {"question": question, "reason": reason, "previous_query": query, "previous_corpora": corpora,
-                  "available": self.available()}
+        inputs = {"question": question, "reason": reason, "previous_query": query, "previous_corpora": corpora}
+        if "available" in self.replanner.signature.input_fields:
+            inputs["available"] = self.available(question, self.presented(question))
         return {k: v for k, v in inputs.items() if k in self.replanner.signature.input_fields}
 
-    def available(self) -> list[str]:
-        return [f"{name}: {LANGUAGE_NAMES.get(code, code)}" for name, code in self.search.languages().items()]
+    def presented(self, question: str) -> list[str]:
+        """The candidate corpora in the order the planner sees them: shuffled per question (seeded), so a list
+        position carries no meaning, or in pool order with ``shuffle_corpora=False``."""
+        names = list(self.search.languages())
+        if self.shuffle_corpora:
+            random.Random(f"{self.seed}:{question}").shuffle(names)
+        return names
+
+    def available(self, question: str, order: list[str]) -> list[str]:
+        """One line per candidate corpus: ``name: Language``, and with ``probe`` the title and score of its top
+        passage for the question (one search per corpus, no LM call)."""
+        languages = self.search.languages()
+        tops = self.search.search_each(question, 1, order) if self.probe else {}
+        lines = []
+        for name in order:
+            line = f"{name}: {LANGUAGE_NAMES.get(languages[name], languages[name])}"
+            if hit := (tops.get(name) or [None])[0]:
+                line += f" -- top match: {hit.title[:60]!r} (score {hit.score:.2f})"
+            lines.append(line)
+        return lines
+
+    def names_config(self, predictor: dspy.Predict) -> dict:
+        """Grammar-constrained corpus names (at most ``max_corpora``) where the endpoint supports it."""
+        return constrained_config(predictor, {"corpora": name_list(list(self.search.languages()), self.max_corpora)})
 
     # -- (2) retrieval ---------------------------------------------------------------------------------------
     def retrieve(self, query: str, corpora: list[str]) -> list[Passage]:
@@ -374,7 +422,8 @@ class CORAL(dspy.Module):
         """One call for one candidate; an unparseable answer scores 0 everywhere (the candidate is dropped)."""
         trace.calls["critic"] += 1
         try:
-            out = self.critic_each(question=asked, document=passage.format(self.critic_chars))
+            out = self.critic_each(question=asked, document=passage.format(self.critic_chars),
+                                   config=constrained_config(self.critic_each, dict.fromkeys(SCALES, SCORE)))
         except PARSE_ERRORS:
             trace.parse_failures += 1
             return Rated.of(passage, [0, 0, 0, 0], "unparsed critic output")
@@ -383,7 +432,8 @@ class CORAL(dspy.Module):
     # -- (4) sufficiency -------------------------------------------------------------------------------------
     def check(self, asked: str, kept: list[Rated], new: list[Rated], trace: Trace) -> Verdict:
         """Whether the best kept documents suffice. Nothing kept is "not enough" without a call (the reason then
-        carries the critiques of this round's best candidates); an unparseable verdict ends the loop."""
+        carries the critiques of this round's best candidates); an unparseable verdict is "not enough" too, so the
+        loop goes on within its round budget (the critic errs on the side of searching again)."""
         if not kept:
             notes = "; ".join(r.critique for r in best(new, 3) if r.critique)
             verdict = Verdict(False, NOTHING_KEPT + (notes or "none"))
@@ -392,10 +442,11 @@ class CORAL(dspy.Module):
             evidence = [f"{r.passage.format(self.critic_chars)} (critic: {r.critique}; score {r.total:g})"
                         for r in best(kept, self.writer_docs)]
             try:
-                out = self.sufficiency(question=asked, evidence=evidence)
+                out = self.sufficiency(question=asked, evidence=evidence,
+                                       config=constrained_config(self.sufficiency, {"enough": BOOL}))
                 verdict = Verdict(bool(out.enough), (out.reason or "").strip())
             except PARSE_ERRORS:
                 trace.parse_failures += 1
-                verdict = Verdict(True, "", parsed=False)
+                verdict = Verdict(False, UNREADABLE_VERDICT, parsed=False)
         trace.sufficiency.append(verdict._asdict())
         return verdict

@@ -3,10 +3,11 @@
 ``python scripts/coral_compare.py --dataset blend --test 48 --balance country``            (blend_kb, leave-out)
 ``python scripts/coral_compare.py --dataset click --corpus xquad --test 30 --compile``
 ``python scripts/coral_compare.py --dataset blend --test 48 --programs direct multi_rag --circular``
+``python scripts/coral_compare.py --dataset blend --test 48 --programs direct multi_rag --circular --mc-scoring pride``
 
 Prints one markdown table (accuracy overall, at every option shift with ``--circular``, and per resource tier,
 rounds, LM calls, prompt tokens and seconds per question), then each program paired with coral, or else with the
-first program (exact McNemar test, most frequent answer), and logs one run: every cell as a metric
+first program (exact McNemar test, most frequent answer), for multiple choice the accuracy per gold letter, and logs one run: every cell as a metric
 (``<program>_<metric>``), the tables, per-program predictions, and for coral a plot of the languages of the
 planner-selected corpora against the languages of the final evidence (the paper's Figure 3). ``--compile`` also
 bootstraps few-shot demos for coral on the train split and reports the compiled program next to the uncompiled one."""
@@ -19,6 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import dspy  # noqa: E402
 import matplotlib  # noqa: E402
 
 matplotlib.use("Agg")
@@ -29,9 +31,10 @@ import programs  # noqa: E402
 from optimizers import tracking  # noqa: E402
 from optimizers.cli import compile_metric, parser, session  # noqa: E402
 from optimizers.compile import compile_program  # noqa: E402
-from optimizers.evaluation import evaluate, per_question  # noqa: E402
+from optimizers.evaluation import evaluate, per_question, summarize  # noqa: E402
 from optimizers.stats import mcnemar_exact  # noqa: E402
 from programs.retrieval import excluded  # noqa: E402
+from programs.writer import Writer  # noqa: E402
 from runtime.metering import metered  # noqa: E402
 
 DEFAULT_PROGRAMS = ("direct", "mono_rag", "multi_rag", "cross_rag", "t_rag", "coral_select", "coral")
@@ -91,15 +94,142 @@ def mix_figure(records: list[dict], by: str | None):
 
 def table(rows: dict[str, dict], metric: str) -> str:
     tiers = [t for t in TIERS if any(f"{metric}_by_tier/{t}" in r for r in rows.values())]
+    lang_means = [t for t in tiers if any(f"{metric}_by_tier_langmean/{t}" in r for r in rows.values())]
     circular = [f"circular_{metric}"] if any(f"circular_{metric}" in r for r in rows.values()) else []
-    head = ["program", "n", metric, *circular, *tiers, *(label for _, label, _ in COST)]
+    head = ["program", "n", metric, *circular, *tiers, *(f"{t} (lang mean)" for t in lang_means),
+            *(label for _, label, _ in COST)]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for name, r in rows.items():
         cells = [name, str(r.get("n", 0)), f"{r.get(metric, 0):.3f}", *(f"{r[c]:.3f}" for c in circular)]
         cells += [f"{r[f'{metric}_by_tier/{t}']:.3f}" if f"{metric}_by_tier/{t}" in r else "" for t in tiers]
+        cells += [f"{r[f'{metric}_by_tier_langmean/{t}']:.3f}" if f"{metric}_by_tier_langmean/{t}" in r else ""
+                  for t in lang_means]
         cells += [fmt.format(r[key]) if key in r else "" for key, _, fmt in COST]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+class Observed(dspy.Module):
+    """``program`` with what its last multiple-choice writer call read added to the trace as ``mc``: the letter
+    parsed from the reply (the ``generate`` answer), the letter probabilities, and the letter chosen. One set of
+    LM calls then scores every ``--mc-scoring`` mode."""
+
+    def __init__(self, program: dspy.Module):
+        super().__init__()
+        self.program, self.log = program, []
+        for _, writer in program.named_sub_modules(Writer):
+            writer.mc.observed = self.log
+
+    def forward(self, **inputs):
+        before = len(self.log)
+        pred = self.program(**inputs)
+        if len(self.log) > before and isinstance(pred.trace, dict):
+            pred.trace = {**pred.trace, "mc": self.log[-1]}
+        return pred
+
+
+def mc_modes(records: dict[str, list[dict]], metric: str, prior_of: dict[str, dict]) -> dict[str, list[dict]]:
+    """Per program run with letter probabilities: its records re-scored as ``generate`` (the written letter),
+    ``logprob`` (the most probable letter) and, with a prior, ``pride``; a question whose probabilities could not
+    be read keeps its answer in every mode."""
+    out = {}
+    for name, recs in records.items():
+        if not any((r.get("trace") or {}).get("mc") for r in recs):
+            continue
+        modes = ["generate", "logprob"] + (["pride"] if name in prior_of else [])
+        for mode in modes:
+            rescored = []
+            for r in recs:
+                mc = (r.get("trace") or {}).get("mc")
+                letter = r.get("answer")
+                if mc and mode == "generate":
+                    letter = mc["written"]
+                elif mc and mode == "logprob":
+                    letter = max(mc["probs"], key=mc["probs"].get)
+                elif mc:
+                    letter = mc["answer"]
+                rescored.append(r | {"answer": letter, metric: float(letter == r.get("gold"))})
+            out[f"{name} [{mode}]"] = rescored
+    return out
+
+
+def modes_table(records: dict[str, list[dict]], metric: str) -> str:
+    """Accuracy, circular accuracy and most frequent answer of each (program, scoring mode)."""
+    lines = [f"| program [mode] | {metric} | circular_{metric} | most frequent answer |", "|---|---|---|---|"]
+    for label, recs in records.items():
+        s = summarize(recs, {metric: None})
+        (top, count), = Counter(str(r.get("answer")) for r in recs).most_common(1)
+        circular = f"{s[f'circular_{metric}']:.3f}" if f"circular_{metric}" in s else ""
+        lines.append(f"| {label} | {s[metric]:.3f} | {circular} | {top} ({count}/{len(recs)}) |")
+    return "\n".join(lines)
+
+
+def by_gold_position(records: dict[str, list[dict]], metric: str) -> str:
+    """Accuracy per gold letter (n per letter in brackets) and how often each letter was answered: with
+    ``--circular`` every question has its gold at every letter once, so a writer free of letter bias scores the
+    same in every column; the spread (max - min) measures how much the gold's position decides."""
+    letters = sorted({str(r.get("gold")) for recs in records.values() for r in recs if r.get("gold")})
+    lines = ["| program | " + " | ".join(f"gold {g}" for g in letters) + " | spread | answered "
+             + " / ".join(letters) + " |", "|---|" + "---|" * (len(letters) + 2)]
+    for name, recs in records.items():
+        acc = {g: [r.get(metric, 0.0) for r in recs if r.get("gold") == g] for g in letters}
+        means = {g: sum(v) / len(v) for g, v in acc.items() if v}
+        answered = Counter(str(r.get("answer")) for r in recs)
+        cells = [f"{means[g]:.3f} ({len(acc[g])})" if g in means else "" for g in letters]
+        spread = max(means.values()) - min(means.values()) if means else 0.0
+        lines.append(f"| {name} | " + " | ".join(cells) + f" | {spread:.3f} | "
+                     + " / ".join(str(answered[g]) for g in letters) + " |")
+    return "\n".join(lines)
+
+
+def planner_diagnostics(records: list[dict], languages: dict[str, str]) -> dict:
+    """How the planner chose corpora, per question from the trace: whether the corpus of the culture's own
+    language (``source_lang``) was chosen in round 1 / in any round (selection recall, over questions whose
+    culture has a corpus), and whether it follows list position: how often the first-listed candidate (the question
+    -language corpus aside, which is always searched) is among its round-1 picks and the picks' mean listed
+    position (1 = first), each beside what picking that many candidates at random gives."""
+    by_lang = {code: name for name, code in languages.items()}
+    have, r1, anyr, first, first_chance, pos, pos_chance = 0, 0, 0, [], [], [], []
+    for r in records:
+        trace = r.get("trace") or {}
+        if not trace.get("corpora"):
+            continue
+        rounds, own = trace["corpora"], trace.get("own")
+        culture = by_lang.get(r.get("source_lang"))
+        if culture:
+            have += 1
+            r1 += culture in rounds[0]
+            anyr += any(culture in c for c in rounds)
+        candidates = [c for c in (trace.get("presented") or list(languages)) if c != own]
+        picks = [c for c in rounds[0] if c != own and c in candidates]
+        if candidates and picks:
+            first.append(candidates[0] in picks)
+            first_chance.append(len(picks) / len(candidates))
+            pos += [candidates.index(c) + 1 for c in picks]
+            pos_chance.append((len(candidates) + 1) / 2)
+    mean = lambda xs: sum(xs) / len(xs) if xs else float("nan")  # noqa: E731
+    return {"culture_corpus_questions": have, "culture_recall_round1": r1 / have if have else float("nan"),
+            "culture_recall_any": anyr / have if have else float("nan"), "first_listed_chosen": mean(first),
+            "first_listed_chance": mean(first_chance), "mean_listed_position": mean(pos),
+            "mean_listed_position_chance": mean(pos_chance)}
+
+
+def planner_table(records: dict[str, list[dict]], languages: dict[str, str]) -> tuple[str, dict]:
+    """``planner_diagnostics`` of every program with a planner, as a markdown table and as metrics."""
+    lines = ["| program | questions with a culture corpus | culture corpus chosen, round 1 | any round | "
+             "first-listed candidate chosen (random) | mean listed position of picks (random) |",
+             "|---|---|---|---|---|---|"]
+    metrics = {}
+    for name, recs in records.items():
+        if not any((r.get("trace") or {}).get("selected_langs") for r in recs):
+            continue
+        d = planner_diagnostics(recs, languages)
+        metrics.update({f"{name}_planner_{k}": v for k, v in d.items()})
+        lines.append(f"| {name} | {d['culture_corpus_questions']} | {d['culture_recall_round1']:.3f} | "
+                     f"{d['culture_recall_any']:.3f} | "
+                     f"{d['first_listed_chosen']:.3f} ({d['first_listed_chance']:.3f}) | "
+                     f"{d['mean_listed_position']:.2f} ({d['mean_listed_position_chance']:.2f}) |")
+    return ("\n".join(lines) if len(lines) > 2 else ""), metrics
 
 
 def paired(records: dict[str, list[dict]], metric: str, reference: str = "coral") -> tuple[str, dict]:
@@ -137,7 +267,7 @@ def main(argv=None) -> dict[str, dict]:
     p.add_argument("--demos", type=int, default=2, help="max bootstrapped and labeled demos per predictor")
     p.set_defaults(dataset="demo_culture")
     args = p.parse_args(argv)
-    s = session(args, needs_search=True)
+    s = session(args, needs_search=any(programs.spec(name).needs_search for name in args.programs))
     examples = getattr(s.splits, args.split)
     if args.balance:
         train = set(s.splits.ids()["train"])
@@ -165,8 +295,18 @@ def main(argv=None) -> dict[str, dict]:
             tracking.log_jsonl(f"predictions/{label}.jsonl", records)
             rows[label], records_by[label] = summary, records
 
+        evaluated_ids = {ex.get("base_id", ex.id) for ex in examples}
         for name in args.programs:
-            run_program(name, s.build(name))
+            program = s.build(name)
+            if args.mc_scoring != "generate" and s.bundle.task == "mcq":
+                program = Observed(program)
+            if name in s.calibrations:  # pride: the calibration slice (train split) must not be evaluated
+                info = s.calibrations[name]
+                if overlap := evaluated_ids & set(info["asked"]):
+                    raise SystemExit(f"error: PriDe calibration questions are also evaluated: {sorted(overlap)}")
+                tracking.log_json(f"calibration/{name}.json", info)
+                mlflow.log_metrics({f"{name}_prior_{k}": v for k, v in info["prior"].items()})
+            run_program(name, program)
         if args.compile:
             _, compile_fn = compile_metric(s.bundle.task, None)
             hidden = {g for ex in train for g in ex.get("leave_out") or ()}  # no demo may see its own answer
@@ -181,6 +321,19 @@ def main(argv=None) -> dict[str, dict]:
         text = table(rows, metric)
         tests, p_values = paired(records_by, metric, "coral" if "coral" in records_by else args.programs[0])
         text += "\n\n" + tests
+        if s.bundle.task == "mcq":
+            modes = mc_modes(records_by, metric, s.calibrations)
+            text += "\n\n" + by_gold_position(records_by | modes, metric)
+            if modes:
+                text += "\n\n" + modes_table(modes, metric)
+                mlflow.log_metrics({f"{label.replace(' [', '_').rstrip(']')}_{k}": v
+                                    for label, recs in modes.items()
+                                    for k, v in summarize(recs, {metric: None}).items()
+                                    if k.startswith(("acc", "circ"))})
+        planners, planner_metrics = planner_table(records_by, s.retriever.languages() if s.retriever else {})
+        if planners:
+            text += "\n\n" + planners
+            mlflow.log_metrics({k: v for k, v in planner_metrics.items() if v == v})  # NaN: no such question
         mlflow.log_metrics(p_values)
         if "coral" in records_by:
             fig = mix_figure(records_by["coral"], "tier" if "tier" in s.bundle.groups else None)

@@ -19,10 +19,10 @@ class AnswerFromPassages(dspy.Signature):
 
 
 class ChooseOption(dspy.Signature):
-    """Pick the option that best answers the question. Use the passages when they are relevant; otherwise rely
-    on what you know about the place or culture the question names."""
+    """Pick the option that best answers the question, judged by what the passages say. Only when no passages
+    are given, judge by what you know about the place or culture the question names."""
 
-    passages: list[str] = dspy.InputField(desc="retrieved passages; may be empty")
+    passages: list[str] = dspy.InputField(desc="checked evidence passages; empty when none was found")
     question: str = dspy.InputField()
     options: str = dspy.InputField(desc="one option per line as 'LETTER. text'")
     answer: str = dspy.OutputField(desc="only the letter of the chosen option")

@@ -13,6 +13,7 @@ from data import corpora
 from data.blend import COUNTRIES, build_mcq, clash, kb_group, read_annotations
 from optimizers.evaluation import evaluate
 from programs.retrieval import Retriever
+from programs.retrieval import excluded as corpora_excluded
 
 NO_IDK = {"idk": 0, "no-answer": 0, "not-applicable": 0}
 REAL = pytest.mark.skipif(not os.environ.get("RAG_DATA_DIR"),
@@ -107,7 +108,7 @@ def test_mcq_loader_tags_language_tier_and_counts_what_it_skips(blend_dir):
     ex = us["US/Q-1"]
     assert ex.question == "What do people drink at breakfast in US?" and ex.options[ex.answer] == "coffee"
     assert (ex.lang, ex.source_lang, ex.tier, ex.topic) == ("en", "en", "high", "Food")
-    assert set(ex.inputs().keys()) == {"question", "options", "lang"} and ex.leave_out == ["Q-1@US"]
+    assert set(ex.inputs().keys()) == {"question", "options", "lang"} and ex.leave_out == [kb_group("Q-1")]
     west_java = next(e for e in bundle.examples if e.country == "West_Java")
     assert (west_java.source_lang, west_java.tier) == ("su", "low")
     stats = json.loads(bundle.source[bundle.source.index("{"):])
@@ -131,12 +132,12 @@ def test_knowledge_corpus_files_each_country_under_its_language(blend_dir):
     kb = {c.name: c for c in corpora.blend_kb(blend_dir)}
     assert set(kb) == {lang for lang, _ in COUNTRIES.values()}
     doc = next(d for d in kb["en"].docs if d["id"] == "US/Q-1")
-    assert doc["group"] == kb_group("Q-1", "US") and "coffee / black coffee (4)" in doc["text"]
+    assert doc["group"] == kb_group("Q-1") and "coffee / black coffee (4)" in doc["text"]
     assert "local-coffee" in doc["text"] and doc["title"] == "What do people drink at breakfast in US?"
     assert {d["id"].split("/")[0] for d in kb["ko"].docs} == {"South_Korea", "North_Korea"}
 
 
-def test_leave_question_out_hides_the_examples_own_document(blend_dir, embedder):
+def test_leave_question_out_hides_every_document_of_the_question_id(blend_dir, embedder):
     bundle = data.load("blend", blend_dir)
     search = Retriever(bundle.corpora, embedder)
     example = next(ex for ex in bundle.examples if ex.id == "US/Q-1")
@@ -149,8 +150,12 @@ def test_leave_question_out_hides_the_examples_own_document(blend_dir, embedder)
         return {p["id"] for p in records[0]["passages"]}
 
     records, _ = evaluate(Lookup(), [example], {})
-    assert len(found(records)) == 9 and "en:US/Q-1" not in found(records)  # its own annotations are hidden
+    assert len(found(records)) == 8 and not {"en:US/Q-1", "en:UK/Q-1"} & found(records)  # its own and the UK's
     assert "en:US/Q-1" in {p.id for p in search.search(example.question, 10, ["en"])}  # found outside evaluation
+    everywhere = {p.id for p in search.search(example.question, 1000)}
+    with corpora_excluded(example.leave_out):  # every country's document for Q-1, in every language corpus
+        left = {p.id for p in search.search(example.question, 1000)}
+    assert {i for i in everywhere - left} == {i for i in everywhere if i.endswith("/Q-1")} and len(everywhere - left) == 16
     corpora.apply(bundle, None, leave_question_out=False, root=blend_dir)
     records, _ = evaluate(Lookup(), [example], {})
     assert example.leave_out == [] and "en:US/Q-1" in found(records)

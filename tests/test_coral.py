@@ -83,8 +83,9 @@ def test_planner_corpora_are_validated_against_the_pool():
     assert chosen == ["en", "ko", "es"] and unknown == 2  # question language first, duplicates folded
     assert validate_corpora(["ko", "es"], LANGS, "en", 2) == (["en", "ko"], 0)  # capped, own kept
     assert validate_corpora(["ko"], LANGS, "en", 3, require_own=False) == (["ko"], 0)  # own may be dropped
-    assert validate_corpora([], LANGS, "en", 3) == (["en"], 0)
-    assert validate_corpora(["zz"], LANGS, None, 3) == (["en"], 1)
+    assert validate_corpora([], LANGS, "en", 3) == (["en"], 0)  # the required own corpus
+    assert validate_corpora(["zz"], LANGS, None, 3) == ([], 1)  # no first-listed corpus made up
+    assert validate_corpora(["zz"], LANGS, "ko", 3, require_own=False) == ([], 1)  # nor the own corpus put back
 
 
 def test_forced_change_adds_the_next_untried_corpus():
@@ -246,7 +247,8 @@ def everything(dummy):
 
 
 @pytest.mark.parametrize("name", ["direct", "rag", "mono_rag", "multi_rag", "cross_rag", "t_rag", "coral",
-                                  "coral_select", "coral_fixed_own", "coral_fixed_all", "coral_fixed_own_en"])
+                                  "coral_select", "coral_fixed_own", "coral_fixed_all", "coral_fixed_own_en",
+                                  "own_en_rag"])
 @pytest.mark.parametrize("lang", ["ko", None])
 def test_every_baseline_runs_on_two_language_corpora(dummy, search, name, lang):
     everything(dummy)
@@ -270,6 +272,10 @@ def test_baseline_scopes_and_translation(dummy, search):
     assert len(lm.history) - calls == 1 + len(translated)  # one call per non-English passage, then the writer
     assert all(x.lang == "en" and x.text.startswith("Koreans eat") for x in translated)
     assert programs.build("t_rag", search=search)(question=QUESTION, lang="en").trace["queries"] == [QUESTION]
+    calls = len(lm.history)
+    own_en = programs.build("own_en_rag", search=search, k=4)(question=QUESTION, options=OPTIONS, lang="ko")
+    assert own_en.trace["corpora"] == [["ko", "en"]] and own_en.trace["iterations"] == 1
+    assert len(lm.history) - calls == 1  # single pass: the writer only, no critic loop
 
 
 def test_compare_script_prints_one_table_and_logs_one_run(embedder, monkeypatch, capsys):
@@ -306,6 +312,7 @@ def test_compare_script_circular_mode_scores_a_letter_bias_zero(monkeypatch, cap
     assert rows["direct"]["n"] == 12 and rows["direct"]["accuracy"] == 0.25 and rows["direct"]["circular_accuracy"] == 0
     out = capsys.readouterr().out
     assert "| program | n | accuracy | circular_accuracy |" in out and "| direct | A (12/12) | – |" in out
+    assert "| direct | 1.000 (3) | 0.000 (3) | 0.000 (3) | 0.000 (3) | 1.000 | 12 / 0 / 0 / 0 |" in out  # by gold
 
 
 def test_paired_table_counts_discordant_questions_against_coral():
@@ -345,3 +352,116 @@ def test_critic_lines_are_parsed_leniently():
     text = "1 | 4 | 3 | 5 | 2 | on topic\n[2] | 0|1|1|0\nsummary: mostly useful\n3. | 9 | 1 | 1 | 1 | x"
     assert parse_ratings(text) == [(1, [4, 3, 5, 2], "on topic"), (2, [0, 1, 1, 0], ""), (3, [9, 1, 1, 1], "x")]
     assert parse_ratings("") == [] and parse_ratings("three, then four") == []
+
+
+def test_unreadable_sufficiency_verdict_means_search_again(dummy, search):
+    scripted(dummy, plan=Queue({"corpora": ["en"]}), batch=Queue(batched(rating(1, 5, 5, 5, 5))),
+             enough=Queue({"enough": "perhaps", "reason": "?"}),
+             replan=Queue({"corpora": ["ko"], "query": "seaweed soup"}), write=Queue({"answer": "C"}))
+    t = CORAL(search, k=1, loops=2, critic_batch=True)(question=QUESTION, options=OPTIONS, lang="en").trace
+    assert t["sufficiency"][0]["enough"] is False and t["sufficiency"][0]["parsed"] is False
+    assert t["parse_failures"] == 1 and t["iterations"] == 2 and t["stop_reason"] == "max_rounds"
+
+
+def test_no_valid_corpus_name_falls_back_to_english_and_is_counted(dummy, search):
+    scripted(dummy, plan=Queue({"corpora": ["Klingon"]}), batch=Queue(batched(rating(1, 1, 1, 1, 1))),
+             write=Queue({"answer": "A"}))
+    t = CORAL(search, k=1, loops=1, critic_batch=True)(question=QUESTION, options=OPTIONS, lang="fr").trace
+    assert t["corpora"] == [["en"]] and t["planner_fallbacks"] == 1 and t["unknown_corpora"] == 1
+
+
+def test_replan_without_a_valid_name_keeps_the_corpora(dummy, search):
+    scripted(dummy, plan=Queue({"corpora": ["ko"]}), batch=Queue(batched(rating(1, 1, 1, 1, 1))),
+             replan=Queue({"corpora": ["Klingon"], "query": "seaweed soup birthday"}), write=Queue({"answer": "C"}))
+    t = CORAL(search, k=1, loops=2, critic_batch=True)(question=QUESTION, options=OPTIONS, lang="en").trace
+    assert t["corpora"] == [["en", "ko"], ["en", "ko"]] and t["queries"][1] == "seaweed soup birthday"
+    assert t["planner_fallbacks"] == 1
+
+
+def test_candidate_corpora_are_shown_in_a_seeded_per_question_order_with_probes(dummy, embedder):
+    langs = ("ar", "de", "el", "en", "es", "ko")
+    pool = Retriever([Corpus(lang, [{"id": "1", "title": f"{lang} title", "text": f"{lang} soup birthday"}], lang)
+                      for lang in langs], embedder)
+    coral, again = CORAL(pool), CORAL(pool)
+    questions = [f"What soup is eaten on birthday number {i}?" for i in range(8)]
+    orders = [coral.presented(q) for q in questions]
+    assert orders == [again.presented(q) for q in questions]  # seeded: the same question, the same order
+    assert all(sorted(o) == sorted(langs) for o in orders) and len({tuple(o) for o in orders}) > 1
+    assert CORAL(pool, seed=14).presented(questions[0]) != orders[0] or CORAL(pool, seed=15).presented(
+        questions[0]) != orders[0]
+    assert CORAL(pool, shuffle_corpora=False).presented(questions[0]) == list(langs)  # pool order
+    lm = scripted(dummy, plan=Queue({"corpora": ["ko"]}), single=Queue(rating(0, 1, 1, 1, 1)),
+                  write=Queue({"answer": "A"}))
+    t = coral(question=questions[0], options=OPTIONS, lang="en").trace
+    assert t["presented"] == orders[0]
+    prompt = lm.history[0]["messages"][-1]["content"]
+    shown = [line.split(":")[0].strip('"[ ,') for line in prompt.splitlines() if "top match" in line]
+    assert len(shown) == 1 or shown == orders[0]  # one line per corpus in the presented order
+    for lang in langs:
+        assert f"{lang}: " in prompt and f"top match: '{lang} title'" in prompt
+
+
+def test_closed_set_outputs_use_a_grammar_only_where_the_endpoint_takes_one(dummy, search):
+    def run():
+        return scripted(dummy, plan=Queue({"corpora": ["ko"]}), single=Queue(rating(0, 4, 4, 4, 4)),
+                        enough=Queue({"enough": False, "reason": "more"}),
+                        replan=Queue({"corpora": ["en"], "query": "seaweed"}), write=Queue({"answer": "A"}))
+    lm = run()  # DummyLM: no grammar support -> plain requests, validated afterwards as before
+    CORAL(search, k=1, loops=2)(question=QUESTION, options=OPTIONS, lang="en")
+    assert not any("grammar" in (h["kwargs"].get("extra_body") or {}) for h in lm.history)
+    lm = run()
+    lm.server = object()  # what make_lm sets on the embedded llama.cpp LM
+    lm.kwargs["extra_body"] = {"max_tokens": 512}
+    CORAL(search, k=1, loops=2)(question=QUESTION, options=OPTIONS, lang="en")
+    grammars = [(h["kwargs"].get("extra_body") or {}).get("grammar") for h in lm.history]
+    assert grammars[-1] is None  # the writer is free
+    constrained = [g for g in grammars if g]
+    plan = next(g for g in constrained if "## corpora ##" in g and "## query ##" not in g)
+    assert '\\"ko\\"' in plan and '\\"en\\"' in plan and "es" not in plan  # only the pool's names
+    assert any("## corpora ##" in g and "## query ##" in g for g in constrained)  # the replanner
+    assert any("## relevance ##" in g and '"5"' in g for g in constrained)  # the per-document critic
+    assert any('## enough ##' in g and '("True" | "False")' in g for g in constrained)  # sufficiency
+    assert all(h["kwargs"]["extra_body"]["max_tokens"] == 512 for h in lm.history if h["kwargs"].get("extra_body"))
+
+
+def test_planner_diagnostics_count_culture_recall_and_list_position():
+    from scripts.coral_compare import planner_diagnostics, planner_table
+
+    languages = {"ar": "ar", "de": "de", "en": "en", "ko": "ko"}
+    records = [  # question language en (always searched); candidates ar, de, ko
+        {"source_lang": "ko", "trace": {"own": "en", "presented": ["en", "ar", "de", "ko"],
+                                        "corpora": [["en", "ar", "de"], ["en", "ko"]]}},
+        {"source_lang": "ko", "trace": {"own": "en", "presented": ["ko", "en", "de", "ar"],
+                                        "corpora": [["en", "ko"]]}},
+        {"source_lang": "su", "trace": {"own": "en", "corpora": [["en", "ar"]]}},  # no Sundanese corpus; pool order
+    ]
+    d = planner_diagnostics(records, languages)
+    assert d["culture_corpus_questions"] == 2 and d["culture_recall_round1"] == 0.5 and d["culture_recall_any"] == 1.0
+    assert d["first_listed_chosen"] == 1.0  # ar first for q1 and q3, ko first for q2
+    assert d["first_listed_chance"] == pytest.approx((2 / 3 + 1 / 3 + 1 / 3) / 3)
+    assert d["mean_listed_position"] == pytest.approx((1 + 2 + 1 + 1) / 4) and d["mean_listed_position_chance"] == 2.0
+    text, metrics = planner_table({"coral": [r | {"trace": r["trace"] | {"selected_langs": [["x"]]}} for r in records],
+                                   "direct": [{"trace": {}}]}, languages)
+    assert "| coral | 2 | 0.500 | 1.000 | 1.000 (0.444) | 1.25 (2.00) |" in text and "direct" not in text
+    assert metrics["coral_planner_culture_recall_round1"] == 0.5
+
+
+def test_one_set_of_calls_scores_every_mc_mode():
+    from scripts.coral_compare import mc_modes, modes_table
+
+    def rec(i, gold, mc):
+        return {"id": f"q#r{i}", "base_id": "q", "gold": gold, "answer": "?", "accuracy": 0.0, "failed": False,
+                "trace": {"mc": mc} if mc else {}}
+
+    probs = {"A": 0.5, "B": 0.3, "C": 0.1, "D": 0.1}
+    records = {"direct": [rec(0, "B", {"written": "A", "probs": probs, "answer": "B"}),
+                          rec(1, "C", {"written": "C", "probs": probs, "answer": "C"}),
+                          rec(2, "D", None)],  # no probabilities read: its answer in every mode
+               "multi_rag": [rec(0, "A", None)]}
+    modes = mc_modes(records, "accuracy", {"direct": {"A": 0.25}})
+    assert list(modes) == ["direct [generate]", "direct [logprob]", "direct [pride]"]
+    assert [r["answer"] for r in modes["direct [generate]"]] == ["A", "C", "?"]
+    assert [r["answer"] for r in modes["direct [logprob]"]] == ["A", "A", "?"]
+    assert [r["accuracy"] for r in modes["direct [pride]"]] == [1.0, 1.0, 0.0]
+    text = modes_table(modes, "accuracy")
+    assert "| direct [pride] | 0.667 | 0.000 | B (1/3) |" in text

@@ -79,7 +79,7 @@ def test_corpus_flag_and_provenance():
     assert args.corpus == "jsonl:/x" and args.leave_question_out is False
     with pytest.raises(SystemExit):
         cli.parser("t").parse_args(["--corpus", "wikipedia"])  # no languages
-    assert corpora.provenance("blend", None, True) == {"corpus_source": "blend_kb (oracle knowledge)",
+    assert corpora.provenance("blend", None, True) == {"corpus_source": "blend_kb (own question left out)",
                                                        "leave_question_out": True}
     assert corpora.provenance("demo_culture", None, True)["corpus_source"] == "bundled"
     assert corpora.provenance("click", "xquad", False)["corpus_source"] == "xquad"

@@ -86,3 +86,18 @@ def test_circular_score_needs_every_copy_right(dummy):
     assert summary["accuracy"] == 0.25 and summary["circular_accuracy"] == 0.0  # the letter bias shows, and scores 0
     assert {r["base_id"] for r in records} == {ex.id for ex in data.load("demo_culture").examples[:3]}
     assert sum(summary[f"n_by_rotation/{i}"] for i in range(4)) == 12
+
+
+def test_tier_scores_average_languages_beside_the_pooled_figure():
+    from optimizers.evaluation import summarize
+
+    def rec(i, lang, tier, acc):
+        return {"id": str(i), "failed": False, "accuracy": acc, "source_lang": lang, "tier": tier}
+
+    # high tier: en 3 of 4 right, es 0 of 1 -> pooled 3/5 = 0.6, language mean (0.75 + 0) / 2 = 0.375
+    records = [rec(0, "en", "high", 1), rec(1, "en", "high", 1), rec(2, "en", "high", 1), rec(3, "en", "high", 0),
+               rec(4, "es", "high", 0), rec(5, "ko", "mid", 1)]
+    s = summarize(records, {"accuracy": None}, ("source_lang", "tier"))
+    assert s["accuracy_by_tier/high"] == 0.6 and s["accuracy_by_tier_langmean/high"] == 0.375
+    assert s["accuracy_by_tier_langmean/mid"] == 1.0
+    assert "accuracy_by_tier_langmean/high" not in summarize(records, {"accuracy": None}, ("tier",))

@@ -27,3 +27,17 @@ def test_writer_short_answer_sees_the_passages(dummy):
     assert out.answer == "Seine"
     prompt = lm.history[-1]["messages"][-1]["content"]
     assert "[Paris] The Seine crosses …" in prompt  # truncated to max_chars at a word boundary
+
+
+@pytest.mark.parametrize("raw, letter", [
+    ("A cup of tea", "C"),             # starts like the letter A, names option C
+    ("A cup of tea.", "C"),
+    ("C. A cup of tea", "C"),
+    ("A", "A"), ("B.", "B"),            # a bare letter when no option text is quoted
+    ("I’d say a cup of TEA", "C"),      # curly apostrophe, case
+    ("Tea", "D"),                      # "Tea" alone is option D, not part of C
+    ("A coffee", "A"),                 # no option text: the leading letter
+])
+def test_option_text_wins_over_a_leading_letter(raw, letter):
+    options = {"A": "Coffee with milk", "B": "Juice", "C": "A cup of tea", "D": "Tea"}
+    assert parse_choice(raw, options) == letter

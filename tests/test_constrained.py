@@ -1,0 +1,30 @@
+"""Grammar-constrained closed-set outputs: the GBNF the embedded llama.cpp server gets, and no grammar elsewhere."""
+import dspy
+import pytest
+
+from programs.constrained import BOOL, FREE_LINE, chat_grammar, constrained_config, name_list, one_of
+from signatures.critic import CheckSufficiency
+
+
+def test_grammar_spells_the_chat_adapter_layout_with_only_allowed_values():
+    g = chat_grammar([("corpora", name_list(["en", "ko"], 2)), ("query", FREE_LINE)])
+    assert g.startswith('root ::= "[[ ## corpora ## ]]\\n" "[" ("\\"en\\"" | "\\"ko\\"")')
+    assert g.count('("\\"en\\"" | "\\"ko\\"")') == 2 and g.endswith('"[[ ## completed ## ]]"')
+    assert one_of(["0", "1"]) == '("0" | "1")'
+
+
+def test_grammar_parses_in_llama_cpp():
+    llama_cpp = pytest.importorskip("llama_cpp")
+    for g in (chat_grammar([("corpora", name_list(["en", "ko", "zh"], 3)), ("query", FREE_LINE)]),
+              chat_grammar([("enough", BOOL), ("reason", FREE_LINE)])):
+        assert llama_cpp.LlamaGrammar.from_string(g, verbose=False) is not None
+
+
+def test_no_grammar_for_endpoints_without_one(dummy):
+    lm = dummy([{"enough": True, "reason": "x"}])
+    predictor = dspy.Predict(CheckSufficiency)
+    assert constrained_config(predictor, {"enough": BOOL}) == {}  # DummyLM / remote endpoint: the fallback path
+    lm.server = object()
+    config = constrained_config(predictor, {"enough": BOOL})
+    assert '"[[ ## enough ## ]]\\n" ("True" | "False")' in config["extra_body"]["grammar"]
+    assert '"[[ ## reason ## ]]\\n" [^\\n]+' in config["extra_body"]["grammar"]  # unnamed fields: free text
