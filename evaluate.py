@@ -8,10 +8,11 @@ import mlflow
 
 import programs
 from optimizers import tracking
-from optimizers.cli import fail, parser, session
+from optimizers.cli import fail, interruptible, parser, session
 from optimizers.evaluation import evaluate
 
 
+@interruptible
 def main(argv=None) -> dict:
     p = parser(__doc__.splitlines()[0])
     p.add_argument("--compiled", help="compiled program: program.json path or MLflow run id")
