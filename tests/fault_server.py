@@ -6,7 +6,7 @@ the request asks for a JSON response) and injects faults, drawn per request from
 completions without any field markers (``--malformed``), of HTTP 500s (``--error``) and of answers delayed by
 ``--slow-seconds`` (``--slow``). ``--die-at N,M`` exits the process abruptly on the N-th and M-th request
 (counted over restarts through ``--log``), as a crashing server would. Every request is appended to ``--log`` as
-one JSON line (``n``, the ``question`` field of the prompt, the fault), which is how tests count calls. Bounded:
+one JSON line (``n``, the ``question`` field of the prompt, the number of messages, the fault), which is how tests count calls. Bounded:
 it exits after ``--max-requests`` requests or ``--max-seconds`` seconds.
 """
 from __future__ import annotations
@@ -55,7 +55,7 @@ class FaultServer(http.server.ThreadingHTTPServer):
         self.n = len(self.log.read_text().splitlines()) if self.log.exists() else 0
         self.die_at = {int(x) for x in args.die_at.split(",") if x}
 
-    def draw(self, question: str) -> tuple[int, str]:
+    def draw(self, question: str, messages: int) -> tuple[int, str]:
         """The request's number and fault (``ok | malformed | error | slow | die``); logged before answering."""
         with self.lock:
             self.n += 1
@@ -65,7 +65,8 @@ class FaultServer(http.server.ThreadingHTTPServer):
                      else "error" if roll < a.malformed + a.error else "slow" if roll < a.malformed + a.error + a.slow
                      else "ok")
             with open(self.log, "a") as fh:
-                fh.write(json.dumps({"n": self.n, "question": question, "fault": fault, "pid": os.getpid()}) + "\n")
+                fh.write(json.dumps({"n": self.n, "question": question, "messages": messages, "fault": fault,
+                                     "pid": os.getpid()}) + "\n")
             return self.n, fault
 
 
@@ -78,7 +79,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
     def do_POST(self):
         body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
         messages = body.get("messages", [])
-        n, fault = self.server.draw(question_of(messages))
+        n, fault = self.server.draw(question_of(messages), len(messages))
         args = self.server.args
         if fault == "die":
             print(f"fault server: dying abruptly at request {n}", file=sys.stderr, flush=True)
