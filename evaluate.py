@@ -29,8 +29,11 @@ def main(argv=None) -> dict:
         args.program = artifact["program"]
         args.dataset = args.dataset or artifact["data"]["dataset"]
     s = session(args, programs.spec(args.program).needs_search)
-    program = (programs.load_compiled(artifact, search=s.retriever, roles=s.roles) if artifact
-               else s.build(args.program))
+    try:
+        program = (programs.load_compiled(artifact, search=s.retriever, roles=s.roles) if artifact
+                   else s.build(args.program))
+    except ValueError as err:  # a compiled program saved by another version of the program
+        fail(str(err))
     examples = s.evaluated(getattr(s.splits, args.split))
     run_name = f"{args.program}-{args.dataset}-{args.split}" + ("-compiled" if artifact else "")
     with tracking.run(args.experiment, run_name, tags={"entry": "evaluate.py"}) as run:
