@@ -42,6 +42,11 @@ PARSE_ERRORS = (AdapterParseError, ValueError)  # unparseable model output (pyda
 SCALES = ("relevance", "usefulness", "specificity", "compatibility")
 
 
+#: Completion cap of a one-document critic call: four scores and a critique of a few words fit in ~60 tokens;
+#: without it a small model that pastes the document back as its critique spends hundreds of tokens per call.
+CRITIC_TOKENS = 96
+
+
 @dataclass(frozen=True)
 class Rated:
     """A candidate passage with its four critic scores (0-5) and critique."""
@@ -374,7 +379,8 @@ class CORAL(dspy.Module):
         """One call for one candidate; an unparseable answer scores 0 everywhere (the candidate is dropped)."""
         trace.calls["critic"] += 1
         try:
-            out = self.critic_each(question=asked, document=passage.format(self.critic_chars))
+            out = self.critic_each(question=asked, document=passage.format(self.critic_chars),
+                                   config={"max_tokens": CRITIC_TOKENS})
         except PARSE_ERRORS:
             trace.parse_failures += 1
             return Rated.of(passage, [0, 0, 0, 0], "unparsed critic output")

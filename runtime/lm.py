@@ -303,6 +303,8 @@ class ProjectLM(dspy.LM):
         if attempt := ATTEMPT.get():
             kwargs.setdefault("rollout_id", attempt)
             kwargs.setdefault("temperature", 0.7)
+        if "max_tokens" in kwargs and "extra_body" in self.kwargs:  # a per-call cap (a predictor's config)
+            kwargs["extra_body"] = {**self.kwargs["extra_body"], **_token_cap(kwargs["max_tokens"])}
         while True:
             generation = self.server.generation if self.server else 0
             if self.server:

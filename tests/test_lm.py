@@ -167,7 +167,8 @@ def test_token_cap_reaches_llama_cpp_as_max_tokens(chat_server, monkeypatch):
     for lm in (make_lm("local:qwen-0.5b", max_tokens=64, cache=False), make_lm("openai/m", base, max_tokens=64,
                                                                                 cache=False)):
         lm("hello")
-    assert [b.get("max_tokens") for b in bodies] == [64, 64]
+        lm("hello", max_tokens=16)  # a predictor's own cap must reach the server too
+    assert [b.get("max_tokens") for b in bodies] == [64, 16, 64, 16]
 
 
 def test_lm_call_revives_a_dead_embedded_server():
