@@ -4,7 +4,7 @@
 ``/v1/chat/completions`` in DSPy's chat format (every requested output field filled with ``--answer``; JSON when
 the request asks for a JSON response) and injects faults, drawn per request from ``--seed``: a share of
 completions without any field markers (``--malformed``), of HTTP 500s (``--error``) and of answers delayed by
-``--slow-seconds`` (``--slow``). ``--die-at N,M`` exits the process abruptly on the N-th and M-th request
+``--slow-seconds`` (``--slow``; ``--stall-at N``: the N-th request only). ``--die-at N,M`` exits the process abruptly on the N-th and M-th request
 (counted over restarts through ``--log``), as a crashing server would. Every request is appended to ``--log`` as
 one JSON line (``n``, the ``question`` field of the prompt, the number of messages, the fault), which is how tests count calls. Bounded:
 it exits after ``--max-requests`` requests or ``--max-seconds`` seconds.
@@ -61,7 +61,8 @@ class FaultServer(http.server.ThreadingHTTPServer):
             self.n += 1
             rng, a = random.Random(f"{self.args.seed}:{self.n}"), self.args
             roll = rng.random()
-            fault = ("die" if self.n in self.die_at else "malformed" if roll < a.malformed
+            fault = ("die" if self.n in self.die_at else "slow" if self.n == a.stall_at
+                     else "malformed" if roll < a.malformed
                      else "error" if roll < a.malformed + a.error else "slow" if roll < a.malformed + a.error + a.slow
                      else "ok")
             with open(self.log, "a") as fh:
@@ -122,6 +123,7 @@ def parse(argv=None) -> argparse.Namespace:
     p.add_argument("--error", type=float, default=0.0)
     p.add_argument("--slow", type=float, default=0.0)
     p.add_argument("--slow-seconds", type=float, default=5.0)
+    p.add_argument("--stall-at", type=int, default=0, help="request number answered after --slow-seconds")
     p.add_argument("--die-at", default="", help="request numbers at which the process exits abruptly")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--max-requests", type=int, default=5000)

@@ -120,14 +120,15 @@ def test_past_the_restart_budget_the_run_stops_with_the_server_log(faulty):
 
 
 @pytest.fixture
-def fault_endpoint(tmp_path):
-    """A fault server of its own (answers take 0.3 s), for a CLI run in a subprocess."""
+def fault_endpoint(tmp_path, request):
+    """A fault server of its own for a CLI run in a subprocess: request number ``request.param`` stalls (60 s),
+    so the run is surely in flight when the signal comes."""
     port, log = _free_port(), tmp_path / "requests.jsonl"
     proc = subprocess.Popen([sys.executable, str(FAULT_SERVER), "--port", str(port), "--log", str(log),
-                             "--slow", "1", "--slow-seconds", "0.3", "--max-seconds", "120"],
+                             "--stall-at", str(request.param), "--slow-seconds", "60", "--max-seconds", "300"],
                             stderr=subprocess.DEVNULL)
     for _ in range(100):
-        if log.parent.exists() and _reachable(port):
+        if _reachable(port):
             break
         time.sleep(0.1)
     yield f"http://127.0.0.1:{port}/v1", log
@@ -146,11 +147,12 @@ def _checkpoint_lines(cache: Path, stage: str) -> list[dict]:
     return [json.loads(line) for f in files for line in f.read_text().splitlines()]
 
 
-@pytest.mark.parametrize("script, stage, sig, code", [
-    ("evaluate.py", "dev", signal.SIGINT, 130),  # Ctrl-C during an evaluation
-    ("optimize.py", "test_before", signal.SIGTERM, 143),  # kill during the compile that follows
-])
+@pytest.mark.parametrize("fault_endpoint, script, stage, sig, code", [
+    (3, "evaluate.py", "dev", signal.SIGINT, 130),  # Ctrl-C during the 3rd question of an evaluation
+    (4, "optimize.py", "test_before", signal.SIGTERM, 143),  # kill in the compile after 3 test questions
+], indirect=["fault_endpoint"])
 def test_an_interrupted_run_is_killed_flushed_and_resumes(fault_endpoint, tmp_path, script, stage, sig, code):
+    """The signal lands while the stalled request is in flight."""
     base, log = fault_endpoint
     args = [sys.executable, str(ROOT / script), "--program", "direct", "--lm", "openai/fault", "--api-base", base,
             "--no-cache", "--experiment", "faults"]
@@ -158,9 +160,10 @@ def test_an_interrupted_run_is_killed_flushed_and_resumes(fault_endpoint, tmp_pa
                                                                               "--test", "3"]
     cache = Path(os.environ["RAG_PROJECT_CACHE"])
     proc = subprocess.Popen(args, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    wanted = 2 if script == "evaluate.py" else 3  # optimize: the test_before stage is done, compile is running
+    wanted = 2 if script == "evaluate.py" else 3  # the questions answered before the stalled request
     deadline = time.monotonic() + 120
-    while len(_checkpoint_lines(cache, stage)) < wanted and proc.poll() is None and time.monotonic() < deadline:
+    while not (len(_checkpoint_lines(cache, stage)) >= wanted and log.exists()
+               and len(log.read_text().splitlines()) > wanted) and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.05)
     proc.send_signal(sig)
     _, err = proc.communicate(timeout=60)
@@ -170,7 +173,7 @@ def test_an_interrupted_run_is_killed_flushed_and_resumes(fault_endpoint, tmp_pa
     experiment = client.get_experiment_by_name("faults").experiment_id
     assert [r.info.status for r in client.search_runs([experiment])] == ["KILLED"]
     finished = _checkpoint_lines(cache, stage)  # every line is whole JSON (flushed per question)
-    assert len(finished) >= wanted
+    assert len(finished) == wanted
     asked = len(log.read_text().splitlines())
 
     done = subprocess.run(args, cwd=tmp_path, capture_output=True, text=True, timeout=300)
