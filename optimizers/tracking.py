@@ -1,6 +1,7 @@
 """MLflow tracking in the project's sqlite store: ``mlflow ui --backend-store-uri sqlite:///mlruns/mlflow.db``."""
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import subprocess
@@ -39,10 +40,14 @@ def git_commit() -> str:
 
 
 def setup(experiment: str) -> None:
-    mlflow.set_tracking_uri(tracking_uri())
-    if mlflow.get_experiment_by_name(experiment) is None:
-        mlflow.create_experiment(experiment, artifact_location=(mlruns() / "artifacts" / experiment).as_uri())
-    mlflow.set_experiment(experiment)
+    """Point MLflow at the store and select ``experiment``, under a file lock: two runs starting together would
+    otherwise both create the sqlite tables (one fails) or the experiment."""
+    with open(mlruns() / ".setup.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        mlflow.set_tracking_uri(tracking_uri())
+        if mlflow.get_experiment_by_name(experiment) is None:
+            mlflow.create_experiment(experiment, artifact_location=(mlruns() / "artifacts" / experiment).as_uri())
+        mlflow.set_experiment(experiment)
 
 
 @contextmanager

@@ -159,7 +159,9 @@ def test_an_interrupted_run_is_killed_flushed_and_resumes(fault_endpoint, tmp_pa
     args += ["--split", "dev", "--dev", "6"] if script == "evaluate.py" else ["--train", "4", "--dev", "0",
                                                                               "--test", "3"]
     cache = Path(os.environ["RAG_PROJECT_CACHE"])
-    proc = subprocess.Popen(args, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # as from a terminal: a shell that started pytest in the background may have left SIGINT ignored
+    proc = subprocess.Popen(args, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     wanted = 2 if script == "evaluate.py" else 3  # the questions answered before the stalled request
     deadline = time.monotonic() + 120
     while not (len(_checkpoint_lines(cache, stage)) >= wanted and log.exists()
@@ -183,3 +185,12 @@ def test_an_interrupted_run_is_killed_flushed_and_resumes(fault_endpoint, tmp_pa
     again = [json.loads(line) for line in log.read_text().splitlines()[asked:]]
     assert not {r["question"] for r in again if r["messages"] == 2} & {r["question"] for r in finished}
     assert len(_checkpoint_lines(cache, stage)) == (6 if script == "evaluate.py" else 3)
+
+
+def test_two_runs_starting_together_share_a_new_store(tmp_path):
+    """Both create the sqlite store at once (the first concurrent evaluations on a fresh clone): neither fails."""
+    code = "from optimizers import tracking; tracking.setup('together')"
+    procs = [subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, stderr=subprocess.PIPE, text=True)
+             for _ in range(2)]
+    errors = [p.communicate(timeout=120)[1] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], errors
