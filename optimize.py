@@ -4,6 +4,7 @@ Evaluates the uncompiled program on dev and test, compiles on train (search opti
 the compiled program on dev and test, saves it as DSPy JSON state and logs one MLflow run."""
 from __future__ import annotations
 
+import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -80,6 +81,8 @@ def main(argv=None) -> str:
                                 "max_docs": args.max_docs})
         mlflow.log_artifact(str(out))
         stored = tracking.artifact_path(out.name)
+        if not args.out:
+            shutil.rmtree(out.parent)  # the lasting copy is the run's artifact
 
     print(f"\nrun {run.info.run_id} ({run_name})")
     for name, summary in stages.items():

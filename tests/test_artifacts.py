@@ -47,3 +47,20 @@ def test_evaluate_reports_a_broken_artifact_in_one_line(saved, capsys):
         evaluate.main(["--compiled", str(path)])
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and str(path) in err[0] and "not valid JSON" in err[0]
+
+
+def test_optimize_prints_where_the_compiled_program_stays_and_how_to_browse_runs(monkeypatch, capsys):
+    import re
+
+    from dspy.utils.dummies import DummyLM
+
+    import optimize
+    from optimizers import cli
+
+    monkeypatch.setattr(cli, "make_lm", lambda *a, **k: DummyLM({"question": {"answer": "Paris"}}))
+    run_id = optimize.main(["--program", "direct", "--train", "2", "--dev", "0", "--test", "1"])
+    out = capsys.readouterr().out
+    stored = re.search(r"compiled program: (\S+) \(MLflow run (\w+)", out)
+    assert stored and stored.group(2) == run_id
+    assert programs.read_artifact(stored.group(1))["program"] == "direct"  # a lasting file, not a temp copy
+    assert "mlruns" in stored.group(1) and "mlflow ui --backend-store-uri sqlite:///" in out
