@@ -17,7 +17,7 @@ import pytest
 import programs
 from optimizers.evaluation import evaluate
 from optimizers.metrics import exact_match
-from runtime.lm import LlamaServer, ProjectLM, RestartBudget, ServerError, _free_port
+from runtime.lm import LlamaServer, ProjectLM, RestartBudget, ServerError, _free_port, _reachable
 from runtime.roles import init_dspy
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -134,12 +134,6 @@ def fault_endpoint(tmp_path, request):
     yield f"http://127.0.0.1:{port}/v1", log
     proc.kill()
     proc.wait()
-
-
-def _reachable(port):
-    from runtime.lm import _reachable as reachable
-
-    return reachable(port)
 
 
 def _checkpoint_lines(cache: Path, stage: str) -> list[dict]:
