@@ -16,6 +16,7 @@ import contextvars
 import fcntl
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -270,6 +271,8 @@ class LlamaServer:
             self._terminate(self.pid)
             if rec and rec["pid"] == self.pid:
                 (self.home / "server.json").unlink(missing_ok=True)
+        if not self.shared:
+            shutil.rmtree(self.home, ignore_errors=True)  # a private server's folder has no later user
 
     def log_tail(self, lines: int = 25) -> str:
         try:

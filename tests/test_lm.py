@@ -72,6 +72,16 @@ def test_processes_share_one_server_and_the_last_user_stops_it():
     assert not _running(first.pid) and not (second.home / "server.json").exists()
 
 
+def test_private_servers_are_not_shared():
+    first, second = fake(shared=False).start(), fake(shared=False).start()
+    try:
+        assert first.pid != second.pid and first.port != second.port and second.proc is not None
+    finally:
+        first.stop()
+        second.stop()
+    assert not _running(first.pid) and not _running(second.pid) and not first.home.exists()
+
+
 def test_a_dead_owners_port_file_is_detected_and_replaced():
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
