@@ -13,7 +13,7 @@ import mlflow
 
 import programs
 from optimizers import tracking
-from optimizers.cli import compile_metric, fail, interruptible, parser, session
+from optimizers.cli import compile_metric, fail, interruptible, parser, retrieval_options, session
 from optimizers.compile import OPTIMIZERS, compile_program
 from optimizers.evaluation import evaluate
 from optimizers.metrics import ANSWER_METRICS
@@ -78,7 +78,7 @@ def main(argv=None) -> str:
         programs.save_compiled(compiled, out, args.program, s.config,
                                {"dataset": args.dataset, "embedder": args.embedder, "index": args.index,
                                 "corpus": args.corpus, "leave_question_out": args.leave_question_out,
-                                "max_docs": args.max_docs})
+                                "max_docs": args.max_docs, **retrieval_options(args)})
         mlflow.log_artifact(str(out))
         stored = tracking.artifact_path(out.name)
         if not args.out:

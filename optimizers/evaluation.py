@@ -9,7 +9,7 @@ from statistics import mean
 import dspy
 from tqdm.auto import tqdm
 
-from optimizers.metrics import retrieval_scores
+from optimizers.metrics import citation_precision, retrieval_scores
 from programs.retrieval import excluded
 from runtime.lm import ATTEMPT, ServerError
 from runtime.metering import metered
@@ -46,6 +46,12 @@ def record(example: dspy.Example, pred, metrics: dict, k: int | None, groups: tu
     if k is not None and "gold_titles" in example:
         rec.update(retrieval_scores(example.gold_titles, passages, k))
     rec["passages"] = [{"id": p.id, "title": p.title, "score": round(p.score, 4)} for p in passages]
+    cited = getattr(pred, "citations", None)
+    if cited is not None:  # an answer with cited passage ids (the evidence writer)
+        rec["citations"] = list(cited)
+        if "gold_titles" in example:
+            titles = {p.id: p.title for p in passages}
+            rec["citation_precision"] = citation_precision(example.gold_titles, [titles.get(i) for i in cited])
     rec["trace"] = getattr(pred, "trace", None)
     return rec
 
@@ -112,7 +118,7 @@ def summarize(records: list[dict], metrics: dict, groups: tuple[str, ...] = ()) 
         return {"n": 0}
     summary = {"n": len(records), "failed_examples": sum(r["failed"] for r in records)}
     numeric = [*metrics, "title_precision", "title_recall", "title_f1", "recall_any", "all_pass", "ndcg",
-               "lm_calls", "prompt_tokens", "completion_tokens", "seconds"]
+               "citation_precision", "lm_calls", "prompt_tokens", "completion_tokens", "seconds"]
     for key in numeric:
         values = [r[key] for r in records if r.get(key) is not None]
         if values:

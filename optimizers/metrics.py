@@ -62,14 +62,15 @@ def retrieval_scores(gold_titles, passages, k: int | None = None) -> dict[str, f
     """Gold-title metrics over the first ``k`` distinct titles of ``passages`` (binary relevance).
 
     title_precision/recall/f1 = overlap with the gold titles; recall_any = at least one gold title retrieved;
-    all_pass = every gold title retrieved; ndcg = binary-relevance NDCG@k."""
+    all_pass = every gold title retrieved; ndcg = binary-relevance NDCG@k, whose ideal ranking puts
+    min(|gold|, k) gold titles first (fewer than k retrieved titles do not shrink the ideal)."""
     gold = set(gold_titles)
     titles = list(dict.fromkeys(p.title for p in passages))[:k]
     hits = [t in gold for t in titles]
     n_hit = sum(hits)
     precision = n_hit / len(titles) if titles else 0.0
     recall = n_hit / len(gold) if gold else 0.0
-    ideal = sum(1 / math.log2(i + 2) for i in range(min(len(gold), len(titles) or 0)))
+    ideal = sum(1 / math.log2(i + 2) for i in range(min(len(gold), len(titles) if k is None else k)))
     dcg = sum(1 / math.log2(i + 2) for i, hit in enumerate(hits) if hit)
     return {
         "title_precision": precision,
@@ -79,6 +80,13 @@ def retrieval_scores(gold_titles, passages, k: int | None = None) -> dict[str, f
         "all_pass": float(bool(gold) and gold <= set(titles)),
         "ndcg": dcg / ideal if ideal else 0.0,
     }
+
+
+def citation_precision(gold_titles, cited_titles) -> float | None:
+    """Share of the cited passages whose title is a gold title; None when nothing is cited (a refusal or an
+    uncited answer), so averages run over answers that cite."""
+    cited = list(cited_titles)
+    return sum(t in set(gold_titles) for t in cited) / len(cited) if cited else None
 
 
 ANSWER_METRICS = {"em": exact_match, "f1": f1, "accuracy": accuracy}

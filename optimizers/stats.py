@@ -1,9 +1,12 @@
-"""Paired significance tests for two programs evaluated on the same questions (scipy)."""
+"""Paired significance tests for two programs evaluated on the same questions (scipy), a paired bootstrap CI of
+a mean difference, and Holm-Bonferroni correction across many tests."""
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
-from scipy.stats import binomtest, ttest_rel
+import numpy as np
+from scipy.stats import binomtest, bootstrap, ttest_rel
 
 
 def mcnemar_exact(a: list[bool], b: list[bool]) -> tuple[int, int, float]:
@@ -16,3 +19,35 @@ def mcnemar_exact(a: list[bool], b: list[bool]) -> tuple[int, int, float]:
 def paired_t(a: list[float], b: list[float]) -> float:
     """Two-sided paired t-test p-value; NaN when the pairs never differ (the test is undefined)."""
     return float(ttest_rel(a, b).pvalue) if any(x != y for x, y in zip(a, b)) else math.nan
+
+
+def bootstrap_ci(values_or_pairs: Sequence, confidence: float = 0.95, n_resamples: int = 9999,
+                 seed: int = 13) -> tuple[float, float, float]:
+    """Mean and percentile bootstrap CI (``scipy.stats.bootstrap``) of per-question values, or of the paired
+    differences ``a - b`` when given ``(a, b)`` pairs (resampling questions keeps each pair together).
+
+    Returns ``(mean, low, high)``; NaNs for no data; a zero-width interval when every value is the same."""
+    data = np.asarray(values_or_pairs, dtype=float)
+    if data.ndim == 2:
+        if data.shape[1] != 2:
+            raise ValueError(f"bootstrap_ci takes numbers or (a, b) pairs, got rows of {data.shape[1]}")
+        data = data[:, 0] - data[:, 1]
+    if data.size == 0:
+        return math.nan, math.nan, math.nan
+    mean = float(data.mean())
+    if np.all(data == data[0]):
+        return mean, mean, mean
+    ci = bootstrap((data,), np.mean, confidence_level=confidence, n_resamples=n_resamples, method="percentile",
+                   rng=np.random.default_rng(seed)).confidence_interval
+    return mean, float(ci.low), float(ci.high)
+
+
+def holm(pvalues: Sequence[float]) -> list[float]:
+    """Holm-Bonferroni adjusted p-values, in the input order: the i-th smallest of m is multiplied by m - i
+    (i from 0), made non-decreasing, capped at 1. NaNs (undefined tests) stay NaN and do not count in m."""
+    order = sorted((i for i, p in enumerate(pvalues) if not math.isnan(p)), key=lambda i: pvalues[i])
+    adjusted, running = [math.nan] * len(pvalues), 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (len(order) - rank) * pvalues[i]))
+        adjusted[i] = running
+    return adjusted

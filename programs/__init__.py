@@ -11,7 +11,10 @@ import dspy
 
 from programs.baselines import RAG, Direct
 from programs.coral import CORAL
+from programs.iterative import IRCoT, ReAct
+from programs.crag import CRAG
 from programs.mrag import MultilingualRAG
+from programs.par2 import PAR2
 from programs.seal import SEAL
 from programs.self_rag import SelfRAG
 
@@ -56,6 +59,14 @@ REGISTRY: dict[str, ProgramSpec] = {
                                       {"scope": "own_en"}),
     "seal": ProgramSpec(SEAL, "SEAL-RAG: entity ledger, sufficiency gate, one micro-query per repair at fixed k"),
     "self_rag": ProgramSpec(SelfRAG, "Self-RAG-style loop: draft, critique, retrieve again or stop (SEAL baseline)"),
+    "par2": ProgramSpec(PAR2, "PAR2-RAG: planned sub-queries anchor the context, then ESC-gated draft/search steps"),
+    "par2_anchor": ProgramSpec(PAR2, "PAR2-RAG ablation: Coverage Anchor, then one write", {"chain": False}),
+    "par2_chain": ProgramSpec(PAR2, "PAR2-RAG ablation: Iterative Chain from the question's own hits",
+                              {"anchor": False}),
+    "react": ProgramSpec(ReAct, "dspy.ReAct agent with a search tool, loops steps (PAR2 baseline)"),
+    "ircot": ProgramSpec(IRCoT, "IRCoT: one chain-of-thought sentence, one search, repeat (PAR2 baseline)"),
+    "crag": ProgramSpec(CRAG, "CRAG-style: grade the top-k, then keep, refine or re-search with a rewritten query "
+                              "(SEAL baseline)"),
 }
 
 
@@ -158,7 +169,8 @@ def load_compiled(path_or_run_id: str | dict, search=None, data_dir=None, roles=
 
         bundle = corpora.load(data["dataset"], data_dir, data.get("corpus"), data.get("leave_question_out", True),
                               data.get("max_docs"))
-        search = Retriever(bundle.corpora, embedder=data["embedder"], index_type=data["index"])
+        options = {k: data[k] for k in ("retriever", "rerank", "rerank_depth", "fuse_depth", "rrf_k") if k in data}
+        search = Retriever(bundle.corpora, embedder=data["embedder"], index_type=data["index"], **options)
     program = build(name, search=search, **artifact["config"])
     source = artifact.get("source", "the compiled program")
     saved, current = artifact.get("program_version"), program_version(program)

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import dspy
 
+from programs.evidence import EvidenceWriter
 from programs.retrieval import Retriever
 from programs.writer import Writer
 
@@ -22,16 +23,20 @@ class Direct(dspy.Module):
 
 
 class RAG(dspy.Module):
-    """Retrieve the top-``k`` passages for the question once, then write the answer from them."""
+    """Retrieve the top-``k`` passages for the question once, then write the answer from them.
 
-    def __init__(self, search: Retriever, k: int = 5, max_chars: int = 600):
+    ``cite=True`` uses the evidence loops' writer (2-4 words with cited passages, or "I don't know"), so ``rag``
+    is compared with seal, self_rag and crag under one answer profile."""
+
+    def __init__(self, search: Retriever, k: int = 5, max_chars: int = 600, cite: bool = False):
         super().__init__()
         self.search, self.k = search, k
-        self.writer = Writer(use_passages=True, max_chars=max_chars)
+        self.writer = EvidenceWriter(max_chars) if cite else Writer(use_passages=True, max_chars=max_chars)
 
     def forward(self, question: str, options: dict[str, str] | None = None,
                 lang: str | None = None) -> dspy.Prediction:
         passages = self.search.search(question, self.k)
         out = self.writer(question=question, passages=passages, options=options)
         return dspy.Prediction(answer=out.answer, passages=passages, trace={"iterations": 1, "queries": [question],
-                                                                            "stop_reason": "single_pass"})
+                                                                            "stop_reason": "single_pass"},
+                               citations=out.get("citations", []))

@@ -1,13 +1,19 @@
-"""Evidence-loop helpers shared by SEAL-RAG and its Self-RAG baseline: the abstaining answer profile and
-LM steps whose malformed output is tolerated."""
+"""Evidence-loop pieces shared by SEAL-RAG and the baselines it is compared with (self_rag, crag, rag with
+``cite=True``): the one cited, abstaining answer writer, LM steps whose malformed output is tolerated, and the
+merge of a new search into held passages at fixed k."""
 from __future__ import annotations
+
+import re
 
 import dspy
 from dspy.utils.exceptions import AdapterParseError
 
-from programs.retrieval import Passage
+from programs.retrieval import Passage, Retriever
+from programs.text import abstained
 from programs.writer import Writer
-from signatures.writer import AnswerOrAbstain
+from signatures.writer import AnswerWithCitations, AnswerWithCitationsAndFacts
+
+IDK = "I don't know"
 
 
 def lenient(predictor: dspy.Module, **inputs) -> dspy.Prediction | None:
@@ -18,18 +24,68 @@ def lenient(predictor: dspy.Module, **inputs) -> dspy.Prediction | None:
         return None
 
 
+def numbered(passages: list[Passage], max_chars: int) -> list[str]:
+    """Prompt rendering with citation numbers: ``[1] [title] text``."""
+    return [f"[{i}] {p.format(max_chars)}" for i, p in enumerate(passages, 1)]
+
+
+CITATION = re.compile(r"\[\s*(\d+(?:\s*(?:,|and)\s*\d+)*)\s*\]")
+
+
+def cited_passages(answer: str, passages: list[Passage]) -> list[Passage]:
+    """The passages whose numbers (1-based) the answer cites in brackets ("Lansing [2]", "[1, 3]"), in order,
+    without repeats; numbers out of range are ignored."""
+    numbers = dict.fromkeys(int(n) for group in CITATION.findall(answer or "") for n in re.findall(r"\d+", group))
+    return [passages[n - 1] for n in numbers if 1 <= n <= len(passages)]
+
+
+def clean_answer(answer: str) -> str:
+    """The answer without its citation marks ("Lansing [2]") and surrounding punctuation; refusals become
+    exactly "I don't know"."""
+    text = CITATION.sub(" ", answer or "")
+    text = " ".join(text.split()).strip(" .;,")
+    return IDK if abstained(text) else text
+
+
 class EvidenceWriter(Writer):
-    """One final generation: 2-4 words from verified facts and passages, or "I don't know".
+    """The one final generation of every evidence-loop arm: 2-4 words with the numbers of the supporting passages
+    in brackets, or "I don't know". The bracketed numbers are parsed in Python into cited passage ids
+    (``citations``; empty for a refusal or an answer that cites nothing) and cut from the answer.
 
-    Multiple-choice questions keep the shared :class:`Writer` path (letter out)."""
+    ``facts=True`` adds verified ledger facts as an input (SEAL's ``ledger_to_writer`` option). Multiple-choice
+    questions keep the shared :class:`Writer` path (letter out, no citations)."""
 
-    def __init__(self, max_chars: int = 600):
+    def __init__(self, max_chars: int = 600, facts: bool = False):
         super().__init__(use_passages=True, max_chars=max_chars)
-        self.short = dspy.Predict(AnswerOrAbstain)
+        self.with_facts = facts
+        self.short = dspy.Predict(AnswerWithCitationsAndFacts if facts else AnswerWithCitations)
 
     def forward(self, question: str, passages: list[Passage] = (), options: dict[str, str] | None = None,
                 facts: list[str] = ()):
         if options:
             return super().forward(question, passages, options)
-        out = self.short(facts=list(facts), passages=[p.format(self.max_chars) for p in passages], question=question)
-        return dspy.Prediction(answer=out.answer.strip())
+        passages = list(passages)
+        extra = {"facts": list(facts)} if self.with_facts else {}
+        out = self.short(passages=numbered(passages, self.max_chars), question=question, **extra)
+        answer = clean_answer(out.answer)
+        cited = [] if answer == IDK else cited_passages(out.answer, passages)
+        return dspy.Prediction(answer=answer, citations=[p.id for p in cited], cited_titles=[p.title for p in cited])
+
+
+def search_excluding(search: Retriever, query: str, k: int, blocked: set[str]) -> list[Passage]:
+    """The top ``k`` hits for ``query`` that are not in ``blocked`` (passage ids): over-fetch by the blocked
+    count, then filter, so a repeat search cannot return only passages already held."""
+    hits = search.search(query, k + len(blocked))
+    return [p for p in hits if p.id not in blocked][:k]
+
+
+def retried(predictor: dspy.Module, parse, tries: int = 2, **inputs):
+    """Call ``predictor`` until ``parse(prediction)`` gives a value other than None, at most ``tries`` times; later
+    tries sample (temperature 0.7, their own cache entries). Returns (value or None, failed attempts)."""
+    for attempt in range(tries):
+        config = {"rollout_id": attempt, "temperature": 0.7} if attempt else {}
+        out = lenient(predictor, **inputs, config=config)
+        value = parse(out) if out is not None else None
+        if value is not None:
+            return value, attempt
+    return None, tries

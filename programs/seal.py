@@ -2,8 +2,10 @@
 
 Every search returns k passages. Verified (head, relation, tail) facts go into an entity ledger; a sufficiency
 gate decides stop vs. repair; a repair turns the gap (missing entities/relations) into exactly one micro-query
-whose hits are merged by entity-first ranking, which replaces distractors and never grows the context. One final
-generation answers. The deterministic parts (verbatim filtering, blocklist, stuck detection and pivots, ranking,
+whose hits (passages already fetched are blocked from the search) are merged by gap-first ranking, which replaces
+distractors and never grows the context. One final generation answers in 2-4 words with cited passages, or
+abstains; it sees the final k passages, like every baseline's writer, plus the ledger only with
+``ledger_to_writer``. The deterministic parts (verbatim filtering, blocklist, stuck detection and pivots, ranking,
 the gate) are plain functions here, testable without an LM.
 """
 from __future__ import annotations
@@ -13,9 +15,9 @@ from dataclasses import asdict, dataclass, field
 
 import dspy
 
-from programs.evidence import EvidenceWriter, lenient
+from programs.evidence import EvidenceWriter, lenient, search_excluding
 from programs.retrieval import Passage, Retriever, dedup
-from programs.text import content_words, jaccard, mentions, normalize, words
+from programs.text import content_words, mentions, normalize, repeats, words
 from signatures.esc import AssessSufficiency
 from signatures.extract import ExtractFacts
 from signatures.gap import SpecifyGap
@@ -24,12 +26,13 @@ from signatures.query import WriteMicroQuery
 
 @dataclass(frozen=True)
 class Fact:
-    """A verified (head, relation, tail) triple."""
+    """A verified (head, relation, tail) triple and the sentence that supports it."""
 
     head: str
     relation: str
     tail: str
     title: str  # the passage it was read from
+    span: str = ""  # the sentence of the passage (as the extractor saw it) holding head, relation and tail
 
     def render(self) -> str:
         return f"[{self.title}] {self.head} | {self.relation} | {self.tail}"
@@ -51,20 +54,49 @@ def triple_lines(text: str) -> list[str]:
     return [line for line in lines if line]
 
 
-def verbatim_facts(lines: list[str], passage: Passage, cap: int) -> tuple[list[Fact], int]:
-    """The first ``cap`` distinct facts of ``lines`` ('head | relation | tail') grounded in ``passage``, and the
-    number of lines rejected: malformed, a head or tail with no content word, or one not in the passage."""
-    source = f"{passage.title}\n{passage.text}"
+def sentences(text: str) -> list[str]:
+    """``text`` cut at sentence ends (., !, ? followed by white space)."""
+    return [s for s in re.split(r"(?<=[.!?])\s+", " ".join((text or "").split())) if s]
+
+
+def stem_match(word: str, vocabulary: set[str]) -> bool:
+    """``word`` or a word sharing its first 4 letters (both at least 4 long: 'directed'/'director') is in
+    ``vocabulary``."""
+    return word in vocabulary or (len(word) >= 4 and any(len(v) >= 4 and v[:4] == word[:4] for v in vocabulary))
+
+
+def support(head: str, relation: str, tail: str, title: str, text: str) -> str | None:
+    """The first sentence of ``text`` that grounds the triple, or None: head and tail occur verbatim in it (the
+    passage title stands for its subject, so one of them may be the title, not both), and the relation, if it has
+    content words, shares a word stem with the sentence ("Ann Arbor | capital of | Michigan" is not grounded by
+    "Ann Arbor is a city in Michigan.")."""
+    relation_words = content_words(relation)
+    for sentence in sentences(text):
+        in_sentence = [occurs_verbatim(x, sentence) for x in (head, tail)]
+        if not all(ok or occurs_verbatim(x, title) for ok, x in zip(in_sentence, (head, tail))) or not any(in_sentence):
+            continue
+        vocabulary = set(words(sentence))
+        if not relation_words or any(stem_match(w, vocabulary) for w in relation_words):
+            return sentence
+    return None
+
+
+def verbatim_facts(lines: list[str], passage: Passage, cap: int, max_chars: int = 600) -> tuple[list[Fact], int]:
+    """The first ``cap`` distinct facts of ``lines`` ('head | relation | tail') grounded in one sentence of the
+    text the extractor saw (``passage.format(max_chars)``), each with that sentence, and the number of lines
+    rejected: malformed, a head or tail with no content word, or no sentence that grounds it (see :func:`support`)."""
+    shown = passage.format(max_chars).removeprefix(f"[{passage.title}]").removesuffix(" …")
     kept: list[Fact] = []
     rejected = 0
     for line in lines:
         parts = [part.strip().strip("()[]{}<>\"'").strip() for part in str(line).split("|")]
-        head, tail = (parts[0], parts[2]) if len(parts) == 3 and parts[1] else ("", "")
-        if not (content_words(head) and content_words(tail)
-                and occurs_verbatim(head, source) and occurs_verbatim(tail, source)):
+        head, relation, tail = parts if len(parts) == 3 and parts[1] else ("", "", "")
+        span = support(head, relation, tail, passage.title, shown) if content_words(head) and content_words(tail) \
+            else None
+        if span is None:
             rejected += 1
             continue
-        fact = Fact(head, parts[1], tail, passage.title)
+        fact = Fact(head, relation, tail, passage.title, span)
         if fact not in kept:
             kept.append(fact)
     return kept[:cap], rejected
@@ -118,30 +150,9 @@ def failed_criteria(verdict, min_coverage: float, min_answerability: float) -> l
     return [name for name, ok in checks.items() if not ok]
 
 
-def blocklist(evidence: list[Passage], ledger: Ledger, gap_entities: tuple[str, ...] = ()) -> list[str]:
-    """Titles of current passages that already gave facts: searching them again only re-fetches them. A title
-    naming a missing entity stays searchable."""
-    covered = {f.title for f in ledger.facts}
-    return [p.title for p in evidence if p.title in covered
-            and not any(mentions(p.title, g) or mentions(g, p.title) for g in gap_entities)]
-
-
-def strip_terms(query: str, blocked: list[str], max_words: int) -> str:
-    """``query`` without the blocked phrases (whole words, any case, punctuation dropped), cut to ``max_words``."""
-    tokens = re.findall(r"\w+", query or "")
-    lowered = [t.lower() for t in tokens]
-    drop: set[int] = set()
-    for phrase in filter(None, map(words, blocked)):
-        n = len(phrase)
-        for i in range(len(tokens) - n + 1):
-            if lowered[i:i + n] == phrase:
-                drop.update(range(i, i + n))
-    return " ".join([t for i, t in enumerate(tokens) if i not in drop][:max_words])
-
-
-def is_stuck(query: str, earlier: list[str], threshold: float) -> bool:
-    """The query repeats an earlier one: content-word Jaccard at or above ``threshold`` with any of them."""
-    return any(jaccard(query, q) >= threshold for q in earlier)
+def clip(query: str, max_words: int) -> str:
+    """``query`` on one line, cut to its first ``max_words`` words (the words themselves are kept as written)."""
+    return " ".join((query or "").split()[:max_words])
 
 
 def pivots(gap: Gap, linked: list[str], seen_titles: set[str], question: str) -> list[str]:
@@ -152,19 +163,29 @@ def pivots(gap: Gap, linked: list[str], seen_titles: set[str], question: str) ->
     return [f"{e} {relations}".strip() for e in gap.entities] + bridges
 
 
-def entity_first_rank(evidence: list[Passage], candidates: list[Passage], anchors: list[str],
-                      gap_entities: tuple[str, ...], k: int) -> list[Passage]:
+def gap_score(passage: Passage, gap: Gap) -> tuple[int, int]:
+    """How much of the gap a passage can fill: (missing entities it names, a title naming one counting twice,
+    plus the distinct content words of the missing relations it states, by word stem; the entity part alone)."""
+    body = f"{passage.title} {passage.text}"
+    entities = sum(mentions(passage.title, g) + mentions(body, g) for g in gap.entities)
+    vocabulary = set(words(body))
+    relation_words = set().union(*map(content_words, gap.relations))
+    return entities + sum(stem_match(w, vocabulary) for w in relation_words), entities
+
+
+def entity_first_rank(evidence: list[Passage], candidates: list[Passage], anchors: list[str], gap: Gap,
+                      k: int) -> list[Passage]:
     """Merge micro-query hits into the evidence and keep the best ``k``; the context never grows.
 
-    Order: passages naming missing entities first (a passage whose title names one counts twice), then those
-    naming more ledger anchors, then incumbents over newcomers, then retrieval score."""
+    Order: the gap first (missing entities and relations a passage states, see :func:`gap_score`), then ledger
+    anchors it names, and only then incumbency (held passages win the remaining ties), then retrieval score. A
+    held passage that fills none of the gap loses its place to a newcomer that fills some: the paper's case where
+    the state-capital page replaces a distractor that only names the university's state."""
     incumbents = {p.id for p in evidence}
 
     def key(p: Passage):
-        body = f"{p.title} {p.text}"
-        resolves = sum(mentions(p.title, g) + mentions(body, g) for g in gap_entities)
-        anchored = sum(mentions(body, a) for a in anchors)
-        return resolves, anchored, p.id in incumbents, p.score
+        return (*gap_score(p, gap), sum(mentions(f"{p.title} {p.text}", a) for a in anchors), p.id in incumbents,
+                p.score)
 
     return sorted(dedup([*evidence, *candidates]), key=key, reverse=True)[:k]
 
@@ -187,24 +208,29 @@ class _Run:
     pivots: int = 0
     parse_failures: int = 0
     rejected_triples: int = 0
+    fetched: set[str] = field(default_factory=set)  # ids of every passage a search returned: the blocklist
+    replaced: list[int] = field(default_factory=list)  # per repair, how many held passages ranking replaced
 
     def trace(self, stop_reason: str) -> dict:
         return {"iterations": self.loops_used, "queries": list(self.queries), "stop_reason": stop_reason,
                 "ledger": [asdict(f) for f in self.ledger.facts], "assessments": self.assessments, "gaps": self.gaps,
                 "pivots": self.pivots, "parse_failures": self.parse_failures,
-                "rejected_triples": self.rejected_triples}
+                "rejected_triples": self.rejected_triples, "replaced": list(self.replaced)}
 
 
 class SEAL(dspy.Module):
     """SEAL-RAG with retrieval depth ``k`` and at most ``loops`` repairs (``loops=0``: one pass, no repair).
 
-    ``lang`` (passed by multilingual datasets) is accepted and unused."""
+    ``ledger_to_writer`` also shows the final writer the verified facts (off by default, so the writer sees what
+    every baseline's writer sees: the final k passages; then passages that only the writer would read are not
+    extracted, and ``loops=0`` is exactly ``rag``). ``lang`` (passed by multilingual datasets) is accepted
+    and unused."""
 
     ROLES = {"extract": "critic", "assess": "critic", "gap": "planner", "micro_query": "planner"}
 
     def __init__(self, search: Retriever, k: int = 3, loops: int = 3, max_chars: int = 600, max_triples: int = 10,
                  max_facts: int = 30, min_coverage: float = 0.75, min_answerability: float = 0.7,
-                 stuck_jaccard: float = 0.7, max_query_words: int = 12):
+                 stuck_jaccard: float = 0.7, max_query_words: int = 12, ledger_to_writer: bool = False):
         super().__init__()
         self.search, self.k, self.loops, self.max_chars = search, k, loops, max_chars
         self.max_triples, self.max_facts = max_triples, max_facts
@@ -214,7 +240,8 @@ class SEAL(dspy.Module):
         self.assess = dspy.Predict(AssessSufficiency)
         self.gap = dspy.Predict(SpecifyGap)
         self.micro_query = dspy.Predict(WriteMicroQuery)
-        self.writer = EvidenceWriter(max_chars)
+        self.ledger_to_writer = ledger_to_writer
+        self.writer = EvidenceWriter(max_chars, facts=ledger_to_writer)
 
     def forward(self, question: str, options: dict[str, str] | None = None,
                 lang: str | None = None) -> dspy.Prediction:
@@ -222,9 +249,11 @@ class SEAL(dspy.Module):
         evidence = self._search(question, run)                                  # Search at fixed k
         stop, gap, assessed = "loop_budget", Gap(), None
         for loop in range(self.loops + 1):
-            self._extract(question, evidence, run)                              # Extract (unread passages)
-            if loop == self.loops:
+            if loop == self.loops:  # budget spent: only a writer that sees the ledger needs the last facts
+                if self.ledger_to_writer:
+                    self._extract(question, evidence, run)
                 break
+            self._extract(question, evidence, run)                              # Extract (unread passages)
             facts = run.ledger.shown(question, [p.title for p in evidence], self.max_facts)
             fresh = facts != assessed  # unchanged facts would get the same verdict and gap: skip those calls
             if fresh:
@@ -233,22 +262,28 @@ class SEAL(dspy.Module):
                     stop = "sufficient"
                     break
                 gap = self._gap(question, facts, run)                          # gap specification
-            query = self._micro_query(question, gap, evidence, run, propose=fresh)
+            query = self._micro_query(question, gap, run, propose=fresh)
             if query is None:
                 stop = "stuck"
                 break
             run.queries.append(query)                                           # exactly one micro-query
+            held = {p.id for p in evidence}
             evidence = entity_first_rank(evidence, self._search(query, run), run.ledger.linked(question),
-                                         gap.entities, self.k)                  # replace, don't grow
+                                         gap, self.k)                           # replace, don't grow
+            run.replaced.append(sum(p.id not in held for p in evidence))
             run.loops_used += 1
-        facts = run.ledger.shown(question, [p.title for p in evidence], self.max_facts)
-        answer = self.writer(question=question, passages=evidence, options=options, facts=facts).answer
+        facts = run.ledger.shown(question, [p.title for p in evidence], self.max_facts) if self.ledger_to_writer \
+            else ()
+        out = self.writer(question=question, passages=evidence, options=options, facts=facts)
         trace = run.trace(stop)
-        return dspy.Prediction(answer=answer, passages=evidence, trace=trace, ledger=trace["ledger"],
-                               queries=trace["queries"], loops_used=run.loops_used, stop_reason=stop)
+        return dspy.Prediction(answer=out.answer, passages=evidence, trace=trace, ledger=trace["ledger"],
+                               queries=trace["queries"], loops_used=run.loops_used, stop_reason=stop,
+                               citations=out.get("citations", []))
 
     def _search(self, query: str, run: _Run) -> list[Passage]:
-        hits = self.search.search(query, self.k)
+        """k hits for ``query``, none of them a passage already fetched (the blocklist)."""
+        hits = search_excluding(self.search, query, self.k, run.fetched)
+        run.fetched.update(p.id for p in hits)
         run.seen_titles.update(p.title for p in hits)
         return hits
 
@@ -261,7 +296,7 @@ class SEAL(dspy.Module):
             if out is None:
                 run.parse_failures += 1
                 continue
-            facts, rejected = verbatim_facts(triple_lines(out.triples), p, self.max_triples)
+            facts, rejected = verbatim_facts(triple_lines(out.triples), p, self.max_triples, self.max_chars)
             run.ledger.add(facts)
             run.rejected_triples += rejected
 
@@ -285,20 +320,19 @@ class SEAL(dspy.Module):
         run.gaps.append({"entities": list(gap.entities), "relations": list(gap.relations)})
         return gap
 
-    def _micro_query(self, question: str, gap: Gap, evidence: list[Passage], run: _Run, propose: bool) -> str | None:
-        """This loop's one query: the LM's proposal minus blocked titles; when it is empty or repeats an earlier
-        query (stuck), the first pivot that does not. None when every option is stuck."""
-        blocked = blocklist(evidence, run.ledger, gap.entities)
+    def _micro_query(self, question: str, gap: Gap, run: _Run, propose: bool) -> str | None:
+        """This loop's one query: the LM's proposal (cut to ``max_query_words``); when it is empty or repeats an
+        earlier query (stuck), the first pivot that does not. None when every option is stuck."""
         proposals = []
         if propose:
             out = lenient(self.micro_query, question=question, missing_entities=list(gap.entities),
-                          missing_relations=list(gap.relations), avoid=blocked)
+                          missing_relations=list(gap.relations))
             run.parse_failures += out is None
             proposals += [out.query] if out else []
         options = proposals + pivots(gap, run.ledger.linked(question), run.seen_titles, question)
         for i, option in enumerate(options):
-            query = strip_terms(option, blocked, self.max_query_words)
-            if content_words(query) and not is_stuck(query, run.queries, self.stuck_jaccard):
+            query = clip(option, self.max_query_words)
+            if not repeats(query, run.queries, self.stuck_jaccard):
                 run.pivots += i >= len(proposals)
                 return query
         return None

@@ -1,18 +1,22 @@
 """Self-RAG-style reflective baseline for SEAL-RAG, at the same k and loop budget.
 
-Each round retrieves k passages, drafts an answer (SEAL's answer profile: 2-4 words or "I don't know") and has a
-critic grade relevance, support and usefulness. An accepted draft stops the loop; otherwise the critic's query
-drives a fresh retrieval. The answer is the best-graded draft (the latest on ties), with its passages.
+Each round drafts an answer from k passages with the writer every arm shares (2-4 words with cited passages, or
+"I don't know") and has a critic grade relevance, support and usefulness. An accepted draft stops the loop;
+otherwise the critic's query (or, when it repeats an earlier query, the question with the draft) fetches k passages
+not held before, which are merged with the held ones, newest first and alternating, back to k. A loop whose every
+query option repeats an earlier one stops ("stuck"). The answer is the best-graded draft (the latest on ties), with
+its passages.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from itertools import chain, zip_longest
 
 import dspy
 
-from programs.evidence import EvidenceWriter, lenient
+from programs.evidence import EvidenceWriter, lenient, search_excluding
 from programs.retrieval import Passage, Retriever
-from programs.text import abstained
+from programs.text import abstained, normalize, repeats
 from signatures.critic import CritiqueDraft
 
 SUPPORT = {"full": 1.0, "partial": 0.5, "none": 0.0}
@@ -25,6 +29,7 @@ class Draft:
     answer: str
     passages: list[Passage]
     critique: dict | None = None  # relevant, support, usefulness; None when not critiqued
+    citations: list[str] = field(default_factory=list)  # ids of the passages the draft cites
 
     @property
     def score(self) -> float:
@@ -42,50 +47,71 @@ class SelfRAG(dspy.Module):
 
     ROLES = {"critic": "critic"}
 
-    def __init__(self, search: Retriever, k: int = 3, loops: int = 3, max_chars: int = 600, min_usefulness: int = 4):
+    def __init__(self, search: Retriever, k: int = 3, loops: int = 3, max_chars: int = 600, min_usefulness: int = 4,
+                 stuck_jaccard: float = 0.7):
         super().__init__()
         self.search, self.k, self.loops, self.max_chars = search, k, loops, max_chars
-        self.min_usefulness = min_usefulness
+        self.min_usefulness, self.stuck_jaccard = min_usefulness, stuck_jaccard
         self.writer = EvidenceWriter(max_chars)
         self.critic = dspy.Predict(CritiqueDraft)
 
     def forward(self, question: str, options: dict[str, str] | None = None,
                 lang: str | None = None) -> dspy.Prediction:
         queries, drafts, failures, stop = [question], [], 0, "loop_budget"
+        passages = self.search.search(question, self.k)                                 # retrieve
+        fetched = {p.id for p in passages}
         for loop in range(self.loops + 1):
-            passages = self.search.search(queries[-1], self.k)                          # retrieve
-            answer = self.writer(question=question, passages=passages, options=options).answer  # draft
+            written = self.writer(question=question, passages=passages, options=options)  # draft
+            answer, cited = written.answer, written.get("citations", [])
             if self.loops == 0:  # single pass: nothing to choose between or retrieve again for
-                drafts.append(Draft(answer, passages))
+                drafts.append(Draft(answer, passages, citations=cited))
                 break
             out = lenient(self.critic, question=question, passages=[p.format(self.max_chars) for p in passages],
                           draft=answer)                                                  # critique
             failures += out is None
             critique = {n: out[n] for n in ("relevant", "support", "usefulness")} if out else None
-            drafts.append(Draft(answer, passages, critique))
+            drafts.append(Draft(answer, passages, critique, cited))
             if self._accepts(drafts[-1]):
                 stop = "accepted"
                 break
             if loop == self.loops:
                 break
-            queries.append(self._next_query(question, answer, out, queries))            # retrieve again
+            query = self._next_query(question, answer, out, queries)
+            if query is None:
+                stop = "stuck"
+                break
+            queries.append(query)                                                        # retrieve again
+            new = search_excluding(self.search, query, self.k, fetched)
+            fetched.update(p.id for p in new)
+            passages = merge(passages, new, self.k)
         chosen = max(range(len(drafts)), key=lambda i: (drafts[i].score, i))
         best = drafts[chosen]
         trace = {"iterations": len(queries) - 1, "queries": queries, "stop_reason": stop,
                  "critiques": [d.critique for d in drafts], "chosen_round": chosen,
                  "parse_failures": failures}
         return dspy.Prediction(answer=best.answer, passages=best.passages, trace=trace, queries=queries,
-                               loops_used=len(queries) - 1, stop_reason=stop)
+                               loops_used=len(queries) - 1, stop_reason=stop, citations=best.citations)
 
     def _accepts(self, draft: Draft) -> bool:
         c = draft.critique
         return bool(c) and not abstained(draft.answer) and bool(c["relevant"]) and c["support"] == "full" \
             and c["usefulness"] >= self.min_usefulness
 
-    @staticmethod
-    def _next_query(question: str, answer: str, critique: dspy.Prediction | None, queries: list[str]) -> str:
-        """The critic's query; when it gave none or one already issued, the question conditioned on the draft."""
-        query = (critique.next_query if critique else "").strip()
-        if not query or query.lower() in (q.lower() for q in queries):
-            return f"{question} {answer}"
-        return query
+    def _next_query(self, question: str, answer: str, critique: dspy.Prediction | None,
+                    queries: list[str]) -> str | None:
+        """The critic's query; when it gave none or it repeats an earlier query (content-word Jaccard at or above
+        ``stuck_jaccard``), the question conditioned on the draft (not on a refusal), unless exactly that query was
+        issued before; None when neither is left. (Repeats still fetch new passages: held ones are blocked.)"""
+        proposal = (critique.next_query if critique else "").strip()
+        if not repeats(proposal, queries, self.stuck_jaccard):
+            return proposal
+        fallback = f"{question} {answer}"
+        if abstained(answer) or normalize(fallback) in {normalize(q) for q in queries}:
+            return None
+        return fallback
+
+
+def merge(held: list[Passage], new: list[Passage], k: int) -> list[Passage]:
+    """Held and newly fetched passages back to ``k``: newest first, alternating with the held ones in their order
+    (k=3 keeps 2 new and 1 held; k=1 keeps the newest)."""
+    return [p for p in chain.from_iterable(zip_longest(new, held)) if p is not None][:k]

@@ -11,12 +11,21 @@ also both either neither more most same other such s
 """.split())
 
 
-REFUSALS = ("i don't know", "i do not know", "unknown", "")
+REFUSAL = re.compile(r"(?:i\s+(?:do\s*n[o']?t|do\s+not|cannot|can\s*not|am\s+not\s+sure)\s+"
+                     r"(?:know|tell|say|determine|answer|be\s+sure)"
+                     r"|not\s+(?:enough|sufficient)\s+(?:information|evidence|context)"
+                     r"|insufficient\s+(?:information|evidence|context)|cannot\s+be\s+(?:determined|answered)"
+                     r"|(?:the\s+)?(?:passages|facts|context)\s+do\s*(?:es)?\s*n[o']?t\s+"
+                     r"(?:say|mention|state|give|contain))\b")
+WHOLE_REFUSALS = frozenset({"unknown", "idk", "no answer", "none given", "n/a"})
+APOSTROPHES = str.maketrans({"\u2019": "'", "\u2018": "'", "\u02bc": "'", "\u00b4": "'", "`": "'"})
 
 
 def abstained(answer: str | None) -> bool:
-    """Whether ``answer`` is a refusal such as "I don't know" (judged wrong by the metrics)."""
-    return (answer or "").strip().lower().rstrip(".") in REFUSALS
+    """Whether ``answer`` is a refusal: empty, "unknown" (the whole answer), or opening with "I don't know" (any
+    apostrophe, any case, with or without a tail such as "the answer"), "not enough information" and the like."""
+    text = " ".join((answer or "").translate(APOSTROPHES).casefold().split()).strip(" .!\"'*:-")
+    return not text or text in WHOLE_REFUSALS or REFUSAL.match(text) is not None
 
 
 def words(text: str) -> list[str]:
@@ -37,6 +46,12 @@ def jaccard(a: str, b: str) -> float:
     """Jaccard similarity of the content-word sets of two texts (0.0 when either has none)."""
     x, y = content_words(a), content_words(b)
     return len(x & y) / len(x | y) if x and y else 0.0
+
+
+def repeats(query: str, earlier: list[str], threshold: float = 0.7) -> bool:
+    """The query repeats an earlier one: content-word Jaccard at or above ``threshold`` with any of them (a query
+    with no content word counts as a repeat)."""
+    return not content_words(query) or any(jaccard(query, q) >= threshold for q in earlier)
 
 
 def mentions(text: str, phrase: str) -> bool:

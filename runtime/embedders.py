@@ -8,6 +8,7 @@ Names accepted by :func:`get_embedder`:
 """
 from __future__ import annotations
 
+import hashlib
 import os
 from functools import lru_cache
 
@@ -65,14 +66,25 @@ class USEm3(Embedder):
 
 
 class SentenceTransformerEmbedder(Embedder):
+    """Any sentence-transformers model, on the device sentence-transformers picks (a GPU where present).
+
+    Queries and passages go through ``encode_query`` / ``encode_document``, so instruction-tuned models get the
+    query and document prompts saved in their configuration (``prompts``); the prompts are part of ``id``."""
+
     def __init__(self, name_or_path: str):
         from sentence_transformers import SentenceTransformer
 
-        self.model = SentenceTransformer(name_or_path, device="cpu")
-        self.id = "st-" + name_or_path.rstrip("/").replace("/", "_")[-80:]
+        self.model = SentenceTransformer(name_or_path)
+        self.id = "st-" + name_or_path.rstrip("/").replace("/", "_")[-80:] + self._prompts_tag()
+
+    def _prompts_tag(self) -> str:
+        """``-p<hash>`` of the non-empty prompts the model configures, so the index cache keys on them."""
+        prompts = {k: v for k, v in sorted((self.model.prompts or {}).items()) if v}
+        return "-p" + hashlib.sha256(repr(prompts).encode()).hexdigest()[:8] if prompts else ""
 
     def _encode(self, texts, is_query):
-        return self.model.encode(texts, batch_size=self.batch_size, show_progress_bar=False, convert_to_numpy=True)
+        encode = self.model.encode_query if is_query else self.model.encode_document
+        return encode(texts, batch_size=self.batch_size, show_progress_bar=False, convert_to_numpy=True)
 
 
 def _minilm() -> SentenceTransformerEmbedder:

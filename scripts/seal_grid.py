@@ -1,12 +1,19 @@
-"""SEAL-RAG grid: k x loop budget L x {seal, self_rag, rag} on one seeded HotpotQA slice, in one MLflow run.
+"""SEAL-RAG grid: k x loop budget L x {seal, self_rag, crag, rag} on one seeded HotpotQA slice, in one MLflow run.
 
-``python scripts/seal_grid.py --n 30 --lm local:qwen-0.5b --seed 13 [--judge-lm local:qwen-1.5b]``
-Prints one markdown table (judge/EM/F1, gold-title P/R/F1@k, loops, LM calls and seconds per question per cell) and
-the paired tests of seal vs self_rag per (k, L) cell: exact McNemar on judge correctness (binomial test on the
-discordant pairs) and a two-sided paired t-test on per-question title precision. ``rag`` is single-pass, so it runs
-once per k (its L column reads "-"). iters/q is the trace's iteration count: repairs for seal, re-retrievals for
-self_rag, the single pass for rag. Every cell is checkpointed, so an interrupted grid resumes; LM responses are not
-cached by default, so s/q is each cell's own cost.
+``python scripts/seal_grid.py --n 30 --lm local:qwen-0.5b --seed 13 [--judge-lm local:qwen-1.5b]
+[--ks 1 3] [--budgets 0 1 3 5] [--programs seal self_rag crag rag] [--ledger-to-writer] [--corpus bundled]``
+
+Every arm answers with the same writer over its final k passages (2-4 words with cited passages, or "I don't
+know"); ``--ledger-to-writer`` adds seal_ledger rows (seal whose writer also sees the verified facts). The corpus
+is the pooled ``multihop_pool`` setting by default (``--corpus bundled``: HotpotQA's own 1,952 paragraphs; on all
+198 questions both give rag the same P@1, 0.884: see ``scripts/retrieval_difficulty.py``).
+
+Prints the grid table (judge/EM/F1, gold-title P/R/F1@k, citation precision, loops, how many held passages the
+ranking replaced per repair, LM calls and seconds per question) and the paired comparisons of seal with each
+baseline per (k, L) cell: judge correctness by exact McNemar, title precision/recall/F1 by paired t-tests, each
+with the mean difference and its 95% paired bootstrap CI, and every p-value Holm-Bonferroni corrected across the
+whole grid. ``rag`` is single-pass, so it runs once per k and is paired with seal at every L. Every cell is
+checkpointed, so an interrupted grid resumes; LM responses are not cached by default, so s/q is each cell's cost.
 """
 from __future__ import annotations
 
@@ -20,15 +27,19 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import mlflow  # noqa: E402
 
 import programs  # noqa: E402
+from data import corpora as sources  # noqa: E402
 from optimizers import cli, tracking  # noqa: E402
 from optimizers.evaluation import evaluate  # noqa: E402
-from optimizers.stats import mcnemar_exact, paired_t  # noqa: E402
+from optimizers.stats import bootstrap_ci, holm, mcnemar_exact, paired_t  # noqa: E402
 from runtime.roles import assign_roles  # noqa: E402
 
-PROGRAMS = ("seal", "self_rag", "rag")
+PROGRAMS = ("seal", "self_rag", "crag", "rag")
+LEDGER = "seal_ledger"  # seal with ledger_to_writer: its own row
 COLUMNS = {"judge": "judge", "em": "EM", "f1": "F1", "title_precision": "P@k", "title_recall": "R@k",
-           "title_f1": "F1@k", "iterations": "iters/q", "lm_calls": "LM calls/q", "seconds": "s/q",
+           "title_f1": "F1@k", "citation_precision": "cite P", "iterations": "iters/q",
+           "replaced_per_loop": "repl/loop", "lm_calls": "LM calls/q", "seconds": "s/q",
            "failed_examples": "failed"}
+PAIRED = {"judge": "judge", "title_precision": "P@k", "title_recall": "R@k", "title_f1": "F1@k"}
 
 
 def cell_name(name: str, k: int, loops: int | None) -> str:
@@ -42,44 +53,78 @@ def fmt(value) -> str:
     return str(value) if isinstance(value, (int, str)) else f"{value:.3f}"
 
 
-def grid_table(summaries: dict, ks: list[int], budgets: list[int]) -> str:
+def replacements(records: list[dict]) -> dict:
+    """Over every repair of a seal cell: held passages replaced per repair, and the share of repairs that
+    replaced at least one."""
+    per_loop = [n for r in records for n in (r.get("trace") or {}).get("replaced", [])]
+    if not per_loop:
+        return {}
+    return {"replaced_per_loop": sum(per_loop) / len(per_loop),
+            "loops_replacing": sum(n > 0 for n in per_loop) / len(per_loop), "repairs": len(per_loop)}
+
+
+def cells(names: list[str], ks: list[int], budgets: list[int]) -> list[tuple[str, int, int | None]]:
+    """(program, k, L) per grid cell, rag once per k (L=None) and first (the cheapest cells run first, so a grid
+    cut short by a time limit still has its reference arm)."""
+    looped = [n for n in names if n != "rag"]
+    return [("rag", k, None) for k in ks if "rag" in names] + [(n, k, L) for k in ks for L in budgets for n in looped]
+
+
+def grid_table(summaries: dict, grid: list) -> str:
     rows = ["| program | k | L | " + " | ".join(COLUMNS.values()) + " |", "|---" * (len(COLUMNS) + 3) + "|"]
-    for k in ks:
-        cells = [(n, k, L) for L in budgets for n in PROGRAMS[:2]] + [("rag", k, None)]
-        for name, _, loops in cells:
-            summary = summaries[cell_name(name, k, loops)]
-            values = [summary.get(c) if c == "failed_examples" or c not in summary else float(summary[c])
-                      for c in COLUMNS]
-            rows.append(f"| {name} | {k} | {fmt(loops)} | " + " | ".join(map(fmt, values)) + " |")
+    for name, k, loops in grid:
+        summary = summaries[cell_name(name, k, loops)]
+        values = [summary.get(c) if c == "failed_examples" or c not in summary else float(summary[c])
+                  for c in COLUMNS]
+        rows.append(f"| {name} | {k} | {fmt(loops)} | " + " | ".join(map(fmt, values)) + " |")
     return "\n".join(rows)
 
 
-def significance(records: dict, ks: list[int], budgets: list[int]) -> tuple[str, dict]:
-    """Paired seal-vs-self_rag tests per (k, L): the markdown table and the p-values as metrics."""
-    rows = ["| k | L | n | seal judge | self_rag judge | only seal right | only self_rag right | McNemar p | "
-            "seal P@k | self_rag P@k | paired t p |", "|---" * 11 + "|"]
-    metrics = {}
-    for k in ks:
-        for loops in budgets:
-            seal = {r["id"]: r for r in records[cell_name("seal", k, loops)]}
-            base = {r["id"]: r for r in records[cell_name("self_rag", k, loops)]}
+def comparisons(records: dict, grid: list) -> list[dict]:
+    """seal vs each other arm per (k, L) and metric: means, mean difference with its bootstrap CI, raw p."""
+    out = []
+    for name, k, loops in grid:
+        if name == "seal":
+            continue
+        seal_cells = [cell_name("seal", k, L) for n, kk, L in grid if n == "seal" and kk == k
+                      and (loops is None or L == loops)]
+        for seal_cell in seal_cells:
+            seal = {r["id"]: r for r in records[seal_cell]}
+            base = {r["id"]: r for r in records[cell_name(name, k, loops)]}
             ids = [i for i in seal if i in base]
-            right = [[d[i]["judge"] >= 1.0 for i in ids] for d in (seal, base)]
-            precision = [[d[i].get("title_precision", 0.0) for i in ids] for d in (seal, base)]
-            only_seal, only_base, p_mcnemar = mcnemar_exact(*right)
-            p_t = paired_t(*precision)
-            means = [sum(x) / len(ids) if ids else math.nan for x in (*right, *precision)]
-            rows.append(f"| {k} | {loops} | {len(ids)} | " + " | ".join(fmt(m) for m in means[:2]) +
-                        f" | {only_seal} | {only_base} | {fmt(p_mcnemar)} | " +
-                        " | ".join(fmt(m) for m in means[2:]) + f" | {fmt(p_t)} |")
-            prefix = f"sig_k{k}_L{loops}"
-            metrics |= {f"{prefix}_mcnemar_p": p_mcnemar, f"{prefix}_ttest_precision_p": p_t}
-    return "\n".join(rows), {name: p for name, p in metrics.items() if not math.isnan(p)}
+            for metric, label in PAIRED.items():
+                a = [float(seal[i].get(metric) or 0.0) for i in ids]
+                b = [float(base[i].get(metric) or 0.0) for i in ids]
+                if metric == "judge":
+                    only_a, only_b, p = mcnemar_exact([x >= 1.0 for x in a], [y >= 1.0 for y in b])
+                    test = f"McNemar {only_a}/{only_b}"
+                else:
+                    p, test = paired_t(a, b), "paired t"
+                diff, low, high = bootstrap_ci(list(zip(a, b)))
+                out.append({"k": k, "L": seal_cell.rsplit("_L", 1)[1], "vs": name, "metric": label, "n": len(ids),
+                            "seal": sum(a) / len(ids) if ids else math.nan,
+                            "other": sum(b) / len(ids) if ids else math.nan,
+                            "diff": diff, "low": low, "high": high, "test": test, "p": p})
+    for row, adjusted in zip(out, holm([r["p"] for r in out])):
+        row["p_holm"] = adjusted
+    return out
+
+
+def significance_table(rows: list[dict]) -> str:
+    lines = ["| k | L | seal vs | metric | n | seal | other | diff | 95% CI | test | p | Holm p |", "|---" * 12 + "|"]
+    for r in rows:
+        lines.append(f"| {r['k']} | {r['L']} | {r['vs']} | {r['metric']} | {r['n']} | {fmt(r['seal'])} | "
+                     f"{fmt(r['other'])} | {fmt(r['diff'])} | [{fmt(r['low'])}, {fmt(r['high'])}] | {r['test']} | "
+                     f"{fmt(r['p'])} | {fmt(r['p_holm'])} |")
+    return "\n".join(lines)
 
 
 def build(s: cli.Session, name: str, k: int, loops: int):
-    """Program ``name`` at this cell's k and loop budget, with the session's retriever and role LMs."""
-    return assign_roles(programs.build(name, search=s.retriever, **(s.config | {"k": k, "loops": loops})), s.roles)
+    """Program ``name`` at this cell's k and loop budget, with the session's retriever and role LMs; every arm
+    gets the evidence writer (rag with ``cite=True``), seal_ledger is seal with ``ledger_to_writer``."""
+    config = s.config | {"k": k, "loops": loops, "cite": True, "ledger_to_writer": name == LEDGER}
+    program = programs.build("seal" if name == LEDGER else name, search=s.retriever, **config)
+    return assign_roles(program, s.roles)
 
 
 def main(argv=None) -> dict:
@@ -89,40 +134,48 @@ def main(argv=None) -> dict:
     p.add_argument("--judge-lm", help="judge LM (default: --lm)")
     p.add_argument("--seed", type=int, default=13, help="slice seed")
     p.add_argument("--ks", type=int, nargs="+", default=[1, 3], help="retrieval depths")
-    p.add_argument("--budgets", type=int, nargs="+", default=[0, 1, 3], help="loop budgets L")
+    p.add_argument("--budgets", type=int, nargs="+", default=[0, 1, 3, 5], help="loop budgets L")
+    p.add_argument("--programs", nargs="+", default=list(PROGRAMS), choices=PROGRAMS, help="arms (seal is always run)")
+    p.add_argument("--ledger-to-writer", action="store_true", help="add seal_ledger rows (writer sees the ledger)")
+    p.add_argument("--corpus", default="multihop_pool", type=sources.source_arg,
+                   help="retrieval corpus (default: multihop_pool; bundled: HotpotQA's own paragraphs)")
     p.add_argument("--data-dir", help="benchmark data folder (default: $RAG_DATA_DIR)")
     p.add_argument("--experiment", default="seal-grid", help="MLflow experiment")
     p.add_argument("--cache", action="store_true", help="reuse cached LM responses (faster, but cells that share "
                                                         "prompts, e.g. seal at L=1 and L=3, then report fewer s/q)")
     args = p.parse_args(argv)
     flags = ["--dataset", "hotpotqa", "--train", "0", "--dev", str(args.n), "--test", "0", "--seed", str(args.seed),
-             "--lm", args.lm, "--judge", "--experiment", args.experiment]
+             "--lm", args.lm, "--judge", "--experiment", args.experiment, "--corpus", args.corpus]
     flags += ["--judge-lm", args.judge_lm] if args.judge_lm else []
     flags += ["--data-dir", args.data_dir] if args.data_dir else []
     flags += [] if args.cache else ["--no-cache"]
     s = cli.session(cli.parser(__doc__.splitlines()[0]).parse_args(flags), needs_search=True)
     examples = s.splits.dev
-    cells = [(name, k, loops) for k in args.ks for name in PROGRAMS[:2] for loops in args.budgets]
-    cells += [("rag", k, None) for k in args.ks]
+    names = ["seal", *(n for n in args.programs if n != "seal")] + ([LEDGER] if args.ledger_to_writer else [])
+    grid = cells(names, args.ks, args.budgets)
 
     summaries, records = {}, {}
-    with tracking.run(args.experiment, f"seal-grid-hotpotqa-n{args.n}", tags={"entry": "scripts/seal_grid.py"}) as run:
+    with tracking.run(args.experiment, f"seal-grid-hotpotqa-{args.corpus}-n{args.n}",
+                      tags={"entry": "scripts/seal_grid.py"}) as run:
         shared = {key: v for key, v in s.params("seal").items() if key not in ("program", "program_config")}
-        tracking.log_params(shared | {"grid_programs": PROGRAMS, "grid_k": args.ks, "grid_loops": args.budgets,
+        tracking.log_params(shared | {"grid_programs": names, "grid_k": args.ks, "grid_loops": args.budgets,
                                       "max_chars": s.args.max_chars})
-        for name, k, loops in cells:
+        for name, k, loops in grid:
             cell = cell_name(name, k, loops)
             program = build(s, name, k, loops or 0)
             records[cell], summaries[cell] = evaluate(program, examples, s.metrics, k=k, retries=s.args.retries,
                                                       checkpoint=s.checkpoint("grid", cell, program, examples),
                                                       desc=cell)
+            summaries[cell] |= replacements(records[cell])
             tracking.log_metrics(summaries[cell], cell)
             tracking.log_jsonl(f"predictions/{cell}.jsonl", records[cell])
-        table = grid_table(summaries, args.ks, args.budgets)
-        sig_table, sig_metrics = significance(records, args.ks, args.budgets)
-        report = (f"## SEAL-RAG grid: HotpotQA, n={len(examples)}, seed={args.seed}, lm={args.lm}, "
-                  f"judge={args.judge_lm or args.lm}\n\n{table}\n\n### seal vs self_rag (paired)\n\n{sig_table}\n")
-        mlflow.log_metrics(sig_metrics | {"judge_failures": s.judge.failures})
+        rows = comparisons(records, grid)
+        corpus = {c.name: len(c) for c in s.bundle.corpora}
+        report = (f"## SEAL-RAG grid: HotpotQA, n={len(examples)}, seed={args.seed}, corpus={args.corpus} {corpus}, "
+                  f"lm={args.lm}, judge={args.judge_lm or args.lm}\n\n{grid_table(summaries, grid)}\n\n"
+                  f"### seal vs each arm (paired; Holm across all {len(rows)} tests)\n\n{significance_table(rows)}\n")
+        mlflow.log_metrics({f"p_holm_k{r['k']}_L{r['L']}_{r['vs']}_{r['metric'].replace('@', 'at')}": r["p_holm"]
+                            for r in rows if not math.isnan(r["p_holm"])} | {"judge_failures": s.judge.failures})
         mlflow.log_text(report, "grid.md")
     print(f"\n{report}\nrun {run.info.run_id}")
     return summaries

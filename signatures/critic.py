@@ -56,3 +56,12 @@ class CheckSufficiency(dspy.Signature):
 
 #: The sufficiency reason used, without an LM call, when no candidate passed the critic.
 NOTHING_KEPT = "None of the retrieved documents was good enough. Critic notes: "
+
+
+class GradeRetrieval(dspy.Signature):
+    """Grade one retrieved passage for the question: 'correct' if it states a fact the answer needs, 'ambiguous'
+    if it is on topic but does not state such a fact, 'incorrect' if it is off topic."""
+
+    question: str = dspy.InputField()
+    passage: str = dspy.InputField()
+    grade: Literal["correct", "ambiguous", "incorrect"] = dspy.OutputField()

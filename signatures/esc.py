@@ -16,3 +16,15 @@ class AssessSufficiency(dspy.Signature):
         desc="do separate sources agree, does only one state the key facts, or do they conflict")
     answerability: float = dspy.OutputField(desc="confidence (0-1) that the answer can be read off the facts")
     sufficient: bool = dspy.OutputField(desc="True only if the facts answer the question")
+
+
+class DecideNextStep(dspy.Signature):
+    """Judge whether the passages back the draft answer to the whole question. Reply STOP when they do. Reply
+    CONTINUE when a fact on the way to the answer is still missing from them, and write one short search query
+    for exactly that missing fact (name the entity found so far, not the words of the question)."""
+
+    question: str = dspy.InputField()
+    passages: list[str] = dspy.InputField(desc="evidence gathered so far")
+    draft_answer: str = dspy.InputField()
+    decision: str = dspy.OutputField(desc="STOP or CONTINUE")
+    next_query: str = dspy.OutputField(desc="the search for the missing fact; empty when STOP")

@@ -45,3 +45,13 @@ class RewriteQuery(dspy.Signature):
     previous_query: str = dspy.InputField()
     reason: str = dspy.InputField(desc="why the evidence was not enough")
     query: str = dspy.OutputField(desc="the new search query")
+
+
+class PlanSearches(dspy.Signature):
+    """List the separate searches that together would find every fact needed to answer the question, each aimed
+    at a different part of it (for a question with several steps, one search per step and per entity named).
+    Write exactly the requested number of lines, one search per line, as: search terms | why it is needed."""
+
+    question: str = dspy.InputField()
+    count: int = dspy.InputField(desc="how many searches to list")
+    searches: str = dspy.OutputField(desc="one line per search: 'search terms | reason'")

@@ -4,10 +4,18 @@ import dspy
 
 class WriteMicroQuery(dspy.Signature):
     """Write one short keyword search query that would find a passage stating the missing facts. Name the
-    missing entity and relation; leave out the avoided terms."""
+    missing entity and relation."""
 
     question: str = dspy.InputField()
     missing_entities: list[str] = dspy.InputField()
     missing_relations: list[str] = dspy.InputField()
-    avoid: list[str] = dspy.InputField(desc="titles already read; searching them again finds nothing new")
+    query: str = dspy.OutputField(desc="4 to 12 keywords")
+
+
+class RewriteQuery(dspy.Signature):
+    """The passages found for the question were judged off target. Write a new short keyword search query that
+    names the entities and facts the question needs, in other words than before."""
+
+    question: str = dspy.InputField()
+    earlier_queries: list[str] = dspy.InputField(desc="queries already tried")
     query: str = dspy.OutputField(desc="4 to 12 keywords")

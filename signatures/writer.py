@@ -28,12 +28,17 @@ class ChooseOption(dspy.Signature):
     answer: str = dspy.OutputField(desc="only the letter of the chosen option")
 
 
-class AnswerOrAbstain(dspy.Signature):
-    """Answer the question in 2-4 words using only the facts and passages. If they do not give the answer,
-    reply exactly: I don't know"""
+class AnswerWithCitations(dspy.Signature):
+    """Answer the question in 2-4 words using only the numbered passages, then the numbers of the passages that
+    support the answer in brackets, e.g. "Lansing [2]" or "Ann Arbor [1, 3]". If the passages do not give the
+    answer, reply exactly: I don't know"""
 
-    facts: list[str] = dspy.InputField(desc="'[source] head | relation | tail' facts checked against their "
-                                            "passages; may be empty")
-    passages: list[str] = dspy.InputField(desc="evidence passages")
+    passages: list[str] = dspy.InputField(desc="evidence passages, each starting with its number [n]")
     question: str = dspy.InputField()
-    answer: str = dspy.OutputField(desc="2-4 words, or I don't know")
+    answer: str = dspy.OutputField(desc="2-4 words and [passage numbers], or I don't know")
+
+
+#: The same answer with the verified ledger facts as an extra input (SEAL's ``ledger_to_writer`` option).
+AnswerWithCitationsAndFacts = AnswerWithCitations.prepend(
+    "facts", dspy.InputField(desc="'[source] head | relation | tail' facts checked against their passages; "
+                                  "may be empty"), list[str])

@@ -282,7 +282,7 @@ def test_compare_script_prints_one_table_and_logs_one_run(embedder, monkeypatch,
                   BATCH: Queue(batched(*(rating(i, 4, 4, 4, 4) for i in range(1, 10)))), SINGLE: Queue(rating(0, 4, 4, 4, 4)),
                   ENOUGH: Queue({"enough": True, "reason": "fine"}), WRITE: Queue({"answer": "A"})})
     monkeypatch.setattr(cli, "make_lm", lambda *a, **k: lm)
-    monkeypatch.setattr(cli, "Retriever", lambda corpora, *a: Retriever(corpora, embedder))
+    monkeypatch.setattr(cli, "Retriever", lambda corpora, *a, **kw: Retriever(corpora, embedder))
     rows = compare.main(["--dataset", "demo_culture", "--programs", "direct", "mono_rag", "coral", "--train", "2",
                          "--dev", "1", "--test", "6", "--balance", "source_lang", "--k", "2", "--compile"])
     assert list(rows) == ["direct", "mono_rag", "coral", "coral_compiled"] and rows["coral"]["n"] == 6

@@ -48,3 +48,15 @@ def test_judge_calls_its_lm_and_skips_idk(dummy):
 def test_judge_counts_unparseable_output_as_wrong(dummy):
     judge = Judge(dummy([{"verdict": "yes"}] * 4))
     assert judge(EX, pred("Paris, France")) == 0.0 and judge.failures == 1
+
+
+def test_ndcg_is_binary_gain_over_an_ideal_of_min_gold_k_and_matches_sklearn():
+    from sklearn.metrics import ndcg_score
+
+    ps = [Passage(str(i), t, "") for i, t in enumerate(["X", "A", "A"])]  # distinct titles X, A: one hit at rank 2
+    # DCG = 1/log2(3); ideal with 2 gold titles and k = 5 puts both first: 1 + 1/log2(3), although only 2 came back
+    assert retrieval_scores(["A", "B"], ps, k=5)["ndcg"] == pytest.approx((1 / 1.5849625) / (1 + 1 / 1.5849625))
+    assert retrieval_scores(["A", "B"], ps, k=1)["ndcg"] == 0.0
+    # sklearn, ranking X, A, three non-gold fillers, then the unretrieved gold B (past the cutoff): the same number
+    relevance, scores = [[0, 1, 0, 0, 0, 1]], [[6, 5, 4, 3, 2, 1]]
+    assert retrieval_scores(["A", "B"], ps, k=5)["ndcg"] == pytest.approx(ndcg_score(relevance, scores, k=5))

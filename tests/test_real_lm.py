@@ -46,11 +46,12 @@ def test_baselines(dataset, name):
         assert all(len(r["passages"]) == 3 for r in records) and "title_recall" in summary
 
 
-@pytest.mark.parametrize("name", ["seal", "self_rag"])
+@pytest.mark.parametrize("name", ["seal", "self_rag", "crag"])
 def test_seal_and_its_baseline(name):
     records, summary = run(name, "demo", 2, k=3, loops=1)
     assert all(len(r["passages"]) == 3 and r["trace"]["iterations"] <= 1 for r in records)
     assert summary["lm_calls"] >= 2 and "title_precision" in summary
+    assert all(set(r["citations"]) <= {p["id"] for p in r["passages"]} for r in records)  # cites its passages
 
 
 @pytest.mark.parametrize("name", ["coral", "mono_rag"])

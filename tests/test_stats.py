@@ -1,6 +1,8 @@
 import math
 
-from optimizers.stats import mcnemar_exact, paired_t
+import pytest
+
+from optimizers.stats import bootstrap_ci, holm, mcnemar_exact, paired_t
 
 
 def test_mcnemar_counts_discordant_pairs_and_gives_the_exact_binomial_p():
@@ -14,3 +16,20 @@ def test_mcnemar_counts_discordant_pairs_and_gives_the_exact_binomial_p():
 def test_paired_t_is_undefined_without_differences():
     assert math.isnan(paired_t([0.5, 1.0], [0.5, 1.0]))
     assert 0.0 < paired_t([1.0, 0.9, 0.8, 0.7], [0.5, 0.6, 0.2, 0.4]) < 0.05
+
+
+def test_holm_matches_a_hand_computed_example():
+    # sorted 0.005, 0.01, 0.03, 0.04 times 4, 3, 2, 1 = 0.02, 0.03, 0.06, 0.04 -> monotone 0.02, 0.03, 0.06, 0.06
+    assert holm([0.01, 0.04, 0.03, 0.005]) == pytest.approx([0.03, 0.06, 0.06, 0.02])
+    adjusted = holm([0.5, math.nan, 0.9])
+    assert adjusted[0] == 1.0 and math.isnan(adjusted[1]) and adjusted[2] == 1.0  # capped; NaN not counted
+
+
+def test_bootstrap_ci_of_paired_differences():
+    pairs = [(1, 0)] * 12 + [(0, 0)] * 8  # seal right on 12 of 20 where the other is never right
+    mean, low, high = bootstrap_ci(pairs)
+    assert mean == pytest.approx(0.6) and 0.3 < low < 0.6 < high < 0.85
+    assert bootstrap_ci([0.5, 0.5]) == (0.5, 0.5, 0.5)  # no spread, no interval
+    assert all(math.isnan(x) for x in bootstrap_ci([]))
+    with pytest.raises(ValueError, match="pairs"):
+        bootstrap_ci([(1, 2, 3)])

@@ -1,0 +1,37 @@
+"""MuSiQue-Answerable dev (original jsonl release) as open retrieval over the pooled paragraphs."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import dspy
+
+from data import Bundle, require_file
+from data.hotpotqa import read_json
+from programs.retrieval import Corpus
+
+FILES = ("musique/musique_ans_dev_sample.jsonl", "musique/musique_ans_v1.0_dev.jsonl")
+
+
+def pooled_corpus(records, name: str = "musique") -> Corpus:
+    """One document per distinct (title, text) paragraph across all records: MuSiQue often holds several
+    paragraphs of one article, so titles alone would merge different passages."""
+    docs: dict[tuple[str, str], dict] = {}
+    for rec in records:
+        for para in rec["paragraphs"]:
+            key = (para["title"], para["paragraph_text"].strip())
+            if key not in docs:
+                docs[key] = {"id": f"{len(docs):05d}", "title": key[0], "text": key[1]}
+    return Corpus(name, list(docs.values()), "en")
+
+
+def load(root: Path | None) -> Bundle:
+    path = require_file(root, *FILES)
+    records = read_json(path)
+    examples = [
+        dspy.Example(id=rec["id"], question=rec["question"], answer=rec["answer"],
+                     answers=[rec["answer"], *rec["answer_aliases"]],
+                     gold_titles=sorted({p["title"] for p in rec["paragraphs"] if p["is_supporting"]}),
+                     type=rec["id"].split("__")[0]).with_inputs("question")
+        for rec in records
+    ]
+    return Bundle("musique", examples, [pooled_corpus(records)], "short", str(path))

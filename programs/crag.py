@@ -1,0 +1,96 @@
+"""CRAG-style corrective retrieval, a baseline for SEAL-RAG at the same k and loop budget.
+
+A retrieval evaluator grades each of the top-k passages ``correct``, ``ambiguous`` or ``incorrect`` (one critic
+call per passage). The set's action follows the grades: any correct passage -> *correct* (keep the set); every
+passage incorrect -> *incorrect* (drop them all and search again with a rewritten query); otherwise *ambiguous*
+(keep the best non-incorrect passages, at most k - max(1, k // 2), and fill up to k from a rewritten-query
+search). Each re-search fetches k passages
+not fetched before and counts against ``loops`` (``loops=0``: grade and refine only). The kept passages are then
+refined by decompose-then-recompose: each is cut into sentence strips, strips sharing no content word with the
+question or the queries are dropped, and the rest are joined back in order. The shared evidence writer answers from
+the final k passages (graded best first).
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import dspy
+
+from programs.evidence import EvidenceWriter, lenient, search_excluding
+from programs.retrieval import Passage, Retriever
+from programs.seal import clip, sentences
+from programs.text import content_words, repeats
+from signatures.critic import GradeRetrieval
+from signatures.query import RewriteQuery
+
+GRADES = ("correct", "ambiguous", "incorrect")
+
+
+def action(grades: list[str]) -> str:
+    """The set's action from its passages' grades (CRAG's upper/lower thresholds on a three-way grade)."""
+    if "correct" in grades:
+        return "correct"
+    return "incorrect" if grades and all(g == "incorrect" for g in grades) else "ambiguous"
+
+
+def refine(passage: Passage, terms: set[str], max_chars: int) -> Passage:
+    """Decompose-then-recompose: the passage with only the sentence strips (of the text a prompt shows) that share
+    a content word with ``terms``; the first strip when none does."""
+    strips = sentences(passage.format(max_chars).removeprefix(f"[{passage.title}]").removesuffix(" …"))
+    kept = [s for s in strips if content_words(s) & terms] or strips[:1]
+    return replace(passage, text=" ".join(kept))
+
+
+class CRAG(dspy.Module):
+    """Grade the top-k, then keep, refine or re-search with a rewritten query; at most ``loops`` re-searches.
+
+    ``lang`` (passed by multilingual datasets) is accepted and unused."""
+
+    ROLES = {"grade": "critic", "rewrite": "planner"}
+
+    def __init__(self, search: Retriever, k: int = 3, loops: int = 1, max_chars: int = 600,
+                 max_query_words: int = 12, stuck_jaccard: float = 0.7):
+        super().__init__()
+        self.search, self.k, self.loops, self.max_chars = search, k, loops, max_chars
+        self.max_query_words, self.stuck_jaccard = max_query_words, stuck_jaccard
+        self.grade = dspy.Predict(GradeRetrieval)
+        self.rewrite = dspy.Predict(RewriteQuery)
+        self.writer = EvidenceWriter(max_chars)
+
+    def forward(self, question: str, options: dict[str, str] | None = None,
+                lang: str | None = None) -> dspy.Prediction:
+        queries, actions, failures, stop = [question], [], 0, "loop_budget"
+        passages = self.search.search(question, self.k)
+        fetched, grades = {p.id for p in passages}, {}
+        for loop in range(self.loops + 1):
+            for p in passages:
+                if p.id not in grades:
+                    out = lenient(self.grade, question=question, passage=p.format(self.max_chars))
+                    failures += out is None or out.grade not in GRADES
+                    grades[p.id] = out.grade if out is not None and out.grade in GRADES else "ambiguous"
+            actions.append(action([grades[p.id] for p in passages]))
+            if actions[-1] == "correct":
+                stop = "correct"
+                break
+            if loop == self.loops:
+                break
+            out = lenient(self.rewrite, question=question, earlier_queries=list(queries))
+            failures += out is None
+            query = clip(out.query if out else "", self.max_query_words)
+            if repeats(query, queries, self.stuck_jaccard):
+                stop = "stuck"
+                break
+            queries.append(query)
+            kept = [p for p in passages if grades[p.id] != "incorrect"] if actions[-1] == "ambiguous" else []
+            kept = kept[:self.k - max(1, self.k // 2)]  # leave room for new evidence (k=1: all of it)
+            new = search_excluding(self.search, query, self.k - len(kept), fetched)
+            fetched.update(p.id for p in new)
+            passages = kept + new
+        passages = sorted(passages, key=lambda p: GRADES.index(grades.get(p.id, "ambiguous")))
+        terms = set().union(*map(content_words, queries))
+        out = self.writer(question=question, passages=[refine(p, terms, self.max_chars) for p in passages],
+                          options=options)
+        trace = {"iterations": len(queries) - 1, "queries": queries, "stop_reason": stop, "actions": actions,
+                 "grades": [grades.get(p.id) for p in passages], "parse_failures": failures}
+        return dspy.Prediction(answer=out.answer, passages=passages, trace=trace, queries=queries,
+                               loops_used=len(queries) - 1, stop_reason=stop, citations=out.get("citations", []))

@@ -1,0 +1,129 @@
+"""Iterative retrieve-and-reason baselines for PAR2-RAG, with the same step budget ``loops``:
+
+- ``IRCoT`` (Trivedi et al., 2023): retrieve for the question, then alternate one chain-of-thought sentence with a
+  search for that sentence, until a sentence states the answer or ``loops`` sentences; a reader then answers
+  from the collected paragraphs.
+- ``ReAct``: DSPy's ``dspy.ReAct`` agent with one search tool and at most ``loops`` steps.
+"""
+from __future__ import annotations
+
+import re
+from contextvars import ContextVar
+
+import dspy
+
+from programs.evidence import lenient
+from programs.retrieval import Passage, Retriever, dedup
+from programs.text import content_words
+from programs.writer import Writer
+from signatures.reasoning import SEARCH_TOOL, AnswerWithSearch, NextThought
+
+ANSWERED = re.compile(r"\banswer is\b", re.I)
+
+
+def first_sentence(text: str) -> str:
+    """The first sentence of ``text`` on one line (a model asked for one sentence may write more)."""
+    text = " ".join((text or "").split())
+    match = re.match(r"(.+?[.!?])(?:\s|$)", text)
+    return (match.group(1) if match else text).strip()
+
+
+def newest_first(latest: list[Passage], collected: list[Passage], limit: int) -> list[Passage]:
+    """What the LM sees: the newest hits first, then the earlier ones, at most ``limit``."""
+    return dedup([*latest, *collected])[:limit]
+
+
+class IRCoT(dspy.Module):
+    """Interleaved retrieval and chain of thought: each new sentence is the next query (top ``k``); the LM sees at
+    most ``max_passages`` passages, newest first. ``lang`` is accepted and unused."""
+
+    def __init__(self, search: Retriever, k: int = 5, loops: int = 5, max_passages: int = 8, max_chars: int = 600):
+        super().__init__()
+        self.search, self.k, self.loops = search, k, loops
+        self.max_passages, self.max_chars = max_passages, max_chars
+        self.step = dspy.Predict(NextThought)
+        self.writer = Writer(use_passages=True, max_chars=max_chars)
+
+    def forward(self, question: str, options: dict[str, str] | None = None,
+                lang: str | None = None) -> dspy.Prediction:
+        latest = self.search.search(question, self.k)
+        collected, queries, thoughts = list(latest), [question], []
+        stop, failures = "loop_budget", 0
+        for t in range(self.loops):
+            shown = newest_first(latest, collected, self.max_passages)
+            out = lenient(self.step, passages=[p.format(self.max_chars) for p in shown], question=question,
+                          thoughts=" ".join(thoughts))
+            sentence = first_sentence(out.next_sentence) if out is not None else ""
+            if not content_words(sentence):
+                failures += 1
+                stop = "unusable_thought"
+                break
+            thoughts.append(sentence)
+            if ANSWERED.search(sentence):
+                stop = "answered"
+                break
+            if t + 1 < self.loops:
+                latest = self.search.search(sentence, self.k)
+                collected = dedup([*collected, *latest])
+                queries.append(sentence)
+        shown = newest_first(latest, collected, self.max_passages)
+        answer = self.writer(question=question, passages=shown, options=options).answer
+        trace = {"iterations": len(thoughts), "queries": queries, "stop_reason": stop, "thoughts": thoughts,
+                 "fallbacks": {"thought": failures}, "parse_failures": failures}
+        return dspy.Prediction(answer=answer, passages=dedup([*shown, *collected]), trace=trace)
+
+
+_CALLS: ContextVar[list | None] = ContextVar("react_search_calls", default=None)
+
+
+class SearchTool:
+    """The agent's search tool: top ``k`` passages as text; each call's query and hits are recorded for the
+    running question (a context variable, so concurrent questions keep their own record)."""
+
+    def __init__(self, search: Retriever, k: int, max_chars: int):
+        self.search, self.k, self.max_chars = search, k, max_chars
+
+    def __call__(self, query: str) -> str:
+        hits = self.search.search(str(query), self.k)
+        calls = _CALLS.get()
+        if calls is not None:
+            calls.append((str(query), hits))
+        return "\n".join(p.format(self.max_chars) for p in hits) or "no results"
+
+    def __deepcopy__(self, memo):
+        return self  # stateless apart from the shared retriever
+
+
+class ReAct(dspy.Module):
+    """``dspy.ReAct`` with the search tool, at most ``loops`` agent steps (finishing is a step). When the agent's
+    final answer cannot be parsed, the shared writer answers from the passages found (counted in the trace)."""
+
+    def __init__(self, search: Retriever, k: int = 5, loops: int = 5, max_passages: int = 8, max_chars: int = 600):
+        super().__init__()
+        self.loops, self.max_passages = loops, max_passages
+        tool = dspy.Tool(SearchTool(search, k, max_chars), name="search", desc=SEARCH_TOOL)
+        self.agent = dspy.ReAct(AnswerWithSearch, tools=[tool], max_iters=loops)
+        self.writer = Writer(use_passages=True, max_chars=max_chars)
+
+    def forward(self, question: str, options: dict[str, str] | None = None,
+                lang: str | None = None) -> dspy.Prediction:
+        calls: list = []
+        token = _CALLS.set(calls)
+        try:
+            out = lenient(self.agent, question=question)
+        finally:
+            _CALLS.reset(token)
+        passages = dedup([p for _, hits in calls for p in hits])
+        fallbacks = {"answer": 0}
+        if options or out is None:  # multiple choice goes through the writer's letter parsing
+            fallbacks["answer"] = int(out is None)
+            answer = self.writer(question=question, passages=passages[:self.max_passages], options=options).answer
+            tools = []
+        else:
+            answer = (out.answer or "").strip()
+            tools = [v for key, v in out.trajectory.items() if key.startswith("tool_name_")]
+        stop = ("finish" if tools and tools[-1] == "finish" else
+                "loop_budget" if len(tools) >= self.loops else "invalid_step")
+        trace = {"iterations": len(calls), "queries": [q for q, _ in calls], "stop_reason": stop, "tools": tools,
+                 "fallbacks": fallbacks, "parse_failures": fallbacks["answer"] + (stop == "invalid_step")}
+        return dspy.Prediction(answer=answer, passages=passages, trace=trace)

@@ -1,0 +1,179 @@
+"""PAR2-RAG (Algorithm 1 of the paper): retrieve broadly before committing narrowly.
+
+Coverage Anchor: a planner writes ``subqueries`` (m) searches, each with a reason; each is run, reranked to its best
+``k`` and deduplicated, and the hits are merged, round robin, into the anchor context.
+Iterative Chain: for t = 1..``loops`` (H) the writer drafts an answer r_t from the question and the context C_t;
+the evidence-sufficiency controller (ESC) then says STOP, or CONTINUE with one reformulated query whose top ``k``
+extend C_t. The answer is the last draft.
+
+Ablations: ``anchor=False`` (Iterative Chain only: C_1 is the question's own top ``k``) and ``chain=False``
+(Coverage Anchor only: one write over the anchor). Parse failures never crash: an unusable plan is asked for once
+more, then the question itself is the only sub-query; an unusable ESC reply is asked for once more, then means
+STOP. Both are counted in the trace.
+
+Reranking: every search goes through the retriever, which applies its own second stage where it has one. ``rerank``
+(a :mod:`programs.rerank` name, default ``none``) adds one in the program: each search then fetches ``depth``
+candidates and the reranker keeps the best ``k`` for that search. ``embed`` scores by cosine under the retriever's
+own embedder, so over the dense retriever it keeps the retriever's order.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass, field
+from itertools import chain as flatten, zip_longest
+
+import dspy
+
+from programs.evidence import retried
+from programs.rerank import get_reranker
+from programs.retrieval import Passage, Retriever, dedup
+from programs.text import content_words, normalize
+from programs.writer import Writer
+from signatures.esc import DecideNextStep
+from signatures.planner import PlanSearches
+
+BULLET = re.compile(r"^(?:[-*\u2022]|\d+[.):]|(?:search|query)\s*\d*\s*:)\s*", re.I)
+
+
+@dataclass(frozen=True)
+class SubQuery:
+    query: str
+    reason: str = ""
+
+
+def plan_lines(text: str, m: int) -> list[SubQuery] | None:
+    """The first ``m`` distinct searches of the planner's 'search terms | reason' lines (bullets, numbering and
+    quotes stripped; a line without '|' is all query); None when no line has a content word."""
+    plan: dict[str, SubQuery] = {}
+    for line in (text or "").splitlines():
+        query, _, reason = BULLET.sub("", line.strip().strip('[]{},"\'`').strip()).partition("|")
+        query = query.strip().strip('"\'').strip()
+        if content_words(query) and normalize(query) not in plan:
+            plan[normalize(query)] = SubQuery(query, reason.strip())
+    return list(plan.values())[:m] or None
+
+
+def esc_decision(text: str) -> str | None:
+    """STOP or CONTINUE when the reply names exactly one of them (any case), else None."""
+    said = {word for word in ("STOP", "CONTINUE") if re.search(rf"\b{word}\b", text or "", re.I)}
+    return said.pop() if len(said) == 1 else None
+
+
+def interleave(lists: list[list[Passage]]) -> list[Passage]:
+    """Round robin over ranked lists (every list's best first), each passage once."""
+    return dedup([p for p in flatten.from_iterable(zip_longest(*lists)) if p is not None])
+
+
+@dataclass
+class _Run:
+    """One question's bookkeeping; ``trace()`` is what the Prediction reports."""
+
+    context: list[Passage] = field(default_factory=list)  # C_t, in the order passages arrived
+    latest: list[Passage] = field(default_factory=list)   # the hits of the newest search
+    plan: list[SubQuery] = field(default_factory=list)
+    queries: list[str] = field(default_factory=list)
+    steps: list[dict] = field(default_factory=list)
+    fallbacks: dict = field(default_factory=lambda: {"plan": 0, "esc": 0})
+    parse_failures: int = 0
+
+    def extend(self, hits: list[Passage]) -> int:
+        """C_{t+1} = C_t ∪ hits; returns how many passages were new."""
+        before = len(self.context)
+        self.context = dedup([*self.context, *hits])
+        self.latest = hits
+        return len(self.context) - before
+
+    def shown(self, limit: int) -> list[Passage]:
+        """The writer's and the ESC's view of C_t: the newest hits first, then the rest in arrival order."""
+        return dedup([*self.latest, *self.context])[:limit]
+
+    def trace(self, stop_reason: str) -> dict:
+        return {"iterations": len(self.steps), "queries": list(self.queries), "stop_reason": stop_reason,
+                "plan": [asdict(s) for s in self.plan], "steps": self.steps, "fallbacks": dict(self.fallbacks),
+                "parse_failures": self.parse_failures}
+
+
+class PAR2(dspy.Module):
+    """PAR2-RAG with m = ``subqueries``, k = ``k`` passages per search after reranking, H = ``loops``.
+
+    ``lang`` (passed by multilingual datasets) is accepted and unused."""
+
+    ROLES = {"planner": "planner", "esc": "critic"}
+
+    def __init__(self, search: Retriever, k: int = 5, loops: int = 5, subqueries: int = 5, rerank: str = "none",
+                 depth: int = 20, max_passages: int = 8, max_chars: int = 600, anchor: bool = True,
+                 chain: bool = True):
+        super().__init__()
+        if loops < 1 or subqueries < 1 or k < 1:
+            raise ValueError(f"PAR2 needs loops, subqueries and k >= 1 (got {loops}, {subqueries}, {k})")
+        self.search, self.k, self.loops, self.subqueries = search, k, loops, subqueries
+        self.depth = max(depth, k) if rerank != "none" else k
+        self.max_passages, self.max_chars = max_passages, max_chars
+        self.use_anchor, self.use_chain = anchor, chain
+        self.reranker = get_reranker(rerank, search)
+        self.planner = dspy.Predict(PlanSearches)
+        self.esc = dspy.Predict(DecideNextStep)
+        self.writer = Writer(use_passages=True, max_chars=max_chars)
+
+    def forward(self, question: str, options: dict[str, str] | None = None,
+                lang: str | None = None) -> dspy.Prediction:
+        run = _Run()
+        if self.use_anchor:                                                     # Stage 1: Coverage Anchor
+            run.plan = self._plan(question, run)                                # {q_i} <- P(q)
+            run.extend(interleave(self._retrieve([s.query for s in run.plan], run)))  # C_anchor
+            run.latest = []
+        else:
+            run.extend(self._retrieve([question], run)[0])                     # chain only: C_1 = R(q)
+        stop, answer = "loop_budget", ""
+        hops = self.loops if self.use_chain else 1
+        for t in range(1, hops + 1):                                            # Stage 2: Iterative Chain
+            shown = run.shown(self.max_passages)
+            answer = self.writer(question=question, passages=shown, options=options).answer  # r_t <- G(q, C_t)
+            step = {"t": t, "answer": answer}
+            run.steps.append(step)
+            if t == hops:  # no write would follow, so the controller's decision could not change the answer
+                stop = "loop_budget" if self.use_chain else "single_write"
+                break
+            action, query = self._decide(question, shown, answer, run)          # (action, q*_{t+1}) <- E(q, r_t, C_t)
+            step.update(action=action, query=query)
+            if action == "STOP":
+                stop = "esc_stop"
+                break
+            if not run.extend(self._retrieve([query], run)[0]):                # C_{t+1} <- C_t ∪ R(q*_{t+1})
+                stop = "no_new_evidence"  # same question and context would give the same draft again
+                break
+        passages = dedup([*run.shown(self.max_passages), *run.context])
+        return dspy.Prediction(answer=answer, passages=passages, trace=run.trace(stop))
+
+    def _plan(self, question: str, run: _Run) -> list[SubQuery]:
+        plan, failed = retried(self.planner, lambda out: plan_lines(out.searches, self.subqueries),
+                               question=question, count=self.subqueries)
+        run.parse_failures += failed
+        if plan is None:
+            run.fallbacks["plan"] += 1
+            return [SubQuery(question, "fallback: the plan could not be read")]
+        return plan
+
+    def _retrieve(self, queries: list[str], run: _Run) -> list[list[Passage]]:
+        """Top ``depth`` per query (one batch when the retriever has ``search_many``), reranked to the best ``k``
+        (``depth`` is ``k`` without a program-level reranker)."""
+        run.queries += queries
+        many = getattr(self.search, "search_many", None)
+        hits = many(queries, self.depth) if many else [self.search.search(q, self.depth) for q in queries]
+        return [self.reranker.rerank(q, h, self.k) for q, h in zip(queries, hits)]
+
+    def _decide(self, question: str, shown: list[Passage], answer: str, run: _Run) -> tuple[str, str]:
+        def parse(out):
+            action = esc_decision(out.decision)
+            query = " ".join((out.next_query or "").split())
+            if action == "CONTINUE" and not content_words(query):
+                return None  # asked to search but gave nothing to search for
+            return (action, query) if action else None
+
+        decided, failed = retried(self.esc, parse, question=question, draft_answer=answer,
+                                  passages=[p.format(self.max_chars) for p in shown])
+        run.parse_failures += failed
+        if decided is None:
+            run.fallbacks["esc"] += 1
+            return "STOP", ""
+        return decided

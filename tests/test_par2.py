@@ -1,0 +1,266 @@
+"""PAR2-RAG, its ablations and its ReAct / IRCoT baselines on DummyLM with a scripted search."""
+import pytest
+from dspy.utils.dummies import DummyLM
+
+import programs
+from programs.par2 import esc_decision, interleave, plan_lines
+from programs.retrieval import Corpus, Passage, Retriever
+from runtime.roles import init_dspy
+
+# Made-up toy world (not benchmark text): the answer needs the film page, then its director's page.
+TEXTS = {"Blue Fox": "Blue Fox is a 1931 silent film directed by Ana Berg.",
+         "Ana Berg": "Ana Berg was a film director born in Lyon.",
+         "Red Owl": "Red Owl is a 1950 film about an owl.",
+         "Green Cat": "Green Cat is a 1931 silent film about a cat.",
+         "Grey Elk": "Grey Elk is a painting of an elk."}
+P = {title: Passage(f"toy:{i}", title, text, corpus="toy", score=1.0 - i / 10)
+     for i, (title, text) in enumerate(TEXTS.items())}
+Q = "Where was the director of the film Blue Fox born?"
+PLAN, ESC, ANSWER, THOUGHT, REACT, EXTRACT = ("`[[ ## searches ## ]]`", "`[[ ## decision ## ]]`", "`[[ ## answer ## ]]`",
+                                              "`[[ ## next_sentence ## ]]`", "`[[ ## next_thought ## ]]`",
+                                              "`[[ ## reasoning ## ]]`")
+
+
+class ScriptedSearch:
+    """Stands in for the Retriever: the first route whose key occurs in the query gives the hits (top-k)."""
+
+    def __init__(self, routes: dict[str, list[str]], default=("Red Owl", "Green Cat", "Grey Elk")):
+        self.routes, self.default, self.calls = routes, default, []
+
+    def search(self, query, k, corpora=None):
+        self.calls.append(query)
+        titles = next((t for key, t in self.routes.items() if key.lower() in query.lower()), self.default)
+        return [P[t] for t in titles][:k]
+
+
+class BatchSearch(ScriptedSearch):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.batches = []
+
+    def search_many(self, queries, k, corpora=None):
+        self.batches.append(list(queries))
+        return [self.search(q, k) for q in queries]
+
+
+class Queue:
+    """Answers for one DummyLM route, used in order (the last one repeats)."""
+
+    def __init__(self, *answers):
+        self.answers = list(answers)
+
+    def items(self):
+        return (self.answers.pop(0) if len(self.answers) > 1 else self.answers[0]).items()
+
+
+def routed(routes: dict) -> DummyLM:
+    """A DummyLM answering each signature by a key of its final message (first match wins), with metering."""
+    lm = DummyLM({key: value if isinstance(value, Queue) else Queue(value) for key, value in routes.items()})
+    init_dspy(lm, cache=False)
+    return lm
+
+
+def calls(lm, key):
+    return sum(key in h["messages"][-1]["content"] for h in lm.history)
+
+
+ROUTES = {"blue fox film": ["Blue Fox", "Red Owl"], "director": ["Ana Berg", "Blue Fox"],
+          "ana berg": ["Ana Berg"], "where was": ["Red Owl", "Blue Fox"]}
+TWO_SEARCHES = {"searches": "1. Blue Fox film | find the film\n- director of Blue Fox | the person to look up"}
+
+
+def build(name, search, **config):
+    return programs.build(name, search=search, rerank="none", **config)
+
+
+# --- parsing ------------------------------------------------------------------------------------------------------
+
+def test_plan_lines_strip_bullets_split_reasons_drop_repeats_and_cap_m():
+    text = '1. Blue Fox film | find the film\n- "director of Blue Fox"\nSearch 3: blue fox FILM | again\n\nthe | x\nC | d'
+    assert [(s.query, s.reason) for s in plan_lines(text, 5)] == [
+        ("Blue Fox film", "find the film"), ("director of Blue Fox", ""), ("C", "d")]
+    assert [s.query for s in plan_lines(text, 1)] == ["Blue Fox film"]
+    assert plan_lines("", 5) is None and plan_lines("the of\n - \n", 5) is None
+
+
+def test_esc_decision_is_a_closed_set():
+    assert esc_decision("STOP") == "STOP" and esc_decision("continue.") == "CONTINUE"
+    assert esc_decision("STOP or CONTINUE") is None and esc_decision("unstoppable") is None
+    assert esc_decision("") is None
+
+
+def test_interleave_takes_each_lists_best_first_and_keeps_each_passage_once():
+    a, b, c = P["Blue Fox"], P["Red Owl"], P["Ana Berg"]
+    assert interleave([[a, b], [c, a], [b]]) == [a, c, b]
+
+
+# --- PAR2 ---------------------------------------------------------------------------------------------------------
+
+def test_stop_ends_the_chain_after_one_write_and_the_anchor_is_deduplicated():
+    lm = routed({PLAN: TWO_SEARCHES, ESC: {"decision": "STOP", "next_query": ""}, ANSWER: {"answer": "Lyon"}})
+    search = ScriptedSearch(ROUTES)
+    pred = build("par2", search, k=2, loops=5)(question=Q)
+    assert pred.answer == "Lyon" and search.calls == ["Blue Fox film", "director of Blue Fox"]
+    assert [p.title for p in pred.passages] == ["Blue Fox", "Ana Berg", "Red Owl"]  # round robin, each once
+    assert (calls(lm, PLAN), calls(lm, ANSWER), calls(lm, ESC)) == (1, 1, 1)
+    assert pred.trace["stop_reason"] == "esc_stop" and pred.trace["iterations"] == 1
+    assert pred.trace["plan"][1] == {"query": "director of Blue Fox", "reason": "the person to look up"}
+    assert pred.trace["fallbacks"] == {"plan": 0, "esc": 0}
+
+
+def test_the_hop_budget_caps_writes_and_each_continue_extends_the_context():
+    esc = Queue({"decision": "CONTINUE", "next_query": "Ana Berg birthplace"},
+                {"decision": "CONTINUE", "next_query": "Grey Elk painting"},
+                {"decision": "CONTINUE", "next_query": "Green Cat"})
+    lm = routed({PLAN: {"searches": "Blue Fox film | film"}, ESC: esc,
+                 ANSWER: Queue({"answer": "1931"}, {"answer": "Ana Berg"}, {"answer": "Lyon"})})
+    search = ScriptedSearch({**ROUTES, "grey elk": ["Grey Elk"], "green cat": ["Green Cat"]})
+    pred = build("par2", search, k=2, loops=3)(question=Q)
+    assert (calls(lm, ANSWER), calls(lm, ESC)) == (3, 2)  # the last write is not followed by a decision
+    assert pred.answer == "Lyon" and pred.trace["stop_reason"] == "loop_budget"
+    assert search.calls == ["Blue Fox film", "Ana Berg birthplace", "Grey Elk painting"]
+    assert [s["answer"] for s in pred.trace["steps"]] == ["1931", "Ana Berg", "Lyon"]
+    # the newest hits lead the context the writer sees; the anchor passages stay in it
+    assert [p.title for p in pred.passages] == ["Grey Elk", "Blue Fox", "Red Owl", "Ana Berg"]
+
+
+def test_a_search_that_adds_nothing_new_ends_the_chain():
+    lm = routed({PLAN: TWO_SEARCHES, ESC: {"decision": "CONTINUE", "next_query": "Blue Fox film again"},
+                 ANSWER: {"answer": "Lyon"}})
+    pred = build("par2", ScriptedSearch(ROUTES), k=2, loops=5)(question=Q)
+    assert pred.trace["stop_reason"] == "no_new_evidence" and calls(lm, ANSWER) == 1
+
+
+def test_unreadable_plan_is_retried_then_the_question_is_the_only_subquery():
+    lm = routed({PLAN: {"searches": "the of\n-"}, ESC: {"decision": "STOP", "next_query": ""},
+                 ANSWER: {"answer": "Lyon"}})
+    search = ScriptedSearch(ROUTES)
+    pred = build("par2", search, k=2)(question=Q)
+    assert calls(lm, PLAN) == 2 and search.calls == [Q]
+    assert pred.trace["fallbacks"]["plan"] == 1 and pred.trace["parse_failures"] == 2
+    assert pred.trace["plan"][0]["query"] == Q and pred.answer == "Lyon"
+
+
+def test_unreadable_esc_is_retried_then_means_stop():
+    lm = routed({PLAN: TWO_SEARCHES, ESC: Queue({"decision": "maybe", "next_query": "x"},
+                                                 {"decision": "CONTINUE", "next_query": "the"}),
+                 ANSWER: {"answer": "Lyon"}})
+    pred = build("par2", ScriptedSearch(ROUTES), k=2, loops=4)(question=Q)
+    assert calls(lm, ESC) == 2 and calls(lm, ANSWER) == 1  # CONTINUE without a searchable query is unreadable
+    assert pred.trace["fallbacks"] == {"plan": 0, "esc": 1} and pred.trace["stop_reason"] == "esc_stop"
+
+
+def test_anchor_ablation_writes_once_and_chain_ablation_starts_from_the_question():
+    lm = routed({PLAN: TWO_SEARCHES, ESC: {"decision": "STOP", "next_query": ""}, ANSWER: {"answer": "Lyon"}})
+    search = ScriptedSearch(ROUTES)
+    pred = build("par2_anchor", search, k=2, loops=5)(question=Q)
+    assert (calls(lm, PLAN), calls(lm, ANSWER), calls(lm, ESC)) == (1, 1, 0)
+    assert pred.trace["stop_reason"] == "single_write" and len(search.calls) == 2
+
+    lm = routed({PLAN: TWO_SEARCHES, ESC: Queue({"decision": "CONTINUE", "next_query": "Red Owl"},
+                                                 {"decision": "STOP", "next_query": ""}),
+                 ANSWER: {"answer": "Lyon"}})
+    search = ScriptedSearch(ROUTES)
+    pred = build("par2_chain", search, k=2, loops=5)(question=Q)
+    assert calls(lm, PLAN) == 0 and search.calls == [Q, "Red Owl"]
+    assert pred.trace["plan"] == [] and (calls(lm, ANSWER), calls(lm, ESC)) == (2, 2)
+
+
+def test_subqueries_go_to_search_many_in_one_batch_when_the_retriever_has_it():
+    routed({PLAN: TWO_SEARCHES, ESC: {"decision": "STOP", "next_query": ""}, ANSWER: {"answer": "Lyon"}})
+    search = BatchSearch(ROUTES)
+    build("par2", search, k=2)(question=Q)
+    assert search.batches == [["Blue Fox film", "director of Blue Fox"]]
+
+
+def test_par2_runs_on_the_real_retriever_with_the_embedding_reranker(embedder):
+    docs = [{"id": str(i), "title": t, "text": x} for i, (t, x) in enumerate(TEXTS.items())]
+    search = Retriever([Corpus("toy", docs)], embedder=embedder)
+    lm = routed({PLAN: TWO_SEARCHES, ESC: {"decision": "STOP", "next_query": ""}, ANSWER: {"answer": "Lyon"}})
+    pred = programs.build("par2", search=search, k=2, depth=4, rerank="embed")(question=Q)
+    assert pred.answer == "Lyon" and len({p.id for p in pred.passages}) == len(pred.passages) <= 4
+    assert "Blue Fox" in [p.title for p in pred.passages] and calls(lm, ESC) == 1
+    with pytest.raises(ValueError, match="loops, subqueries and k >= 1"):
+        programs.build("par2", search=search, loops=0)
+
+
+# --- baselines ----------------------------------------------------------------------------------------------------
+
+def test_react_tool_calls_reach_the_retriever_and_their_hits_are_the_passages():
+    lm = routed({REACT: Queue({"next_thought": "Find the director.", "next_tool_name": "search",
+                               "next_tool_args": '{"query": "Blue Fox director"}'},
+                              {"next_thought": "Done.", "next_tool_name": "finish", "next_tool_args": "{}"}),
+                 EXTRACT: {"reasoning": "Ana Berg was born in Lyon.", "answer": "Lyon"}})
+    search = ScriptedSearch(ROUTES)
+    pred = programs.build("react", search=search, k=2, loops=4)(question=Q)
+    assert search.calls == ["Blue Fox director"] and pred.answer == "Lyon"
+    assert [p.title for p in pred.passages] == ["Ana Berg", "Blue Fox"]
+    assert pred.trace["stop_reason"] == "finish" and pred.trace["queries"] == ["Blue Fox director"]
+    assert calls(lm, REACT) == 2 and pred.trace["parse_failures"] == 0
+
+
+def test_react_respects_the_step_budget_and_an_unreadable_answer_falls_back_to_the_writer():
+    lm = routed({REACT: {"next_thought": "Search.", "next_tool_name": "search", "next_tool_args": '{"query": "ana berg"}'},
+                 EXTRACT: {"reasoning": "no answer field"}, ANSWER: {"answer": "Lyon"}})
+    search = ScriptedSearch(ROUTES)
+    pred = programs.build("react", search=search, k=2, loops=3)(question=Q)
+    assert calls(lm, REACT) == 3 and search.calls == ["ana berg"] * 3
+    assert pred.answer == "Lyon" and pred.trace["fallbacks"] == {"answer": 1}
+
+
+def test_ircot_searches_each_thought_until_one_states_the_answer():
+    lm = routed({THOUGHT: Queue({"next_sentence": "The Blue Fox film was made by Ana Berg. She was born in Lyon."},
+                                {"next_sentence": "So the answer is: Lyon."}),
+                 ANSWER: {"answer": "Lyon"}})
+    search = ScriptedSearch(ROUTES)
+    pred = programs.build("ircot", search=search, k=2, loops=5)(question=Q)
+    assert search.calls == [Q, "The Blue Fox film was made by Ana Berg."]  # one sentence is one query
+    assert pred.trace["stop_reason"] == "answered" and pred.trace["iterations"] == 2
+    assert pred.answer == "Lyon" and calls(lm, ANSWER) == 1
+    assert [p.title for p in pred.passages] == ["Blue Fox", "Red Owl", "Ana Berg"]  # newest hits first
+
+
+def test_ircot_respects_the_budget_and_counts_unusable_thoughts():
+    lm = routed({THOUGHT: Queue({"next_sentence": "I need the director."}, {"next_sentence": "Look for Ana Berg."},
+                                {"next_sentence": "Still looking."}), ANSWER: {"answer": "Lyon"}})
+    search = ScriptedSearch(ROUTES)
+    pred = programs.build("ircot", search=search, k=2, loops=3)(question=Q)
+    assert calls(lm, THOUGHT) == 3 and len(search.calls) == 3  # the question, then 2 of the 3 thoughts
+    assert pred.trace["stop_reason"] == "loop_budget"
+    routed({THOUGHT: {"next_sentence": "..."}, ANSWER: {"answer": "Lyon"}})
+    pred = programs.build("ircot", search=ScriptedSearch(ROUTES), k=2, loops=3)(question=Q)
+    assert pred.trace["fallbacks"] == {"thought": 1} and pred.trace["stop_reason"] == "unusable_thought"
+
+
+# --- the comparison / step-budget script --------------------------------------------------------------------------
+
+def test_paired_tests_against_par2_count_discordant_questions():
+    from scripts.par2_compare import paired
+
+    ref = [{"id": str(i), "em": float(i < 6), "recall_any": 1.0} for i in range(8)]
+    other = [{"id": str(i), "em": float(i == 7), "recall_any": float(i % 2)} for i in range(8)]
+    text, metrics = paired({"par2": ref, "rag": other}, "par2", "em")
+    assert "| rag | 8 | 6 | 1 | 0.125 | 1.000 | 0.500 |" in text  # binomial(1 of 7, p=0.5) two-sided = 0.125
+    assert metrics["rag_vs_par2_mcnemar_p"] == pytest.approx(0.125) and "rag_vs_par2_ttest_recall_p" in metrics
+
+
+def test_compare_script_runs_programs_and_budgets_in_one_run(monkeypatch, capsys, embedder):
+    import mlflow
+
+    import scripts.par2_compare as compare
+    from optimizers import cli
+
+    lm = DummyLM({PLAN: {"searches": "Apple founders | who\nSteve Jobs | person"},
+                  ESC: {"decision": "STOP", "next_query": ""}, THOUGHT: {"next_sentence": "So the answer is: Paris."},
+                  ANSWER: {"answer": "Paris"}})
+    monkeypatch.setattr(cli, "make_lm", lambda *a, **k: lm)
+    monkeypatch.setattr(cli, "Retriever", lambda corpora, *a, **kw: Retriever(corpora, embedder=embedder))
+    summaries = compare.main(["--dataset", "demo", "--train", "0", "--dev", "0", "--test", "2", "--k", "2",
+                              "--loops", "2", "--programs", "rag", "par2", "--budgets", "2", "3",
+                              "--budget-programs", "par2", "ircot"])
+    assert set(summaries) == {"rag", "par2", "ircot_H2", "par2_H3", "ircot_H3"}  # par2 at H=2 is reused
+    out = capsys.readouterr().out
+    assert "### step budget H=3" in out and "| ircot | 2 |" in out and "McNemar p" in out
+    run_id = out.strip().split()[-1]
+    metrics = mlflow.get_run(run_id).data.metrics
+    assert {"par2_recall_any", "par2_ndcg", "par2_all_pass", "ircot_H3_lm_calls"} <= metrics.keys()
