@@ -8,10 +8,11 @@ import mlflow
 
 import programs
 from optimizers import tracking
-from optimizers.cli import fail, parser, session
+from optimizers.cli import fail, interruptible, parser, session
 from optimizers.evaluation import evaluate
 
 
+@interruptible
 def main(argv=None) -> dict:
     p = parser(__doc__.splitlines()[0])
     p.add_argument("--compiled", help="compiled program: program.json path or MLflow run id")
@@ -28,8 +29,11 @@ def main(argv=None) -> dict:
         args.program = artifact["program"]
         args.dataset = args.dataset or artifact["data"]["dataset"]
     s = session(args, programs.spec(args.program).needs_search)
-    program = (s.with_mc_scoring(args.program, programs.load_compiled(artifact, search=s.retriever, roles=s.roles))
-               if artifact else s.build(args.program))
+    try:
+        program = (s.with_mc_scoring(args.program, programs.load_compiled(artifact, search=s.retriever, roles=s.roles))
+                   if artifact else s.build(args.program))
+    except ValueError as err:  # a compiled program saved by another version of the program
+        fail(str(err))
     examples = s.evaluated(getattr(s.splits, args.split))
     run_name = f"{args.program}-{args.dataset}-{args.split}" + ("-compiled" if artifact else "")
     with tracking.run(args.experiment, run_name, tags={"entry": "evaluate.py"}) as run:

@@ -4,6 +4,7 @@ Evaluates the uncompiled program on dev and test, compiles on train (search opti
 the compiled program on dev and test, saves it as DSPy JSON state and logs one MLflow run."""
 from __future__ import annotations
 
+import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -12,13 +13,14 @@ import mlflow
 
 import programs
 from optimizers import tracking
-from optimizers.cli import compile_metric, fail, parser, retrieval_options, session
+from optimizers.cli import compile_metric, fail, interruptible, parser, retrieval_options, session
 from optimizers.compile import OPTIMIZERS, compile_program
 from optimizers.evaluation import evaluate
 from optimizers.metrics import ANSWER_METRICS
 from runtime.metering import metered
 
 
+@interruptible
 def main(argv=None) -> str:
     p = parser(__doc__.splitlines()[0])
     p.add_argument("--optimizer", default="bootstrap", choices=OPTIMIZERS)
@@ -78,13 +80,18 @@ def main(argv=None) -> str:
                                 "corpus": args.corpus, "leave_question_out": args.leave_question_out,
                                 "max_docs": args.max_docs, **retrieval_options(args)})
         mlflow.log_artifact(str(out))
+        stored = tracking.artifact_path(out.name)
+        if not args.out:
+            shutil.rmtree(out.parent)  # the lasting copy is the run's artifact
 
     print(f"\nrun {run.info.run_id} ({run_name})")
     for name, summary in stages.items():
         scores = "  ".join(f"{m}={summary.get(m, 0):.3f}" for m in s.metrics)
         print(f"  {name:12s} {scores}  failed={summary['failed_examples']}  lm_calls/q={summary.get('lm_calls', 0):.2f}"
               f"  prompt_tokens/q={summary.get('prompt_tokens', 0):.0f}  s/q={summary.get('seconds', 0):.2f}")
-    print(f"compiled program: {out}\nload it with programs.load_compiled({run.info.run_id!r})")
+    print(f"compiled program: {stored} (MLflow run {run.info.run_id}, artifact {out.name})")
+    print(f"load it with programs.load_compiled({run.info.run_id!r}) or evaluate.py --compiled {run.info.run_id}")
+    print(f"browse runs: mlflow ui --backend-store-uri {tracking.tracking_uri()}  (then open http://127.0.0.1:5000)")
     return run.info.run_id
 
 

@@ -158,6 +158,26 @@ class Session:
         return project_cache() / "evals" / f"{stage}-{hashlib.sha256(key.encode()).hexdigest()[:20]}.jsonl"
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, unwound like Ctrl-C: the MLflow run ends KILLED, the checkpoint is closed, LM leases released."""
+
+
+def _interrupt(signum, frame):
+    raise Terminated()
+
+
+def interruptible(main):
+    """Wrap an entry point: on Ctrl-C / SIGTERM print how to resume and exit 130 / 143 without a traceback."""
+    def run(argv=None):
+        try:
+            return main(argv)
+        except KeyboardInterrupt as err:
+            print("\ninterrupted: finished questions are in the checkpoint; run the same command again to resume",
+                  file=sys.stderr)
+            raise SystemExit(143 if isinstance(err, Terminated) else 130) from None
+    return run
+
+
 def retrieval_options(args: argparse.Namespace) -> dict:
     """The ``Retriever`` keyword arguments set by the retrieval flags (also logged and part of checkpoint keys)."""
     return {"retriever": args.retriever, "rerank": args.rerank, "rerank_depth": args.rerank_depth,
@@ -171,8 +191,7 @@ def fail(message: str) -> None:
 
 def session(args: argparse.Namespace, needs_search: bool) -> Session:
     """Resolve every flag into ready objects, turning bad input into a one-line error."""
-    # `kill` unwinds like Ctrl-C: the MLflow run is closed as failed and the LM servers are stopped
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    signal.signal(signal.SIGTERM, _interrupt)
     if args.dataset is None:
         args.dataset = programs.spec(args.program).default_dataset if args.program else "demo"
     try:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import warnings
 from pathlib import Path
 from statistics import mean
 
@@ -64,10 +65,7 @@ def evaluate(program: dspy.Module, examples: list[dspy.Example], metrics: dict, 
     ``iterations`` (from ``pred.trace``), cost per question (``lm_calls``, ``prompt_tokens``, ``completion_tokens``,
     ``seconds``), for each example field in ``groups`` (e.g. ``lang``) ``<metric>_by_<field>/<value>``, and for
     circular copies (``data.circular``) ``circular_<metric>``: per question the worst score over its copies."""
-    done: dict[str, dict] = {}
-    if checkpoint and checkpoint.exists():
-        with open(checkpoint, encoding="utf-8") as fh:
-            done = {r["id"]: r for r in map(json.loads, filter(str.strip, fh))}
+    done = load_checkpoint(checkpoint) if checkpoint else {}
     records = []
     if checkpoint:
         checkpoint.parent.mkdir(parents=True, exist_ok=True)
@@ -88,6 +86,31 @@ def evaluate(program: dspy.Module, examples: list[dspy.Example], metrics: dict, 
         if sink:
             sink.close()
     return records, summarize(records, metrics, groups)
+
+
+def load_checkpoint(path: Path) -> dict[str, dict]:
+    """The finished records of a checkpoint by id. A line that does not parse (a kill mid-write) is dropped with
+    a warning, and the file is rewritten without it, so its question runs again and later appends stay whole."""
+    if not path.exists():
+        return {}
+    done, bad = {}, 0
+    raw = path.read_bytes()
+    lines = raw.decode("utf-8", errors="replace").splitlines()
+    for line in filter(str.strip, lines):
+        try:
+            rec = json.loads(line)
+            done[rec["id"]] = rec
+        except (ValueError, TypeError, KeyError):
+            bad += 1
+    if bad:
+        warnings.warn(f"checkpoint {path}: skipped {bad} unreadable line(s) (an interrupted write); "
+                      "those questions run again", RuntimeWarning, stacklevel=3)
+    if bad or (raw and not raw.endswith(b"\n")):
+        tmp = path.with_suffix(path.suffix + ".tmp")
+        tmp.write_text("".join(json.dumps(r, ensure_ascii=False, default=str) + "\n" for r in done.values()),
+                       encoding="utf-8")
+        tmp.replace(path)
+    return done
 
 
 def summarize(records: list[dict], metrics: dict, groups: tuple[str, ...] = ()) -> dict:

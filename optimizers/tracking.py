@@ -1,12 +1,14 @@
 """MLflow tracking in the project's sqlite store: ``mlflow ui --backend-store-uri sqlite:///mlruns/mlflow.db``."""
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import subprocess
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
+from urllib.parse import unquote, urlparse
 
 import mlflow
 
@@ -38,17 +40,26 @@ def git_commit() -> str:
 
 
 def setup(experiment: str) -> None:
-    mlflow.set_tracking_uri(tracking_uri())
-    if mlflow.get_experiment_by_name(experiment) is None:
-        mlflow.create_experiment(experiment, artifact_location=(mlruns() / "artifacts" / experiment).as_uri())
-    mlflow.set_experiment(experiment)
+    """Point MLflow at the store and select ``experiment``, under a file lock: two runs starting together would
+    otherwise both create the sqlite tables (one fails) or the experiment."""
+    with open(mlruns() / ".setup.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        mlflow.set_tracking_uri(tracking_uri())
+        if mlflow.get_experiment_by_name(experiment) is None:
+            mlflow.create_experiment(experiment, artifact_location=(mlruns() / "artifacts" / experiment).as_uri())
+        mlflow.set_experiment(experiment)
 
 
 @contextmanager
 def run(experiment: str, run_name: str, tags: dict | None = None):
+    """An MLflow run, ended FINISHED, FAILED on an error, or KILLED on Ctrl-C / SIGTERM (see ``cli.session``)."""
     setup(experiment)
     with mlflow.start_run(run_name=run_name, tags={"git_commit": git_commit(), **(tags or {})}) as active:
-        yield active
+        try:
+            yield active
+        except KeyboardInterrupt:
+            mlflow.end_run("KILLED")
+            raise
 
 
 def log_params(params: dict) -> None:
@@ -73,6 +84,13 @@ def log_json(name: str, obj) -> None:
 
 def log_jsonl(name: str, records: list[dict]) -> None:
     mlflow.log_text("\n".join(json.dumps(r, ensure_ascii=False, default=str) for r in records) + "\n", name)
+
+
+def artifact_path(name: str) -> str:
+    """Where artifact ``name`` of the active run is stored: a local path for this project's file store."""
+    uri = mlflow.get_artifact_uri(name)
+    parsed = urlparse(uri)
+    return unquote(parsed.path) if parsed.scheme == "file" else uri
 
 
 def download(run_id: str, artifact: str) -> Path:

@@ -1,6 +1,7 @@
 """Program registry: ``build(name, search=..., **config)``, ``names()``, ``load_compiled(path_or_run_id)``."""
 from __future__ import annotations
 
+import hashlib
 import inspect
 import json
 from dataclasses import dataclass, field
@@ -114,13 +115,21 @@ def portable_state(program: dspy.Module) -> dict:
     return state
 
 
+def program_version(program: dspy.Module) -> str:
+    """A short hash of the program's shape (predictor names, their input and output fields): it changes exactly
+    when a new version of the program could no longer take the saved state."""
+    shape = [(name, list(p.signature.input_fields), list(p.signature.output_fields))
+             for name, p in program.named_predictors()]
+    return hashlib.sha256(json.dumps(shape).encode()).hexdigest()[:12]
+
+
 def save_compiled(program: dspy.Module, path, name: str, config: dict, data: dict) -> dict:
     """Write a compiled program as one JSON file: DSPy state (demos, instructions) + what rebuilds it.
 
     Per-predictor LMs are stripped from the state: the artifact is LM-agnostic and roles are bound at load time.
     ``data`` records the dataset/embedder/index the retriever was built from."""
-    artifact = {"format": ARTIFACT_FORMAT, "program": name, "config": accepted_config(name, config), "data": data,
-                "state": portable_state(program)}
+    artifact = {"format": ARTIFACT_FORMAT, "program": name, "program_version": program_version(program),
+                "config": accepted_config(name, config), "data": data, "state": portable_state(program)}
     with open(path, "w", encoding="utf-8") as fh:
         json.dump(artifact, fh, ensure_ascii=False, indent=1, default=str)
     return artifact
@@ -135,11 +144,19 @@ def read_artifact(path_or_run_id: str) -> dict:
         from optimizers.tracking import download
 
         path = download(path_or_run_id, "program.json")
-    artifact = json.loads(path.read_text(encoding="utf-8"))
-    if artifact.get("format") != ARTIFACT_FORMAT:
-        raise ValueError(f"{path} is not a compiled program of this project (format {artifact.get('format')!r}, "
+    try:
+        artifact = json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as err:
+        raise ValueError(f"{path} is not valid JSON ({err}); it is damaged or not a compiled program: recompile "
+                         "it with optimize.py") from None
+    if not isinstance(artifact, dict) or artifact.get("format") != ARTIFACT_FORMAT:
+        found = artifact.get("format") if isinstance(artifact, dict) else type(artifact).__name__
+        raise ValueError(f"{path} is not a compiled program of this project (format {found!r}, "
                          f"expected {ARTIFACT_FORMAT!r})")
-    return artifact
+    missing = [key for key in ("program", "config", "data", "state") if key not in artifact]
+    if missing:
+        raise ValueError(f"{path} lacks {', '.join(missing)}: it is damaged; recompile it with optimize.py")
+    return artifact | {"source": str(path)}
 
 
 def load_compiled(path_or_run_id: str | dict, search=None, data_dir=None, roles=None) -> dspy.Module:
@@ -160,7 +177,16 @@ def load_compiled(path_or_run_id: str | dict, search=None, data_dir=None, roles=
         options = {k: data[k] for k in ("retriever", "rerank", "rerank_depth", "fuse_depth", "rrf_k") if k in data}
         search = Retriever(bundle.corpora, embedder=data["embedder"], index_type=data["index"], **options)
     program = build(name, search=search, **artifact["config"])
-    program.load_state(artifact["state"])
+    source = artifact.get("source", "the compiled program")
+    saved, current = artifact.get("program_version"), program_version(program)
+    if saved and saved != current:
+        raise ValueError(f"{source} holds {name} version {saved}, but this checkout builds {name} version "
+                         f"{current} (its predictors or fields changed); recompile: python optimize.py --program {name}")
+    try:
+        program.load_state(artifact["state"])
+    except (KeyError, TypeError, ValueError, AttributeError) as err:
+        raise ValueError(f"{source}: its saved state does not fit {name} ({type(err).__name__}: {err}); "
+                         f"recompile: python optimize.py --program {name}") from None
     if roles is not None:
         from runtime.roles import assign_roles
 

@@ -47,6 +47,11 @@ SCORE = one_of(list("012345"))  # one critic scale under a grammar
 UNREADABLE_VERDICT = "The sufficiency check gave no readable verdict; search again."
 
 
+#: Completion cap of a one-document critic call: four scores and a critique of a few words fit in ~60 tokens;
+#: without it a small model that pastes the document back as its critique spends hundreds of tokens per call.
+CRITIC_TOKENS = 96
+
+
 @dataclass(frozen=True)
 class Rated:
     """A candidate passage with its four critic scores (0-5) and critique."""
@@ -423,7 +428,8 @@ class CORAL(dspy.Module):
         trace.calls["critic"] += 1
         try:
             out = self.critic_each(question=asked, document=passage.format(self.critic_chars),
-                                   config=constrained_config(self.critic_each, dict.fromkeys(SCALES, SCORE)))
+                                   config={"max_tokens": CRITIC_TOKENS,
+                                           **constrained_config(self.critic_each, dict.fromkeys(SCALES, SCORE))})
         except PARSE_ERRORS:
             trace.parse_failures += 1
             return Rated.of(passage, [0, 0, 0, 0], "unparsed critic output")

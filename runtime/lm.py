@@ -1,27 +1,39 @@
 """Language models: the embedded llama.cpp server, any OpenAI-compatible URL, or any DSPy/LiteLLM model string.
 
-``make_lm("local:qwen-0.5b")`` starts (once per process) ``llama_cpp.server`` on 127.0.0.1 on a free port, waits
-for ``/v1/models``, stops it at exit, and restarts it once if it dies mid-run. Anything else is handed to
-``dspy.LM`` (``openai/gpt-4o-mini``, ``ollama_chat/llama3``, ``openai/<name>`` + ``api_base`` for vLLM, ...).
+``make_lm("local:qwen-0.5b")`` uses one ``llama_cpp.server`` per machine and model on 127.0.0.1: the first
+process starts it (under ``runtime.server_host``), later ones find it through a port file and attach, every user
+holds a lease file, and the server stops when the last lease is gone (a killed user's lease dies with it). All of
+this lives in ``$RAG_SERVER_DIR`` (default ``$RAG_CACHE_DIR/servers``), guarded by a file lock. A server that dies
+mid-run is restarted with exponential backoff, at most ``RAG_SERVER_RESTARTS`` (default 3) times per
+``RAG_SERVER_RESTART_WINDOW`` seconds (default 600); past that the run stops with the server's log tail.
+``RAG_SHARED_SERVER=0`` gives the process a private server instead. Anything else is handed to ``dspy.LM``
+(``openai/gpt-4o-mini``, ``ollama_chat/llama3``, ``openai/<name>`` + ``api_base`` for vLLM, ...).
 """
 from __future__ import annotations
 
 import atexit
 import contextvars
-import ctypes
+import fcntl
+import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
+import uuid
+from collections import deque
+from contextlib import contextmanager
 from pathlib import Path
 
 import dspy
 
 from runtime import models
-from runtime.paths import project_cache
+from runtime.paths import server_dir
+from runtime.server_host import live_leases, pid_alive
 
 LOCAL_PREFIX = "local:"
 #: >0 while an evaluation retries an example: LM calls then bypass the cache and sample (temperature 0.7).
@@ -32,29 +44,85 @@ class ServerError(RuntimeError):
     pass
 
 
-def _die_with_parent() -> None:
-    """Child-side hook: on Linux the server gets SIGTERM when its parent dies, even if atexit never runs."""
-    if sys.platform.startswith("linux"):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-
-
 def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
 
-class LlamaServer:
-    """One ``llama_cpp.server`` subprocess bound to 127.0.0.1."""
+def _env_number(name: str, default: float) -> float:
+    value = os.environ.get(name, "")
+    try:
+        return float(value) if value else default
+    except ValueError:
+        raise ValueError(f"{name}={value!r} is not a number; unset it or give e.g. {name}={default:g}") from None
 
-    def __init__(self, model: str, n_ctx: int = 8192, n_threads: int | None = None, startup_timeout: float = 300):
+
+class RestartBudget:
+    """At most ``limit`` restarts in any ``window`` seconds; the n-th restart in a window waits ``backoff * 2**(n-1)``
+    seconds (capped at 30) first."""
+
+    def __init__(self, limit: int, window: float, backoff: float = 1.0):
+        self.limit, self.window, self.backoff = limit, window, backoff
+        self.times: deque[float] = deque()
+
+    @classmethod
+    def from_env(cls) -> "RestartBudget":
+        return cls(int(_env_number("RAG_SERVER_RESTARTS", 3)), _env_number("RAG_SERVER_RESTART_WINDOW", 600),
+                   _env_number("RAG_SERVER_RESTART_BACKOFF", 1.0))
+
+    def spend(self) -> float | None:
+        """The delay before the next restart, or None when the budget of this window is spent."""
+        now = time.monotonic()
+        while self.times and now - self.times[0] > self.window:
+            self.times.popleft()
+        if len(self.times) >= self.limit:
+            return None
+        self.times.append(now)
+        return min(30.0, self.backoff * 2 ** (len(self.times) - 1))
+
+
+def _reachable(port: int | None) -> bool:
+    if port is None:
+        return False
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=2):
+            return True
+    except OSError:
+        return False
+
+
+def _running(pid: int | None) -> bool:
+    """Whether ``pid`` runs; reaps it first if it is a dead child of this process (a zombie still 'exists')."""
+    if pid is None:
+        return False
+    try:
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        pass
+    return pid_alive(pid)
+
+
+class LlamaServer:
+    """The machine's ``llama_cpp.server`` for one model, shared through ``home`` (lock, ``server.json`` with the
+    host's pid and port, ``leases/``, ``server.log``); bound to 127.0.0.1."""
+
+    def __init__(self, model: str, n_ctx: int = 8192, n_threads: int | None = None, startup_timeout: float = 300,
+                 shared: bool | None = None, budget: RestartBudget | None = None):
         self.model, self.spec = model, models.spec(model)
         self.n_ctx, self.n_threads = n_ctx, n_threads or os.cpu_count() or 1
         self.startup_timeout = startup_timeout
-        self.port = _free_port()
-        self.log_path = project_cache() / "logs" / f"llama-{model}.log"
-        self.proc: subprocess.Popen | None = None
+        self.shared = os.environ.get("RAG_SHARED_SERVER", "1") != "0" if shared is None else shared
+        self.home = server_dir() / (f"{model}-ctx{n_ctx}" if self.shared else f"{model}-private-{uuid.uuid4().hex[:8]}")
+        self.log_path = self.home / "server.log"
+        self.budget = budget or RestartBudget.from_env()
+        self.port: int | None = None
+        self.pid: int | None = None  # the server host's pid (started by this process or another one)
+        self.proc: subprocess.Popen | None = None  # the host, when this process started it
+        self.lease: Path | None = None
+        self.generation = 0  # bumped by every restart, so concurrent callers restart once
         self.restarts = 0
+        self._guard = threading.Lock()
 
     def __deepcopy__(self, memo):
         return self  # a process handle: LM copies share the one server
@@ -69,14 +137,61 @@ class LlamaServer:
                 "--host", "127.0.0.1", "--port", str(self.port), "--n_ctx", str(self.n_ctx),
                 "--n_threads", str(self.n_threads), "--n_threads_batch", str(self.n_threads)]
 
+    @contextmanager
+    def _locked(self):
+        self.home.mkdir(parents=True, exist_ok=True)
+        with open(self.home / "lock", "w") as fh:
+            fcntl.flock(fh, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(fh, fcntl.LOCK_UN)
+
+    def _record(self) -> dict | None:
+        try:
+            rec = json.loads((self.home / "server.json").read_text())
+            return rec if isinstance(rec, dict) and {"pid", "port"} <= rec.keys() else None
+        except (OSError, ValueError):
+            return None
+
     def start(self) -> "LlamaServer":
-        cmd = self.command()
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                         preexec_fn=_die_with_parent)
-        self._wait_ready()
+        """Attach to the running server for this model, or start it; either way take a lease on it."""
+        with self._locked():
+            if self.lease is None:
+                self.lease = self.home / "leases" / f"{os.getpid()}-{uuid.uuid4().hex[:8]}.lease"
+                self.lease.parent.mkdir(exist_ok=True)
+                self.lease.touch()
+            try:
+                self._attach_or_launch()
+            except BaseException:
+                self.lease.unlink(missing_ok=True)
+                self.lease = None
+                raise
         return self
+
+    def _attach_or_launch(self) -> None:
+        rec = self._record()
+        if rec and rec["pid"] != self.pid and _running(rec["pid"]) and _reachable(rec["port"]):
+            self.port, self.pid = rec["port"], rec["pid"]
+            return
+        if rec and _running(rec["pid"]):  # a host that no longer answers: replace it
+            self._terminate(rec["pid"])
+        for _ in range(50):  # a dying server may hold the port for a moment
+            if not _reachable(self.port):
+                break
+            time.sleep(0.1)
+        else:
+            self.port = None
+        self.port = self.port or _free_port()
+        host = [sys.executable, str(Path(__file__).with_name("server_host.py")), str(self.home / "leases"), "--"]
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(host + self.command(), stdout=log, stderr=subprocess.STDOUT,
+                                         stdin=subprocess.DEVNULL, start_new_session=True)
+        self.pid = self.proc.pid
+        self._wait_ready()
+        tmp = self.home / f"server.json.{os.getpid()}"
+        tmp.write_text(json.dumps({"pid": self.pid, "port": self.port, "model": self.model, "started": time.time()}))
+        tmp.replace(self.home / "server.json")
 
     def _wait_ready(self) -> None:
         deadline = time.monotonic() + self.startup_timeout
@@ -90,31 +205,74 @@ class LlamaServer:
                         return
             except OSError:
                 time.sleep(0.5)
-        self.stop()
+        self._terminate(self.pid)
         raise ServerError(f"llama.cpp server for {self.model} not ready after {self.startup_timeout:.0f}s; "
                           f"log {self.log_path}:\n{self.log_tail()}")
 
     def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
+        if self.proc is not None and self.proc.pid == self.pid:
+            return self.proc.poll() is None  # reaps our own dead host
+        return _running(self.pid)
+
+    def recover(self, generation: int) -> bool:
+        """After a failed call made at ``generation``: False if the server is up (the error is the caller's to
+        handle), else True once it is back (restarted here, by another thread, or by another process)."""
+        with self._guard:
+            if self.generation != generation:
+                return True
+            if self.alive() and _reachable(self.port):
+                return False
+            self.restart()
+            return True
 
     def restart(self) -> None:
-        """Restart a dead server on the same port, once per process; a second death is a hard error."""
-        if self.restarts >= 1:
-            raise ServerError(f"llama.cpp server for {self.model} died again after one restart; "
+        """Bring a dead server back (on the same port) within the restart budget, else stop with its log tail."""
+        delay = self.budget.spend()
+        if delay is None:
+            raise ServerError(f"llama.cpp server for {self.model} is down again after {self.budget.limit} restarts "
+                              f"within {self.budget.window:.0f}s (RAG_SERVER_RESTARTS, RAG_SERVER_RESTART_WINDOW); "
                               f"log {self.log_path}:\n{self.log_tail()}")
         self.restarts += 1
-        print(f"warning: llama.cpp server for {self.model} died; restarting once", file=sys.stderr)
-        self.stop()
-        self.start()
+        print(f"warning: llama.cpp server for {self.model} is down; restart {len(self.budget.times)} of "
+              f"{self.budget.limit} in {self.budget.window:.0f}s, after {delay:g}s", file=sys.stderr)
+        time.sleep(delay)
+        with self._locked():
+            self._attach_or_launch()
+        self.generation += 1
+
+    def _terminate(self, pid: int | None) -> None:
+        if self.proc is not None and self.proc.pid == pid:
+            if self.proc.poll() is None:
+                self.proc.terminate()
+                try:
+                    self.proc.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    self.proc.kill()
+                    self.proc.wait()
+            return
+        if not _running(pid):
+            return
+        os.kill(pid, signal.SIGTERM)
+        for _ in range(100):
+            if not _running(pid):
+                return
+            time.sleep(0.1)
 
     def stop(self) -> None:
-        if self.alive():
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        """Give up this process's lease; the last user stops the server."""
+        if self.lease is None:
+            return
+        with self._locked():
+            self.lease.unlink(missing_ok=True)
+            self.lease = None
+            if live_leases(self.home / "leases"):
+                return  # other processes still use it
+            rec = self._record()
+            self._terminate(self.pid)
+            if rec and rec["pid"] == self.pid:
+                (self.home / "server.json").unlink(missing_ok=True)
+        if not self.shared:
+            shutil.rmtree(self.home, ignore_errors=True)  # a private server's folder has no later user
 
     def log_tail(self, lines: int = 25) -> str:
         try:
@@ -127,7 +285,7 @@ _SERVERS: dict[str, LlamaServer] = {}
 
 
 def local_server(model: str) -> LlamaServer:
-    """The process-wide server for ``model``, started on first use and stopped at interpreter exit."""
+    """The process's handle on the machine's server for ``model``, taken on first use, released at exit."""
     if model not in _SERVERS:
         _SERVERS[model] = LlamaServer(model).start()
     return _SERVERS[model]
@@ -140,7 +298,7 @@ def _stop_servers() -> None:
 
 
 class ProjectLM(dspy.LM):
-    """``dspy.LM`` that samples past the cache on evaluation retries and revives a dead embedded server once."""
+    """``dspy.LM`` that samples past the cache on evaluation retries and brings a dead embedded server back."""
 
     server: LlamaServer | None = None
 
@@ -148,13 +306,18 @@ class ProjectLM(dspy.LM):
         if attempt := ATTEMPT.get():
             kwargs.setdefault("rollout_id", attempt)
             kwargs.setdefault("temperature", 0.7)
-        try:
-            return super().__call__(prompt, messages=messages, **kwargs)
-        except Exception:
-            if self.server is None or self.server.alive():
-                raise
-            self.server.restart()
-            return super().__call__(prompt, messages=messages, **kwargs)
+        if "max_tokens" in kwargs and "extra_body" in self.kwargs:  # a per-call cap (a predictor's config)
+            kwargs["extra_body"] = {**self.kwargs["extra_body"], **kwargs.get("extra_body", {}),
+                                    **_token_cap(kwargs["max_tokens"])}
+        while True:
+            generation = self.server.generation if self.server else 0
+            if self.server:
+                self.kwargs["api_base"] = self.server.api_base  # a restart elsewhere may have moved the port
+            try:
+                return super().__call__(prompt, messages=messages, **kwargs)
+            except Exception:
+                if self.server is None or not self.server.recover(generation):
+                    raise
 
 
 def _token_cap(max_tokens: int) -> dict:
@@ -164,8 +327,10 @@ def _token_cap(max_tokens: int) -> dict:
 
 
 def make_lm(name: str, api_base: str | None = None, temperature: float = 0.0, max_tokens: int = 512,
-            cache: bool = True) -> ProjectLM:
-    """Build an LM from ``local:<model>`` or a DSPy/LiteLLM model string (with optional OpenAI-compatible base)."""
+            cache: bool = True, timeout: float | None = None) -> ProjectLM:
+    """Build an LM from ``local:<model>`` or a DSPy/LiteLLM model string (with optional OpenAI-compatible base);
+    ``timeout`` (seconds) bounds each request."""
+    extra = {"timeout": timeout} if timeout else {}
     if name.startswith(LOCAL_PREFIX):
         key = name[len(LOCAL_PREFIX):]
         if key not in models.MODELS:
@@ -174,12 +339,13 @@ def make_lm(name: str, api_base: str | None = None, temperature: float = 0.0, ma
         server = local_server(key)
         lm = ProjectLM(f"openai/{server.spec.alias}", api_base=server.api_base, api_key="local",
                        temperature=temperature, max_tokens=max_tokens, cache=cache, num_retries=1,
-                       extra_body=_token_cap(max_tokens))
+                       extra_body=_token_cap(max_tokens), **extra)
         lm.server = server
         return lm
     if "/" not in name:
         raise ValueError(f"unknown LM '{name}'; use local:qwen-0.5b, local:qwen-1.5b, or a DSPy/LiteLLM model "
                          "string such as openai/gpt-4o-mini (add --api-base URL for an OpenAI-compatible server)")
-    extra = {"api_base": api_base, "api_key": os.environ.get("OPENAI_API_KEY", "local"),
-             "extra_body": _token_cap(max_tokens)} if api_base else {}
+    if api_base:
+        extra |= {"api_base": api_base, "api_key": os.environ.get("OPENAI_API_KEY", "local"),
+                  "extra_body": _token_cap(max_tokens)}
     return ProjectLM(name, temperature=temperature, max_tokens=max_tokens, cache=cache, **extra)

@@ -26,3 +26,11 @@ def index_dir() -> Path:
     path = Path(os.environ.get("RAG_INDEX_DIR", cache_dir() / "indexes")).expanduser()
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+def server_dir() -> Path:
+    """Where processes meet to share one embedded LM server per model (``RAG_SERVER_DIR``, default
+    ``$RAG_CACHE_DIR/servers``): a lock, the running server's port file, lease files, the server log."""
+    path = Path(os.environ.get("RAG_SERVER_DIR", cache_dir() / "servers")).expanduser()
+    path.mkdir(parents=True, exist_ok=True)
+    return path

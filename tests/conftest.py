@@ -20,6 +20,7 @@ def isolated(tmp_path, monkeypatch):
     monkeypatch.setenv("RAG_PROJECT_CACHE", str(tmp_path / "cache"))
     monkeypatch.setenv("RAG_MLRUNS", str(tmp_path / "mlruns"))
     monkeypatch.setenv("RAG_INDEX_DIR", str(tmp_path / "indexes"))
+    monkeypatch.setenv("RAG_SERVER_DIR", str(tmp_path / "servers"))
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     yield
     dspy.configure(lm=None)

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import pytest
 
 from runtime import lm as lm_mod
-from runtime.lm import LlamaServer, ServerError, make_lm
+from runtime.lm import LlamaServer, RestartBudget, ServerError, _reachable, _running, make_lm
 
 # A stand-in for llama_cpp.server: answers GET /v1/models on the given port.
 FAKE_SERVER = """
@@ -30,19 +30,89 @@ class FakeServer(LlamaServer):
         return [sys.executable, "-c", self.script, str(self.port)]
 
 
-def test_server_binds_loopback_restarts_once_then_fails_clearly():
-    server = FakeServer("qwen-0.5b", startup_timeout=30).start()
+def fake(**kwargs) -> FakeServer:
+    return FakeServer("qwen-0.5b", startup_timeout=30, budget=RestartBudget(2, 600, backoff=0.01), **kwargs)
+
+
+def test_server_restarts_on_its_port_within_the_budget_then_stops_with_the_log_tail():
+    server = fake().start()
     try:
         assert server.alive() and server.api_base.startswith("http://127.0.0.1:")
+        port = server.port
+        for _ in range(2):
+            server.proc.kill()
+            server.proc.wait()
+            server.restart()
+            assert server.alive() and server.port == port
         server.proc.kill()
         server.proc.wait()
-        server.restart()
-        assert server.alive()
-        with pytest.raises(ServerError, match="died again after one restart"):
+        with pytest.raises(ServerError, match=r"(?s)down again after 2 restarts within 600s.*log .*server\.log"):
             server.restart()
     finally:
         server.stop()
     assert not server.alive()
+
+
+def test_restart_budget_is_per_window_with_growing_backoff():
+    budget = RestartBudget(2, window=0.3, backoff=1.0)
+    assert [budget.spend(), budget.spend(), budget.spend()] == [1.0, 2.0, None]
+    time.sleep(0.35)
+    assert budget.spend() == 1.0  # the window has passed: the budget is back
+
+
+def test_processes_share_one_server_and_the_last_user_stops_it():
+    first = fake().start()
+    second = fake().start()
+    try:
+        assert (second.port, second.pid, second.proc) == (first.port, first.pid, None)  # attached, not started
+        first.stop()
+        assert second.alive() and _reachable(second.port)  # still leased by the second user
+    finally:
+        second.stop()
+    assert not _running(first.pid) and not (second.home / "server.json").exists()
+
+
+def test_private_servers_are_not_shared():
+    first, second = fake(shared=False).start(), fake(shared=False).start()
+    try:
+        assert first.pid != second.pid and first.port != second.port and second.proc is not None
+    finally:
+        first.stop()
+        second.stop()
+    assert not _running(first.pid) and not _running(second.pid) and not first.home.exists()
+
+
+def test_a_dead_owners_port_file_is_detected_and_replaced():
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    server = fake()
+    server.home.mkdir(parents=True)
+    (server.home / "server.json").write_text(json.dumps({"pid": dead.pid, "port": lm_mod._free_port()}))
+    server.start()
+    try:
+        assert server.proc is not None and server.alive()
+        assert json.loads((server.home / "server.json").read_text())["pid"] == server.pid != dead.pid
+    finally:
+        server.stop()
+
+
+def test_the_shared_server_outlives_its_starter_while_another_process_uses_it():
+    tests = Path(__file__).resolve().parent
+    code = ("from test_lm import FakeServer; s = FakeServer('qwen-0.5b', startup_timeout=30).start(); "
+            "print(s.pid, flush=True); import time; time.sleep(60)")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tests.parent), str(tests)])}
+    starter = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, env=env)
+    host = int(starter.stdout.readline())
+    ours = fake().start()
+    try:
+        assert ours.pid == host and ours.proc is None
+        starter.kill()
+        starter.wait()
+        time.sleep(1.5)  # the host polls leases every 0.5 s
+        assert ours.alive() and _reachable(ours.port)
+    finally:
+        ours.stop()
+    assert not _running(host)
 
 
 def test_startup_failure_shows_the_log_tail():
@@ -103,15 +173,19 @@ def test_token_cap_reaches_llama_cpp_as_max_tokens(chat_server, monkeypatch):
     """llama.cpp ignores ``max_completion_tokens``: without ``max_tokens`` a looping model ran to the context size."""
     base, bodies = chat_server
     monkeypatch.setattr(lm_mod, "local_server", lambda key: SimpleNamespace(spec=SimpleNamespace(alias=key),
-                                                                              api_base=base))
+                                                                              api_base=base, generation=0))
     for lm in (make_lm("local:qwen-0.5b", max_tokens=64, cache=False), make_lm("openai/m", base, max_tokens=64,
                                                                                 cache=False)):
         lm("hello")
-    assert [b.get("max_tokens") for b in bodies] == [64, 64]
+        lm("hello", max_tokens=16)  # a predictor's own cap must reach the server too
+    assert [b.get("max_tokens") for b in bodies] == [64, 16, 64, 16]
+    bodies.clear()
+    lm("hello", max_tokens=8, extra_body={"grammar": "root ::= \"A\""})  # a capped call keeps its own grammar
+    assert bodies[0]["max_tokens"] == 8 and bodies[0]["grammar"] == 'root ::= "A"'
 
 
-def test_lm_call_revives_a_dead_embedded_server_once():
-    server = FakeServer("qwen-0.5b", startup_timeout=30).start()
+def test_lm_call_revives_a_dead_embedded_server():
+    server = fake().start()
     try:
         lm = lm_mod.ProjectLM("openai/fake", api_base=server.api_base, api_key="local", num_retries=0, cache=False)
         lm.server = server
@@ -131,7 +205,7 @@ def test_server_dies_with_its_parent_process():
             "print(s.proc.pid, flush=True); import time; time.sleep(60)")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tests.parent), str(tests)])}
     parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, env=env)
-    child = int(parent.stdout.readline())
+    child = int(parent.stdout.readline())  # the server host, which stops when no live process leases it
     parent.kill()
     parent.wait()
     for _ in range(50):

@@ -1,0 +1,142 @@
+"""A fault-injecting OpenAI-compatible chat endpoint for tests, on 127.0.0.1.
+
+``python tests/fault_server.py --port P --log requests.jsonl --malformed 0.1 --die-at 40`` answers
+``/v1/chat/completions`` in DSPy's chat format (every requested output field filled with ``--answer``; JSON when
+the request asks for a JSON response) and injects faults, drawn per request from ``--seed``: a share of
+completions without any field markers (``--malformed``), of HTTP 500s (``--error``) and of answers delayed by
+``--slow-seconds`` (``--slow``; ``--stall-at N``: the N-th request only). ``--die-at N,M`` exits the process abruptly on the N-th and M-th request
+(counted over restarts through ``--log``), as a crashing server would. Every request is appended to ``--log`` as
+one JSON line (``n``, the ``question`` field of the prompt, the number of messages, the fault), which is how tests count calls. Bounded:
+it exits after ``--max-requests`` requests or ``--max-seconds`` seconds.
+"""
+from __future__ import annotations
+
+import argparse
+import http.server
+import json
+import os
+import random
+import re
+import sys
+import threading
+import time
+from pathlib import Path
+
+OUTPUTS = re.compile(r"Your output fields are:(.*?)(?:All interactions|$)", re.S)
+QUESTION = re.compile(r"\[\[ ## question ## \]\]\n(.*?)(?:\n\n|\n\[\[|$)", re.S)
+
+
+def requested_fields(messages: list[dict]) -> list[str]:
+    system = next((m["content"] for m in messages if m["role"] == "system"), "")
+    block = OUTPUTS.search(system)
+    return re.findall(r"`(\w+)`", block.group(1)) if block else ["answer"]
+
+
+def question_of(messages: list[dict]) -> str:
+    user = [m["content"] for m in messages if m["role"] == "user"]
+    found = QUESTION.findall(user[-1]) if user else []
+    return found[-1].strip() if found else ""
+
+
+def completion(content: str) -> bytes:
+    return json.dumps({"id": "fault", "object": "chat.completion", "created": int(time.time()), "model": "fault",
+                       "choices": [{"index": 0, "finish_reason": "stop",
+                                    "message": {"role": "assistant", "content": content}}],
+                       "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}}).encode()
+
+
+class FaultServer(http.server.ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self, args: argparse.Namespace):
+        super().__init__(("127.0.0.1", args.port), Handler)
+        self.args, self.lock = args, threading.Lock()
+        self.log = Path(args.log)
+        self.n = len(self.log.read_text().splitlines()) if self.log.exists() else 0
+        self.die_at = {int(x) for x in args.die_at.split(",") if x}
+
+    def draw(self, question: str, messages: int) -> tuple[int, str]:
+        """The request's number and fault (``ok | malformed | error | slow | die``); logged before answering."""
+        with self.lock:
+            self.n += 1
+            rng, a = random.Random(f"{self.args.seed}:{self.n}"), self.args
+            roll = rng.random()
+            fault = ("die" if self.n in self.die_at else "slow" if self.n == a.stall_at
+                     else "malformed" if roll < a.malformed
+                     else "error" if roll < a.malformed + a.error else "slow" if roll < a.malformed + a.error + a.slow
+                     else "ok")
+            with open(self.log, "a") as fh:
+                fh.write(json.dumps({"n": self.n, "question": question, "messages": messages, "fault": fault,
+                                     "pid": os.getpid()}) + "\n")
+            return self.n, fault
+
+
+class Handler(http.server.BaseHTTPRequestHandler):
+    server: FaultServer
+
+    def do_GET(self):
+        self.reply(200, json.dumps({"object": "list", "data": [{"id": "fault", "object": "model"}]}).encode())
+
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
+        messages = body.get("messages", [])
+        n, fault = self.server.draw(question_of(messages), len(messages))
+        args = self.server.args
+        if fault == "die":
+            print(f"fault server: dying abruptly at request {n}", file=sys.stderr, flush=True)
+            os._exit(1)
+        if fault == "error":
+            return self.reply(500, b'{"error": {"message": "injected server error"}}')
+        if fault == "slow":
+            time.sleep(args.slow_seconds)
+        fields = requested_fields(messages)
+        if fault == "malformed":
+            content = "Sorry, I am not sure what you mean."
+        elif body.get("response_format"):
+            content = json.dumps({f: args.answer for f in fields})
+        else:
+            content = "".join(f"[[ ## {f} ## ]]\n{args.answer}\n\n" for f in fields) + "[[ ## completed ## ]]"
+        self.reply(200, completion(content))
+        if n >= args.max_requests:
+            threading.Thread(target=self.server.shutdown, daemon=True).start()
+
+    def reply(self, status: int, payload: bytes):
+        try:
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(payload)))
+            self.end_headers()
+            self.wfile.write(payload)
+        except OSError:  # the client gave up (timeout) before a slow answer
+            pass
+
+    def log_message(self, *args):
+        pass
+
+
+def parse(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--port", type=int, default=0)
+    p.add_argument("--log", required=True, help="request log (JSONL), appended")
+    p.add_argument("--answer", default="yes", help="text put in every output field")
+    p.add_argument("--malformed", type=float, default=0.0)
+    p.add_argument("--error", type=float, default=0.0)
+    p.add_argument("--slow", type=float, default=0.0)
+    p.add_argument("--slow-seconds", type=float, default=5.0)
+    p.add_argument("--stall-at", type=int, default=0, help="request number answered after --slow-seconds")
+    p.add_argument("--die-at", default="", help="request numbers at which the process exits abruptly")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--max-requests", type=int, default=5000)
+    p.add_argument("--max-seconds", type=float, default=300)
+    return p.parse_args(argv)
+
+
+def main(argv=None) -> None:
+    server = FaultServer(parse(argv))
+    threading.Timer(server.args.max_seconds, lambda: os._exit(0)).start()
+    print(f"fault server on 127.0.0.1:{server.server_port}", file=sys.stderr, flush=True)
+    server.serve_forever()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,190 @@
+"""Failures an evaluation must survive, injected by ``tests/fault_server.py`` behind the embedded-server code path.
+
+The fault server runs as the "llama.cpp server" of a ``LlamaServer`` (same host, leases, restarts), and logs every
+chat request, so the tests count calls at the server. DSPy's cache is off throughout."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import dspy
+import mlflow
+import pytest
+
+import programs
+from optimizers.evaluation import evaluate
+from optimizers.metrics import exact_match
+from runtime.lm import LlamaServer, ProjectLM, RestartBudget, ServerError, _free_port, _reachable
+from runtime.roles import init_dspy
+
+ROOT = Path(__file__).resolve().parent.parent
+FAULT_SERVER = Path(__file__).with_name("fault_server.py")
+QUESTIONS = [dspy.Example(id=f"q{i:02d}", question=f"Is {i} a number?", answer="yes", answers=["yes"])
+             .with_inputs("question") for i in range(50)]
+
+
+class Faulty(LlamaServer):
+    """The embedded-server machinery around the fault server instead of llama.cpp."""
+
+    def __init__(self, log: Path, *flags, restarts: int = 3):
+        super().__init__("qwen-0.5b", startup_timeout=30, budget=RestartBudget(restarts, 600, backoff=0.05))
+        self.request_log, self.flags = log, [str(f) for f in flags]
+
+    def command(self):
+        return [sys.executable, str(FAULT_SERVER), "--port", str(self.port), "--log", str(self.request_log),
+                "--max-seconds", "120", *self.flags]
+
+    def requests(self) -> list[dict]:
+        return [json.loads(line) for line in self.request_log.read_text().splitlines()]
+
+
+@pytest.fixture
+def faulty(tmp_path):
+    servers = []
+
+    def start(*flags, restarts: int = 3, timeout: float = 5.0):
+        server = Faulty(tmp_path / "requests.jsonl", *flags, restarts=restarts).start()
+        servers.append(server)
+        lm = ProjectLM("openai/fault", api_base=server.api_base, api_key="local", num_retries=0, cache=False,
+                       max_tokens=64, timeout=timeout)
+        lm.server = server
+        init_dspy(lm, cache=False)
+        return server
+
+    yield start
+    for server in servers:
+        server.stop()
+
+
+def run(examples, checkpoint=None):
+    return evaluate(programs.build("direct"), examples, {"em": exact_match}, retries=1, checkpoint=checkpoint)
+
+
+def test_fifty_questions_survive_malformed_outputs_and_a_server_death(faulty, tmp_path):
+    server = faulty("--malformed", 0.1, "--die-at", 40, "--seed", 3)
+    ckpt = tmp_path / "dev.jsonl"
+    records, summary = run(QUESTIONS, ckpt)
+    requests = server.requests()
+    faults = [r["fault"] for r in requests]
+    assert server.restarts == 1 and faults.count("die") == 1 and faults.count("malformed") >= 3
+    # every question is either scored (the server's answer is right) or counted as failed, none lost
+    assert summary["n"] == 50 and all((r["em"] == 1.0) != r["failed"] for r in records)
+    assert summary["failed_examples"] == sum(r["failed"] for r in records)
+    lines = [json.loads(line) for line in ckpt.read_text().splitlines()]
+    assert [r["id"] for r in lines] == [ex.id for ex in QUESTIONS]  # one line per question
+    print(f"\nfault run: {len(requests)} requests, {faults.count('malformed')} malformed, 1 server death; "
+          f"{50 - summary['failed_examples']} scored, {summary['failed_examples']} failed")
+
+    again, summary_again = run(QUESTIONS, ckpt)
+    assert len(server.requests()) == len(requests)  # the re-run made zero calls: every question was finished
+    assert summary_again == summary
+
+
+def test_errors_and_slow_answers_are_retried_or_counted_without_a_restart(faulty):
+    server = faulty("--error", 0.3, "--slow", 0.2, "--slow-seconds", 3, "--seed", 5, timeout=1.0)
+    records, summary = run(QUESTIONS[:12])
+    faults = [r["fault"] for r in server.requests()]
+    assert faults.count("error") and faults.count("slow") and server.restarts == 0  # up all along: no restart
+    assert summary["n"] == 12 and all((r["em"] == 1.0) != r["failed"] for r in records)
+    assert all(r["error"] for r in records if r["failed"])
+
+
+def test_a_truncated_last_checkpoint_line_is_skipped_and_its_question_rerun(faulty, tmp_path):
+    server = faulty()
+    ckpt = tmp_path / "dev.jsonl"
+    run(QUESTIONS[:5], ckpt)
+    text = ckpt.read_text()
+    ckpt.write_text(text[: len(text) - len(text.splitlines()[-1]) // 2 - 1])  # killed mid-write of q04
+    before = len(server.requests())
+    with pytest.warns(RuntimeWarning, match="skipped 1 unreadable line"):
+        records, summary = run(QUESTIONS[:5], ckpt)
+    rerun = {r["question"] for r in server.requests()[before:]}
+    assert rerun == {QUESTIONS[4].question} and summary["n"] == 5 and summary["failed_examples"] == 0
+    assert [json.loads(line)["id"] for line in ckpt.read_text().splitlines()] == [ex.id for ex in QUESTIONS[:5]]
+
+
+def test_a_run_survives_two_server_deaths(faulty):
+    server = faulty("--die-at", "8,20")
+    records, summary = run(QUESTIONS[:20])
+    assert server.restarts == 2 and summary["n"] == 20
+    assert summary["failed_examples"] == 0  # the call that hit the death is repeated on the restarted server
+
+
+def test_past_the_restart_budget_the_run_stops_with_the_server_log(faulty):
+    faulty("--die-at", "3,6", restarts=1)
+    with pytest.raises(ServerError, match=r"(?s)down again after 1 restarts.*dying abruptly at request 6"):
+        run(QUESTIONS[:10])
+
+
+@pytest.fixture
+def fault_endpoint(tmp_path, request):
+    """A fault server of its own for a CLI run in a subprocess: request number ``request.param`` stalls (60 s),
+    so the run is surely in flight when the signal comes."""
+    port, log = _free_port(), tmp_path / "requests.jsonl"
+    proc = subprocess.Popen([sys.executable, str(FAULT_SERVER), "--port", str(port), "--log", str(log),
+                             "--stall-at", str(request.param), "--slow-seconds", "60", "--max-seconds", "300"],
+                            stderr=subprocess.DEVNULL)
+    for _ in range(100):
+        if _reachable(port):
+            break
+        time.sleep(0.1)
+    yield f"http://127.0.0.1:{port}/v1", log
+    proc.kill()
+    proc.wait()
+
+
+def _checkpoint_lines(cache: Path, stage: str) -> list[dict]:
+    files = list((cache / "evals").glob(f"{stage}-*.jsonl")) if (cache / "evals").exists() else []
+    return [json.loads(line) for f in files for line in f.read_text().splitlines()]
+
+
+@pytest.mark.parametrize("fault_endpoint, script, stage, sig, code", [
+    (3, "evaluate.py", "dev", signal.SIGINT, 130),  # Ctrl-C during the 3rd question of an evaluation
+    (4, "optimize.py", "test_before", signal.SIGTERM, 143),  # kill in the compile after 3 test questions
+], indirect=["fault_endpoint"])
+def test_an_interrupted_run_is_killed_flushed_and_resumes(fault_endpoint, tmp_path, script, stage, sig, code):
+    """The signal lands while the stalled request is in flight."""
+    base, log = fault_endpoint
+    args = [sys.executable, str(ROOT / script), "--program", "direct", "--lm", "openai/fault", "--api-base", base,
+            "--no-cache", "--experiment", "faults"]
+    args += ["--split", "dev", "--dev", "6"] if script == "evaluate.py" else ["--train", "4", "--dev", "0",
+                                                                              "--test", "3"]
+    cache = Path(os.environ["RAG_PROJECT_CACHE"])
+    # as from a terminal: a shell that started pytest in the background may have left SIGINT ignored
+    proc = subprocess.Popen(args, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    wanted = 2 if script == "evaluate.py" else 3  # the questions answered before the stalled request
+    deadline = time.monotonic() + 120
+    while not (len(_checkpoint_lines(cache, stage)) >= wanted and log.exists()
+               and len(log.read_text().splitlines()) > wanted) and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == code, err
+    assert "run the same command again to resume" in err
+    client = mlflow.MlflowClient(f"sqlite:///{tmp_path / 'mlruns' / 'mlflow.db'}")
+    experiment = client.get_experiment_by_name("faults").experiment_id
+    assert [r.info.status for r in client.search_runs([experiment])] == ["KILLED"]
+    finished = _checkpoint_lines(cache, stage)  # every line is whole JSON (flushed per question)
+    assert len(finished) == wanted
+    asked = len(log.read_text().splitlines())
+
+    done = subprocess.run(args, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert [r.info.status for r in client.search_runs([experiment])] == ["FINISHED", "KILLED"]
+    # no finished question was asked again by the uncompiled program (2 messages: no demos)
+    again = [json.loads(line) for line in log.read_text().splitlines()[asked:]]
+    assert not {r["question"] for r in again if r["messages"] == 2} & {r["question"] for r in finished}
+    assert len(_checkpoint_lines(cache, stage)) == (6 if script == "evaluate.py" else 3)
+
+
+def test_two_runs_starting_together_share_a_new_store(tmp_path):
+    """Both create the sqlite store at once (the first concurrent evaluations on a fresh clone): neither fails."""
+    code = "from optimizers import tracking; tracking.setup('together')"
+    procs = [subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, stderr=subprocess.PIPE, text=True)
+             for _ in range(2)]
+    errors = [p.communicate(timeout=120)[1] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], errors
