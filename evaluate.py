@@ -36,7 +36,7 @@ def main(argv=None) -> dict:
         tracking.log_params(s.params(args.program) | {"split": args.split, "compiled_from": args.compiled or ""})
         records, summary = evaluate(program, examples, s.metrics, k=args.k if s.retriever else None,
                                     retries=args.retries, checkpoint=s.checkpoint(args.split, args.program, program, examples),
-                                    desc=args.split, groups=s.groups)
+                                    desc=args.split, groups=s.groups, threads=args.threads)
         tracking.log_metrics(summary, args.split)
         tracking.log_jsonl(f"predictions/{args.split}.jsonl", records)
         if s.judge:

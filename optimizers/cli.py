@@ -56,6 +56,9 @@ def parser(description: str) -> argparse.ArgumentParser:
                         "circular_<metric> (right at every shift), which a letter-position bias cannot inflate; "
                         "costs one evaluation per option")
     p.add_argument("--no-cache", action="store_true", help="disable DSPy's LM response cache")
+    p.add_argument("--threads", type=int, default=1,
+                   help="examples evaluated at once (for endpoints that serve concurrent requests; the embedded "
+                        "server answers one at a time)")
     p.add_argument("--experiment", default="agentic-rag", help="MLflow experiment")
     return p
 
