@@ -1,7 +1,8 @@
 """Evaluate a program or a compiled artifact on one split and log an MLflow run.
 
 ``python evaluate.py --program rag --dataset hotpotqa --split dev --dev 50 --judge``
-``python evaluate.py --compiled <run-id or program.json> --split test``"""
+``python evaluate.py --compiled <run-id or program.json> --split test``
+``python evaluate.py --suite paper --test 30 --judge`` (every method with its baselines, see optimizers/suite.py)"""
 from __future__ import annotations
 
 import mlflow
@@ -10,13 +11,19 @@ import programs
 from optimizers import tracking
 from optimizers.cli import fail, parser, session
 from optimizers.evaluation import evaluate
+from optimizers.suite import add_flags, run_suite
 
 
 def main(argv=None) -> dict:
     p = parser(__doc__.splitlines()[0])
     p.add_argument("--compiled", help="compiled program: program.json path or MLflow run id")
-    p.add_argument("--split", default="dev", choices=["train", "dev", "test"])
+    p.add_argument("--split", choices=["train", "dev", "test"], help="default: dev, test for --suite")
+    add_flags(p)
     args = p.parse_args(argv)
+    if args.suite:
+        args.split = args.split or "test"
+        return run_suite(args)
+    args.split = args.split or "dev"
     if bool(args.program) == bool(args.compiled):
         fail(f"give exactly one of --program ({', '.join(programs.names())}) or --compiled PATH|RUN_ID")
     artifact = None
