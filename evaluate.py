@@ -39,6 +39,9 @@ def main(argv=None) -> dict:
                else s.build(args.program))
     examples = s.evaluated(getattr(s.splits, args.split))
     run_name = f"{args.program}-{args.dataset}-{args.split}" + ("-compiled" if artifact else "")
+    if args.trace:
+        tracking.setup(args.experiment)
+        mlflow.dspy.autolog()
     with tracking.run(args.experiment, run_name, tags={"entry": "evaluate.py"}) as run:
         tracking.log_params(s.params(args.program) | {"split": args.split, "compiled_from": args.compiled or ""})
         records, summary = evaluate(program, examples, s.metrics, k=args.k if s.retriever else None,
