@@ -20,6 +20,7 @@ import mlflow  # noqa: E402
 
 from optimizers import tracking  # noqa: E402
 
+EXPAND = "button[data-component-id*='runnamecellrenderer']"  # the +/- before a parent run's name (MLflow 3)
 FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
          "--disable-component-update", "--disable-sync", "--no-first-run", "--window-size=1600,1000")
 
@@ -83,11 +84,14 @@ def main(argv=None) -> int:
         try:
             page.get(f"{url}/#/experiments/{exp.experiment_id}/runs")
             missing = wait_for_text(page, [parent.info.run_name], args.timeout)
+            if not missing:  # child runs are folded under their parent: unfold it as a person would
+                page.find_element("css selector", EXPAND).click()
+                missing = wait_for_text(page, [c.info.run_name for c in children], args.timeout)
             page.save_screenshot(str(shots / "mlflow-experiment.png"))
             ok = not missing
             failures += not ok
-            print(f"{'PASS' if ok else 'FAIL'} experiment page {exp.name!r} lists suite run {parent.info.run_name!r}"
-                  + (f" (missing: {missing})" if missing else ""))
+            print(f"{'PASS' if ok else 'FAIL'} experiment page {exp.name!r} lists suite run {parent.info.run_name!r} "
+                  f"and its {len(children)} child runs" + (f" (missing: {missing})" if missing else ""))
             ids = [c.info.run_id for c in children]
             query = urllib.parse.urlencode({"runs": json.dumps(ids), "experiments": json.dumps([exp.experiment_id])})
             page.get(f"{url}/#/compare-runs?{query}")
