@@ -34,12 +34,18 @@ def frontier(dataset: str, results: list):
     return fig
 
 
-def languages(dataset: str, results: list, field: str = "lang"):
+LANGUAGE_FIELDS = ("lang", "source_lang")  # example fields that name a language (question's, culture's)
+
+
+def languages(dataset: str, results: list):
     """Grouped bars of the primary metric per language, one bar per cell; None without a language breakdown."""
     metric = _metric([r.summary for r in results])
-    prefix = f"{metric}_by_{field}/"
-    langs = sorted({k[len(prefix):] for r in results for k in r.summary if k.startswith(prefix)})
-    if len(langs) < 2:
+    for field in LANGUAGE_FIELDS:
+        prefix = f"{metric}_by_{field}/"
+        langs = sorted({k[len(prefix):] for r in results for k in r.summary if k.startswith(prefix)})
+        if len(langs) >= 2:
+            break
+    else:
         return None
     fig, ax = plt.subplots(figsize=(max(6, len(langs) * len(results) * 0.25), 4))
     width = 0.8 / len(results)

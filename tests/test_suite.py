@@ -101,3 +101,22 @@ def test_two_ray_cells_log_concurrently_through_one_tracking_server(tmp_path, mo
     assert (runs["tags.mlflow.parentRunId"] == out["run_id"]).sum() == 2
     assert "database is locked" not in log
     assert len(list((tmp_path / "cache" / "evals").glob("test-*.jsonl"))) == 2  # one checkpoint per cell
+
+
+def test_plots_cover_frontier_languages_and_budgets():
+    from optimizers import plots
+
+    def result(program, config, judge, lang_scores):
+        summary = {"n": 4, "judge": judge, "seconds": 3.0, "prompt_tokens": 900.0, "completion_tokens": 20.0,
+                   "lm_calls": 2.0 + dict(config).get("loops", 0)}
+        summary |= {f"judge_by_source_lang/{lang}": v for lang, v in lang_scores.items()}
+        return suite.Result(suite.Cell(program, "d", config), "run", summary, [])
+
+    results = [result("seal", (("k", 3), ("loops", loops)), 0.2 + loops / 10, {"en": 0.5, "ko": 0.25})
+               for loops in (0, 1, 3)] + [result("rag", (("k", 3),), 0.3, {"en": 0.75, "ko": 0.0})]
+    figures = plots.figures(results)
+    for _, fig in figures:
+        plots.close(fig)
+    names = [name for name, _ in figures]
+    assert names == ["plots/d_frontier.png", "plots/d_languages.png", "plots/d_budgets.png"]
+    assert plots.languages("d", [result("rag", (), 0.3, {"en": 1.0})]) is None  # one language: no bars
