@@ -96,6 +96,9 @@ def main(argv=None) -> int:
             query = urllib.parse.urlencode({"runs": json.dumps(ids), "experiments": json.dumps([exp.experiment_id])})
             page.get(f"{url}/#/compare-runs?{query}")
             missing = wait_for_text(page, [c.info.run_name for c in children] + [metric], args.timeout)
+            cells = page.find_elements("xpath", f"//*[normalize-space(text())='{metric}']")
+            if cells:  # the metrics table, not the plot selector, is what the screenshot should show
+                page.execute_script("arguments[0].scrollIntoView({block: 'center'})", cells[-1])
             page.save_screenshot(str(shots / "mlflow-compare.png"))
             ok = not missing
             failures += not ok
