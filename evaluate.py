@@ -1,7 +1,8 @@
 """Evaluate a program or a compiled artifact on one split and log an MLflow run.
 
 ``python evaluate.py --program rag --dataset hotpotqa --split dev --dev 50 --judge``
-``python evaluate.py --compiled <run-id or program.json> --split test``"""
+``python evaluate.py --compiled <run-id or program.json> --split test``
+``python evaluate.py --suite paper --test 30 --judge`` (every method with its baselines, see optimizers/suite.py)"""
 from __future__ import annotations
 
 import mlflow
@@ -10,14 +11,20 @@ import programs
 from optimizers import tracking
 from optimizers.cli import fail, interruptible, parser, session
 from optimizers.evaluation import evaluate
+from optimizers.suite import add_flags, run_suite
 
 
 @interruptible
 def main(argv=None) -> dict:
     p = parser(__doc__.splitlines()[0])
     p.add_argument("--compiled", help="compiled program: program.json path or MLflow run id")
-    p.add_argument("--split", default="dev", choices=["train", "dev", "test"])
+    p.add_argument("--split", choices=["train", "dev", "test"], help="default: dev, test for --suite")
+    add_flags(p)
     args = p.parse_args(argv)
+    if args.suite:
+        args.split = args.split or "test"
+        return run_suite(args)
+    args.split = args.split or "dev"
     if bool(args.program) == bool(args.compiled):
         fail(f"give exactly one of --program ({', '.join(programs.names())}) or --compiled PATH|RUN_ID")
     artifact = None
@@ -36,13 +43,16 @@ def main(argv=None) -> dict:
         fail(str(err))
     examples = s.evaluated(getattr(s.splits, args.split))
     run_name = f"{args.program}-{args.dataset}-{args.split}" + ("-compiled" if artifact else "")
+    if args.trace:
+        tracking.setup(args.experiment)
+        mlflow.dspy.autolog()
     with tracking.run(args.experiment, run_name, tags={"entry": "evaluate.py"}) as run:
         tracking.log_params(s.params(args.program) | {"split": args.split, "compiled_from": args.compiled or ""})
         if args.program in s.calibrations:
             tracking.log_json("calibration.json", s.calibrations[args.program])
         records, summary = evaluate(program, examples, s.metrics, k=args.k if s.retriever else None,
                                     retries=args.retries, checkpoint=s.checkpoint(args.split, args.program, program, examples),
-                                    desc=args.split, groups=s.groups)
+                                    desc=args.split, groups=s.groups, threads=args.threads)
         tracking.log_metrics(summary, args.split)
         tracking.log_jsonl(f"predictions/{args.split}.jsonl", records)
         if s.judge:

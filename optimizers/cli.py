@@ -78,6 +78,9 @@ def parser(description: str) -> argparse.ArgumentParser:
     p.add_argument("--no-cache", action="store_true", help="disable DSPy's LM response cache")
     p.add_argument("--ledger-to-writer", action="store_true",
                    help="seal: also show the final writer the verified ledger facts (default: passages only)")
+    p.add_argument("--threads", type=int, default=1,
+                   help="examples evaluated at once (for endpoints that serve concurrent requests; the embedded "
+                        "server answers one at a time)")
     p.add_argument("--experiment", default="agentic-rag", help="MLflow experiment")
     return p
 

@@ -1,8 +1,11 @@
 """Resumable, cost-metered evaluation: one JSON record per example, failures scored and counted, never fatal."""
 from __future__ import annotations
 
+import contextvars
 import json
+import threading
 import warnings
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 from statistics import mean
 
@@ -58,33 +61,52 @@ def record(example: dspy.Example, pred, metrics: dict, k: int | None, groups: tu
 
 def evaluate(program: dspy.Module, examples: list[dspy.Example], metrics: dict, *, k: int | None = None,
              retries: int = 1, checkpoint: Path | None = None, desc: str = "eval",
-             groups: tuple[str, ...] = ()) -> tuple[list[dict], dict]:
+             groups: tuple[str, ...] = (), threads: int = 1) -> tuple[list[dict], dict]:
     """Evaluate ``program`` on ``examples``; resume from ``checkpoint`` (JSONL) when it holds finished examples.
 
+    ``threads`` > 1 evaluates that many examples at once (for endpoints that serve concurrent requests); each
+    example's cost is metered on its own and the records come back in input order.
     Returns the per-example records and a summary: mean of every metric, ``failed_examples`` (count), mean
     ``iterations`` (from ``pred.trace``), cost per question (``lm_calls``, ``prompt_tokens``, ``completion_tokens``,
-    ``seconds``), for each example field in ``groups`` (e.g. ``lang``) ``<metric>_by_<field>/<value>``, and for
-    circular copies (``data.circular``) ``circular_<metric>``: per question the worst score over its copies."""
+    ``seconds``, ``lm_seconds``), for each example field in ``groups`` (e.g. ``lang``) ``<metric>_by_<field>/<value>``,
+    and for circular copies (``data.circular``) ``circular_<metric>``: per question the worst score over its copies."""
     done = load_checkpoint(checkpoint) if checkpoint else {}
-    records = []
     if checkpoint:
         checkpoint.parent.mkdir(parents=True, exist_ok=True)
     sink = open(checkpoint, "a", encoding="utf-8") if checkpoint else None
-    try:
-        for example in tqdm(examples, desc=desc, unit="q"):
-            if example.id in done:
-                records.append(done[example.id])
-                continue
-            with metered() as cost:
-                pred, error, tries = _run(program, example, retries)
-            rec = record(example, pred, metrics, k, groups) | {"error": error, "tries": tries} | cost.as_dict()
-            records.append(rec)
-            if sink:
+    write = threading.Lock()
+
+    def one(example: dspy.Example) -> dict:
+        with metered() as cost:
+            pred, error, tries = _run(program, example, retries)
+        rec = record(example, pred, metrics, k, groups) | {"error": error, "tries": tries} | cost.as_dict()
+        if sink:
+            with write:
                 sink.write(json.dumps(rec, ensure_ascii=False, default=str) + "\n")
                 sink.flush()
+        return rec
+
+    todo = [ex for ex in examples if ex.id not in done]
+    fresh: dict[str, dict] = {}
+    bar = tqdm(total=len(examples), initial=len(examples) - len(todo), desc=desc, unit="q")
+    pool = ThreadPoolExecutor(threads, thread_name_prefix="eval") if threads > 1 and len(todo) > 1 else None
+    try:
+        if pool is None:
+            for example in todo:
+                fresh[example.id] = one(example)
+                bar.update()
+        else:  # each example runs in a copy of this context: DSPy settings, retry attempt, left-out groups
+            futures = {pool.submit(contextvars.copy_context().run, one, ex): ex.id for ex in todo}
+            for future in as_completed(futures):
+                fresh[futures[future]] = future.result()
+                bar.update()
     finally:
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
+        bar.close()
         if sink:
             sink.close()
+    records = [done.get(ex.id) or fresh[ex.id] for ex in examples]
     return records, summarize(records, metrics, groups)
 
 
@@ -118,7 +140,7 @@ def summarize(records: list[dict], metrics: dict, groups: tuple[str, ...] = ()) 
         return {"n": 0}
     summary = {"n": len(records), "failed_examples": sum(r["failed"] for r in records)}
     numeric = [*metrics, "title_precision", "title_recall", "title_f1", "recall_any", "all_pass", "ndcg",
-               "citation_precision", "lm_calls", "prompt_tokens", "completion_tokens", "seconds"]
+               "citation_precision", "lm_calls", "prompt_tokens", "completion_tokens", "seconds", "lm_seconds"]
     for key in numeric:
         values = [r[key] for r in records if r.get(key) is not None]
         if values:

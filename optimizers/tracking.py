@@ -41,12 +41,15 @@ def git_commit() -> str:
 
 def setup(experiment: str) -> None:
     """Point MLflow at the store and select ``experiment``, under a file lock: two runs starting together would
-    otherwise both create the sqlite tables (one fails) or the experiment."""
+    otherwise both create the sqlite tables (one fails) or the experiment. A tracking server keeps its own
+    artifacts."""
     with open(mlruns() / ".setup.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         mlflow.set_tracking_uri(tracking_uri())
         if mlflow.get_experiment_by_name(experiment) is None:
-            mlflow.create_experiment(experiment, artifact_location=(mlruns() / "artifacts" / experiment).as_uri())
+            served = tracking_uri().startswith(("http://", "https://"))
+            mlflow.create_experiment(experiment, artifact_location=None if served else
+                                     (mlruns() / "artifacts" / experiment).as_uri())
         mlflow.set_experiment(experiment)
 
 
@@ -98,3 +101,44 @@ def download(run_id: str, artifact: str) -> Path:
     mlflow.set_tracking_uri(tracking_uri())
     return Path(mlflow.artifacts.download_artifacts(run_id=run_id, artifact_path=artifact,
                                                     dst_path=tempfile.mkdtemp(prefix="rag-artifact-")))
+
+
+@contextmanager
+def server(backend_uri: str | None = None, artifacts: Path | None = None, timeout: float = 600):
+    """A local ``mlflow server`` on 127.0.0.1 (free port) over ``backend_uri`` (default: the project's sqlite
+    store); yields its URL and stops it on exit. Concurrent writers (Ray cells) log through one such server."""
+    import socket
+    import sys
+    import time
+    import urllib.request
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    backend_uri = backend_uri or f"sqlite:///{mlruns() / 'mlflow.db'}"
+    cmd = [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", backend_uri, "--host", "127.0.0.1",
+           "--port", str(port), "--workers", "1"]
+    cmd += ["--artifacts-destination", str(artifacts)] if artifacts else []
+    log = tempfile.NamedTemporaryFile("w+", prefix="mlflow-server-", suffix=".log", delete=False)
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                with urllib.request.urlopen(f"{url}/health", timeout=2):
+                    break
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"mlflow server did not start; log {log.name}:\n"
+                                       + Path(log.name).read_text()[-2000:])
+                time.sleep(0.5)
+        server.log = log.name
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()

@@ -1,0 +1,121 @@
+"""The suite's leaderboard: per dataset one row per cell (quality, retrieval, cost, failures) and, for every
+method-vs-baseline pair, the paired difference with a 95% bootstrap CI, the exact McNemar p-value and the
+Holm-Bonferroni adjusted p-value across all pairs of the table."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import mlflow
+
+from optimizers import plots
+from optimizers.evaluation import per_question
+from optimizers.stats import bootstrap_ci, holm, mcnemar_exact
+
+QUALITY = (("judge", "judge"), ("em", "EM"), ("f1", "F1"), ("accuracy", "acc"), ("circular_accuracy", "circ acc"))
+RETRIEVAL = (("title_recall", "R@k"), ("title_precision", "P@k"), ("all_pass", "all-pass"), ("ndcg", "nDCG"))
+COST = (("iterations", "iters/q", "{:.2f}"), ("lm_calls", "LM calls/q", "{:.1f}"),
+        ("prompt_tokens", "prompt tok/q", "{:.0f}"), ("completion_tokens", "compl tok/q", "{:.0f}"),
+        ("seconds", "s/q", "{:.1f}"), ("lm_seconds", "LM s/q", "{:.1f}"))
+PRIMARY = ("judge", "accuracy", "em")  # the per-question correctness the paired tests use, first one present
+
+
+@dataclass
+class Board:
+    markdown: str
+    metrics: dict = field(default_factory=dict)
+    pairs: list[dict] = field(default_factory=list)
+
+
+def primary(summary: dict) -> str:
+    return next((m for m in PRIMARY if m in summary), "f1")
+
+
+def _fmt(value, spec: str = "{:.3f}") -> str:
+    return "–" if value is None or (isinstance(value, float) and math.isnan(value)) else spec.format(value)
+
+
+def overhead(summary: dict) -> float | None:
+    """Share of the wall time per question spent outside LM calls (retrieval, parsing, Python)."""
+    if summary.get("seconds") and summary.get("lm_seconds") is not None:
+        return max(0.0, 1.0 - summary["lm_seconds"] / summary["seconds"])
+    return None
+
+
+def cell_table(results: list) -> str:
+    summaries = [r.summary for r in results]
+    quality = [(k, h) for k, h in QUALITY if any(k in s for s in summaries)]
+    retrieval = [(k, h) for k, h in RETRIEVAL if any(k in s for s in summaries)]
+    cost = [(k, h, f) for k, h, f in COST if any(k in s for s in summaries)]
+    head = ["program", "n", *(h for _, h in quality), *(h for _, h in retrieval), *(h for _, h, _ in cost),
+            "orchestration", "failed"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in results:
+        s = r.summary
+        cells = [r.cell.label, str(s.get("n", 0)), *(_fmt(s.get(k)) for k, _ in quality),
+                 *(_fmt(s.get(k)) for k, _ in retrieval), *(_fmt(s.get(k), f) for k, _, f in cost),
+                 _fmt(overhead(s), "{:.0%}"), str(s.get("failed_examples", 0))]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def paired(method, baseline) -> dict:
+    """``method`` vs ``baseline`` on the questions both answered: difference of the primary metric (per
+    question, the worst circular copy), its 95% bootstrap CI, discordant counts and the exact McNemar p."""
+    metric = primary(method.summary)
+    a, b = per_question(method.records, metric), per_question(baseline.records, metric)
+    ids = [q for q in a if q in b]
+    diffs = [a[q] - b[q] for q in ids]
+    only_a, only_b, p = mcnemar_exact([a[q] >= 1.0 for q in ids], [b[q] >= 1.0 for q in ids])
+    _, low, high = bootstrap_ci(diffs)
+    return {"dataset": method.cell.dataset, "method": method.cell.label, "baseline": baseline.cell.label,
+            "metric": metric, "n": len(ids), "method_mean": sum(a[q] for q in ids) / len(ids) if ids else math.nan,
+            "baseline_mean": sum(b[q] for q in ids) / len(ids) if ids else math.nan,
+            "diff": sum(diffs) / len(diffs) if diffs else math.nan, "ci_low": low, "ci_high": high,
+            "only_method": only_a, "only_baseline": only_b, "mcnemar_p": p}
+
+
+def pair_table(rows: list[dict]) -> str:
+    lines = ["| dataset | method | baseline | metric | n | method | baseline | diff | 95% CI | only method right | "
+             "only baseline right | McNemar p | Holm p |", "|" + "---|" * 13]
+    for r in rows:
+        lines.append(f"| {r['dataset']} | {r['method']} | {r['baseline']} | {r['metric']} | {r['n']} | "
+                     f"{_fmt(r['method_mean'])} | {_fmt(r['baseline_mean'])} | {_fmt(r['diff'], '{:+.3f}')} | "
+                     f"[{_fmt(r['ci_low'], '{:+.3f}')}, {_fmt(r['ci_high'], '{:+.3f}')}] | {r['only_method']} | "
+                     f"{r['only_baseline']} | {_fmt(r['mcnemar_p'])} | {_fmt(r['holm_p'])} |")
+    return "\n".join(lines)
+
+
+def report(results: list, pairs: list[tuple], title: str) -> Board:
+    """The markdown leaderboard of a suite run and its numbers as flat metrics."""
+    by_cell = {(r.cell.dataset, r.cell): r for r in results}
+    rows = [paired(by_cell[(d, m)], by_cell[(d, b)]) for d, m, b in pairs
+            if (d, m) in by_cell and (d, b) in by_cell]
+    for row, adjusted in zip(rows, holm([r["mcnemar_p"] for r in rows])):
+        row["holm_p"] = adjusted
+    parts = [f"# Leaderboard: {title}"]
+    for dataset in dict.fromkeys(r.cell.dataset for r in results):
+        parts.append(f"## {dataset}\n\n" + cell_table([r for r in results if r.cell.dataset == dataset]))
+    if rows:
+        parts.append("## Method vs baseline (paired, same questions)\n\n" + pair_table(rows) +
+                     "\n\ndiff = method - baseline on the primary metric; 95% percentile bootstrap CI of the mean "
+                     "per-question difference; exact McNemar test on per-question correctness; Holm-Bonferroni "
+                     "over every pair in this table. orchestration = share of wall time outside LM calls.")
+    metrics = {}
+    for r in rows:
+        key = f"{r['dataset']}_{r['method']}_vs_{r['baseline']}"
+        metrics |= {f"{key}_diff": r["diff"], f"{key}_mcnemar_p": r["mcnemar_p"], f"{key}_holm_p": r["holm_p"]}
+    for r in results:
+        if (share := overhead(r.summary)) is not None:
+            metrics[f"{r.cell.dataset}_{r.cell.label}_orchestration"] = share
+    return Board("\n\n".join(parts) + "\n", {k: v for k, v in metrics.items() if not math.isnan(v)}, rows)
+
+
+def log(board: Board, results: list, pairs: list[tuple]) -> None:
+    """Leaderboard as artifact and run description, its numbers as metrics, the plots as figures (active run)."""
+    mlflow.log_text(board.markdown, "leaderboard.md")
+    mlflow.set_tag("mlflow.note.content", board.markdown)
+    mlflow.log_metrics(board.metrics)
+    for name, fig in plots.figures(results):
+        mlflow.log_figure(fig, name)
+        plots.close(fig)

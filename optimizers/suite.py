@@ -1,0 +1,206 @@
+"""Suites: every method with its paper baselines on its benchmarks, one MLflow parent run, one child run per cell.
+
+A suite is data: :class:`Entry` (method, baselines, datasets, optional grid of ``k``/``loops`` values). Adding a
+program to the comparison is one ``Entry`` line in ``SUITES``. ``python evaluate.py --suite paper --test 30`` runs
+every (program, dataset[, grid point]) cell on the same seeded split with the same LMs and embedder, each cell
+checkpointed per example (an interrupted suite re-run makes no repeated LM calls), then logs the leaderboard
+(``optimizers.leaderboard``) and plots to the parent run. ``--ray [ADDRESS]`` runs the cells as Ray tasks."""
+from __future__ import annotations
+
+import argparse
+import copy
+import itertools
+import os
+from dataclasses import dataclass, field, replace
+
+import mlflow
+
+import programs
+from optimizers import leaderboard, tracking
+from optimizers.cli import Session, fail, session
+from optimizers.evaluation import evaluate
+from runtime.paths import PROJECT_ROOT
+
+SHORT = {"k": "k", "loops": "L"}  # grid keys in cell labels: seal_k3_L1
+
+
+@dataclass(frozen=True)
+class Entry:
+    """A method, the baselines its paper compares it with, the datasets it is measured on, and an optional grid."""
+    method: str
+    baselines: tuple[str, ...]
+    datasets: tuple[str, ...]
+    grid: dict = field(default_factory=dict, hash=False)  # e.g. {"k": (1, 3), "loops": (0, 1, 3)}
+
+
+SUITES: dict[str, tuple[Entry, ...]] = {
+    "paper": (
+        Entry("seal", ("self_rag", "rag"), ("hotpotqa", "2wiki")),
+        Entry("coral", ("direct", "mono_rag", "multi_rag", "cross_rag", "t_rag", "coral_select"), ("blend", "click")),
+    ),
+    "seal-grid": (Entry("seal", ("self_rag", "rag"), ("hotpotqa",), {"k": (1, 3), "loops": (0, 1, 3)}),),
+}
+
+
+@dataclass(frozen=True)
+class Cell:
+    program: str
+    dataset: str
+    config: tuple[tuple[str, int], ...] = ()  # grid values this program takes, e.g. (("k", 3), ("loops", 1))
+
+    @property
+    def label(self) -> str:
+        return self.program + "".join(f"_{SHORT.get(k, k)}{v}" for k, v in self.config)
+
+
+@dataclass
+class Result:
+    cell: Cell
+    run_id: str
+    summary: dict
+    records: list[dict]
+
+
+def entries(name: str, dataset: str | None) -> tuple[Entry, ...]:
+    """A named suite, or an ad-hoc one: ``METHOD,BASELINE,...`` on ``--dataset``."""
+    if name in SUITES:
+        return SUITES[name]
+    names = [n for n in name.split(",") if n]
+    unknown = [n for n in names if n not in programs.REGISTRY]
+    if unknown or not names:
+        fail(f"unknown suite '{name}'; use one of {', '.join(SUITES)} or a comma-separated program list "
+             f"(method first) with --dataset")
+    return (Entry(names[0], tuple(names[1:]), (dataset or programs.spec(names[0]).default_dataset,)),)
+
+
+def _grid_points(grid: dict) -> list[dict]:
+    keys = list(grid)
+    return [dict(zip(keys, values)) for values in itertools.product(*(grid[k] for k in keys))] or [{}]
+
+
+def _cell(program: str, dataset: str, point: dict) -> Cell:
+    return Cell(program, dataset, tuple(sorted(programs.accepted_config(program, point).items())))
+
+
+def plan(suite: tuple[Entry, ...], only_datasets=None, only_methods=None) -> tuple[list[Cell], list[tuple]]:
+    """The distinct cells to run (in suite order) and the (dataset, method cell, baseline cell) pairs to test."""
+    cells, pairs = {}, []
+    for entry in suite:
+        if only_methods and entry.method not in only_methods:
+            continue
+        for dataset in entry.datasets:
+            if only_datasets and dataset not in only_datasets:
+                continue
+            for point in _grid_points(entry.grid):
+                method = _cell(entry.method, dataset, point)
+                cells.setdefault(method, None)
+                for baseline in entry.baselines:
+                    base = _cell(baseline, dataset, point)
+                    cells.setdefault(base, None)
+                    if (dataset, method, base) not in pairs:
+                        pairs.append((dataset, method, base))
+    return list(cells), pairs
+
+
+def cell_session(base: Session, cell: Cell) -> Session:
+    """The dataset's session with the cell's grid values in place of ``--k``/``--loops``."""
+    args = copy.copy(base.args)
+    for key, value in cell.config:
+        setattr(args, key, value)
+    return replace(base, args=args)
+
+
+def run_cell(s: Session, cell: Cell, parent_run_id: str, suite_name: str) -> Result:
+    """Evaluate one cell into its own child run of ``parent_run_id`` (checkpointed per example)."""
+    a = s.args
+    program = s.build(cell.program)
+    examples = s.evaluated(getattr(s.splits, a.split))
+    tracking.setup(a.experiment)
+    if a.trace:
+        mlflow.dspy.autolog()
+    with mlflow.start_run(run_name=f"{cell.label}-{cell.dataset}", parent_run_id=parent_run_id,
+                          nested=mlflow.active_run() is not None,
+                          tags={"git_commit": tracking.git_commit(), "entry": "evaluate.py --suite",
+                                "suite": suite_name, "cell": cell.label, "dataset": cell.dataset}) as run:
+        tracking.log_params(s.params(cell.program) | {"split": a.split, "threads": a.threads})
+        records, summary = evaluate(program, examples, s.metrics, k=a.k if s.retriever else None,
+                                    retries=a.retries, desc=f"{cell.label}/{cell.dataset}", groups=s.groups,
+                                    checkpoint=s.checkpoint(a.split, cell.program, program, examples),
+                                    threads=a.threads)
+        tracking.log_metrics(summary, a.split)
+        tracking.log_jsonl(f"predictions/{a.split}.jsonl", records)
+    return Result(cell, run.info.run_id, summary, records)
+
+
+def _remote_cell(args: argparse.Namespace, cell: Cell, parent_run_id: str, suite_name: str, hook=None) -> Result:
+    """A Ray task: its own session (data, retriever, LMs) for the cell's dataset, then :func:`run_cell`."""
+    args = copy.copy(args)
+    args.dataset = cell.dataset
+    s = session(args, programs.spec(cell.program).needs_search)
+    if hook is not None:
+        s = hook(s)
+    return run_cell(cell_session(s, cell), cell, parent_run_id, suite_name)
+
+
+def _ray_results(args, cells: list[Cell], parent_run_id: str, hook) -> list[Result]:
+    try:
+        import ray
+    except ImportError:
+        fail("--ray needs Ray: pip install '.[ray]'")
+    env = {k: v for k, v in os.environ.items() if k.startswith(("RAG_", "MLFLOW_", "LITELLM_", "HF_", "OPENAI_"))}
+    if args.ray == "local":
+        runtime_env = {"env_vars": env | {"PYTHONPATH": str(PROJECT_ROOT)}}
+        ray.init(runtime_env=runtime_env, include_dashboard=False)
+    else:  # a cluster: ship this checkout to the workers
+        ray.init(address=args.ray, runtime_env={"env_vars": env, "working_dir": str(PROJECT_ROOT),
+                                                "excludes": [".venv", ".cache", "mlruns", ".git"]})
+    try:
+        task = ray.remote(num_cpus=args.ray_cpus)(_remote_cell)
+        return ray.get([task.remote(args, cell, parent_run_id, args.suite, hook) for cell in cells])
+    finally:
+        ray.shutdown()
+
+
+def run_suite(args: argparse.Namespace, hook=None) -> dict:
+    """Run the suite named by ``args.suite`` and log its leaderboard; ``hook(session) -> session`` (tests) is
+    applied to every dataset's session before its cells run."""
+    suite = entries(args.suite, args.dataset)
+    cells, pairs = plan(suite, args.datasets, args.methods)
+    if not cells:
+        fail(f"suite '{args.suite}' has no cell for --datasets {args.datasets} / --methods {args.methods}")
+    if args.ray and not tracking.tracking_uri().startswith("http"):
+        print("warning: --ray with the sqlite store: concurrent cells should log through a tracking server "
+              "(mlflow server ...; MLFLOW_TRACKING_URI=http://...)")
+    results: list[Result] = []
+    with tracking.run(args.experiment, f"suite-{args.suite}", tags={"entry": "evaluate.py --suite"}) as parent:
+        tracking.log_params({"suite": args.suite, "cells": [f"{c.label}@{c.dataset}" for c in cells],
+                             "split": args.split, "split_seed": args.seed, "threads": args.threads,
+                             "ray": args.ray or "", "trace": args.trace, "cache": not args.no_cache,
+                             "lm": args.lm, "judge": args.judge, "embedder": args.embedder, "k": args.k,
+                             "loops": args.loops, "n_test": args.test, "n_dev": args.dev})
+        if args.ray:
+            results = _ray_results(args, cells, parent.info.run_id, hook)
+        else:
+            for dataset in dict.fromkeys(c.dataset for c in cells):
+                mine = [c for c in cells if c.dataset == dataset]
+                ds_args = copy.copy(args)
+                ds_args.dataset = dataset
+                s = session(ds_args, any(programs.spec(c.program).needs_search for c in mine))
+                s = hook(s) if hook else s
+                results += [run_cell(cell_session(s, c), c, parent.info.run_id, args.suite) for c in mine]
+        board = leaderboard.report(results, pairs, title=f"suite {args.suite}, split {args.split} "
+                                                         f"(seed {args.seed}), lm {args.lm}")
+        leaderboard.log(board, results, pairs)
+    print(f"\n{board.markdown}\nrun {parent.info.run_id} (suite-{args.suite})")
+    return {"run_id": parent.info.run_id, "results": results, "leaderboard": board}
+
+
+def add_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--suite", help=f"run a suite ({', '.join(SUITES)}, or METHOD,BASELINE,... on --dataset): "
+                                   "every cell on the same seeded split, one parent MLflow run, a leaderboard")
+    p.add_argument("--datasets", nargs="+", help="suite: only these datasets")
+    p.add_argument("--methods", nargs="+", help="suite: only these methods (with their baselines)")
+    p.add_argument("--ray", nargs="?", const="local", metavar="ADDRESS",
+                   help="suite: run cells as Ray tasks (local ray.init(), or a cluster address); pip install '.[ray]'")
+    p.add_argument("--ray-cpus", type=float, default=1, help="CPUs Ray reserves per cell")
+    p.add_argument("--trace", action="store_true", help="trace every DSPy call into MLflow (mlflow.dspy.autolog)")

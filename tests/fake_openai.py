@@ -1,0 +1,100 @@
+"""A local fake OpenAI-compatible chat endpoint for tests and benchmarks: fixed latency, deterministic answers.
+
+It reads the output fields DSPy's ChatAdapter asks for and fills each with a value that parses: a choice among a
+``Literal``'s options or ``True``/``False`` picked by a hash of the prompt, ``1`` for numbers, ``[]`` for lists,
+otherwise a short text derived from the prompt. The same prompt always gets the same reply, and usage is reported
+(prompt characters / 4, completion characters / 4), so runs can be compared record for record.
+
+``with FakeOpenAI(latency=0.2) as server: dspy.LM("openai/fake", api_base=server.api_base, api_key="x")``"""
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+FIELD = re.compile(r"`\[\[ ## (\w+) ## \]\]`")
+
+
+def _value(name: str, system: str, digest: int) -> str:
+    note = re.search(r"\{" + re.escape(name) + r"\}\s+# note: the value you produce (.*)", system)
+    rule = note.group(1) if note else ""
+    if rule.startswith("must be True or False"):
+        return ("True", "False")[digest % 2]
+    if rule.startswith("must be a single"):
+        return "1"
+    if "one of:" in rule:
+        options = [o.strip() for o in rule.split("one of:", 1)[1].split(";")]
+        return options[digest % len(options)]
+    if '"array"' in rule:
+        return "[]"
+    if "JSON schema" in rule:
+        return "{}"
+    return f"{name} {digest % 997}"
+
+
+def reply(messages: list[dict]) -> str:
+    """The completion for a ChatAdapter prompt: every requested output field, then the completion marker."""
+    system = next((m["content"] for m in messages if m["role"] == "system"), "")
+    last = messages[-1]["content"] if messages else ""
+    text = json.dumps(messages, sort_keys=True)
+    digest = int(hashlib.sha256(text.encode()).hexdigest()[:8], 16)
+    fields = [f for f in dict.fromkeys(FIELD.findall(last if isinstance(last, str) else "")) if f != "completed"]
+    body = "".join(f"[[ ## {f} ## ]]\n{_value(f, system, digest)}\n\n" for f in fields)
+    return body + "[[ ## completed ## ]]"
+
+
+class FakeOpenAI:
+    """``/v1/chat/completions`` and ``/v1/models`` on 127.0.0.1 (free port), each request held ``latency`` s."""
+
+    def __init__(self, latency: float = 0.0):
+        self.latency, self.requests = latency, 0
+        lock = threading.Lock()
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def _send(self, payload: dict) -> None:
+                data = json.dumps(payload).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_GET(self):
+                self._send({"object": "list", "data": [{"id": "fake", "object": "model"}]})
+
+            def do_POST(self):
+                request = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
+                with lock:
+                    outer.requests += 1
+                time.sleep(outer.latency)
+                messages = request.get("messages", [])
+                text = reply(messages)
+                prompt = sum(len(str(m.get("content", ""))) for m in messages) // 4
+                self._send({"id": "fake", "object": "chat.completion", "created": 0, "model": request.get("model"),
+                            "choices": [{"index": 0, "finish_reason": "stop",
+                                         "message": {"role": "assistant", "content": text}}],
+                            "usage": {"prompt_tokens": prompt, "completion_tokens": len(text) // 4,
+                                      "total_tokens": prompt + len(text) // 4}})
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    @property
+    def api_base(self) -> str:
+        return f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+
+    def __enter__(self) -> "FakeOpenAI":
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()

@@ -1,0 +1,122 @@
+"""Suite runner: cells, pairs, leaderboard and plots on DummyLM; two cells as concurrent Ray tasks through one
+local MLflow tracking server."""
+import argparse
+import math
+from dataclasses import replace
+
+import mlflow
+import pytest
+
+from optimizers import cli, leaderboard, suite, tracking
+
+
+def suite_args(argv: list[str]) -> argparse.Namespace:
+    p = cli.parser("suite test")
+    suite.add_flags(p)
+    p.add_argument("--split", default="test")
+    return p.parse_args(argv)
+
+
+def make_hook():
+    """A session hook that answers every role through one DummyLM; a local function, so Ray pickles it by value
+    and runs it in the worker's own process."""
+    def hook(s):
+        from dspy.utils.dummies import DummyLM
+
+        from runtime.roles import Roles, init_dspy
+
+        lm = DummyLM({"": {"reasoning": "because", "answer": "Paris"}})
+        init_dspy(lm, cache=False)
+        return replace(s, roles=Roles(writer=lm))
+    return hook
+
+
+def test_plan_expands_grids_per_program_and_pairs_at_the_same_point():
+    entry = suite.Entry("seal", ("self_rag", "rag"), ("hotpotqa",), {"k": (1, 3), "loops": (0, 1)})
+    cells, pairs = suite.plan((entry,))
+    labels = [c.label for c in cells]
+    assert labels.count("rag_k1") == 1 and "seal_k3_L1" in labels and len(cells) == 2 * 2 * 2 + 2
+    assert ("hotpotqa", suite.Cell("seal", "hotpotqa", (("k", 3), ("loops", 1))),
+            suite.Cell("rag", "hotpotqa", (("k", 3),))) in pairs
+    only = suite.plan(suite.SUITES["paper"], only_datasets=["click"])[0]
+    assert {c.dataset for c in only} == {"click"} and "coral" in {c.program for c in only}
+
+
+def test_ad_hoc_suite_and_unknown_name():
+    (entry,) = suite.entries("rag,direct", "demo")
+    assert (entry.method, entry.baselines, entry.datasets) == ("rag", ("direct",), ("demo",))
+    with pytest.raises(SystemExit):
+        suite.entries("nonsense", None)
+
+
+def fake(label, dataset, right: list[bool], seconds=2.0, lm_seconds=1.5):
+    program, *_ = label.split("_k")
+    records = [{"id": f"q{i}", "judge": float(r), "em": float(r)} for i, r in enumerate(right)]
+    summary = {"n": len(right), "judge": sum(right) / len(right), "em": sum(right) / len(right), "lm_calls": 2.0,
+               "seconds": seconds, "lm_seconds": lm_seconds, "failed_examples": 0}
+    return suite.Result(suite.Cell(program, dataset), "run", summary, records)
+
+
+def test_leaderboard_pairs_are_tested_and_holm_adjusted():
+    a = fake("seal", "d", [True] * 8 + [False] * 2)
+    b = fake("self_rag", "d", [False] * 8 + [True] * 2)
+    c = fake("rag", "d", [True] * 7 + [False] * 3)
+    board = leaderboard.report([a, b, c], [("d", a.cell, b.cell), ("d", a.cell, c.cell)], "t")
+    vs_b, vs_c = board.pairs
+    assert (vs_b["only_method"], vs_b["only_baseline"], vs_b["metric"]) == (8, 2, "judge")
+    assert math.isclose(vs_b["diff"], 0.6) and vs_b["ci_low"] < 0.6 < vs_b["ci_high"]
+    assert math.isclose(vs_b["holm_p"], min(1.0, 2 * vs_b["mcnemar_p"]))  # the smaller of two p-values
+    assert vs_c["holm_p"] == max(vs_c["mcnemar_p"], vs_b["holm_p"])
+    assert "| seal | 10 |" in board.markdown and "25%" in board.markdown  # orchestration = 1 - 1.5/2
+
+
+def test_suite_runs_cells_into_child_runs_and_resumes_without_lm_calls(dummy):
+    args = suite_args(["--suite", "cot,direct", "--dataset", "demo", "--train", "0", "--dev", "0", "--test", "3",
+                       "--lm", "openai/unused", "--no-cache", "--experiment", "suite-test"])
+    out = suite.run_suite(args, hook=make_hook())
+    assert [r.cell.label for r in out["results"]] == ["cot", "direct"]
+    assert all(r.summary["n"] == 3 and r.summary["lm_calls"] == 1.0 for r in out["results"])
+    again = suite.run_suite(args, hook=make_hook())
+    assert [r.records for r in again["results"]] == [r.records for r in out["results"]]
+    mlflow.set_tracking_uri(tracking.tracking_uri())
+    runs = mlflow.search_runs(experiment_names=["suite-test"])
+    children = runs[runs["tags.mlflow.parentRunId"] == out["run_id"]]
+    assert sorted(children["tags.cell"]) == ["cot", "direct"]
+    artifacts = {f.path for f in mlflow.MlflowClient().list_artifacts(out["run_id"])}
+    assert {"leaderboard.md", "plots"} <= artifacts
+
+
+def test_two_ray_cells_log_concurrently_through_one_tracking_server(tmp_path, monkeypatch):
+    pytest.importorskip("ray")
+    with tracking.server(f"sqlite:///{tmp_path / 'server.db'}", tmp_path / "artifacts") as url:
+        monkeypatch.setenv("MLFLOW_TRACKING_URI", url)
+        args = suite_args(["--suite", "cot,direct", "--dataset", "demo", "--train", "0", "--dev", "0", "--test", "3",
+                           "--lm", "openai/unused", "--no-cache", "--experiment", "ray-test", "--ray"])
+        out = suite.run_suite(args, hook=make_hook())
+        mlflow.set_tracking_uri(url)
+        runs = mlflow.search_runs(experiment_names=["ray-test"])
+        log = open(tracking.server.log).read()
+    assert {r.cell.label: r.summary["n"] for r in out["results"]} == {"cot": 3, "direct": 3}
+    assert len(runs) == 3 and set(runs["status"]) == {"FINISHED"}
+    assert (runs["tags.mlflow.parentRunId"] == out["run_id"]).sum() == 2
+    assert "database is locked" not in log
+    assert len(list((tmp_path / "cache" / "evals").glob("test-*.jsonl"))) == 2  # one checkpoint per cell
+
+
+def test_plots_cover_frontier_languages_and_budgets():
+    from optimizers import plots
+
+    def result(program, config, judge, lang_scores):
+        summary = {"n": 4, "judge": judge, "seconds": 3.0, "prompt_tokens": 900.0, "completion_tokens": 20.0,
+                   "lm_calls": 2.0 + dict(config).get("loops", 0)}
+        summary |= {f"judge_by_source_lang/{lang}": v for lang, v in lang_scores.items()}
+        return suite.Result(suite.Cell(program, "d", config), "run", summary, [])
+
+    results = [result("seal", (("k", 3), ("loops", loops)), 0.2 + loops / 10, {"en": 0.5, "ko": 0.25})
+               for loops in (0, 1, 3)] + [result("rag", (("k", 3),), 0.3, {"en": 0.75, "ko": 0.0})]
+    figures = plots.figures(results)
+    for _, fig in figures:
+        plots.close(fig)
+    names = [name for name, _ in figures]
+    assert names == ["plots/d_frontier.png", "plots/d_languages.png", "plots/d_budgets.png"]
+    assert plots.languages("d", [result("rag", (), 0.3, {"en": 1.0})]) is None  # one language: no bars
