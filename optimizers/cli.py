@@ -103,7 +103,10 @@ class Session:
                                   self.args.max_docs)
 
     def build(self, program_name: str) -> dspy.Module:
-        return assign_roles(programs.build(program_name, search=self.retriever, **self.config), self.roles)
+        try:
+            return assign_roles(programs.build(program_name, search=self.retriever, **self.config), self.roles)
+        except FileNotFoundError as err:  # e.g. rag_critic's taxonomy file
+            fail(str(err))
 
     def checkpoint(self, stage: str, program_name: str, program: dspy.Module, examples: list) -> Path:
         """Per-example results file keyed by everything that changes them, so an interrupted run resumes."""

@@ -11,8 +11,10 @@ import dspy
 from programs.baselines import RAG, Direct
 from programs.coral import CORAL
 from programs.mrag import MultilingualRAG
+from programs.rag_critic import RAGCritic
 from programs.seal import SEAL
 from programs.self_rag import SelfRAG
+from programs.self_refine import SelfRefine
 
 
 @dataclass(frozen=True)
@@ -55,6 +57,10 @@ REGISTRY: dict[str, ProgramSpec] = {
                                       {"scope": "own_en"}),
     "seal": ProgramSpec(SEAL, "SEAL-RAG: entity ledger, sufficiency gate, one micro-query per repair at fixed k"),
     "self_rag": ProgramSpec(SelfRAG, "Self-RAG-style loop: draft, critique, retrieve again or stop (SEAL baseline)"),
+    "rag_critic": ProgramSpec(RAGCritic, "RAG-Critic: error critic with the 3-tier taxonomy, typed correction plan, "
+                                         "dispatcher"),
+    "rag_critic_2r": ProgramSpec(RAGCritic, "RAG-Critic with a second critic/plan/execute round", {"rounds": 2}),
+    "self_refine": ProgramSpec(SelfRefine, "Self-Refine: draft, self-feedback, revise (RAG-Critic baseline)"),
 }
 
 
