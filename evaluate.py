@@ -69,7 +69,8 @@ def error_profile(s, records: list[dict], taxonomy, title: str) -> str:
 
     critic = ErrorCritic(taxonomy, s.args.max_chars)
     critic.judge.lm = s.roles.lm("critic")
-    result = ep.profile(records, critic, ep.passage_lookup(s.bundle.corpora, records))
+    ids = {p["id"] for r in records for p in r.get("passages") or []}
+    result = ep.profile(records, critic, ep.passage_lookup(s.bundle.corpora, ids))
     return ep.log(result, taxonomy, title)
 
 

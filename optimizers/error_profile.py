@@ -28,9 +28,8 @@ def is_wrong(record: dict) -> bool:
     return record.get("accuracy", 0.0) < 1.0
 
 
-def passage_lookup(corpora: list[Corpus], records: list[dict]) -> dict[str, Passage]:
-    """Passage id -> passage for the evidence the records list by id."""
-    wanted = {p["id"] for r in records for p in r.get("passages") or []}
+def passage_lookup(corpora: list[Corpus], wanted: set[str]) -> dict[str, Passage]:
+    """Passage id -> passage for the ``wanted`` ids (evidence that records list by id)."""
     return {f"{c.name}:{d['id']}": c.passage(i) for c in corpora for i, d in enumerate(c.docs)
             if f"{c.name}:{d['id']}" in wanted}
 

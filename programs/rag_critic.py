@@ -48,7 +48,7 @@ class RAGCritic(dspy.Module):
         rounds, stop = [], "round_budget"
         for _ in range(self.rounds):
             critique = self.critic(question=question, passages=passages, prediction=answer)       # critic
-            record = {"answer_in": answer, "critique": critique.as_dict()}
+            record = {"answer_in": answer, "passages_in": [p.id for p in passages], "critique": critique.as_dict()}
             rounds.append(record)
             if not critique.flagged:
                 stop = "critic_correct"

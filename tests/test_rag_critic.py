@@ -305,3 +305,39 @@ def test_error_profile_without_taxonomy_stops_before_evaluating(tmp_path, monkey
     with pytest.raises(SystemExit):
         evaluate.main(["--program", "rag", "--dataset", "demo", "--dev", "1", "--error-profile"])
     assert "rag_critic/all_tags_structure_final.json" in capsys.readouterr().err
+
+
+# --- critic scores and the comparison script -----------------------------------------------------------------
+
+def test_identification_is_balanced_over_both_classes():
+    from optimizers.critic_scores import identification, tier1_agreement
+
+    # 3 wrong answers (2 flagged), 1 right answer (flagged): error recall 2/3, correct recall 0
+    ident = identification([True, True, False, True], [True, True, True, False])
+    assert ident["error_recall"] == pytest.approx(2 / 3) and ident["correct_recall"] == 0.0
+    assert ident["balanced_accuracy"] == pytest.approx(1 / 3) and ident["flagged_share"] == 0.75
+    agree = tier1_agreement([["A", "B"], ["C"], []], [["B"], ["D"], ["A"]])
+    assert agree == {"n_both_labelled": 2, "overlap": 0.5, "same_first": 0.0, "jaccard": 0.25}
+
+
+def test_compare_script_reads_flags_plans_and_critic_accuracy_from_traces():
+    import sys
+    sys.path.insert(0, str(Path(__file__).parent.parent / "scripts"))
+    import critic_eval
+    import rag_critic_compare
+
+    def rec(first, verdict, valid, tier1=()):
+        rounds = [{"answer_in": first, "passages_in": [], "critique": {"verdict": verdict, "tier1": list(tier1)}}]
+        return {"id": first, "question": Q, "gold": "Lyon", "trace": {
+            "flagged": verdict != "Correct", "plans": int(valid is not None), "plans_valid": int(bool(valid)),
+            "rounds": rounds}}
+    recs = [rec("Lyon", "Correct", None), rec("Paris", "Error", True, ["Inaccurate Response"]),
+            rec("Rome", "Error", False), rec("Lyon city", "Error", True)]
+    assert rag_critic_compare.behaviour(recs) == {"flagged": 0.75, "plans": 3, "plans_valid": pytest.approx(2 / 3)}
+    ident = rag_critic_compare.critic_identification(recs)
+    assert ident["error_recall"] == 1.0 and ident["correct_recall"] == 0.5 and ident["n_wrong"] == 2
+    items = critic_eval.first_rounds(recs)
+    reference = [{"verdict": "Error", "tier1": ["Inaccurate Response", "Off-Topic Response"]}] * 2
+    text, metrics = critic_eval.report(items, reference, "0.5b", "1.5b")
+    assert metrics["tier1_agreement_overlap"] == 1.0 and metrics["tier1_agreement_n_both_labelled"] == 1
+    assert "model-made" in text
