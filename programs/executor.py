@@ -20,10 +20,25 @@ from signatures.revise import (REFINE_INSTRUCTIONS, AnswerWithInstruction, Decom
                                RewriteForSearch)
 
 MAX_QUERIES = 3  # queries searched when Retrieval gets a list of them
+MAX_DOCS = 10  # documents GenerateAnswer reads (the first ones: retrieved documents, then added ones)
 
 
 class StepError(Exception):
     """A step that could not run (reason in the message)."""
+
+
+@dataclasses.dataclass
+class _Run:
+    """One plan execution's state (kept off the module, so concurrent questions do not share it)."""
+
+    state: dict
+    evidence: list[Passage | None]  # None marks a deleted document
+    options: dict[str, str] | None = None
+    used: list[Passage] | None = None  # the documents the last GenerateAnswer read
+
+    @property
+    def current(self) -> list[Passage]:
+        return [p for p in self.evidence if p is not None]
 
 
 class PlanExecutor(dspy.Module):
@@ -35,16 +50,12 @@ class PlanExecutor(dspy.Module):
         self.refine = dspy.Predict(RefineDocument)
         self.generate = dspy.Predict(AnswerWithInstruction)
         self.choice = Writer(use_passages=True, max_chars=max_chars)  # multiple choice: the shared letter writer
-        self.handlers = {"Retrieval": self._retrieval, "RewriteQuery": self._rewrite_query,
-                         "DecomposeQuery": self._decompose_query, "RefineDoc": self._refine_doc,
-                         "GenerateAnswer": self._generate_answer}
 
     def forward(self, plan: Plan, question: str, passages: list[Passage],
                 options: dict[str, str] | None = None) -> dspy.Prediction:
         """Run ``plan``; the answer is the last GenerateAnswer's (None if every answer step failed)."""
-        self._state = {"question": question, "documents": list(passages)}
-        self._evidence: list[Passage | None] = list(passages)  # None marks a deleted document
-        self._options, self._used, answer, log = options, None, None, []
+        run = _Run({"question": question, "documents": list(passages)}, list(passages), options)
+        answer, log = None, []
         steps = list(plan.steps)
         if steps[-1].call.function != "GenerateAnswer":
             steps.append(Step(call=GenerateAnswer()))
@@ -52,25 +63,22 @@ class PlanExecutor(dspy.Module):
             entry = {"step": i, "function": step.call.function, "output": step.output,
                      "added": i >= len(plan.steps)}
             try:
-                value = self.handlers[step.call.function](step.call)
+                value = HANDLERS[step.call.function](self, run, step.call)
                 entry |= {"ok": value is not None, "result": _preview(value)}
             except StepError as err:
                 value, entry = None, entry | {"ok": False, "error": str(err)}
             if step.output and value is not None:
-                self._state[step.output] = value
+                run.state[step.output] = value
             if step.call.function == "GenerateAnswer" and value is not None:
                 answer = value
             log.append(entry)
-        return dspy.Prediction(answer=answer, passages=self._used or self.evidence, steps=log)
-
-    @property
-    def evidence(self) -> list[Passage]:
-        return [p for p in self._evidence if p is not None]
+        return dspy.Prediction(answer=answer, passages=run.used or run.current, steps=log)
 
     # --- argument resolution ---------------------------------------------------------------------------------
 
-    def _lookup(self, ref: Ref):
-        value = self._state[ref.name]  # the plan validator guarantees the name was assigned before
+    @staticmethod
+    def _lookup(run: _Run, ref: Ref):
+        value = run.state[ref.name]  # the plan validator guarantees the name was assigned before
         if ref.index is None:
             return value
         if not isinstance(value, list) or not -len(value) <= ref.index < len(value):
@@ -78,68 +86,75 @@ class PlanExecutor(dspy.Module):
         item = value[ref.index]
         return [item] if isinstance(item, Passage) else item
 
-    def _queries(self, value) -> list[str]:
-        value = self._lookup(value) if isinstance(value, Ref) else value
+    def _queries(self, run: _Run, value) -> list[str]:
+        value = self._lookup(run, value) if isinstance(value, Ref) else value
         queries = [q for q in (value if isinstance(value, list) else [value]) if isinstance(q, str) and q.strip()]
         if not queries:
             raise StepError("empty query")
         return queries
 
-    def _text(self, value) -> str:
-        return self._queries(value)[0] if value != "" else ""
+    def _text(self, run: _Run, value) -> str:
+        return self._queries(run, value)[0] if value != "" else ""
 
     # --- the five functions ----------------------------------------------------------------------------------
 
-    def _retrieval(self, call) -> list[Passage]:
-        found = dedup([p for q in self._queries(call.query)[:MAX_QUERIES] for p in self.search.search(q, call.topk)])
-        known = {p.id for p in self._evidence if p is not None}
-        self._evidence += [p for p in found if p.id not in known]
+    def _retrieval(self, run: _Run, call) -> list[Passage]:
+        queries = self._queries(run, call.query)[:MAX_QUERIES]
+        found = dedup([p for q in queries for p in self.search.search(q, call.topk)])
+        known = {p.id for p in run.current}
+        run.evidence += [p for p in found if p.id not in known]
         return found
 
-    def _rewrite_query(self, call) -> list[str]:
-        query = self._text(call.query)
+    def _rewrite_query(self, run: _Run, call) -> list[str]:
+        query = self._text(run, call.query)
         out = lenient(self.rewrite, query=query, instruction=call.instruction)
         if out is None:
             raise StepError("rewrite output not parsed")
         return _lines(out.queries)[:MAX_QUERIES] or [query]
 
-    def _decompose_query(self, call) -> list[str]:
-        query = self._text(call.query)
+    def _decompose_query(self, run: _Run, call) -> list[str]:
+        query = self._text(run, call.query)
         out = lenient(self.decompose, question=query)
         if out is None:
             raise StepError("decomposition output not parsed")
         return _lines(out.sub_questions)[:4] or [query]
 
-    def _refine_doc(self, call) -> str:
-        if call.doc_index >= len(self._evidence) or self._evidence[call.doc_index] is None:
-            raise StepError(f"no document {call.doc_index} (evidence has {len(self._evidence)})")
-        doc = self._evidence[call.doc_index]
+    def _refine_doc(self, run: _Run, call) -> str:
+        if call.doc_index >= len(run.evidence) or run.evidence[call.doc_index] is None:
+            raise StepError(f"no document {call.doc_index} (evidence has {len(run.evidence)})")
+        doc = run.evidence[call.doc_index]
         if call.instruction == "delete":
-            self._evidence[call.doc_index] = None
+            run.evidence[call.doc_index] = None
             return f"deleted {doc.title}"
-        out = lenient(self.refine, query=self._text(call.query), document=doc.format(self.max_chars),
+        out = lenient(self.refine, query=self._text(run, call.query), document=doc.format(self.max_chars),
                       instruction=REFINE_INSTRUCTIONS[call.instruction])
         if out is None or not out.rewritten.strip():
             raise StepError("refined document not parsed")
-        self._evidence[call.doc_index] = dataclasses.replace(doc, text=out.rewritten.strip())
+        run.evidence[call.doc_index] = dataclasses.replace(doc, text=out.rewritten.strip())
         return out.rewritten.strip()
 
-    def _generate_answer(self, call) -> str:
+    def _generate_answer(self, run: _Run, call) -> str:
         if call.docs is None:
-            docs = self.evidence
+            docs = run.current
         else:
             refs = call.docs if isinstance(call.docs, list) else [call.docs]
-            current = {p.id: p for p in self.evidence}  # refined text in, deleted documents out
-            docs = dedup([current[p.id] for r in refs for p in self._lookup(r) if p.id in current])
-        question = self._text(call.query)
-        self._used = docs
-        if self._options:
-            return self.choice(question=question, passages=docs, options=self._options).answer
+            current = {p.id: p for p in run.current}  # refined text in, deleted documents out
+            docs = dedup([current[p.id] for r in refs for p in self._lookup(run, r) if p.id in current])
+        question = self._text(run, call.query)
+        run.used = docs = docs[:MAX_DOCS]
+        if run.options:
+            return self.choice(question=question, passages=docs, options=run.options).answer
         out = lenient(self.generate, passages=[p.format(self.max_chars) for p in docs], question=question,
-                      instruction=self._text(call.additional_instruction))
+                      instruction=self._text(run, call.additional_instruction))
         if out is None:
             raise StepError("answer not parsed")
         return out.answer.strip()
+
+
+#: The dispatch table: plan function name -> the method that runs it.
+HANDLERS = {"Retrieval": PlanExecutor._retrieval, "RewriteQuery": PlanExecutor._rewrite_query,
+            "DecomposeQuery": PlanExecutor._decompose_query, "RefineDoc": PlanExecutor._refine_doc,
+            "GenerateAnswer": PlanExecutor._generate_answer}
 
 
 def _lines(text: str) -> list[str]:
