@@ -79,9 +79,11 @@ class ErrorCritic(dspy.Module):
         tax = self.taxonomy
         critique.tier3 = self._snap(out.specifics, tax.tier3, critique)
         critique.tier2 = self._snap(out.error_types, tax.tier2, critique)
-        critique.tier2 += [t for t in dict.fromkeys(tax.parent[t3] for t3 in critique.tier3) if t not in critique.tier2]
+        critique.tier2 += [t for t in dict.fromkeys(tax.tier3_parent[t] for t in critique.tier3)
+                           if t not in critique.tier2]
         critique.tier1 = self._snap(out.categories, tax.tier1, critique)
-        critique.tier1 += [t for t in dict.fromkeys(tax.parent[t2] for t2 in critique.tier2) if t not in critique.tier1]
+        critique.tier1 += [t for t in dict.fromkeys(tax.parent[t] for t in critique.tier2)
+                           if t not in critique.tier1]
         return critique
 
     @staticmethod

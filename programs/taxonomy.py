@@ -20,16 +20,18 @@ SNAP_CUTOFF = 0.6  # difflib ratio below which a written label is dropped instea
 
 @dataclass(frozen=True)
 class Taxonomy:
-    """tier1: labels in file order; parent: tier-2 -> tier-1 and tier-3 -> tier-2; children: tier-2 -> tier-3."""
+    """tier1/tier2: labels in file order; parent: tier-2 -> tier-1; children: tier-2 -> its tier-3 labels;
+    tier3_parent: tier-3 -> tier-2 (kept apart: some tier-3 labels reuse a tier-2 label's words)."""
 
     tier1: tuple[str, ...]
     tier2: tuple[str, ...]
     parent: dict[str, str] = field(repr=False)
     children: dict[str, tuple[str, ...]] = field(repr=False)
+    tier3_parent: dict[str, str] = field(repr=False)
 
     @classmethod
     def from_entries(cls, entries: list[dict]) -> "Taxonomy":
-        tier1, parent, children = [], {}, {}
+        tier1, parent, children, tier3_parent = [], {}, {}, {}
         for i, e in enumerate(entries):
             if not {"tag1", "tag2", "tag3"} <= e.keys():
                 raise ValueError(f"taxonomy entry #{i} lacks tag1/tag2/tag3; expected the RAG-Critic "
@@ -38,8 +40,8 @@ class Taxonomy:
                 tier1.append(e["tag1"])
             parent[e["tag2"]] = e["tag1"]
             children[e["tag2"]] = tuple(e["tag3"])
-            parent.update({t3: e["tag2"] for t3 in e["tag3"]})
-        return cls(tuple(tier1), tuple(children), parent, children)
+            tier3_parent.update({t3: e["tag2"] for t3 in e["tag3"]})
+        return cls(tuple(tier1), tuple(children), parent, children, tier3_parent)
 
     @property
     def tier3(self) -> tuple[str, ...]:

@@ -85,7 +85,11 @@ def taxonomy(monkeypatch):
 def test_taxonomy_tiers_from_the_data_dir(taxonomy):
     assert taxonomy.tier1[:2] == ("Incomplete Information", "Irrelevant Information") and len(taxonomy.tier1) == 7
     assert taxonomy.tier2_of("Inaccurate Response") == ("Wrong Entity", "Bad Inference")
-    assert taxonomy.parent["Wrong Date"] == "Wrong Entity" and taxonomy.parent["Wrong Entity"] == "Inaccurate Response"
+    assert taxonomy.tier3_parent["Wrong Date"] == "Wrong Entity"
+    assert taxonomy.parent["Wrong Entity"] == "Inaccurate Response"
+    # a tier-3 label that repeats a tier-2 label does not re-parent the tier-2 label
+    assert taxonomy.parent["Partial Answer"] == "Incomplete Response"
+    assert taxonomy.tier3_parent["Partial Answer"] == "Bad Inference"
     assert "Inaccurate Response: Bad Inference" in taxonomy.tier2_lines()
 
 
