@@ -19,11 +19,11 @@ def answer_is_wrong(answer: str | None, gold) -> bool:
 def identification(flagged: list[bool], wrong: list[bool]) -> dict:
     """How well "Error" verdicts find the wrong answers: recall on each class and their mean (balanced accuracy)."""
     n_wrong, n_right = sum(wrong), len(wrong) - sum(wrong)
-    out = {"n": len(wrong), "n_wrong": n_wrong, "flagged_share": mean(flagged) if flagged else 0.0,
+    out = {"n": len(wrong), "n_wrong": n_wrong, "flagged_share": float(mean(flagged)) if flagged else 0.0,
            "error_recall": sum(f and w for f, w in zip(flagged, wrong)) / n_wrong if n_wrong else float("nan"),
            "correct_recall": sum(not f and not w for f, w in zip(flagged, wrong)) / n_right if n_right
            else float("nan"),
-           "accuracy": mean(f == w for f, w in zip(flagged, wrong)) if wrong else float("nan")}
+           "accuracy": float(mean(f == w for f, w in zip(flagged, wrong))) if wrong else float("nan")}
     out["balanced_accuracy"] = (float(balanced_accuracy_score(wrong, flagged)) if n_wrong and n_right
                                 else float("nan"))
     return out
@@ -35,6 +35,6 @@ def tier1_agreement(labels: list[list[str]], reference: list[list[str]]) -> dict
     pairs = [(set(a), set(b), a[0] == b[0]) for a, b in zip(labels, reference) if a and b]
     if not pairs:
         return {"n_both_labelled": 0}
-    return {"n_both_labelled": len(pairs), "overlap": mean(bool(a & b) for a, b, _ in pairs),
-            "same_first": mean(first for *_, first in pairs),
+    return {"n_both_labelled": len(pairs), "overlap": float(mean(bool(a & b) for a, b, _ in pairs)),
+            "same_first": float(mean(first for *_, first in pairs)),
             "jaccard": mean(len(a & b) / len(a | b) for a, b, _ in pairs)}

@@ -93,7 +93,8 @@ def tables(args, records: dict, summaries: dict, n: int) -> str:
     rows = ["| " + " | ".join(head) + " |", "|---" * len(head) + "|"]
     for prog, sm in summaries.items():
         cells = [prog, str(sm["n"])] + [fmt(sm.get(m)) for m in metrics] + [
-            fmt(sm.get("lm_calls"), 1), fmt(sm.get("prompt_tokens"), 0), fmt(sm.get("seconds"), 1),
+            *(fmt(float(sm[c]), d) if c in sm else "-" for c, d in (("lm_calls", 1), ("prompt_tokens", 0),
+                                                                     ("seconds", 1))),
             fmt(sm.get("flagged"), 2), fmt(sm.get("plans_valid"), 2) + (f" of {sm['plans']}" if "plans" in sm else ""),
             str(sm.get("failed_examples", 0))]
         rows.append("| " + " | ".join(cells) + " |")
@@ -101,7 +102,7 @@ def tables(args, records: dict, summaries: dict, n: int) -> str:
     by_id = {prog: {r["id"]: r for r in recs} for prog, recs in records.items()}
     for prog in args.programs[1:]:
         ids = [i for i in by_id[base] if i in by_id[prog]]
-        for m in metrics:
+        for m in [m for m in metrics if m != "f1"]:  # paired on binary correctness: EM (and the judge)
             right = [[by_id[x][i].get(m, 0.0) >= 1.0 for i in ids] for x in (prog, base)]
             only_it, only_base, pval = mcnemar_exact(*right)
             sig.append(f"| {prog} | {m} | {only_it} | {only_base} | {fmt(pval)} |")
