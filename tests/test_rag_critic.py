@@ -346,3 +346,11 @@ def test_compare_script_reads_flags_plans_and_critic_accuracy_from_traces():
     text, metrics = critic_eval.report(items, reference, "0.5b", "1.5b")
     assert metrics["tier1_agreement_overlap"] == 1.0 and metrics["tier1_agreement_n_both_labelled"] == 1
     assert "model-made" in text
+
+
+def test_multiple_choice_answers_go_through_the_letter_writer():
+    lm = routed({"[[ ## options ## ]]": {"answer": "B"}})
+    plan, _ = parse_plan("a = GenerateAnswer(question, documents, 'Pick the city.')")
+    out = PlanExecutor(ScriptedSearch())(plan=plan, question=Q, passages=[P["Ana Berg"]],
+                                         options={"A": "Paris", "B": "Lyon"})
+    assert out.answer == "B" and "B. Lyon" in prompts(lm, "[[ ## options ## ]]")[0]
