@@ -35,6 +35,7 @@ class _Run:
     evidence: list[Passage | None]  # None marks a deleted document
     options: dict[str, str] | None = None
     used: list[Passage] | None = None  # the documents the last GenerateAnswer read
+    queries: list[str] = dataclasses.field(default_factory=list)  # every query Retrieval searched
 
     @property
     def current(self) -> list[Passage]:
@@ -72,7 +73,7 @@ class PlanExecutor(dspy.Module):
             if step.call.function == "GenerateAnswer" and value is not None:
                 answer = value
             log.append(entry)
-        return dspy.Prediction(answer=answer, passages=run.used or run.current, steps=log)
+        return dspy.Prediction(answer=answer, passages=run.used or run.current, steps=log, queries=run.queries)
 
     # --- argument resolution ---------------------------------------------------------------------------------
 
@@ -100,6 +101,7 @@ class PlanExecutor(dspy.Module):
 
     def _retrieval(self, run: _Run, call) -> list[Passage]:
         queries = self._queries(run, call.query)[:MAX_QUERIES]
+        run.queries += queries
         found = dedup([p for q in queries for p in self.search.search(q, call.topk)])
         known = {p.id for p in run.current}
         run.evidence += [p for p in found if p.id not in known]

@@ -35,6 +35,8 @@ class RAGCritic(dspy.Module):
     def __init__(self, search: Retriever, k: int = 5, max_chars: int = 600, rounds: int = 1, max_steps: int = 5,
                  taxonomy: Taxonomy | None = None):
         super().__init__()
+        if rounds < 1:
+            raise ValueError(f"rag_critic needs rounds >= 1 (got {rounds}); rounds=0 is the plain `rag` program")
         self.search, self.k, self.max_chars, self.rounds, self.max_steps = search, k, max_chars, rounds, max_steps
         self.writer = Writer(use_passages=True, max_chars=max_chars)
         self.critic = ErrorCritic(taxonomy, max_chars)
@@ -45,7 +47,7 @@ class RAGCritic(dspy.Module):
                 lang: str | None = None) -> dspy.Prediction:
         passages = self.search.search(question, self.k)
         answer = self.writer(question=question, passages=passages, options=options).answer       # generate
-        rounds, stop = [], "round_budget"
+        rounds, stop, queries = [], "round_budget", [question]
         for _ in range(self.rounds):
             critique = self.critic(question=question, passages=passages, prediction=answer)       # critic
             record = {"answer_in": answer, "passages_in": [p.id for p in passages], "critique": critique.as_dict()}
@@ -61,10 +63,11 @@ class RAGCritic(dspy.Module):
             record["plan"] = plan.lines()
             out = self.executor(plan=plan, question=question, passages=passages, options=options)  # execute
             record["steps"] = out.steps
+            queries += out.queries
             if out.answer:
                 answer, passages = out.answer, out.passages
         last = rounds[-1]
-        trace = {"iterations": len(rounds), "queries": [question], "stop_reason": stop, "rounds": rounds,
+        trace = {"iterations": len(rounds), "queries": queries, "stop_reason": stop, "rounds": rounds,
                  "flagged": rounds[0]["critique"]["verdict"] != "Correct",
                  "plans": sum("plan_valid" in r for r in rounds),
                  "plans_valid": sum(r.get("plan_valid", False) for r in rounds),

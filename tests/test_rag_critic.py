@@ -217,6 +217,7 @@ def test_flagged_answer_is_corrected_by_the_executed_plan(taxonomy):
     assert pred.answer == "Lyon" and pred.trace["flagged"] and pred.trace["plans_valid"] == 1
     assert [s["function"] for s in pred.steps] == ["Retrieval", "GenerateAnswer"]
     assert [p.title for p in pred.passages] == ["Ana Berg", "Blue Fox", "Red Owl"]
+    assert pred.trace["queries"] == [Q, "Ana Berg birthplace"]
     assert pred.tags["tier1"] == ["Incomplete Information", "Inaccurate Response"]
     assert pred.trace["labels_snapped"] == 1 and pred.trace["labels_dropped"] == 1
     planner_prompt = prompts(lm, PLAN)[0]
