@@ -19,6 +19,9 @@ def main(argv=None) -> dict:
     p = parser(__doc__.splitlines()[0])
     p.add_argument("--compiled", help="compiled program: program.json path or MLflow run id")
     p.add_argument("--split", choices=["train", "dev", "test"], help="default: dev, test for --suite")
+    p.add_argument("--error-profile", action="store_true",
+                   help="label the program's wrong answers with RAG-Critic's error critic (--critic-lm) and log the "
+                        "tier-1/tier-2 distribution (table + bar chart); needs $RAG_DATA_DIR/rag_critic/")
     add_flags(p)
     args = p.parse_args(argv)
     if args.suite:
@@ -36,6 +39,7 @@ def main(argv=None) -> dict:
         args.program = artifact["program"]
         args.dataset = args.dataset or artifact["data"]["dataset"]
     s = session(args, programs.spec(args.program).needs_search)
+    taxonomy = error_taxonomy(args.data_dir) if args.error_profile else None
     try:
         program = (s.with_mc_scoring(args.program, programs.load_compiled(artifact, search=s.retriever, roles=s.roles))
                    if artifact else s.build(args.program))
@@ -57,9 +61,33 @@ def main(argv=None) -> dict:
         tracking.log_jsonl(f"predictions/{args.split}.jsonl", records)
         if s.judge:
             mlflow.log_metric("judge_failures", s.judge.failures)
+        if args.error_profile:
+            print(error_profile(s, records, taxonomy, f"{run_name} (labels by {s.lm_ids()['critic_lm']})"))
     print(f"\nrun {run.info.run_id} ({run_name})")
     print("  " + "  ".join(f"{k}={v:.3f}" if isinstance(v, float) else f"{k}={v}" for k, v in summary.items()))
     return summary
+
+
+def error_taxonomy(data_dir):
+    """RAG-Critic's taxonomy for ``--error-profile``, checked before anything is evaluated."""
+    from programs.taxonomy import load_taxonomy
+
+    try:
+        return load_taxonomy(data_dir)
+    except FileNotFoundError as err:
+        fail(str(err))
+
+
+def error_profile(s, records: list[dict], taxonomy, title: str) -> str:
+    """Critique the wrong answers in ``records`` with the critic-role LM and log the profile to the active run."""
+    from optimizers import error_profile as ep
+    from programs.error_critic import ErrorCritic
+
+    critic = ErrorCritic(taxonomy, s.args.max_chars)
+    critic.judge.lm = s.roles.lm("critic")
+    ids = {p["id"] for r in records for p in r.get("passages") or []}
+    result = ep.profile(records, critic, ep.passage_lookup(s.bundle.corpora, ids))
+    return ep.log(result, taxonomy, title)
 
 
 if __name__ == "__main__":

@@ -132,7 +132,10 @@ class Session:
 
     def build(self, program_name: str) -> dspy.Module:
         """The program with its role LMs and ``--mc-scoring`` (``pride`` calibrates it here, on train questions)."""
-        program = assign_roles(programs.build(program_name, search=self.retriever, **self.config), self.roles)
+        try:
+            program = assign_roles(programs.build(program_name, search=self.retriever, **self.config), self.roles)
+        except FileNotFoundError as err:  # e.g. rag_critic's taxonomy file
+            fail(str(err))
         return self.with_mc_scoring(program_name, program)
 
     def with_mc_scoring(self, program_name: str, program: dspy.Module) -> dspy.Module:

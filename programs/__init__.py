@@ -15,8 +15,10 @@ from programs.iterative import IRCoT, ReAct
 from programs.crag import CRAG
 from programs.mrag import MultilingualRAG
 from programs.par2 import PAR2
+from programs.rag_critic import RAGCritic
 from programs.seal import SEAL
 from programs.self_rag import SelfRAG
+from programs.self_refine import SelfRefine
 
 
 @dataclass(frozen=True)
@@ -72,6 +74,10 @@ REGISTRY: dict[str, ProgramSpec] = {
     "ircot": ProgramSpec(IRCoT, "IRCoT: one chain-of-thought sentence, one search, repeat (PAR2 baseline)"),
     "crag": ProgramSpec(CRAG, "CRAG-style: grade the top-k, then keep, refine or re-search with a rewritten query "
                               "(SEAL baseline)"),
+    "rag_critic": ProgramSpec(RAGCritic, "RAG-Critic: error critic with the 3-tier taxonomy, typed correction plan, "
+                                         "dispatcher"),
+    "rag_critic_2r": ProgramSpec(RAGCritic, "RAG-Critic with a second critic/plan/execute round", {"rounds": 2}),
+    "self_refine": ProgramSpec(SelfRefine, "Self-Refine: draft, self-feedback, revise (RAG-Critic baseline)"),
 }
 
 

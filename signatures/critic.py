@@ -65,3 +65,18 @@ class GradeRetrieval(dspy.Signature):
     question: str = dspy.InputField()
     passage: str = dspy.InputField()
     grade: Literal["correct", "ambiguous", "incorrect"] = dspy.OutputField()
+class CritiqueAnswer(dspy.Signature):
+    """You check answers written from retrieved passages; no reference answer is available. Decide whether the
+    predicted answer correctly answers the question given the passages. If it does not, explain the mistake and
+    label it: pick categories and error types from the menu, and name the specific mistake in a few words."""
+
+    question: str = dspy.InputField()
+    passages: list[str] = dspy.InputField(desc="retrieved passages, numbered from 0")
+    prediction: str = dspy.InputField(desc="the answer to check")
+    error_menu: list[str] = dspy.InputField(desc="valid labels, one 'category: error type' per entry")
+    judgement: str = dspy.OutputField(desc="exactly one word: Correct or Error")
+    analysis: str = dspy.OutputField(desc="one or two sentences on what is wrong and why; none if correct")
+    categories: str = dspy.OutputField(desc="categories (left of the colon in the menu), one per line; none if correct")
+    error_types: str = dspy.OutputField(desc="error types (right of the colon in the menu), one per line; none if "
+                                             "correct")
+    specifics: str = dspy.OutputField(desc="the specific mistakes, 2-5 words each, one per line; none if correct")

@@ -69,3 +69,16 @@ def test_optimize_end_to_end_on_demo(tmp_path):
     run_id = optimize.main(["--program", "rag", "--dataset", "demo", "--train", "2", "--dev", "2", "--test", "2",
                             "--k", "3", "--demos", "1", "--out", str(tmp_path / "p.json")])
     assert programs.load_compiled(str(tmp_path / "p.json")).k == 3 and run_id
+
+
+@pytest.mark.parametrize("name", ["rag_critic", "self_refine"])
+def test_rag_critic_and_its_baseline(name, monkeypatch):
+    if not os.environ.get("RAG_DATA_DIR"):  # the made-up test taxonomy stands in for RAG-Critic's file
+        monkeypatch.setenv("RAG_DATA_DIR", os.path.join(os.path.dirname(__file__), "fixtures"))
+    records, summary = run(name, "demo", 2, k=2)
+    for r in records:
+        t = r["trace"]
+        assert t["stop_reason"] in ("critic_correct", "round_budget", "self_correct", "feedback_unparsed")
+        if name == "rag_critic" and t["flagged"]:  # a flagged answer was planned for and something was executed
+            assert t["plans"] == 1 and t["rounds"][0]["steps"][-1]["function"] == "GenerateAnswer"
+    assert summary["lm_calls"] >= 2

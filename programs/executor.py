@@ -1,0 +1,171 @@
+"""Dispatcher for RAG-Critic plans: runs validated :class:`programs.plan.Plan` steps in order with the writer
+model (the paper's executor), never ``exec``/``eval``.
+
+State: ``question``, ``documents`` (the retrieved passages) and each step's named output; the *evidence* list
+(the documents, indexed from 0 as the planner saw them) grows with Retrieval and is edited by RefineDoc. A step
+whose LM output cannot be parsed, or whose ``doc_index`` is out of range, is logged as failed and leaves the
+state unchanged. If the plan does not end with GenerateAnswer, one on the current evidence is added.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import dspy
+
+from programs.evidence import lenient
+from programs.plan import GenerateAnswer, Plan, Ref, Step
+from programs.retrieval import Passage, Retriever, dedup
+from programs.writer import Writer
+from signatures.revise import (REFINE_INSTRUCTIONS, AnswerWithInstruction, DecomposeQuestion, RefineDocument,
+                               RewriteForSearch)
+
+MAX_QUERIES = 3  # queries searched when Retrieval gets a list of them
+MAX_DOCS = 10  # documents GenerateAnswer reads (the first ones: retrieved documents, then added ones)
+
+
+class StepError(Exception):
+    """A step that could not run (reason in the message)."""
+
+
+@dataclasses.dataclass
+class _Run:
+    """One plan execution's state (kept off the module, so concurrent questions do not share it)."""
+
+    state: dict
+    evidence: list[Passage | None]  # None marks a deleted document
+    options: dict[str, str] | None = None
+    used: list[Passage] | None = None  # the documents the last GenerateAnswer read
+    queries: list[str] = dataclasses.field(default_factory=list)  # every query Retrieval searched
+
+    @property
+    def current(self) -> list[Passage]:
+        return [p for p in self.evidence if p is not None]
+
+
+class PlanExecutor(dspy.Module):
+    def __init__(self, search: Retriever, max_chars: int = 600):
+        super().__init__()
+        self.search, self.max_chars = search, max_chars
+        self.rewrite = dspy.Predict(RewriteForSearch)
+        self.decompose = dspy.Predict(DecomposeQuestion)
+        self.refine = dspy.Predict(RefineDocument)
+        self.generate = dspy.Predict(AnswerWithInstruction)
+        self.choice = Writer(use_passages=True, max_chars=max_chars)  # multiple choice: the shared letter writer
+
+    def forward(self, plan: Plan, question: str, passages: list[Passage],
+                options: dict[str, str] | None = None) -> dspy.Prediction:
+        """Run ``plan``; the answer is the last GenerateAnswer's (None if every answer step failed)."""
+        run = _Run({"question": question, "documents": list(passages)}, list(passages), options)
+        answer, log = None, []
+        steps = list(plan.steps)
+        if steps[-1].call.function != "GenerateAnswer":
+            steps.append(Step(call=GenerateAnswer()))
+        for i, step in enumerate(steps):
+            entry = {"step": i, "function": step.call.function, "output": step.output,
+                     "added": i >= len(plan.steps)}
+            try:
+                value = HANDLERS[step.call.function](self, run, step.call)
+                entry |= {"ok": value is not None, "result": _preview(value)}
+            except StepError as err:
+                value, entry = None, entry | {"ok": False, "error": str(err)}
+            if step.output and value is not None:
+                run.state[step.output] = value
+            if step.call.function == "GenerateAnswer" and value is not None:
+                answer = value
+            log.append(entry)
+        return dspy.Prediction(answer=answer, passages=run.used or run.current, steps=log, queries=run.queries)
+
+    # --- argument resolution ---------------------------------------------------------------------------------
+
+    @staticmethod
+    def _lookup(run: _Run, ref: Ref):
+        value = run.state[ref.name]  # the plan validator guarantees the name was assigned before
+        if ref.index is None:
+            return value
+        if not isinstance(value, list) or not -len(value) <= ref.index < len(value):
+            raise StepError(f"{ref.name}[{ref.index}] is out of range")
+        item = value[ref.index]
+        return [item] if isinstance(item, Passage) else item
+
+    def _queries(self, run: _Run, value) -> list[str]:
+        value = self._lookup(run, value) if isinstance(value, Ref) else value
+        queries = [q for q in (value if isinstance(value, list) else [value]) if isinstance(q, str) and q.strip()]
+        if not queries:
+            raise StepError("empty query")
+        return queries
+
+    def _text(self, run: _Run, value) -> str:
+        return self._queries(run, value)[0] if value != "" else ""
+
+    # --- the five functions ----------------------------------------------------------------------------------
+
+    def _retrieval(self, run: _Run, call) -> list[Passage]:
+        queries = self._queries(run, call.query)[:MAX_QUERIES]
+        run.queries += queries
+        found = dedup([p for q in queries for p in self.search.search(q, call.topk)])
+        known = {p.id for p in run.current}
+        run.evidence += [p for p in found if p.id not in known]
+        return found
+
+    def _rewrite_query(self, run: _Run, call) -> list[str]:
+        query = self._text(run, call.query)
+        out = lenient(self.rewrite, query=query, instruction=call.instruction)
+        if out is None:
+            raise StepError("rewrite output not parsed")
+        return _lines(out.queries)[:MAX_QUERIES] or [query]
+
+    def _decompose_query(self, run: _Run, call) -> list[str]:
+        query = self._text(run, call.query)
+        out = lenient(self.decompose, question=query)
+        if out is None:
+            raise StepError("decomposition output not parsed")
+        return _lines(out.sub_questions)[:4] or [query]
+
+    def _refine_doc(self, run: _Run, call) -> str:
+        if call.doc_index >= len(run.evidence) or run.evidence[call.doc_index] is None:
+            raise StepError(f"no document {call.doc_index} (evidence has {len(run.evidence)})")
+        doc = run.evidence[call.doc_index]
+        if call.instruction == "delete":
+            run.evidence[call.doc_index] = None
+            return f"deleted {doc.title}"
+        out = lenient(self.refine, query=self._text(run, call.query), document=doc.format(self.max_chars),
+                      instruction=REFINE_INSTRUCTIONS[call.instruction])
+        if out is None or not out.rewritten.strip():
+            raise StepError("refined document not parsed")
+        run.evidence[call.doc_index] = dataclasses.replace(doc, text=out.rewritten.strip())
+        return out.rewritten.strip()
+
+    def _generate_answer(self, run: _Run, call) -> str:
+        if call.docs is None:
+            docs = run.current
+        else:
+            refs = call.docs if isinstance(call.docs, list) else [call.docs]
+            current = {p.id: p for p in run.current}  # refined text in, deleted documents out
+            docs = dedup([current[p.id] for r in refs for p in self._lookup(run, r) if p.id in current])
+        question = self._text(run, call.query)
+        run.used = docs = docs[:MAX_DOCS]
+        if run.options:
+            return self.choice(question=question, passages=docs, options=run.options).answer
+        out = lenient(self.generate, passages=[p.format(self.max_chars) for p in docs], question=question,
+                      instruction=self._text(run, call.additional_instruction))
+        if out is None:
+            raise StepError("answer not parsed")
+        return out.answer.strip()
+
+
+#: The dispatch table: plan function name -> the method that runs it.
+HANDLERS = {"Retrieval": PlanExecutor._retrieval, "RewriteQuery": PlanExecutor._rewrite_query,
+            "DecomposeQuery": PlanExecutor._decompose_query, "RefineDoc": PlanExecutor._refine_doc,
+            "GenerateAnswer": PlanExecutor._generate_answer}
+
+
+def _lines(text: str) -> list[str]:
+    """Non-empty lines of model output, without bullets or numbering."""
+    return [line.strip().lstrip("-*•0123456789.) ").strip() for line in (text or "").splitlines()
+            if line.strip().lstrip("-*•0123456789.) ").strip()]
+
+
+def _preview(value) -> str | list | None:
+    if isinstance(value, list):
+        return [p.title if isinstance(p, Passage) else str(p)[:200] for p in value]
+    return None if value is None else str(value)[:300]

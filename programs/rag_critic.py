@@ -1,0 +1,96 @@
+"""RAG-Critic (Dong et al., 2025) as a DSPy program: generate -> critic -> plan -> execute (Algorithm 1).
+
+The writer answers from the top-k passages; the error critic judges that answer without the gold answer and labels
+its errors with the three-tier taxonomy. A Correct verdict ends the round. Otherwise the planner reads the
+critique, the suggested actions for the flagged tier-1 errors and the function menu, and writes a program of
+calls; it is parsed into a typed :class:`programs.plan.Plan` (step cap ``max_steps``) and run by the dispatcher
+with the writer model. An invalid plan falls back to one GenerateAnswer on the current evidence, guided by the
+critique. ``rounds=2`` critiques and corrects the corrected answer once more.
+"""
+from __future__ import annotations
+
+import dspy
+
+from programs.error_critic import ErrorCritic
+from programs.evidence import lenient
+from programs.executor import PlanExecutor
+from programs.plan import GenerateAnswer, Plan, PlanError, Ref, Step, parse_plan
+from programs.retrieval import Passage, Retriever
+from programs.taxonomy import Taxonomy
+from programs.writer import Writer
+from signatures.planner import ERROR_ACTIONS, FUNCTIONS, PLAN_EXAMPLE, PlanCorrection
+
+
+def fallback_plan(instruction: str) -> Plan:
+    """One GenerateAnswer over the current evidence, told what the critic found."""
+    return Plan(steps=[Step(output="answer", call=GenerateAnswer(docs=Ref(name="documents"),
+                                                                  additional_instruction=instruction))])
+
+
+class RAGCritic(dspy.Module):
+    """Critic-guided correction of a single-shot RAG answer (``rounds`` critic/plan/execute rounds at most)."""
+
+    ROLES = {"critic": "critic", "planner": "planner"}
+
+    def __init__(self, search: Retriever, k: int = 5, max_chars: int = 600, rounds: int = 1, max_steps: int = 5,
+                 taxonomy: Taxonomy | None = None):
+        super().__init__()
+        if rounds < 1:
+            raise ValueError(f"rag_critic needs rounds >= 1 (got {rounds}); rounds=0 is the plain `rag` program")
+        self.search, self.k, self.max_chars, self.rounds, self.max_steps = search, k, max_chars, rounds, max_steps
+        self.writer = Writer(use_passages=True, max_chars=max_chars)
+        self.critic = ErrorCritic(taxonomy, max_chars)
+        self.planner = dspy.Predict(PlanCorrection)
+        self.executor = PlanExecutor(search, max_chars)
+
+    def forward(self, question: str, options: dict[str, str] | None = None,
+                lang: str | None = None) -> dspy.Prediction:
+        passages = self.search.search(question, self.k)
+        answer = self.writer(question=question, passages=passages, options=options).answer       # generate
+        rounds, stop, queries = [], "round_budget", [question]
+        for _ in range(self.rounds):
+            critique = self.critic(question=question, passages=passages, prediction=answer)       # critic
+            record = {"answer_in": answer, "passages_in": [p.id for p in passages], "critique": critique.as_dict()}
+            rounds.append(record)
+            if not critique.flagged:
+                stop = "critic_correct"
+                break
+            plan, record["plan_text"], record["plan_error"], record["truncated"] = self.plan(
+                question, passages, answer, critique)                                             # plan
+            record["plan_valid"] = record["plan_error"] is None
+            if plan is None:
+                plan = fallback_plan(critique.analysis)
+            record["plan"] = plan.lines()
+            out = self.executor(plan=plan, question=question, passages=passages, options=options)  # execute
+            record["steps"] = out.steps
+            queries += out.queries
+            if out.answer:
+                answer, passages = out.answer, out.passages
+        last = rounds[-1]
+        trace = {"iterations": len(rounds), "queries": queries, "stop_reason": stop, "rounds": rounds,
+                 "flagged": rounds[0]["critique"]["verdict"] != "Correct",
+                 "plans": sum("plan_valid" in r for r in rounds),
+                 "plans_valid": sum(r.get("plan_valid", False) for r in rounds),
+                 "fallbacks": sum(r.get("plan_valid") is False for r in rounds),
+                 "labels_snapped": sum(r["critique"]["snapped"] for r in rounds),
+                 "labels_dropped": sum(r["critique"]["dropped"] for r in rounds)}
+        tags = {tier: last["critique"][tier] for tier in ("tier1", "tier2", "tier3")}
+        return dspy.Prediction(answer=answer, passages=passages, trace=trace, critique=last["critique"], tags=tags,
+                               plan=last.get("plan"), steps=last.get("steps", []))
+
+    def plan(self, question: str, passages: list[Passage], answer: str, critique
+             ) -> tuple[Plan | None, str, str | None, bool]:
+        """(plan or None, the planner's text, why it was rejected or None, whether it was cut to the step cap)."""
+        flagged = critique.tier1 or list(ERROR_ACTIONS)
+        out = lenient(self.planner, question=question,
+                      passages=[f"[{i}] {p.format(self.max_chars)}" for i, p in enumerate(passages)],
+                      prediction=answer, critique=critique.text(),
+                      suggested_actions=[f"{t}: {ERROR_ACTIONS[t]}" for t in flagged if t in ERROR_ACTIONS],
+                      functions=FUNCTIONS, example=PLAN_EXAMPLE)
+        if out is None:
+            return None, "", "planner output not parsed", False
+        try:
+            plan, truncated = parse_plan(out.plan, self.max_steps)
+            return plan, out.plan, None, truncated
+        except PlanError as err:
+            return None, out.plan, str(err), False

@@ -1,0 +1,67 @@
+"""Reviser role: the writer model rewrites queries, documents and answers on feedback (RAG-Critic's action
+functions and the Self-Refine baseline)."""
+import dspy
+
+
+class RewriteForSearch(dspy.Signature):
+    """Rewrite the search query as instructed: "clarify" makes it more specific, "expand" adds related names and
+    terms. Keep its meaning."""
+
+    query: str = dspy.InputField()
+    instruction: str = dspy.InputField()
+    queries: str = dspy.OutputField(desc="1 to 3 rewritten queries, one per line")
+
+
+class DecomposeQuestion(dspy.Signature):
+    """Split the question into the simpler sub-questions that must be answered, in order, to answer it."""
+
+    question: str = dspy.InputField()
+    sub_questions: str = dspy.OutputField(desc="2 to 4 sub-questions, one per line")
+
+
+REFINE_INSTRUCTIONS = {
+    "explain": "explain what the document says that bears on the query",
+    "summarize": "summarize the document in two sentences, keeping the facts the query needs",
+    "correct": "rewrite the document keeping only statements that fit the query and the other evidence",
+}
+
+
+class RefineDocument(dspy.Signature):
+    """Rewrite the document for the query as the instruction says. Keep names, dates and numbers exact."""
+
+    query: str = dspy.InputField()
+    document: str = dspy.InputField()
+    instruction: str = dspy.InputField()
+    rewritten: str = dspy.OutputField(desc="the rewritten document, at most four sentences")
+
+
+class AnswerWithInstruction(dspy.Signature):
+    """Answer the question using the passages, following the additional instruction about what to fix. Reply
+    with a short phrase of a few words taken from or supported by the passages."""
+
+    passages: list[str] = dspy.InputField(desc="evidence passages")
+    question: str = dspy.InputField()
+    instruction: str = dspy.InputField(desc="what to fix or watch for; may be empty")
+    answer: str = dspy.OutputField(desc="a short phrase, usually 1-5 words")
+
+
+class GiveFeedback(dspy.Signature):
+    """Review your own answer to the question against the passages. Say whether it is Correct or has an Error, and
+    give specific, actionable feedback on how to fix it."""
+
+    passages: list[str] = dspy.InputField(desc="evidence passages")
+    question: str = dspy.InputField()
+    answer: str = dspy.InputField()
+    verdict: str = dspy.OutputField(desc="exactly one word: Correct or Error")
+    feedback: str = dspy.OutputField(desc="what is wrong and how to fix it; none if correct")
+
+
+class ReviseAnswer(dspy.Signature):
+    """Improve the previous answer to the question using the feedback and the passages. Reply with a short phrase
+    of a few words."""
+
+    passages: list[str] = dspy.InputField(desc="evidence passages")
+    question: str = dspy.InputField()
+    previous_answer: str = dspy.InputField()
+    feedback: str = dspy.InputField()
+    answer: str = dspy.OutputField(desc="a short phrase, usually 1-5 words")

@@ -1,0 +1,357 @@
+"""RAG-Critic: taxonomy, critic label snapping, typed plans and their rejection, the dispatcher, the program and
+its Self-Refine baseline, and the error profile -- on DummyLM with a scripted search and a made-up taxonomy."""
+from pathlib import Path
+
+import mlflow
+import pytest
+from dspy.utils.dummies import DummyLM
+
+import evaluate
+import programs
+from optimizers import cli
+from optimizers import error_profile as ep
+from programs.error_critic import ErrorCritic, parse_verdict
+from programs.executor import PlanExecutor
+from programs.plan import PlanError, parse_plan
+from programs.rag_critic import RAGCritic
+from programs.retrieval import Passage
+from programs.self_refine import SelfRefine
+from programs.taxonomy import load_taxonomy, snap, split_labels
+from runtime.roles import Roles, assign_roles, init_dspy
+
+FIXTURES = Path(__file__).parent / "fixtures"
+TEXTS = {"Blue Fox": "Blue Fox is a 1931 film directed by Ana Berg.",
+         "Red Owl": "Red Owl is a 1950 film about an owl.",
+         "Ana Berg": "Ana Berg was a film director born in Lyon.",
+         "Grey Elk": "Grey Elk is a painting of an elk."}
+P = {t: Passage(f"toy:{i}", t, text, corpus="toy", score=1 - i / 10) for i, (t, text) in enumerate(TEXTS.items())}
+Q = "Where was the director of Blue Fox born?"
+
+
+class ScriptedSearch:
+    """The first route whose key occurs in the query gives the hits; records every query."""
+
+    def __init__(self, routes=None, default=("Blue Fox", "Red Owl")):
+        self.routes, self.default, self.calls = routes or {}, default, []
+
+    def search(self, query, k, corpora=None):
+        self.calls.append((query, k))
+        titles = next((t for key, t in self.routes.items() if key.lower() in query.lower()), self.default)
+        return [P[t] for t in titles][:k]
+
+
+class Queue:
+    """Answers for one DummyLM route, used in order (the last one repeats)."""
+
+    def __init__(self, *answers):
+        self.answers = list(answers)
+
+    def items(self):
+        return (self.answers.pop(0) if len(self.answers) > 1 else self.answers[0]).items()
+
+
+def routed(routes: dict) -> DummyLM:
+    """A DummyLM answering each signature by a marker in its last message (first match wins), with metering."""
+    lm = DummyLM({k: v if isinstance(v, Queue) else Queue(v) for k, v in routes.items()})
+    init_dspy(lm, cache=False)
+    return lm
+
+
+def prompts(lm, *markers):
+    """The last messages of the calls whose prompt holds every marker."""
+    return [h["messages"][-1]["content"] for h in lm.history if all(m in h["messages"][-1]["content"] for m in markers)]
+
+
+# signature markers (an input field unique to the signature, or its first output field)
+INSTRUCTED, CRITIC, PLAN, REWRITE, REFINE = ("[[ ## instruction ## ]]\n", "`[[ ## judgement ## ]]`",
+                                             "`[[ ## plan ## ]]`", "`[[ ## queries ## ]]`", "`[[ ## rewritten ## ]]`")
+REVISE, FEEDBACK, WRITER = "[[ ## previous_answer ## ]]", "`[[ ## verdict ## ]]`", "`[[ ## answer ## ]]`"
+CORRECT = {"judgement": "Correct", "analysis": "none", "categories": "none", "error_types": "none",
+           "specifics": "none"}
+ERROR = {"judgement": "Error", "analysis": "It names the film, not the birthplace of its director.",
+         "categories": "Incomplete Information\nInaccurate Respons",            # typo: snapped
+         "error_types": "Wrong Entity\nMade Up Label Xyz",                      # second: dropped
+         "specifics": "Second Hop Missing"}
+
+
+@pytest.fixture
+def taxonomy(monkeypatch):
+    monkeypatch.setenv("RAG_DATA_DIR", str(FIXTURES))
+    return load_taxonomy()
+
+
+# --- taxonomy and labels --------------------------------------------------------------------------------------
+
+def test_taxonomy_tiers_from_the_data_dir(taxonomy):
+    assert taxonomy.tier1[:2] == ("Incomplete Information", "Irrelevant Information") and len(taxonomy.tier1) == 7
+    assert taxonomy.tier2_of("Inaccurate Response") == ("Wrong Entity", "Bad Inference")
+    assert taxonomy.tier3_parent["Wrong Date"] == "Wrong Entity"
+    assert taxonomy.parent["Wrong Entity"] == "Inaccurate Response"
+    # a tier-3 label that repeats a tier-2 label does not re-parent the tier-2 label
+    assert taxonomy.parent["Partial Answer"] == "Incomplete Response"
+    assert taxonomy.tier3_parent["Partial Answer"] == "Bad Inference"
+    assert "Inaccurate Response: Bad Inference" in taxonomy.tier2_lines()
+
+
+def test_missing_taxonomy_is_one_line_naming_the_path(tmp_path, monkeypatch):
+    monkeypatch.setenv("RAG_DATA_DIR", str(tmp_path))
+    with pytest.raises(FileNotFoundError) as err:
+        load_taxonomy()
+    message = str(err.value)
+    assert "\n" not in message and "rag_critic/all_tags_structure_final.json" in message and "RAG_DATA_DIR" in message
+
+
+def test_labels_snap_to_the_nearest_valid_one_or_are_dropped(taxonomy):
+    assert snap("wrong  entity.", taxonomy.tier2) == "Wrong Entity"
+    assert snap("Inaccurate Respons", taxonomy.tier1) == "Inaccurate Response"
+    assert snap("Banana", taxonomy.tier1) is None
+    assert split_labels("- Inaccurate Response: Wrong Entity\n2. Bad Inference, none") == ["Wrong Entity",
+                                                                                          "Bad Inference"]
+
+
+@pytest.mark.parametrize("text, verdict", [("Correct", "Correct"), ("Error.", "Error"), ("incorrect", "Error"),
+                                           ("The answer is not correct", "Error"), ("no errors", "Correct"),
+                                           ("maybe", None)])
+def test_verdicts(text, verdict):
+    assert parse_verdict(text) == verdict
+
+
+def test_critic_keeps_only_valid_labels_and_counts_the_rest(taxonomy):
+    routed({CRITIC: ERROR})
+    c = ErrorCritic(taxonomy)(question=Q, passages=[P["Blue Fox"]], prediction="Blue Fox")
+    assert c.verdict == "Error" and c.flagged
+    assert c.tier3 == ["Second Hop Missing"]
+    assert c.tier2 == ["Wrong Entity", "Missing Evidence"]                          # + parent of the tier-3 label
+    assert c.tier1 == ["Incomplete Information", "Inaccurate Response"]
+    assert (c.snapped, c.dropped) == (1, 1)
+
+
+# --- plans ----------------------------------------------------------------------------------------------------
+
+def test_a_plan_with_references_parses_into_typed_steps():
+    text = """Here is the plan:
+```python
+qs = RewriteQuery(query=question, instruction="expand")
+found = Retrieval(qs[0], topk=50)
+RefineDoc(question, 0, "delete")
+answer = GenerateAnswer(query=question, docs=[found, documents], additional_instruction="Name a city.")
+```"""
+    plan, truncated = parse_plan(text)
+    assert [s.call.function for s in plan.steps] == ["RewriteQuery", "Retrieval", "RefineDoc", "GenerateAnswer"]
+    assert plan.steps[1].call.query.name == "qs" and plan.steps[1].call.query.index == 0
+    assert plan.steps[1].call.topk == 10                                            # clamped to MAX_TOPK
+    assert plan.steps[2].call.instruction == "delete" and not truncated
+    assert plan.lines()[1] == "found = Retrieval(query=qs[0], topk=10)"
+
+
+@pytest.mark.parametrize("text, reason", [
+    ("x = Search(query=question)", "unknown function Search"),
+    ("x = Retrieval(query=question, k=3)", "unknown argument k of Retrieval"),
+    ("x = RewriteQuery(query=question, instruction='shorten')", "instruction"),
+    ("x = Retrieval(query=later, topk=3)\nlater = DecomposeQuery(question)", "'later' is used before it is assigned"),
+    ("x = GenerateAnswer(query=question, docs=question)", "docs=question passes text"),
+    ("x = Retrieval(query=question, topk='many')", "topk"),
+    ("import os\nos.system('rm -rf /')", "only 'name = Function(...)' lines"),
+    ("x = Retrieval(query=__import__('os').system('ls'))", "only quoted strings, integers and names"),
+    ("x = Retrieval(query=question + ' film')", "only quoted strings, integers and names"),
+    ("I would search again.", "no function calls"),
+])
+def test_invalid_plans_are_rejected_with_a_reason(text, reason):
+    with pytest.raises(PlanError, match=reason.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[")):
+        parse_plan(text)
+
+
+def test_plans_are_cut_at_the_step_cap():
+    plan, truncated = parse_plan("\n".join(f"q{i} = DecomposeQuery(question)" for i in range(8)), max_steps=3)
+    assert len(plan.steps) == 3 and truncated
+
+
+# --- dispatcher -----------------------------------------------------------------------------------------------
+
+def test_executor_runs_steps_in_order_and_resolves_references():
+    search = ScriptedSearch({"Ana Berg birthplace": ("Ana Berg",)})
+    lm = routed({REWRITE: {"queries": "Ana Berg birthplace\nBlue Fox director"},
+                 INSTRUCTED: {"answer": "Lyon"}})
+    plan, _ = parse_plan("qs = RewriteQuery(query=question, instruction='expand')\n"
+                         "found = Retrieval(query=qs[0], topk=2)\n"
+                         "a = GenerateAnswer(query=question, docs=found, additional_instruction='Name a city.')")
+    out = PlanExecutor(search)(plan=plan, question=Q, passages=[P["Blue Fox"], P["Red Owl"]])
+    assert search.calls == [("Ana Berg birthplace", 2)]                            # the rewrite's first query
+    assert out.answer == "Lyon" and [p.title for p in out.passages] == ["Ana Berg"]
+    generate = prompts(lm, INSTRUCTED, WRITER)[0]
+    assert "[Ana Berg]" in generate and "[Red Owl]" not in generate and "Name a city." in generate
+    assert [s["function"] for s in out.steps] == ["RewriteQuery", "Retrieval", "GenerateAnswer"]
+    assert all(s["ok"] for s in out.steps)
+
+
+def test_executor_edits_evidence_adds_a_final_answer_and_logs_bad_indices():
+    lm = routed({REFINE: {"rewritten": "Blue Fox was directed by Ana Berg."}, INSTRUCTED: {"answer": "Ana Berg"}})
+    plan, _ = parse_plan("RefineDoc(question, 1, 'delete')\nRefineDoc(question, 0, 'summarize')\n"
+                         "RefineDoc(question, 7, 'explain')")
+    out = PlanExecutor(ScriptedSearch())(plan=plan, question=Q, passages=[P["Blue Fox"], P["Red Owl"]])
+    assert [s["ok"] for s in out.steps] == [True, True, False, True] and "no document 7" in out.steps[2]["error"]
+    assert out.steps[-1]["function"] == "GenerateAnswer" and out.steps[-1]["added"]
+    assert [p.text for p in out.passages] == ["Blue Fox was directed by Ana Berg."]  # Red Owl deleted
+    assert "[Red Owl]" not in prompts(lm, INSTRUCTED, WRITER)[0] and out.answer == "Ana Berg"
+
+
+# --- the program ----------------------------------------------------------------------------------------------
+
+def build(taxonomy, search=None, **config):
+    return RAGCritic(search or ScriptedSearch(), k=2, taxonomy=taxonomy, **config)
+
+
+def test_correct_verdict_skips_planning_and_execution(taxonomy):
+    lm = routed({CRITIC: CORRECT, PLAN: {"plan": "a = GenerateAnswer(question)"}, WRITER: {"answer": "Lyon"}})
+    pred = build(taxonomy)(question=Q)
+    assert pred.answer == "Lyon" and pred.plan is None and pred.steps == []
+    assert pred.trace["stop_reason"] == "critic_correct" and not pred.trace["flagged"]
+    assert len(lm.history) == 2 and not prompts(lm, PLAN)                          # writer + critic only
+
+
+def test_flagged_answer_is_corrected_by_the_executed_plan(taxonomy):
+    search = ScriptedSearch({"Ana Berg": ("Ana Berg",)})
+    plan = "found = Retrieval(query='Ana Berg birthplace', topk=1)\nanswer = GenerateAnswer(question, [found, documents])"
+    lm = routed({CRITIC: ERROR, PLAN: {"plan": plan}, INSTRUCTED: {"answer": "Lyon"}, WRITER: {"answer": "Blue Fox"}})
+    pred = build(taxonomy, search)(question=Q)
+    assert pred.answer == "Lyon" and pred.trace["flagged"] and pred.trace["plans_valid"] == 1
+    assert [s["function"] for s in pred.steps] == ["Retrieval", "GenerateAnswer"]
+    assert [p.title for p in pred.passages] == ["Ana Berg", "Blue Fox", "Red Owl"]
+    assert pred.trace["queries"] == [Q, "Ana Berg birthplace"]
+    assert pred.tags["tier1"] == ["Incomplete Information", "Inaccurate Response"]
+    assert pred.trace["labels_snapped"] == 1 and pred.trace["labels_dropped"] == 1
+    planner_prompt = prompts(lm, PLAN)[0]
+    assert "Incomplete Information: search again" in planner_prompt and "Off-Topic Response:" not in planner_prompt
+
+
+def test_invalid_plan_falls_back_to_one_answer_on_the_original_evidence(taxonomy):
+    search = ScriptedSearch()
+    lm = routed({CRITIC: ERROR, PLAN: {"plan": "x = Search(query=question)"}, INSTRUCTED: {"answer": "Lyon"},
+                 WRITER: {"answer": "Blue Fox"}})
+    pred = build(taxonomy, search)(question=Q)
+    assert pred.answer == "Lyon" and pred.trace["fallbacks"] == 1 and pred.trace["plans_valid"] == 0
+    assert "unknown function Search" in pred.trace["rounds"][0]["plan_error"]
+    assert [s["function"] for s in pred.steps] == ["GenerateAnswer"] and len(search.calls) == 1
+    assert "It names the film" in prompts(lm, INSTRUCTED, WRITER)[0]                       # the critique guides it
+
+
+def test_second_round_critiques_the_corrected_answer(taxonomy):
+    lm = routed({CRITIC: Queue(ERROR, CORRECT), PLAN: {"plan": "a = GenerateAnswer(question)"},
+                 INSTRUCTED: {"answer": "Lyon"}, WRITER: {"answer": "Blue Fox"}})
+    pred = build(taxonomy, rounds=2)(question=Q)
+    assert pred.trace["iterations"] == 2 and pred.trace["stop_reason"] == "critic_correct"
+    assert [r["answer_in"] for r in pred.trace["rounds"]] == ["Blue Fox", "Lyon"] and len(prompts(lm, CRITIC)) == 2
+
+
+def test_critic_and_planner_predictors_take_their_role_lms(taxonomy):
+    program = build(taxonomy)
+    writer, critic, planner = DummyLM([]), DummyLM([]), DummyLM([])
+    assign_roles(program, Roles(writer=writer, critic=critic, planner=planner))
+    lms = {name: p.lm for name, p in program.named_predictors()}
+    assert lms["critic.judge"] is critic and lms["planner"] is planner
+    assert lms["writer.short"] is writer and lms["executor.generate"] is writer
+
+
+def test_registry_builds_rag_critic_and_self_refine(taxonomy):
+    assert programs.build("rag_critic_2r", search=ScriptedSearch(), k=3, loops=9).rounds == 2
+    assert isinstance(programs.build("self_refine", search=ScriptedSearch(), k=3), SelfRefine)
+
+
+# --- Self-Refine ----------------------------------------------------------------------------------------------
+
+def test_self_refine_revises_on_its_own_feedback_and_stops_when_satisfied():
+    lm = routed({FEEDBACK: Queue({"verdict": "Error", "feedback": "Give the birthplace."},
+                                 {"verdict": "Correct", "feedback": "none"}),
+                 REVISE: {"answer": "Lyon"}, WRITER: {"answer": "Blue Fox"}})
+    pred = SelfRefine(ScriptedSearch(), k=2, rounds=3)(question=Q)
+    assert pred.answer == "Lyon" and pred.trace["stop_reason"] == "self_correct" and pred.trace["iterations"] == 2
+    assert "Give the birthplace." in prompts(lm, REVISE)[0] and len(lm.history) == 4
+
+
+# --- error profile --------------------------------------------------------------------------------------------
+
+def records():
+    passages = [{"id": p.id, "title": p.title, "score": p.score} for p in (P["Blue Fox"], P["Red Owl"])]
+    return [{"id": "a", "question": Q, "answer": "Blue Fox", "gold": ["Lyon"], "f1": 0.0, "failed": False,
+             "passages": passages},
+            {"id": "b", "question": Q, "answer": "Lyon", "gold": ["Lyon"], "f1": 1.0, "failed": False,
+             "passages": passages},
+            {"id": "c", "question": Q, "answer": None, "gold": ["Lyon"], "f1": 0.0, "failed": True, "passages": []}]
+
+
+def test_error_profile_counts_labels_of_wrong_answers_only(taxonomy, tmp_path):
+    lm = routed({CRITIC: ERROR})
+    recs = records()
+    lookup = {p.id: p for p in P.values()}
+    result = ep.profile(recs, ErrorCritic(taxonomy), lookup)
+    assert result["n_wrong"] == 1 and len(lm.history) == 1
+    assert "[Red Owl]" in lm.history[0]["messages"][-1]["content"]                 # evidence rebuilt from ids
+    assert result["tier1"] == {"Incomplete Information": 1, "Inaccurate Response": 1}
+    md = ep.table(result, taxonomy)
+    assert "| **Inaccurate Response** | | 1 | 1.00 |" in md and "| | Wrong Entity | 1 | 1.00 |" in md
+    assert "model-made" in md
+    ep.chart(result, taxonomy).savefig(tmp_path / "c.png")
+    assert (tmp_path / "c.png").stat().st_size > 0
+
+
+def test_evaluate_error_profile_logs_table_and_chart(taxonomy, monkeypatch):
+    lm = DummyLM({"`[[ ## judgement ## ]]`": ERROR, "question": {"answer": "Paris"}})
+    monkeypatch.setattr(cli, "make_lm", lambda *a, **k: lm)
+    evaluate.main(["--program", "rag", "--dataset", "demo", "--dev", "2", "--k", "2", "--error-profile"])
+    run = mlflow.search_runs(output_format="list")[0]
+    artifacts = {a.path for a in mlflow.MlflowClient().list_artifacts(run.info.run_id, "error_profile")}
+    assert artifacts == {"error_profile/table.md", "error_profile/chart.png", "error_profile/critiques.json"}
+    assert run.data.metrics["error_profile_n_wrong"] == 2                          # "Paris" is wrong on both
+    assert run.data.metrics["error_profile_tier1/Inaccurate_Response"] == 1.0
+
+
+def test_error_profile_without_taxonomy_stops_before_evaluating(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("RAG_DATA_DIR", str(tmp_path))
+    monkeypatch.setattr(cli, "make_lm", lambda *a, **k: DummyLM({"question": {"answer": "Paris"}}))
+    with pytest.raises(SystemExit):
+        evaluate.main(["--program", "rag", "--dataset", "demo", "--dev", "1", "--error-profile"])
+    assert "rag_critic/all_tags_structure_final.json" in capsys.readouterr().err
+
+
+# --- critic scores and the comparison script -----------------------------------------------------------------
+
+def test_identification_is_balanced_over_both_classes():
+    from optimizers.critic_scores import identification, tier1_agreement
+
+    # 3 wrong answers (2 flagged), 1 right answer (flagged): error recall 2/3, correct recall 0
+    ident = identification([True, True, False, True], [True, True, True, False])
+    assert ident["error_recall"] == pytest.approx(2 / 3) and ident["correct_recall"] == 0.0
+    assert ident["balanced_accuracy"] == pytest.approx(1 / 3) and ident["flagged_share"] == 0.75
+    agree = tier1_agreement([["A", "B"], ["C"], []], [["B"], ["D"], ["A"]])
+    assert agree == {"n_both_labelled": 2, "overlap": 0.5, "same_first": 0.0, "jaccard": 0.25}
+
+
+def test_compare_script_reads_flags_plans_and_critic_accuracy_from_traces():
+    import sys
+    sys.path.insert(0, str(Path(__file__).parent.parent / "scripts"))
+    import critic_eval
+    import rag_critic_compare
+
+    def rec(first, verdict, valid, tier1=()):
+        rounds = [{"answer_in": first, "passages_in": [], "critique": {"verdict": verdict, "tier1": list(tier1)}}]
+        return {"id": first, "question": Q, "gold": "Lyon", "trace": {
+            "flagged": verdict != "Correct", "plans": int(valid is not None), "plans_valid": int(bool(valid)),
+            "rounds": rounds}}
+    recs = [rec("Lyon", "Correct", None), rec("Paris", "Error", True, ["Inaccurate Response"]),
+            rec("Rome", "Error", False), rec("Lyon city", "Error", True)]
+    assert rag_critic_compare.behaviour(recs) == {"flagged": 0.75, "plans": 3, "plans_valid": pytest.approx(2 / 3)}
+    ident = rag_critic_compare.critic_identification(recs)
+    assert ident["error_recall"] == 1.0 and ident["correct_recall"] == 0.5 and ident["n_wrong"] == 2
+    items = critic_eval.first_rounds(recs)
+    reference = [{"verdict": "Error", "tier1": ["Inaccurate Response", "Off-Topic Response"]}] * 2
+    text, metrics = critic_eval.report(items, reference, "0.5b", "1.5b")
+    assert metrics["tier1_agreement_overlap"] == 1.0 and metrics["tier1_agreement_n_both_labelled"] == 1
+    assert "model-made" in text
+
+
+def test_multiple_choice_answers_go_through_the_letter_writer():
+    lm = routed({"[[ ## options ## ]]": {"answer": "B"}})
+    plan, _ = parse_plan("a = GenerateAnswer(question, documents, 'Pick the city.')")
+    out = PlanExecutor(ScriptedSearch())(plan=plan, question=Q, passages=[P["Ana Berg"]],
+                                         options={"A": "Paris", "B": "Lyon"})
+    assert out.answer == "B" and "B. Lyon" in prompts(lm, "[[ ## options ## ]]")[0]
