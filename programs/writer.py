@@ -32,6 +32,13 @@ def parse_choice(raw: str, options: dict[str, str]) -> str:
     return m.group(1) if m else ""
 
 
+def language_name(code: str | None) -> str:
+    """The language a short answer must be written in (the question's; English when unknown)."""
+    from programs.mrag import LANGUAGE_NAMES  # mrag builds on this module
+
+    return LANGUAGE_NAMES.get(code or "en", code)
+
+
 class Writer(dspy.Module):
     """Final answer from the question (+ passages, + options for multiple choice)."""
 
@@ -42,12 +49,13 @@ class Writer(dspy.Module):
         self.short = step(AnswerFromPassages if use_passages else AnswerDirectly)
         self.choice = step(ChooseOption)
 
-    def forward(self, question: str, passages: list[Passage] = (), options: dict[str, str] | None = None):
+    def forward(self, question: str, passages: list[Passage] = (), options: dict[str, str] | None = None,
+                lang: str | None = None):
         context = [p.format(self.max_chars) for p in passages] if self.use_passages else []
         if options:
             out = self.choice(passages=context, question=question, options=format_options(options))
             return dspy.Prediction(answer=parse_choice(out.answer, options), raw_answer=out.answer,
                                    reasoning=getattr(out, "reasoning", None))
         kwargs = {"passages": context} if self.use_passages else {}
-        out = self.short(question=question, **kwargs)
+        out = self.short(question=question, answer_language=language_name(lang), **kwargs)
         return dspy.Prediction(answer=out.answer.strip(), reasoning=getattr(out, "reasoning", None))

@@ -6,6 +6,7 @@ class AnswerDirectly(dspy.Signature):
     """Answer the question from your own knowledge with a short phrase of a few words. No explanation."""
 
     question: str = dspy.InputField()
+    answer_language: str = dspy.InputField(desc="write the answer in this language")
     answer: str = dspy.OutputField(desc="a short phrase, usually 1-5 words")
 
 
@@ -15,6 +16,8 @@ class AnswerFromPassages(dspy.Signature):
 
     passages: list[str] = dspy.InputField(desc="retrieved passages, most relevant first")
     question: str = dspy.InputField()
+    answer_language: str = dspy.InputField(desc="write the answer in this language, even when the passages "
+                                                "are in another one")
     answer: str = dspy.OutputField(desc="a short phrase, usually 1-5 words")
 
 
