@@ -152,7 +152,9 @@ def bundle(name: str, recs: list[dict], context: str, source: str, groups=("lang
             supporting=[group_of(a) for a in rec["supporting"]],
             distracting=[group_of(a) for a in rec["distracting"]],
             leave_out=leave_out).with_inputs("question", "lang"))
-    corpora = [Corpus(lang, list(lang_docs.values()), lang) for lang, lang_docs in sorted(docs.items())]
+    # sorted by id, so every setting over the same documents shares one cached index
+    corpora = [Corpus(lang, sorted(lang_docs.values(), key=lambda d: d["id"]), lang)
+               for lang, lang_docs in sorted(docs.items())]
     return Bundle(name, examples, corpora, "xrag", f"{source} context={context}", groups=groups)
 
 

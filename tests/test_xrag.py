@@ -300,3 +300,20 @@ def test_real_xquad_settings_have_parallel_items():
     assert [e.supporting for e in de.examples] == [e.supporting for e in en.examples]
     multi = data.load("xrag_multi:ar")
     assert {c.name: len(c) for c in multi.corpora} == {"ar": 240, "en": 240}
+
+
+def test_eval_script_prints_both_table_shapes_and_logs_one_run(xquad_dir, embedder, monkeypatch, capsys):
+    import mlflow
+
+    import scripts.xrag_eval as script
+
+    monkeypatch.setattr(cli, "make_lm", lambda *a, **k: DummyLM({"question": {"answer": "1902", "same": True}}))
+    monkeypatch.setattr(script, "Retriever", lambda corpora, *a: Retriever(corpora, embedder))
+    results = script.main(["--n", "2", "--langs", "de", "zh", "--data-dir", str(xquad_dir)])
+    assert len(results) == 3 * 4 + 2  # (de, zh, en) x 4 conditions + multilingual (de, zh)
+    assert all(r["n"] == 2 for r in results.values())
+    out = capsys.readouterr().out
+    assert "| condition | program | de acc / lang | zh acc / lang | en acc / lang | avg X acc |" in out
+    assert "| full | rag |" in out and "| none | direct |" in out and "Multilingual retrieval" in out
+    run = mlflow.search_runs(experiment_names=["agentic-rag"], output_format="list")[0]
+    assert {"mono_oracle_rag_de_accuracy", "multi_full_rag_zh_lang_ok"} <= run.data.metrics.keys()
