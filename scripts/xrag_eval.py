@@ -42,8 +42,8 @@ def sample_ids(root, n: int, seed: int) -> set[str]:
 def cells(args) -> list[tuple[str, str, str, str, int]]:
     """(table, condition, dataset, program, k) for every cell to run."""
     out = []
-    for lang in [*args.langs, "en"]:
-        for cond in args.conditions:
+    for cond in args.conditions:  # cheapest first, every language, so a cut-off run still fills whole rows
+        for lang in [*args.langs, "en"]:
             name = {"none": "xrag_mono:", "oracle": "xrag_mono_oracle:", "full": "xrag_mono:",
                     "open": "xrag_mono_open:"}[cond] + lang
             progs = ["direct"] if cond == "none" else args.programs if cond == "open" else ["rag"]
@@ -83,6 +83,9 @@ def main(argv=None) -> dict:
     p.add_argument("--conditions", nargs="+", default=list(CONDITIONS), choices=CONDITIONS)
     p.add_argument("--programs", nargs="+", default=["rag"], help="programs for the open-retrieval condition")
     p.add_argument("--no-multi", dest="multi", action="store_false", help="skip the multilingual-setting table")
+    p.add_argument("--judge-all", action="store_true",
+                   help="also report the judge verdict alone (costs a judge call on wrong-language answers too); "
+                        "by default the panel is asked only where accuracy needs it (language right, no exact match)")
     args = p.parse_args(argv)
     args.dataset, args.judge = f"xrag_mono:{args.langs[0]}", True
     args.train, args.dev, args.test = 0, 0, 1
@@ -104,8 +107,10 @@ def main(argv=None) -> dict:
             program = assign_roles(programs.build(prog, search=retriever, k=k, loops=args.loops,
                                                   max_chars=args.max_chars), s.roles)
             label = f"{kind}_{cond}_{prog}_{name.split(':')[1]}"
-            records, summary = evaluate(program, examples, s.metrics, k=k if retriever else None,
-                                        retries=args.retries, desc=label, groups=("lang",))
+            metrics = s.metrics if args.judge_all else {m: f for m, f in s.metrics.items() if m != "judge"}
+            checkpoint = s.checkpoint(label, prog, program, examples)  # an interrupted run resumes per question
+            records, summary = evaluate(program, examples, metrics, k=k if retriever else None, retries=args.retries,
+                                        checkpoint=checkpoint, desc=label, groups=("lang",))
             results[(kind, cond, name, prog)] = summary
             tracking.log_metrics(summary, label)
             tracking.log_jsonl(f"predictions/{label}.jsonl", records)
