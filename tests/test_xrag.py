@@ -317,3 +317,21 @@ def test_eval_script_prints_both_table_shapes_and_logs_one_run(xquad_dir, embedd
     assert "| full | rag |" in out and "| none | direct |" in out and "Multilingual retrieval" in out
     run = mlflow.search_runs(experiment_names=["agentic-rag"], output_format="list")[0]
     assert {"mono_oracle_rag_de_accuracy", "multi_full_rag_zh_lang_ok"} <= run.data.metrics.keys()
+
+
+def test_build_script_writes_xrag_jsonl_that_the_loader_reads(xquad_dir, tmp_path, monkeypatch):
+    import scripts.xrag_build as script
+
+    lm = DummyLM([{"related": True}, {"summary": "A port began early."}, {"summary": "Boats came later."},
+                  {"qa_pairs": "Q: When did the port open? A: 1900"}, {"qa_pairs": "Q: When did boats come? A: 1901"},
+                  {"connection": "years", "question": "Which came first?"}, {"answer": "the port"},
+                  {"related": False}])
+    monkeypatch.setattr(script, "make_lm", lambda *a, **k: lm)
+    out = tmp_path / "xrag" / "built.jsonl"
+    items = script.main(["--pairs", "1", "--unrelated", "1", "--types", "comparison", "--data-dir", str(xquad_dir),
+                         "--out", str(out)])
+    assert len(items) == 1 and len(items[0]["distracting"]) == 6
+    assert items[0]["distracting"][0]["title"] == items[0]["supporting"][0]["title"]  # same-topic first
+    assert items[0]["provenance"]["lm"] == "local:qwen-0.5b"
+    b = data.load("xrag", tmp_path)
+    assert len(b.examples) == 1 and b.examples[0].question == "Which came first?"
