@@ -6,7 +6,7 @@ import re
 import dspy
 
 from programs.retrieval import Passage
-from signatures.writer import AnswerDirectly, AnswerFromPassages, ChooseOption
+from signatures.writer import AnswerDirectly, AnswerFromPassages, ChooseOption, in_language
 
 
 def format_options(options: dict[str, str]) -> str:
@@ -32,11 +32,11 @@ def parse_choice(raw: str, options: dict[str, str]) -> str:
     return m.group(1) if m else ""
 
 
-def language_name(code: str | None) -> str:
-    """The language a short answer must be written in (the question's; English when unknown)."""
+def language_name(code: str) -> str:
+    """The name of a language code, as the writer is told it."""
     from programs.mrag import LANGUAGE_NAMES  # mrag builds on this module
 
-    return LANGUAGE_NAMES.get(code or "en", code)
+    return LANGUAGE_NAMES.get(code, code)
 
 
 class Writer(dspy.Module):
@@ -57,5 +57,7 @@ class Writer(dspy.Module):
             return dspy.Prediction(answer=parse_choice(out.answer, options), raw_answer=out.answer,
                                    reasoning=getattr(out, "reasoning", None))
         kwargs = {"passages": context} if self.use_passages else {}
-        out = self.short(question=question, answer_language=language_name(lang), **kwargs)
+        if lang:  # the question's language is known: ask for the answer in it
+            kwargs.update(signature=in_language(self.short.signature), answer_language=language_name(lang))
+        out = self.short(question=question, **kwargs)
         return dspy.Prediction(answer=out.answer.strip(), reasoning=getattr(out, "reasoning", None))

@@ -6,8 +6,14 @@ class AnswerDirectly(dspy.Signature):
     """Answer the question from your own knowledge with a short phrase of a few words. No explanation."""
 
     question: str = dspy.InputField()
-    answer_language: str = dspy.InputField(desc="write the answer in this language")
     answer: str = dspy.OutputField(desc="a short phrase, usually 1-5 words")
+
+
+def in_language(signature: type[dspy.Signature]) -> type[dspy.Signature]:
+    """``signature`` with an ``answer_language`` input: the writer answers in the question's language (XRAG),
+    whatever language the passages are in."""
+    field = dspy.InputField(desc="write the answer in this language, even when the passages are in another one")
+    return signature.insert(-1, "answer_language", field, type_=str)
 
 
 class AnswerFromPassages(dspy.Signature):
@@ -16,8 +22,6 @@ class AnswerFromPassages(dspy.Signature):
 
     passages: list[str] = dspy.InputField(desc="retrieved passages, most relevant first")
     question: str = dspy.InputField()
-    answer_language: str = dspy.InputField(desc="write the answer in this language, even when the passages "
-                                                "are in another one")
     answer: str = dspy.OutputField(desc="a short phrase, usually 1-5 words")
 
 
