@@ -50,11 +50,11 @@ def require_file(root: Path | None, *candidates: str) -> Path:
 
 
 def _loaders() -> dict[str, Callable[[Path | None], Bundle]]:
-    from data import blend, click, demo, hotpotqa, musique, twowiki
+    from data import blend, click, demo, hotpotqa, musique, twowiki, xrag
 
     return {"demo": demo.load_multihop, "demo_culture": demo.load_culture, "hotpotqa": hotpotqa.load,
             "2wiki": twowiki.load, "blend": blend.load_mcq, "blend_short": blend.load_short, "click": click.load,
-            "musique": musique.load}
+            "musique": musique.load, **xrag.loaders()}
 
 
 def names() -> list[str]:

@@ -64,6 +64,11 @@ def parser(description: str) -> argparse.ArgumentParser:
                    help="second stage over the top --rerank-depth candidates (cross:<model> picks a cross-encoder)")
     p.add_argument("--rerank-depth", type=int, default=20, help="candidates the reranker sees per search")
     p.add_argument("--judge", action="store_true", help="also score answers with the LLM judge (--judge-lm)")
+    p.add_argument("--judge-lms", help="XRAG datasets: comma-separated panel of 1-3 judge LMs, majority vote "
+                                       "(default: --judge-lm alone)")
+    p.add_argument("--no-retrieval", action="store_true",
+                   help="parametric mode: answer with the closed-book writer (direct, or cot for --program cot) "
+                        "on the same examples, in the question's language")
     p.add_argument("--retries", type=int, default=1, help="retries of an example whose LM output fails")
     p.add_argument("--circular", action="store_true",
                    help="multiple choice: evaluate each question once per cyclic shift of its options and report "
@@ -122,7 +127,8 @@ class Session:
                 "split_seed": a.seed, **{f"n_{k}": v for k, v in sizes.items()},
                 "split_ids": self.splits.ids(), "embedder": self.retriever.embedder.id if self.retriever else "",
                 "index": a.index, **retrieval_options(a), "corpora": {c.name: len(c) for c in self.bundle.corpora},
-                "judge": a.judge, "circular": a.circular, "retries": a.retries, "cache": not a.no_cache, **self.lm_ids(),
+                "judge": a.judge, "judge_lms": a.judge_lms or "", "no_retrieval": a.no_retrieval,
+                "circular": a.circular, "retries": a.retries, "cache": not a.no_cache, **self.lm_ids(),
                 "mc_scoring": a.mc_scoring, **({"mc_calibration": a.mc_calibration} if a.mc_scoring == "pride" else {}),
                 **self.corpus_params()}
 
@@ -132,6 +138,8 @@ class Session:
 
     def build(self, program_name: str) -> dspy.Module:
         """The program with its role LMs and ``--mc-scoring`` (``pride`` calibrates it here, on train questions)."""
+        if self.args.no_retrieval:
+            program_name = "cot" if program_name == "cot" else "direct"
         try:
             program = assign_roles(programs.build(program_name, search=self.retriever, **self.config), self.roles)
         except FileNotFoundError as err:  # e.g. rag_critic's taxonomy file
@@ -209,8 +217,8 @@ def session(args: argparse.Namespace, needs_search: bool) -> Session:
         writer = make_lm(args.lm, args.api_base, cache=not args.no_cache)
         extra = {role: make_lm(getattr(args, f"{role}_lm"), args.api_base, cache=not args.no_cache)
                  for role in ("planner", "critic", "judge") if getattr(args, f"{role}_lm")}
-        retriever = Retriever(bundle.corpora, args.embedder, args.index, **retrieval_options(args)) \
-            if needs_search else None
+        retriever = (Retriever(bundle.corpora, args.embedder, args.index, **retrieval_options(args))
+                     if needs_search and not args.no_retrieval else None)
     except (FileNotFoundError, ValueError, KeyError) as err:
         fail(str(err).strip("'\""))
     if args.mc_scoring == "pride" and bundle.task == "mcq" and not 0 < args.mc_calibration <= len(splits.train):
@@ -221,6 +229,15 @@ def session(args: argparse.Namespace, needs_search: bool) -> Session:
     roles = Roles(writer=writer, **extra)
     init_dspy(writer, cache=not args.no_cache)
     judge = Judge(roles.lm("judge")) if args.judge else None
+    if args.judge and bundle.task == "xrag":
+        from optimizers.xlingual import JudgePanel
+
+        panel = args.judge_lms.split(",") if args.judge_lms else []
+        try:
+            judge = JudgePanel([make_lm(m.strip(), args.api_base, cache=not args.no_cache) for m in panel]
+                               or [roles.lm("judge")])
+        except ValueError as err:
+            fail(str(err))
     return Session(args, bundle, splits, roles, retriever, answer_metrics(bundle.task, judge), judge)
 
 

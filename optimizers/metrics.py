@@ -9,7 +9,7 @@ import dspy
 from dspy.evaluate.metrics import EM, F1
 
 from programs.text import abstained
-from signatures.judge import JudgeAnswer
+from signatures.judge import JudgeAnswer, JudgeAnswerToQuestion
 
 F1_PASS = 0.5  # an F1 at or above this accepts a bootstrapped demo
 
@@ -34,10 +34,12 @@ class Judge:
     """LLM-judge correctness (its own LM, see ``--judge-lm``). Without a call: "I don't know" and empty answers
     are wrong, an exact match after DSPy normalisation is right (small judges reject even those). The judge
     compares against the references only: shown the question, small judges accept plausible but wrong answers.
-    A judge output that cannot be parsed counts as wrong and is tallied in ``failures``."""
+    A judge output that cannot be parsed counts as wrong and is tallied in ``failures``. ``with_question`` shows
+    the judge the question too (XRAG's protocol)."""
 
-    def __init__(self, lm: dspy.LM | None = None):
-        self.predict = dspy.Predict(JudgeAnswer)
+    def __init__(self, lm: dspy.LM | None = None, with_question: bool = False):
+        self.with_question = with_question
+        self.predict = dspy.Predict(JudgeAnswerToQuestion if with_question else JudgeAnswer)
         self.predict.lm = lm
         self.failures = 0
         self._lock = threading.Lock()
@@ -50,7 +52,8 @@ class Judge:
             ok = True
         else:
             try:
-                ok = bool(self.predict(reference_answers=list(example.answers), predicted_answer=answer).same)
+                asked = {"question": example.question} if self.with_question else {}
+                ok = bool(self.predict(**asked, reference_answers=list(example.answers), predicted_answer=answer).same)
             except Exception:
                 with self._lock:
                     self.failures += 1
@@ -95,6 +98,10 @@ METRIC_NAMES = (*ANSWER_METRICS, "judge")
 
 def answer_metrics(task: str, judge: Judge | None = None) -> dict:
     """The metrics reported for a task: EM/F1 (+ judge) for short answers, accuracy for multiple choice."""
+    if task == "xrag":
+        from optimizers.xlingual import xrag_metrics
+
+        return xrag_metrics(judge)
     metrics = {"accuracy": accuracy} if task == "mcq" else {"em": exact_match, "f1": f1}
     if judge is not None and task != "mcq":
         metrics["judge"] = judge

@@ -17,7 +17,7 @@ class Direct(dspy.Module):
 
     def forward(self, question: str, options: dict[str, str] | None = None,
                 lang: str | None = None) -> dspy.Prediction:
-        out = self.writer(question=question, options=options)
+        out = self.writer(question=question, options=options, lang=lang)
         return dspy.Prediction(answer=out.answer, passages=[], trace={"iterations": 0, "queries": [],
                                                                       "stop_reason": "no_retrieval"})
 
@@ -36,7 +36,7 @@ class RAG(dspy.Module):
     def forward(self, question: str, options: dict[str, str] | None = None,
                 lang: str | None = None) -> dspy.Prediction:
         passages = self.search.search(question, self.k)
-        out = self.writer(question=question, passages=passages, options=options)
+        out = self.writer(question=question, passages=passages, options=options, lang=lang)
         return dspy.Prediction(answer=out.answer, passages=passages, trace={"iterations": 1, "queries": [question],
                                                                             "stop_reason": "single_pass"},
                                citations=out.get("citations", []))

@@ -278,7 +278,7 @@ class CORAL(dspy.Module):
                 break
             query, corpora = plan
         evidence = [r.passage for r in best(list(kept.values()), self.writer_docs)]
-        out = self.writer(question=question, passages=evidence, options=options)
+        out = self.writer(question=question, passages=evidence, options=options, lang=lang)
         trace.calls["writer"] += 1
         trace.evidence = [{"id": p.id, "total": kept[p.id].total} for p in evidence]
         trace.evidence_langs = [languages[p.corpus] for p in evidence]

@@ -10,8 +10,8 @@ from dspy.utils.exceptions import AdapterParseError
 
 from programs.retrieval import Passage, Retriever
 from programs.text import abstained
-from programs.writer import Writer
-from signatures.writer import AnswerWithCitations, AnswerWithCitationsAndFacts
+from programs.writer import Writer, language_name
+from signatures.writer import AnswerWithCitations, AnswerWithCitationsAndFacts, in_language
 
 IDK = "I don't know"
 
@@ -61,11 +61,13 @@ class EvidenceWriter(Writer):
         self.short = dspy.Predict(AnswerWithCitationsAndFacts if facts else AnswerWithCitations)
 
     def forward(self, question: str, passages: list[Passage] = (), options: dict[str, str] | None = None,
-                facts: list[str] = ()):
+                facts: list[str] = (), lang: str | None = None):
         if options:
             return super().forward(question, passages, options)
         passages = list(passages)
         extra = {"facts": list(facts)} if self.with_facts else {}
+        if lang:  # the question's language is known: ask for the answer in it
+            extra.update(signature=in_language(self.short.signature), answer_language=language_name(lang))
         out = self.short(passages=numbered(passages, self.max_chars), question=question, **extra)
         answer = clean_answer(out.answer)
         cited = [] if answer == IDK else cited_passages(out.answer, passages)

@@ -109,7 +109,7 @@ class MultilingualRAG(dspy.Module):
         passages = self.search.search(query, self.k, corpora) if corpora else []
         if self.translate_docs:
             passages = [self.translator.passage(p, self.max_chars) for p in passages]
-        out = self.writer(question=question, passages=passages, options=options)
+        out = self.writer(question=question, passages=passages, options=options, lang=lang)
         trace = {"iterations": 1 if corpora else 0, "queries": [query], "corpora": [corpora],
                  "stop_reason": "single_pass" if corpora else "no_corpus_for_language"}
         return dspy.Prediction(answer=out.answer, passages=passages, trace=trace)

@@ -8,7 +8,7 @@ import dspy
 from programs.choice import TOP_LOGPROBS, MCScoring, letter_logprobs, normalized, warn_no_logprobs
 from programs.retrieval import Passage
 from programs.text import mentions, normalize
-from signatures.writer import AnswerDirectly, AnswerFromPassages, ChooseOption
+from signatures.writer import AnswerDirectly, AnswerFromPassages, ChooseOption, in_language
 
 
 def format_options(options: dict[str, str]) -> str:
@@ -42,6 +42,13 @@ def parse_choice(raw: str, options: dict[str, str]) -> str:
     return ""
 
 
+def language_name(code: str) -> str:
+    """The name of a language code, as the writer is told it."""
+    from programs.mrag import LANGUAGE_NAMES  # mrag builds on this module
+
+    return LANGUAGE_NAMES.get(code, code)
+
+
 class Writer(dspy.Module):
     """Final answer from the question (+ passages, + options for multiple choice).
 
@@ -56,11 +63,14 @@ class Writer(dspy.Module):
         self.choice = step(ChooseOption)
         self.mc = MCScoring()
 
-    def forward(self, question: str, passages: list[Passage] = (), options: dict[str, str] | None = None):
+    def forward(self, question: str, passages: list[Passage] = (), options: dict[str, str] | None = None,
+                lang: str | None = None):
         context = [p.format(self.max_chars) for p in passages] if self.use_passages else []
         if options:
             return self.choose(question, context, options)
         kwargs = {"passages": context} if self.use_passages else {}
+        if lang:  # the question's language is known: ask for the answer in it
+            kwargs.update(signature=in_language(self.short.signature), answer_language=language_name(lang))
         out = self.short(question=question, **kwargs)
         return dspy.Prediction(answer=out.answer.strip(), reasoning=getattr(out, "reasoning", None))
 

@@ -9,3 +9,14 @@ class JudgeAnswer(dspy.Signature):
     reference_answers: list[str] = dspy.InputField()
     predicted_answer: str = dspy.InputField()
     same: bool = dspy.OutputField()
+
+
+class JudgeAnswerToQuestion(dspy.Signature):
+    """Is the predicted answer a correct answer to the question, i.e. does it state the same fact as one of the
+    reference answers? Judge the meaning, whatever language each is written in; extra words are fine, a
+    different or missing fact is not."""
+
+    question: str = dspy.InputField()
+    reference_answers: list[str] = dspy.InputField()
+    predicted_answer: str = dspy.InputField()
+    same: bool = dspy.OutputField()

@@ -9,6 +9,13 @@ class AnswerDirectly(dspy.Signature):
     answer: str = dspy.OutputField(desc="a short phrase, usually 1-5 words")
 
 
+def in_language(signature: type[dspy.Signature]) -> type[dspy.Signature]:
+    """``signature`` with an ``answer_language`` input: the writer answers in the question's language (XRAG),
+    whatever language the passages are in."""
+    field = dspy.InputField(desc="write the answer in this language, even when the passages are in another one")
+    return signature.insert(-1, "answer_language", field, type_=str)
+
+
 class AnswerFromPassages(dspy.Signature):
     """Answer the question using the passages. Reply with a short phrase of a few words taken from or
     supported by the passages; combine facts across passages when the question needs several steps."""

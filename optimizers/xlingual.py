@@ -1,0 +1,118 @@
+"""XRAG scoring: the answer must be in the question's language (language ID by ``lingua``), a panel of LLM judges
+decides correctness by majority vote, and accuracy = judge AND language. Script-independent string metrics
+(EM/F1 against the gold span, character 3-gram recall as in BERGEN) need no judge.
+
+Language rule for short answers: wrong only when lingua is confident the answer is in another language than the
+question AND that language differs from the one lingua gives the gold answer. So names and numbers that read the
+same in both languages ("Denver Broncos", "308") are not penalised, while an English phrase answering a Chinese
+question is."""
+from __future__ import annotations
+
+import re
+import threading
+import unicodedata
+from collections import Counter
+from functools import lru_cache
+
+from optimizers.metrics import Judge, exact_match, f1
+
+MIN_CONFIDENCE = 0.5  # below this lingua's top language counts as undecided
+# the languages the detector chooses among: the XRAG languages plus the rest of XQuAD's
+DETECTED = ("en", "de", "es", "zh", "ar", "el", "hi", "ro", "ru", "th", "tr", "vi")
+
+
+@lru_cache(maxsize=1)
+def _detector():
+    from lingua import IsoCode639_1, LanguageDetectorBuilder
+
+    codes = [getattr(IsoCode639_1, code.upper()) for code in DETECTED]
+    return LanguageDetectorBuilder.from_iso_codes_639_1(*codes).with_preloaded_language_models().build()
+
+
+def detect(text: str) -> str | None:
+    """ISO 639-1 code of ``text`` when lingua is confident (``MIN_CONFIDENCE``), else None (too short,
+    digits only, mixed)."""
+    if not re.search(r"[^\W\d_]", text or ""):
+        return None
+    values = _detector().compute_language_confidence_values(text)
+    if not values or values[0].value < MIN_CONFIDENCE:
+        return None
+    return values[0].language.iso_code_639_1.name.lower()
+
+
+def in_language(answer: str, lang: str, golds=()) -> bool:
+    """Whether a short ``answer`` counts as written in ``lang`` (see the module rule)."""
+    found = detect(answer)
+    if found is None or found == lang:
+        return True
+    return any(detect(g) == found for g in golds)
+
+
+def language_correct(example, pred, trace=None):
+    """Response language correctness (empty answers count as correct here; the judge fails them)."""
+    lang = example.get("lang") or "en"
+    ok = in_language(pred.answer or "", lang, example.answers)
+    return ok if trace is not None else float(ok)
+
+
+def _trigrams(text: str) -> Counter:
+    text = " ".join(unicodedata.normalize("NFKC", text).lower().split())
+    text = re.sub(r"[^\w\s]", "", text)
+    return Counter(text[i:i + 3] for i in range(max(len(text) - 2, 1 if text else 0)))
+
+
+def char3_recall(example, pred, trace=None):
+    """Share of the gold answer's character 3-grams found in the prediction (best gold), case- and
+    punctuation-insensitive: works across scripts without word segmentation."""
+    got = _trigrams(pred.answer or "")
+    best = 0.0
+    for gold in example.answers:
+        want = _trigrams(gold)
+        if want:
+            best = max(best, sum((want & got).values()) / sum(want.values()))
+    return best >= 0.5 if trace is not None else best
+
+
+class JudgePanel:
+    """1-3 LLM judges (question-aware :class:`Judge`), majority vote; a tie counts as wrong. The verdict of each
+    (example, answer) is memoised, so ``judge`` and ``accuracy`` cost one panel call."""
+
+    def __init__(self, lms: list):
+        if not 1 <= len(lms) <= 3:
+            raise ValueError(f"a judge panel takes 1 to 3 judge LMs, got {len(lms)}; use --judge-lms A,B,C")
+        self.judges = [Judge(lm, with_question=True) for lm in lms]
+        self._memo: dict[tuple, bool] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def failures(self) -> int:
+        return sum(j.failures for j in self.judges)
+
+    def verdict(self, example, pred) -> bool:
+        key = (example.get("id"), example.question, pred.answer or "")
+        with self._lock:
+            if key in self._memo:
+                return self._memo[key]
+        votes = sum(bool(judge(example, pred, trace=True)) for judge in self.judges)
+        ok = votes * 2 > len(self.judges)
+        with self._lock:
+            self._memo[key] = ok
+        return ok
+
+    def __call__(self, example, pred, trace=None):
+        ok = self.verdict(example, pred)
+        return ok if trace is not None else float(ok)
+
+    def accuracy(self, example, pred, trace=None):
+        """XRAG accuracy: the panel accepts the answer AND it is in the question's language."""
+        ok = language_correct(example, pred, trace=True) and self.verdict(example, pred)
+        return ok if trace is not None else float(ok)
+
+
+def xrag_metrics(panel: JudgePanel | None = None) -> dict:
+    """What an XRAG evaluation reports: EM/F1 vs the gold span, char 3-gram recall, language correctness, and
+    with a panel the judge verdict and accuracy (judge AND language)."""
+    metrics = {"em": exact_match, "f1": f1, "char3_recall": char3_recall, "lang_ok": language_correct}
+    if panel is not None:
+        metrics.update(judge=panel, accuracy=panel.accuracy)
+    return metrics

@@ -1,0 +1,101 @@
+"""Run the XRAG construction pipeline (``programs.xrag_build``) on article pairs and write XRAG-format JSONL.
+
+``python scripts/xrag_build.py --pairs 3 --out xrag_items.jsonl``                   (XQuAD demo pairs)
+``python scripts/xrag_build.py --articles my_news.jsonl --pairs 10 --translate de --out xrag/xrag.de.jsonl``
+
+Articles: ``--articles FILE`` (one ``{"id", "title", "text", "date", "language"}`` JSON per line; consecutive
+lines are paired) or, by default, XQuAD: two paragraphs of the same English article form a related pair
+(``--unrelated`` adds pairs across articles, which the relevance check should reject). Distractors: ``--distractors``
+other articles of the collection, preferring the pair's own title. The output reads back through the ``xrag``
+dataset when placed under ``RAG_DATA_DIR/xrag/``."""
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import data as datasets  # noqa: E402
+from data.xrag import paragraph, read_xquad  # noqa: E402
+from programs.xrag_build import XRAGBuilder  # noqa: E402
+from runtime.lm import make_lm  # noqa: E402
+from runtime.metering import metered  # noqa: E402
+from runtime.roles import init_dspy  # noqa: E402
+from signatures.construct import QUESTION_TYPES  # noqa: E402
+
+
+def xquad_pairs(root, n: int, unrelated: int, seed: int) -> tuple[list[tuple[dict, dict]], list[dict]]:
+    """``n`` same-article paragraph pairs (+ ``unrelated`` cross-article ones) and the whole paragraph pool."""
+    arts = read_xquad(root, "en")
+    pool = [paragraph(arts, "en", a, p) for a in range(len(arts)) for p in range(len(arts[a]["paragraphs"]))]
+    rng = random.Random(seed)
+    related = [(paragraph(arts, "en", a, 0), paragraph(arts, "en", a, 1))
+               for a in rng.sample(range(len(arts)), n)]
+    cross = [(paragraph(arts, "en", a, 0), paragraph(arts, "en", b, 0))
+             for a, b in (rng.sample(range(len(arts)), 2) for _ in range(unrelated))]
+    return related + cross, pool
+
+
+def file_pairs(path: Path, n: int) -> tuple[list[tuple[dict, dict]], list[dict]]:
+    with open(path, encoding="utf-8") as fh:
+        docs = [json.loads(line) for line in fh if line.strip()]
+    for i, doc in enumerate(docs):
+        doc.setdefault("id", str(i))
+        doc.setdefault("language", "en")
+        doc.setdefault("date", None)
+        doc.setdefault("title", doc["text"][:60])
+    return [(docs[i], docs[i + 1]) for i in range(0, min(2 * n, len(docs) - 1), 2)], docs
+
+
+def distractors(pair: tuple[dict, dict], pool: list[dict], n: int, rng: random.Random) -> list[dict]:
+    """``n`` other articles, those sharing the pair's title first (topically close, like XRAG's)."""
+    ids = {pair[0]["id"], pair[1]["id"]}
+    same = [d for d in pool if d["id"] not in ids and d["title"] == pair[0]["title"]]
+    rest = [d for d in pool if d["id"] not in ids and d["title"] != pair[0]["title"]]
+    rng.shuffle(same)
+    rng.shuffle(rest)
+    return (same + rest)[:n]
+
+
+def main(argv=None) -> list[dict]:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--articles", type=Path, help="JSONL of articles (default: XQuAD English paragraphs)")
+    p.add_argument("--pairs", type=int, default=3, help="related article pairs")
+    p.add_argument("--unrelated", type=int, default=1, help="XQuAD only: cross-article pairs (relevance check)")
+    p.add_argument("--types", nargs="+", default=list(QUESTION_TYPES), choices=list(QUESTION_TYPES))
+    p.add_argument("--translate", help="also translate each item into this language code (e.g. de)")
+    p.add_argument("--distractors", type=int, default=6, help="distracting articles per item")
+    p.add_argument("--lm", default="local:qwen-0.5b")
+    p.add_argument("--api-base")
+    p.add_argument("--data-dir")
+    p.add_argument("--seed", type=int, default=13)
+    p.add_argument("--out", type=Path, default=Path("xrag_items.jsonl"))
+    args = p.parse_args(argv)
+    if args.articles:
+        pairs, pool = file_pairs(args.articles, args.pairs)
+    else:
+        pairs, pool = xquad_pairs(datasets.data_dir(args.data_dir), args.pairs, args.unrelated, args.seed)
+    lm = make_lm(args.lm, args.api_base)
+    init_dspy(lm)
+    builder, rng, items = XRAGBuilder(types=tuple(args.types)), random.Random(args.seed), []
+    with metered() as cost:
+        for a, b in pairs:
+            out = builder(article_a=a, article_b=b, target_lang=args.translate)
+            print(f"{a['id']} + {b['id']}: {out.trace['stop_reason']} ({len(out.records)} items)", flush=True)
+            for item in out.records:
+                item["distracting"] = distractors((a, b), pool, args.distractors, rng)
+                item["provenance"].update(lm=args.lm, pair_related=out.trace["related"])
+                items.append(item)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    with open(args.out, "w", encoding="utf-8") as fh:
+        for item in items:
+            fh.write(json.dumps(item, ensure_ascii=False) + "\n")
+    print(f"{len(items)} items from {len(pairs)} pairs -> {args.out}; cost {cost.as_dict()}")
+    return items
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,72 @@
+"""Construction role: build cross-document question-answer items from a pair of related articles (XRAG §4)."""
+import dspy
+
+# the four cross-document question types, in this project's words
+QUESTION_TYPES = {
+    "aggregation": "combine a number or fact stated in one article with one from the other (a total, a "
+                   "difference, a count) to reach a value that neither article states alone",
+    "comparison": "ask which of two things, one described in each article, is larger, earlier, longer or "
+                  "otherwise ranks higher on one attribute",
+    "multi-hop": "chain two facts: the answer to a first step, found in one article, is needed to look up "
+                 "the final answer in the other article",
+    "set": "ask for the members shared by, or differing between, two groups that the articles describe "
+           "(e.g. which places appear in both)",
+}
+
+
+class RelatedArticles(dspy.Signature):
+    """Decide whether two articles are about the same topic or event closely enough that one natural question
+    could need facts from both."""
+
+    article_a: str = dspy.InputField()
+    article_b: str = dspy.InputField()
+    related: bool = dspy.OutputField()
+
+
+class SummarizeArticle(dspy.Signature):
+    """Summarize the article accurately and briefly, covering its main points. Use your own wording: reuse as
+    few of the article's phrases as possible."""
+
+    article: str = dspy.InputField()
+    summary: str = dspy.OutputField(desc="3-5 sentences")
+
+
+class SimpleQuestions(dspy.Signature):
+    """Write simple question-answer pairs about the summary. Each question must be answerable from the summary
+    in one step, with a short answer."""
+
+    summary: str = dspy.InputField()
+    qa_pairs: str = dspy.OutputField(desc="3-5 lines, each exactly 'Q: <question> A: <answer>'")
+
+
+class CrossDocumentQuestion(dspy.Signature):
+    """Two sets of simple question-answer pairs come from two different articles. Find what connects them, pick
+    related pairs (at least one from each set), and write ONE new natural question of the requested type that
+    can only be answered with information from both articles. Do not just join two questions with 'and'."""
+
+    qa_pairs_a: str = dspy.InputField(desc="pairs from article A")
+    qa_pairs_b: str = dspy.InputField(desc="pairs from article B")
+    question_type: str = dspy.InputField(desc="the type and its definition")
+    connection: str = dspy.OutputField(desc="what links the chosen pairs, one sentence")
+    question: str = dspy.OutputField(desc="the new question")
+
+
+class AnswerFromSummaries(dspy.Signature):
+    """Answer the question using the two summaries and the selected facts. Give a short answer of one phrase or
+    sentence."""
+
+    summary_a: str = dspy.InputField()
+    summary_b: str = dspy.InputField()
+    facts: str = dspy.InputField(desc="the question-answer pairs the question was built from")
+    question: str = dspy.InputField()
+    answer: str = dspy.OutputField()
+
+
+class TranslateQA(dspy.Signature):
+    """Translate the question and its answer into the target language, keeping names, numbers and dates exact."""
+
+    question: str = dspy.InputField()
+    answer: str = dspy.InputField()
+    target_language: str = dspy.InputField()
+    translated_question: str = dspy.OutputField()
+    translated_answer: str = dspy.OutputField()

@@ -1,0 +1,337 @@
+"""XRAG: the release loader, the XQuAD-based settings (on tiny made-up XQuAD-format files), the scoring protocol
+(language ID, judge panel, char 3-gram recall), the bounds, the language-aware writer and the construction
+pipeline, all on DummyLM."""
+import json
+import os
+
+import dspy
+import pytest
+from dspy.utils.dummies import DummyLM
+
+import data
+import evaluate
+from data import xrag
+from optimizers import cli
+from optimizers.evaluation import evaluate as run_eval
+from optimizers.xlingual import JudgePanel, char3_recall, in_language, language_correct, xrag_metrics
+from programs import build
+from programs.retrieval import Retriever, excluded
+from programs.xrag_build import XRAGBuilder, lexical_overlap, parse_qa_pairs
+
+REAL = pytest.mark.skipif(not os.environ.get("RAG_DATA_DIR"), reason="needs RAG_DATA_DIR with the shared files")
+
+# made-up parallel "articles": 2 articles x 5 paragraphs, one question per paragraph, in en / de / zh
+EN_TOPICS = [("Glass_Harbor", "harbor lighthouse ferry"), ("Copper_Valley", "mine river bridge")]
+DE = {"harbor": "Hafen", "mine": "Bergwerk"}
+
+
+def xquad_file(lang: str) -> dict:
+    arts = []
+    for a, (title, words) in enumerate(EN_TOPICS):
+        pars = []
+        for p in range(5):
+            value = str(1900 + 10 * a + p)
+            if lang == "en":
+                ctx, q, ans = f"The {words} number {p} was built in {value}.", f"When was {words} {p} built?", value
+            elif lang == "de":
+                ctx = f"Der {DE[words.split()[0]]} Nummer {p} wurde {value} gebaut."
+                q, ans = f"Wann wurde der {DE[words.split()[0]]} {p} gebaut?", value
+            else:
+                ctx, q, ans = f"第{p}号建筑建于{value}年。", f"第{p}号建筑是哪一年建的？", f"{value}年"
+            pars.append({"context": ctx, "qas": [{"id": f"q{a}{p}", "question": q,
+                                                  "answers": [{"text": ans, "answer_start": 0}]}]})
+        arts.append({"title": title, "paragraphs": pars})
+    return {"version": "1.1", "data": arts}
+
+
+@pytest.fixture
+def xquad_dir(tmp_path):
+    (tmp_path / "xquad").mkdir()
+    for lang in ("en", "de", "zh"):
+        (tmp_path / "xquad" / f"xquad.{lang}.json").write_text(json.dumps(xquad_file(lang)), encoding="utf-8")
+    return tmp_path
+
+
+RELEASE_ROWS = [  # the release's own key names, two settings
+    {"id": "r1", "question": "Wer gewann das Rennen am 3. Mai?", "answer": "Lena Ohm", "language": "de",
+     "task": "monolingual", "en_question": "Who won the race on 3 May?", "en_answer": "Lena Ohm",
+     "supporting_articles": [{"title": "Race", "text": "Lena Ohm won the city race on 3 May.", "date": "2024-05-04"},
+                             {"title": "Runner", "text": "Ohm trains in Graz.", "date": "2024-05-06"}],
+     "distracting_articles": [{"title": "Old race", "text": "Tom Berg won in 2023.", "date": "2024-04-01"}]},
+    {"id": "r2", "question": "¿Dónde entrena Ohm?", "answer": "Graz", "language": "es", "task": "multilingual",
+     "supporting_articles": [{"title": "Runner", "text": "Ohm trains in Graz.", "date": "2024-05-06"}],
+     "distracting_articles": [{"text": "Carreras en Madrid.", "date": "2024-04-20", "language": "es"}]},
+]
+
+
+def test_release_rows_map_through_one_field_table_and_read_via_datasets(tmp_path):
+    (tmp_path / "xrag").mkdir()
+    with open(tmp_path / "xrag" / "xrag.dev.jsonl", "w", encoding="utf-8") as fh:
+        fh.writelines(json.dumps(r, ensure_ascii=False) + "\n" for r in RELEASE_ROWS)
+    recs, source = xrag.records(tmp_path)
+    assert source.endswith("xrag") and [r["setting"] for r in recs] == ["mono", "multi"]
+    first = recs[0]
+    assert first["answers"] == ["Lena Ohm"] and first["language"] == "de"
+    assert [a["date"] for a in first["supporting"]] == ["2024-05-04", "2024-05-06"]
+    assert recs[1]["distracting"][0]["language"] == "es" and recs[1]["supporting"][0]["language"] == "es"
+    b = data.load("xrag", tmp_path)
+    assert b.task == "xrag" and {c.name for c in b.corpora} == {"de", "es"}
+    # the same "Runner" text in two languages' records is one document per language
+    assert sum(len(c) for c in b.corpora) == 5
+
+
+def test_a_release_row_without_a_question_names_the_field_table():
+    with pytest.raises(ValueError, match="lacks 'question'.*data.xrag.FIELDS"):
+        xrag.normalize({"answer": "x", "supporting_articles": ["t"]})
+
+
+def test_missing_release_files_offline_is_one_line(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(FileNotFoundError, match="under .*xrag"):
+        xrag.records(tmp_path)
+
+
+def visible(bundle, example, embedder, k=20):
+    search = Retriever(bundle.corpora, embedder)
+    with excluded(example.leave_out):
+        return {p.id for p in search.search(example.question, k)}
+
+
+@pytest.mark.parametrize("context, expect", [("full", 3), ("oracle", 2), ("open", 5)])
+def test_context_decides_what_an_item_can_retrieve(tmp_path, embedder, context, expect):
+    recs = [xrag.normalize(r) for r in RELEASE_ROWS]
+    b = xrag.bundle("t", recs, context, "fixture")
+    first = b.examples[0]
+    seen = visible(b, first, embedder)
+    assert len(seen) == expect
+    assert set(first.supporting) <= seen
+    if context != "open":
+        assert seen == set(first.supporting) | (set(first.distracting) if context == "full" else set())
+
+
+def test_monolingual_setting_from_xquad(xquad_dir, embedder):
+    de = data.load("xrag_mono:de", xquad_dir)
+    en = data.load("xrag_mono:en", xquad_dir)
+    assert [c.name for c in de.corpora] == ["en"] and len(de.examples) == 10
+    ex = next(e for e in de.examples if e.id == "q02@de")
+    assert ex.lang == "de" and ex.question.startswith("Wann") and ex.answers == ["1902"]
+    assert ex.supporting == ["en:00-02"] and len(ex.distracting) == 6
+    assert {d for d in ex.distracting if d.startswith("en:00-")} == {"en:00-00", "en:00-01", "en:00-03", "en:00-04"}
+    twin = next(e for e in en.examples if e.id == "q02@en")  # the English baseline: same item, same documents
+    assert twin.supporting == ex.supporting and twin.distracting == ex.distracting and twin.lang == "en"
+    assert visible(de, ex, embedder) == {f"en:{g[3:]}" for g in ex.supporting + ex.distracting}
+
+
+def test_multilingual_setting_from_xquad(xquad_dir):
+    zh = data.load("xrag_multi:zh", xquad_dir)
+    assert {c.name for c in zh.corpora} == {"en", "zh"} and zh.groups == ("lang", "support_lang")
+    langs = set()
+    for ex in zh.examples:
+        article, par = int(ex.id[1]), int(ex.id[2])  # ids are "q<article><paragraph>@zh"
+        assert ex.supporting == [f"{ex.support_lang}:{article:02d}-{par:02d}"]
+        assert sum(d.startswith("en:") for d in ex.distracting) == 3
+        assert sum(d.startswith("zh:") for d in ex.distracting) == 3
+        assert ex.supporting[0] not in ex.distracting
+        langs.add(ex.support_lang)
+    assert langs == {"en", "zh"}  # seeded per item, both occur
+    with pytest.raises(ValueError, match="non-English question language"):
+        xrag.xquad_records(None, "multi", "en")
+
+
+def test_open_setting_pools_every_paragraph_and_hides_nothing(xquad_dir):
+    b = data.load("xrag_multi_open:de", xquad_dir)
+    assert {c.name: len(c) for c in b.corpora} == {"de": 10, "en": 10}
+    assert all(ex.leave_out == [] for ex in b.examples)
+
+
+def test_names_are_registered_for_every_language_and_context():
+    names = set(data.names())
+    assert {"xrag", "xrag_oracle", "xrag_open", "xrag_mono:de", "xrag_mono:en", "xrag_mono_oracle:ar",
+            "xrag_mono_open:zh", "xrag_multi:es", "xrag_multi_open:all"} <= names
+    assert "xrag_multi:en" not in names
+
+
+# ---------------------------------------------------------------- scoring
+
+
+def ex(question="Wann wurde der Hafen gebaut?", answers=("1902",), lang="de", id_="x"):
+    return dspy.Example(id=id_, question=question, answer=answers[0], answers=list(answers), lang=lang)
+
+
+def pred(answer):
+    return dspy.Prediction(answer=answer)
+
+
+def test_language_rule():
+    assert in_language("im Jahr 1902 am Hafen gebaut", "de")
+    assert not in_language("it was built in the year nineteen hundred", "de")
+    assert in_language("1902", "zh")  # digits only: undecided, never penalised
+    assert not in_language("The river bridge", "zh", ["河桥"])
+    assert in_language("Denver Broncos", "de", ["Denver Broncos"])  # reads the same as the gold: allowed
+
+
+def judges(*verdicts):
+    return [DummyLM([{"same": v}]) for v in verdicts]
+
+
+@pytest.mark.parametrize("verdicts, expected", [((True,), 1.0), ((False,), 0.0), ((True, False, True), 1.0),
+                                                ((False, False, True), 0.0), ((True, False), 0.0)])
+def test_judge_panel_majority(dummy, verdicts, expected):
+    dummy([])
+    panel = JudgePanel(judges(*verdicts))
+    assert panel(ex(), pred("im Jahre neunzehnhundertzwei")) == expected
+
+
+def test_wrong_language_is_wrong_even_when_the_judges_agree(dummy):
+    dummy([])
+    panel = JudgePanel(judges(True, True, True))
+    metrics = xrag_metrics(panel)
+    e, p = ex(question="第2号建筑是哪一年建的？", answers=("1902年",), lang="zh"), pred("It was built in 1902")
+    assert metrics["judge"](e, p) == 1.0 and metrics["lang_ok"](e, p) == 0.0 and metrics["accuracy"](e, p) == 0.0
+    good = pred("一九〇二年建造")
+    assert language_correct(e, good) == 1.0
+
+
+def test_panel_verdict_is_asked_once_per_answer_and_the_judge_sees_the_question(dummy):
+    dummy([])
+    lm = DummyLM([{"same": True}, {"same": True}])
+    panel = JudgePanel([lm])
+    e, p = ex(), pred("neunzehnhundertzwei")
+    panel(e, p), panel.accuracy(e, p)
+    assert len(lm.history) == 1
+    assert "Wann wurde der Hafen gebaut?" in str(lm.history[0]["messages"])
+
+
+def test_panel_size_is_one_to_three():
+    with pytest.raises(ValueError, match="1 to 3 judge LMs"):
+        JudgePanel(judges(True, True, True, True))
+
+
+def test_char3_recall_works_across_scripts():
+    assert char3_recall(ex(answers=("Denver Broncos",)), pred("the denver broncos!")) == 1.0
+    assert char3_recall(ex(answers=("丹佛野马队",)), pred("丹佛野马")) == pytest.approx(2 / 3)
+    assert char3_recall(ex(answers=("Broncos",)), pred("Panthers")) == 0.0
+
+
+# ---------------------------------------------------------------- bounds and the writer
+
+
+@pytest.mark.parametrize("name, program, n_passages", [("xrag_mono:de", "direct", 0),
+                                                        ("xrag_mono_oracle:de", "rag", 1),
+                                                        ("xrag_mono:de", "rag", 7)])
+def test_bounds(xquad_dir, embedder, dummy, name, program, n_passages):
+    lm = dummy({"question": {"answer": "1902"}})
+    b = data.load(name, xquad_dir)
+    examples = [e for e in b.examples if e.id == "q02@de"]
+    search = Retriever(b.corpora, embedder)
+    prog = build(program, search=search, k=8)
+    records, summary = run_eval(prog, examples, xrag_metrics(), groups=("lang",))
+    assert len(records[0]["passages"]) == n_passages
+    if n_passages:
+        assert records[0]["passages"][0]["id"] == "en:00-02" or n_passages > 1
+        assert "en:00-02" in {p["id"] for p in records[0]["passages"]}
+    assert summary["em"] == 1.0 and summary["lang_ok"] == 1.0 and summary["n_by_lang/de"] == 1
+    assert "German" in str(lm.history[-1]["messages"])  # the writer is told the answer language
+
+
+def test_cli_evaluates_an_xrag_setting_with_a_panel_and_no_retrieval(xquad_dir, monkeypatch):
+    made = []
+
+    def fake_lm(name, *a, **k):
+        made.append(name)
+        return DummyLM({"question": {"answer": "im Jahr 1902", "same": True}})
+    monkeypatch.setattr(cli, "make_lm", fake_lm)
+    summary = evaluate.main(["--program", "rag", "--no-retrieval", "--dataset", "xrag_mono:de", "--data-dir",
+                             str(xquad_dir), "--train", "0", "--dev", "3", "--test", "0", "--judge",
+                             "--judge-lms", "a,b,c", "--embedder", "minilm"])
+    assert made[-3:] == ["a", "b", "c"]
+    assert summary["n"] == 3 and summary["lang_ok"] == 1.0 and summary["accuracy"] == 1.0
+    assert "accuracy_by_lang/de" in summary and "char3_recall" in summary
+
+
+# ---------------------------------------------------------------- construction pipeline
+
+ART_A = {"id": "a", "title": "Glass Harbor", "text": "The harbor opened in 1902 with two piers.", "date": "2024-06-01",
+         "language": "en"}
+ART_B = {"id": "b", "title": "Glass Harbor", "text": "A ferry to the harbor started in 1910.", "date": "2024-06-20",
+         "language": "en"}
+
+
+def test_parse_qa_pairs_and_overlap():
+    text = "Here are pairs:\n1. Q: When did it open? A: 1902\n- Q: How many piers?\nA: two\nnoise"
+    assert parse_qa_pairs(text) == [("When did it open?", "1902"), ("How many piers?", "two")]
+    assert lexical_overlap("the harbor opened in 1902", ART_A["text"]) == 1.0
+    assert lexical_overlap("a port began service early last century", ART_A["text"]) == 0.0
+
+
+def test_pipeline_builds_translated_items_that_read_back(dummy):
+    dummy([{"related": True},
+           {"summary": "A port began service early last century."},
+           {"summary": "Boats to it followed eight years on."},
+           {"qa_pairs": "Q: When did the port open? A: 1902"},
+           {"qa_pairs": "Q: When did the ferry start? A: 1910"},
+           {"connection": "both give years", "question": "Which came first, the port or the ferry?"},
+           {"answer": "the port"},
+           {"translated_question": "Was kam zuerst, der Hafen oder die Fähre?", "translated_answer": "der Hafen"}])
+    out = XRAGBuilder(types=("comparison",))(article_a=ART_A, article_b=ART_B, target_lang="de")
+    assert out.trace["related"] is True and out.trace["overlap"] == [0.0, 0.0]
+    (item,) = out.records
+    assert item["language"] == "de" and item["answer"] == "der Hafen" and item["en_answer"] == "the port"
+    assert item["type"] == "comparison" and item["provenance"]["connection"] == "both give years"
+    rec = xrag.normalize(item)
+    assert [a["date"] for a in rec["supporting"]] == ["2024-06-01", "2024-06-20"]
+
+
+def test_pipeline_stops_at_an_unrelated_pair(dummy):
+    lm = dummy([{"related": False}])
+    out = XRAGBuilder()(article_a=ART_A, article_b=ART_B)
+    assert out.records == [] and out.trace["stop_reason"] == "unrelated" and len(lm.history) == 1
+
+
+def test_pipeline_rejects_unknown_types():
+    with pytest.raises(ValueError, match="unknown question types"):
+        XRAGBuilder(types=("bridge",))
+
+
+@REAL
+def test_real_xquad_settings_have_parallel_items():
+    de, en = data.load("xrag_mono:de"), data.load("xrag_mono:en")
+    assert len(de.examples) == len(en.examples) == 1190
+    assert [e.supporting for e in de.examples] == [e.supporting for e in en.examples]
+    multi = data.load("xrag_multi:ar")
+    assert {c.name: len(c) for c in multi.corpora} == {"ar": 240, "en": 240}
+
+
+def test_eval_script_prints_both_table_shapes_and_logs_one_run(xquad_dir, embedder, monkeypatch, capsys):
+    import mlflow
+
+    import scripts.xrag_eval as script
+
+    monkeypatch.setattr(cli, "make_lm", lambda *a, **k: DummyLM({"question": {"answer": "1902", "same": True}}))
+    monkeypatch.setattr(script, "Retriever", lambda corpora, *a: Retriever(corpora, embedder))
+    results = script.main(["--n", "2", "--langs", "de", "zh", "--data-dir", str(xquad_dir)])
+    assert len(results) == 3 * 4 + 2  # (de, zh, en) x 4 conditions + multilingual (de, zh)
+    assert all(r["n"] == 2 for r in results.values())
+    out = capsys.readouterr().out
+    assert "| condition | program | de acc / lang | zh acc / lang | en acc / lang | avg X acc |" in out
+    assert "| full | rag |" in out and "| none | direct |" in out and "Multilingual retrieval" in out
+    run = mlflow.search_runs(experiment_names=["agentic-rag"], output_format="list")[0]
+    assert {"mono_oracle_rag_de_accuracy", "multi_full_rag_zh_lang_ok"} <= run.data.metrics.keys()
+
+
+def test_build_script_writes_xrag_jsonl_that_the_loader_reads(xquad_dir, tmp_path, monkeypatch):
+    import scripts.xrag_build as script
+
+    lm = DummyLM([{"related": True}, {"summary": "A port began early."}, {"summary": "Boats came later."},
+                  {"qa_pairs": "Q: When did the port open? A: 1900"}, {"qa_pairs": "Q: When did boats come? A: 1901"},
+                  {"connection": "years", "question": "Which came first?"}, {"answer": "the port"},
+                  {"related": False}])
+    monkeypatch.setattr(script, "make_lm", lambda *a, **k: lm)
+    out = tmp_path / "xrag" / "built.jsonl"
+    items = script.main(["--pairs", "1", "--unrelated", "1", "--types", "comparison", "--data-dir", str(xquad_dir),
+                         "--out", str(out)])
+    assert len(items) == 1 and len(items[0]["distracting"]) == 6
+    assert items[0]["distracting"][0]["title"] == items[0]["supporting"][0]["title"]  # same-topic first
+    assert items[0]["provenance"]["lm"] == "local:qwen-0.5b"
+    b = data.load("xrag", tmp_path)
+    assert len(b.examples) == 1 and b.examples[0].question == "Which came first?"
