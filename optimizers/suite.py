@@ -35,10 +35,14 @@ class Entry:
 
 SUITES: dict[str, tuple[Entry, ...]] = {
     "paper": (
-        Entry("seal", ("self_rag", "rag"), ("hotpotqa", "2wiki")),
-        Entry("coral", ("direct", "mono_rag", "multi_rag", "cross_rag", "t_rag", "coral_select"), ("blend", "click")),
+        Entry("seal", ("self_rag", "crag", "rag"), ("hotpotqa", "2wiki")),
+        Entry("coral", ("direct", "mono_rag", "multi_rag", "own_en_rag", "cross_rag", "t_rag", "coral_select"),
+              ("blend", "click")),
+        Entry("par2", ("direct", "cot", "rag", "react", "ircot", "par2_anchor", "par2_chain"), ("musique", "2wiki")),
+        Entry("rag_critic", ("rag", "self_refine"), ("hotpotqa", "2wiki")),
+        Entry("coral", ("direct", "rag"), ("xrag_multi_open:all",)),
     ),
-    "seal-grid": (Entry("seal", ("self_rag", "rag"), ("hotpotqa",), {"k": (1, 3), "loops": (0, 1, 3)}),),
+    "seal-grid": (Entry("seal", ("self_rag", "crag", "rag"), ("hotpotqa",), {"k": (1, 3), "loops": (0, 1, 3)}),),
 }
 
 
