@@ -21,7 +21,6 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import dspy  # noqa: E402
 import mlflow  # noqa: E402
 from scipy.stats import mannwhitneyu  # noqa: E402
 

@@ -5,7 +5,7 @@ from dspy.utils.dummies import DummyLM
 import programs
 from programs.par2 import esc_decision, interleave, plan_lines
 from programs.retrieval import Corpus, Passage, Retriever
-from runtime.roles import init_dspy
+from tests.dummies import Queue, routed
 
 # Made-up toy world (not benchmark text): the answer needs the film page, then its director's page.
 TEXTS = {"Blue Fox": "Blue Fox is a 1931 silent film directed by Ana Berg.",
@@ -43,21 +43,6 @@ class BatchSearch(ScriptedSearch):
         return [self.search(q, k) for q in queries]
 
 
-class Queue:
-    """Answers for one DummyLM route, used in order (the last one repeats)."""
-
-    def __init__(self, *answers):
-        self.answers = list(answers)
-
-    def items(self):
-        return (self.answers.pop(0) if len(self.answers) > 1 else self.answers[0]).items()
-
-
-def routed(routes: dict) -> DummyLM:
-    """A DummyLM answering each signature by a key of its final message (first match wins), with metering."""
-    lm = DummyLM({key: value if isinstance(value, Queue) else Queue(value) for key, value in routes.items()})
-    init_dspy(lm, cache=False)
-    return lm
 
 
 def calls(lm, key):

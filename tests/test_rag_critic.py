@@ -17,7 +17,8 @@ from programs.rag_critic import RAGCritic
 from programs.retrieval import Passage
 from programs.self_refine import SelfRefine
 from programs.taxonomy import load_taxonomy, snap, split_labels
-from runtime.roles import Roles, assign_roles, init_dspy
+from runtime.roles import Roles, assign_roles
+from tests.dummies import Queue, routed
 
 FIXTURES = Path(__file__).parent / "fixtures"
 TEXTS = {"Blue Fox": "Blue Fox is a 1931 film directed by Ana Berg.",
@@ -40,21 +41,6 @@ class ScriptedSearch:
         return [P[t] for t in titles][:k]
 
 
-class Queue:
-    """Answers for one DummyLM route, used in order (the last one repeats)."""
-
-    def __init__(self, *answers):
-        self.answers = list(answers)
-
-    def items(self):
-        return (self.answers.pop(0) if len(self.answers) > 1 else self.answers[0]).items()
-
-
-def routed(routes: dict) -> DummyLM:
-    """A DummyLM answering each signature by a marker in its last message (first match wins), with metering."""
-    lm = DummyLM({k: v if isinstance(v, Queue) else Queue(v) for k, v in routes.items()})
-    init_dspy(lm, cache=False)
-    return lm
 
 
 def prompts(lm, *markers):

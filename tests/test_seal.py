@@ -12,7 +12,8 @@ from programs.seal import (SEAL, Gap, Ledger, clip, entity_first_rank, failed_cr
                            triple_lines, verbatim_facts)
 from programs.self_rag import SelfRAG, merge
 from programs.text import repeats
-from runtime.roles import Roles, assign_roles, init_dspy
+from runtime.roles import Roles, assign_roles
+from tests.dummies import Queue, routed
 
 # Made-up toy world (not benchmark text): the answer needs the film page, then its director's page.
 TEXTS = {"Blue Fox": "Blue Fox is a 1931 silent film directed by Ana Berg.",
@@ -37,21 +38,6 @@ class ScriptedSearch:
         return [P[t] for t in titles][:k]
 
 
-class Queue:
-    """Answers for one DummyLM dict-mode route, used in order (the last one repeats)."""
-
-    def __init__(self, *answers):
-        self.answers = list(answers)
-
-    def items(self):
-        return (self.answers.pop(0) if len(self.answers) > 1 else self.answers[0]).items()
-
-
-def routed(routes: dict) -> DummyLM:
-    """A DummyLM answering each signature by a key in its final message (first match wins), with metering."""
-    lm = DummyLM({key: value if isinstance(value, Queue) else Queue(value) for key, value in routes.items()})
-    init_dspy(lm, cache=False)
-    return lm
 
 
 def extract(title):  # the extract prompt of one passage
