@@ -22,7 +22,7 @@ import numpy as np
 import regex
 from filelock import FileLock
 
-from runtime.paths import index_dir
+from runtime.paths import index_dir, prune_versions
 
 TOKENIZER_VERSION = "w1b2"  # part of the cache key: bump when tokenize() changes
 KEEP_VERSIONS = 3
@@ -84,11 +84,7 @@ class BM25Index:
         folder = root / key
         built.model.save(str(folder), allow_pickle=False, show_progress=False)
         (folder / "meta.json").write_text(json.dumps({"key": key, "ntotal": len(built.corpus)}))
-        name = built.corpus.name
-        versions = sorted(root.glob(f"{name}-*-bm25s-{TOKENIZER_VERSION}"), key=lambda p: p.stat().st_mtime,
-                          reverse=True)
-        for stale in versions[KEEP_VERSIONS:]:
-            shutil.rmtree(stale, ignore_errors=True)
+        prune_versions(root, f"{built.corpus.name}-*-bm25s-{TOKENIZER_VERSION}", KEEP_VERSIONS)
         return built
 
     @classmethod

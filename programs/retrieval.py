@@ -26,7 +26,7 @@ from tqdm.auto import tqdm
 
 from programs.bm25 import BM25Index
 from runtime.embedders import Embedder, get_embedder
-from runtime.paths import index_dir
+from runtime.paths import index_dir, prune_versions
 
 RETRIEVERS = ("dense", "bm25", "hybrid")
 INDEX_TYPES = {"flat": "Flat", "hnsw": "HNSW32"}  # plus "ivf" (nlist chosen from corpus size)
@@ -164,10 +164,7 @@ class CorpusIndex:
         folder.mkdir(parents=True, exist_ok=True)
         faiss.write_index(built.index, str(folder / "index.faiss"))
         (folder / "meta.json").write_text(json.dumps({"key": key, "ntotal": len(corpus)}))
-        versions = sorted(root.glob(f"{corpus.name}-*-{embedder.id}-{index_type}"), key=lambda p: p.stat().st_mtime,
-                          reverse=True)
-        for stale in versions[KEEP_VERSIONS:]:
-            shutil.rmtree(stale, ignore_errors=True)
+        prune_versions(root, f"{corpus.name}-*-{embedder.id}-{index_type}", KEEP_VERSIONS)
         return built
 
     @classmethod

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -34,3 +35,10 @@ def server_dir() -> Path:
     path = Path(os.environ.get("RAG_SERVER_DIR", cache_dir() / "servers")).expanduser()
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+def prune_versions(root: Path, pattern: str, keep: int) -> None:
+    """Delete all but the ``keep`` most recently used cache folders under ``root`` matching ``pattern``."""
+    versions = sorted(root.glob(pattern), key=lambda p: p.stat().st_mtime, reverse=True)
+    for stale in versions[keep:]:
+        shutil.rmtree(stale, ignore_errors=True)
