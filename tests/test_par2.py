@@ -4,18 +4,10 @@ from dspy.utils.dummies import DummyLM
 
 import programs
 from programs.par2 import esc_decision, interleave, plan_lines
-from programs.retrieval import Corpus, Passage, Retriever
+from programs.retrieval import Corpus, Retriever
 from tests.dummies import Queue, routed
+from tests.test_seal import P, Q, TEXTS  # the shared made-up toy world
 
-# Made-up toy world (not benchmark text): the answer needs the film page, then its director's page.
-TEXTS = {"Blue Fox": "Blue Fox is a 1931 silent film directed by Ana Berg.",
-         "Ana Berg": "Ana Berg was a film director born in Lyon.",
-         "Red Owl": "Red Owl is a 1950 film about an owl.",
-         "Green Cat": "Green Cat is a 1931 silent film about a cat.",
-         "Grey Elk": "Grey Elk is a painting of an elk."}
-P = {title: Passage(f"toy:{i}", title, text, corpus="toy", score=1.0 - i / 10)
-     for i, (title, text) in enumerate(TEXTS.items())}
-Q = "Where was the director of the film Blue Fox born?"
 PLAN, ESC, ANSWER, THOUGHT, REACT, EXTRACT = ("`[[ ## searches ## ]]`", "`[[ ## decision ## ]]`", "`[[ ## answer ## ]]`",
                                               "`[[ ## next_sentence ## ]]`", "`[[ ## next_thought ## ]]`",
                                               "`[[ ## reasoning ## ]]`")
