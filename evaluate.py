@@ -9,20 +9,19 @@ import mlflow
 
 import programs
 from optimizers import tracking
-from optimizers.cli import fail, interruptible, parser, session
+from optimizers.cli import fail, interruptible, session
 from optimizers.evaluation import evaluate
-from optimizers.suite import add_flags, run_suite
+from optimizers.suite import parser as suite_parser
+from optimizers.suite import run_suite
 
 
 @interruptible
 def main(argv=None) -> dict:
-    p = parser(__doc__.splitlines()[0])
+    p = suite_parser(__doc__.splitlines()[0])
     p.add_argument("--compiled", help="compiled program: program.json path or MLflow run id")
-    p.add_argument("--split", choices=["train", "dev", "test"], help="default: dev, test for --suite")
     p.add_argument("--error-profile", action="store_true",
                    help="label the program's wrong answers with RAG-Critic's error critic (--critic-lm) and log the "
                         "tier-1/tier-2 distribution (table + bar chart); needs $RAG_DATA_DIR/rag_critic/")
-    add_flags(p)
     args = p.parse_args(argv)
     if args.suite:
         args.split = args.split or "test"

@@ -4,7 +4,12 @@ A suite is data: :class:`Entry` (method, baselines, datasets, optional grid of `
 program to the comparison is one ``Entry`` line in ``SUITES``. ``python evaluate.py --suite paper --test 30`` runs
 every (program, dataset[, grid point]) cell on the same seeded split with the same LMs and embedder, each cell
 checkpointed per example (an interrupted suite re-run makes no repeated LM calls), then logs the leaderboard
-(``optimizers.leaderboard``) and plots to the parent run. ``--ray [ADDRESS]`` runs the cells as Ray tasks."""
+(``optimizers.leaderboard``) and plots to the parent run. ``--ray [ADDRESS]`` runs the cells as Ray tasks.
+
+The comparison scripts (``scripts/*_compare.py``, ``seal_grid.py``, ``xrag_eval.py``) are thin uses of the same
+machinery: they open a parent run, evaluate their arms with :func:`run_cell` (their own programs and questions
+where a method needs them: compiled variants, balanced slices) and log :func:`log_leaderboard`, then add only
+their method's diagnostics."""
 from __future__ import annotations
 
 import argparse
@@ -16,7 +21,7 @@ from dataclasses import dataclass, field, replace
 import mlflow
 
 import programs
-from optimizers import leaderboard, tracking
+from optimizers import cli, leaderboard, tracking
 from optimizers.cli import Session, fail, session
 from optimizers.evaluation import evaluate
 from runtime.paths import PROJECT_ROOT
@@ -35,14 +40,15 @@ class Entry:
 
 SUITES: dict[str, tuple[Entry, ...]] = {
     "paper": (
-        Entry("seal", ("self_rag", "crag", "rag"), ("hotpotqa", "2wiki")),
+        Entry("seal", ("self_rag", "crag", "rag_cited"), ("hotpotqa", "2wiki")),
         Entry("coral", ("direct", "mono_rag", "multi_rag", "own_en_rag", "cross_rag", "t_rag", "coral_select"),
               ("blend", "click")),
         Entry("par2", ("direct", "cot", "rag", "react", "ircot", "par2_anchor", "par2_chain"), ("musique", "2wiki")),
         Entry("rag_critic", ("rag", "self_refine"), ("hotpotqa", "2wiki")),
         Entry("coral", ("direct", "rag"), ("xrag_multi_open:all",)),
     ),
-    "seal-grid": (Entry("seal", ("self_rag", "crag", "rag"), ("hotpotqa",), {"k": (1, 3), "loops": (0, 1, 3)}),),
+    "seal-grid": (Entry("seal", ("self_rag", "crag", "rag_cited"), ("hotpotqa",),
+                        {"k": (1, 3), "loops": (0, 1, 3, 5)}),),
 }
 
 
@@ -51,10 +57,12 @@ class Cell:
     program: str
     dataset: str
     config: tuple[tuple[str, int], ...] = ()  # grid values this program takes, e.g. (("k", 3), ("loops", 1))
+    variant: str = ""  # a script's own variant of the program, e.g. "compiled"
 
     @property
     def label(self) -> str:
-        return self.program + "".join(f"_{SHORT.get(k, k)}{v}" for k, v in self.config)
+        return (self.program + "".join(f"_{SHORT.get(k, k)}{v}" for k, v in self.config)
+                + (f"_{self.variant}" if self.variant else ""))
 
 
 @dataclass
@@ -82,7 +90,8 @@ def _grid_points(grid: dict) -> list[dict]:
     return [dict(zip(keys, values)) for values in itertools.product(*(grid[k] for k in keys))] or [{}]
 
 
-def _cell(program: str, dataset: str, point: dict) -> Cell:
+def cell(program: str, dataset: str, point: dict) -> Cell:
+    """The cell of ``program`` on ``dataset`` at grid ``point``, keeping only the values the program takes."""
     return Cell(program, dataset, tuple(sorted(programs.accepted_config(program, point).items())))
 
 
@@ -96,10 +105,10 @@ def plan(suite: tuple[Entry, ...], only_datasets=None, only_methods=None) -> tup
             if only_datasets and dataset not in only_datasets:
                 continue
             for point in _grid_points(entry.grid):
-                method = _cell(entry.method, dataset, point)
+                method = cell(entry.method, dataset, point)
                 cells.setdefault(method, None)
                 for baseline in entry.baselines:
-                    base = _cell(baseline, dataset, point)
+                    base = cell(baseline, dataset, point)
                     cells.setdefault(base, None)
                     if (dataset, method, base) not in pairs:
                         pairs.append((dataset, method, base))
@@ -114,26 +123,43 @@ def cell_session(base: Session, cell: Cell) -> Session:
     return replace(base, args=args)
 
 
-def run_cell(s: Session, cell: Cell, parent_run_id: str, suite_name: str) -> Result:
-    """Evaluate one cell into its own child run of ``parent_run_id`` (checkpointed per example)."""
+def run_cell(s: Session, cell: Cell, parent_run_id: str, suite_name: str, program=None, examples=None,
+             stage: str | None = None, entry: str = "evaluate.py --suite") -> Result:
+    """Evaluate one cell into its own child run of ``parent_run_id`` (metrics named ``<split>_<metric>``),
+    checkpointed per example under ``stage`` (default: the split): ``s.build(cell.program)`` on the ``--split``
+    questions, unless a script passes its own program/questions."""
     a = s.args
-    program = s.build(cell.program)
-    examples = s.evaluated(getattr(s.splits, a.split))
+    program = s.build(cell.program) if program is None else program
+    examples = s.evaluated(getattr(s.splits, a.split)) if examples is None else examples
+    stage = stage or a.split
     tracking.setup(a.experiment)
     if a.trace:
         mlflow.dspy.autolog()
     with mlflow.start_run(run_name=f"{cell.label}-{cell.dataset}", parent_run_id=parent_run_id,
                           nested=mlflow.active_run() is not None,
-                          tags={"git_commit": tracking.git_commit(), "entry": "evaluate.py --suite",
+                          tags={"git_commit": tracking.git_commit(), "entry": entry,
                                 "suite": suite_name, "cell": cell.label, "dataset": cell.dataset}) as run:
-        tracking.log_params(s.params(cell.program) | {"split": a.split, "threads": a.threads})
+        tracking.log_params(s.params(cell.program) | {"split": a.split, "threads": a.threads, "cell": cell.label,
+                                                      "eval_ids": [ex.id for ex in examples]})
         records, summary = evaluate(program, examples, s.metrics, k=a.k if s.retriever else None,
                                     retries=a.retries, desc=f"{cell.label}/{cell.dataset}", groups=s.groups,
-                                    checkpoint=s.checkpoint(a.split, cell.program, program, examples),
+                                    checkpoint=s.checkpoint(stage, cell.label, program, examples),
                                     threads=a.threads)
         tracking.log_metrics(summary, a.split)
         tracking.log_jsonl(f"predictions/{a.split}.jsonl", records)
     return Result(cell, run.info.run_id, summary, records)
+
+
+def against(reference: Cell, cells: list[Cell]) -> list[tuple]:
+    """Leaderboard pairs: ``reference`` against every other cell of its dataset."""
+    return [(reference.dataset, reference, c) for c in cells if c != reference and c.dataset == reference.dataset]
+
+
+def log_leaderboard(results: list[Result], pairs: list[tuple], title: str) -> leaderboard.Board:
+    """The leaderboard of ``results`` (tables, paired tests, plots) logged to the active (parent) run."""
+    board = leaderboard.report(results, pairs, title=title)
+    leaderboard.log(board, results, pairs)
+    return board
 
 
 def _remote_cell(args: argparse.Namespace, cell: Cell, parent_run_id: str, suite_name: str, hook=None) -> Result:
@@ -165,10 +191,12 @@ def _ray_results(args, cells: list[Cell], parent_run_id: str, hook) -> list[Resu
         ray.shutdown()
 
 
-def run_suite(args: argparse.Namespace, hook=None) -> dict:
-    """Run the suite named by ``args.suite`` and log its leaderboard; ``hook(session) -> session`` (tests) is
-    applied to every dataset's session before its cells run."""
-    suite = entries(args.suite, args.dataset)
+def run_suite(args: argparse.Namespace, hook=None, custom: tuple[Entry, ...] | None = None, report=None) -> dict:
+    """Run the suite named by ``args.suite`` (or the ``custom`` entries under that name) and log its leaderboard;
+    ``hook(session) -> session`` (tests) is applied to every dataset's session before its cells run, and
+    ``report(results, sessions) -> markdown`` (a script's own diagnostics; ``sessions`` by dataset, empty under
+    Ray) runs inside the parent run and is logged as report.md."""
+    suite = custom or entries(args.suite, args.dataset)
     cells, pairs = plan(suite, args.datasets, args.methods)
     if not cells:
         fail(f"suite '{args.suite}' has no cell for --datasets {args.datasets} / --methods {args.methods}")
@@ -176,6 +204,7 @@ def run_suite(args: argparse.Namespace, hook=None) -> dict:
         print("warning: --ray with the sqlite store: concurrent cells should log through a tracking server "
               "(mlflow server ...; MLFLOW_TRACKING_URI=http://...)")
     results: list[Result] = []
+    sessions: dict[str, Session] = {}
     with tracking.run(args.experiment, f"suite-{args.suite}", tags={"entry": "evaluate.py --suite"}) as parent:
         tracking.log_params({"suite": args.suite, "cells": [f"{c.label}@{c.dataset}" for c in cells],
                              "split": args.split, "split_seed": args.seed, "threads": args.threads,
@@ -190,13 +219,24 @@ def run_suite(args: argparse.Namespace, hook=None) -> dict:
                 ds_args = copy.copy(args)
                 ds_args.dataset = dataset
                 s = session(ds_args, any(programs.spec(c.program).needs_search for c in mine))
-                s = hook(s) if hook else s
+                s = sessions[dataset] = hook(s) if hook else s
                 results += [run_cell(cell_session(s, c), c, parent.info.run_id, args.suite) for c in mine]
-        board = leaderboard.report(results, pairs, title=f"suite {args.suite}, split {args.split} "
-                                                         f"(seed {args.seed}), lm {args.lm}")
-        leaderboard.log(board, results, pairs)
-    print(f"\n{board.markdown}\nrun {parent.info.run_id} (suite-{args.suite})")
-    return {"run_id": parent.info.run_id, "results": results, "leaderboard": board}
+        board = log_leaderboard(results, pairs, f"suite {args.suite}, split {args.split} (seed {args.seed}), "
+                                                f"lm {args.lm}, judge {args.judge_lm or args.lm if args.judge else '-'}"
+                                                f", corpus {args.corpus or 'per dataset'}")
+        extra = report(results, sessions) if report else ""
+        if extra:
+            mlflow.log_text(extra, "report.md")
+    print(f"\n{board.markdown}\n{extra}\nrun {parent.info.run_id} (suite-{args.suite})")
+    return {"run_id": parent.info.run_id, "results": results, "leaderboard": board, "report": extra}
+
+
+def parser(description: str) -> argparse.ArgumentParser:
+    """evaluate.py's flags with the suite's: what ``evaluate.py --suite`` and the comparison scripts parse."""
+    p = cli.parser(description)
+    p.add_argument("--split", choices=["train", "dev", "test"], help="default: dev, test for --suite")
+    add_flags(p)
+    return p
 
 
 def add_flags(p: argparse.ArgumentParser) -> None:

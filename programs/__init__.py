@@ -46,6 +46,9 @@ REGISTRY: dict[str, ProgramSpec] = {
     "direct": ProgramSpec(Direct, "closed-book answer, no retrieval"),
     "cot": ProgramSpec(Direct, "closed-book chain of thought", {"reasoning": True}),
     "rag": ProgramSpec(RAG, "retrieve top-k once, then answer"),
+    "rag_cited": ProgramSpec(RAG, "rag with the evidence loops' writer (2-4 words citing passages, or I don't "
+                                  "know): single pass under the same writer as seal, self_rag and crag",
+                             {"cite": True}),
     "mono_rag": ProgramSpec(MultilingualRAG, "top-k from the question-language corpus", {"scope": "own"}),
     "multi_rag": ProgramSpec(MultilingualRAG, "top-k pooled over all language corpora", {"scope": "all"}),
     "cross_rag": ProgramSpec(MultilingualRAG, "multi_rag with the passages translated into English",
@@ -65,6 +68,8 @@ REGISTRY: dict[str, ProgramSpec] = {
     "own_en_rag": ProgramSpec(MultilingualRAG, "top-k pooled over the question-language and English corpora, one "
                                                "pass (CORAL's fixed C_own ∪ C_en scope)", {"scope": "own_en"}),
     "seal": ProgramSpec(SEAL, "SEAL-RAG: entity ledger, sufficiency gate, one micro-query per repair at fixed k"),
+    "seal_ledger": ProgramSpec(SEAL, "seal whose writer also sees the verified ledger facts",
+                               {"ledger_to_writer": True}),
     "self_rag": ProgramSpec(SelfRAG, "Self-RAG-style loop: draft, critique, retrieve again or stop (SEAL baseline)"),
     "par2": ProgramSpec(PAR2, "PAR2-RAG: planned sub-queries anchor the context, then ESC-gated draft/search steps"),
     "par2_anchor": ProgramSpec(PAR2, "PAR2-RAG ablation: Coverage Anchor, then one write", {"chain": False}),

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import dspy
 
-FREE_LINE = r"[^\n]+"  # a one-line free-text value (a query, a reason)
+#: A one-line free-text value (a query, a reason, a critique) of at most 160 characters (~40 tokens): a small model
+#: that pastes the document back as its critique ends the line there instead of running into the completion cap.
+FREE_LINE = r"[^\n]{1,160}"
 BOOL = '("True" | "False")'
 
 

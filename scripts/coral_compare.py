@@ -5,11 +5,13 @@
 ``python scripts/coral_compare.py --dataset blend --test 48 --programs direct multi_rag --circular``
 ``python scripts/coral_compare.py --dataset blend --test 48 --programs direct multi_rag --circular --mc-scoring pride``
 
-Prints one markdown table (accuracy overall, at every option shift with ``--circular``, and per resource tier,
-rounds, LM calls, prompt tokens and seconds per question), then each program paired with coral, or else with the
-first program (exact McNemar test, most frequent answer), for multiple choice the accuracy per gold letter, and logs one run: every cell as a metric
-(``<program>_<metric>``), the tables, per-program predictions, and for coral a plot of the languages of the
-planner-selected corpora against the languages of the final evidence (the paper's Figure 3). ``--compile`` also
+A thin use of the suite machinery (``optimizers/suite.py``): one parent run, one child run per program (checkpointed
+per question, so an interrupted run resumes), and the suite's leaderboard (accuracy, cost per question, every
+program paired with coral, or else with the first program: exact McNemar with bootstrap CIs and Holm). The parent's
+comparison.md adds CORAL's own measures: accuracy at every option shift with ``--circular`` and per resource tier
+(pooled and as a mean of per-language accuracies), for multiple choice the accuracy per gold letter and every
+``--mc-scoring`` mode from one set of calls, the planner's corpus choices, and for coral a plot of the languages
+of the planner-selected corpora against those of the final evidence (the paper's Figure 3). ``--compile`` also
 bootstraps few-shot demos for coral on the train split and reports the compiled program next to the uncompiled one."""
 from __future__ import annotations
 
@@ -28,20 +30,17 @@ import matplotlib.pyplot as plt  # noqa: E402
 import mlflow  # noqa: E402
 
 import programs  # noqa: E402
-from optimizers import tracking  # noqa: E402
-from optimizers.cli import compile_metric, parser, session  # noqa: E402
+from optimizers import suite, tracking  # noqa: E402
+from optimizers.cli import compile_metric, session  # noqa: E402
 from optimizers.compile import compile_program  # noqa: E402
-from optimizers.evaluation import evaluate, per_question, summarize  # noqa: E402
-from optimizers.stats import mcnemar_exact  # noqa: E402
+from optimizers.evaluation import summarize  # noqa: E402
 from programs.retrieval import excluded  # noqa: E402
 from programs.writer import Writer  # noqa: E402
 from runtime.metering import metered  # noqa: E402
 
 DEFAULT_PROGRAMS = ("direct", "mono_rag", "multi_rag", "cross_rag", "t_rag", "coral_select", "coral")
 TIERS = ("low", "mid", "high")
-COST = (("iterations", "rounds", "{:.2f}"), ("lm_calls", "LM calls/q", "{:.1f}"),
-        ("prompt_tokens", "prompt tok/q", "{:.0f}"), ("seconds", "s/q", "{:.1f}"),
-        ("failed_examples", "failed", "{:.0f}"))
+ENTRY = "scripts/coral_compare.py"
 
 
 def balanced(examples: list, field: str, n: int, seed: int) -> list:
@@ -96,15 +95,14 @@ def table(rows: dict[str, dict], metric: str) -> str:
     tiers = [t for t in TIERS if any(f"{metric}_by_tier/{t}" in r for r in rows.values())]
     lang_means = [t for t in tiers if any(f"{metric}_by_tier_langmean/{t}" in r for r in rows.values())]
     circular = [f"circular_{metric}"] if any(f"circular_{metric}" in r for r in rows.values()) else []
-    head = ["program", "n", metric, *circular, *tiers, *(f"{t} (lang mean)" for t in lang_means),
-            *(label for _, label, _ in COST)]
+    head = ["program", "n", metric, *circular, *tiers, *(f"{t} (lang mean)" for t in lang_means), "rounds"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for name, r in rows.items():
         cells = [name, str(r.get("n", 0)), f"{r.get(metric, 0):.3f}", *(f"{r[c]:.3f}" for c in circular)]
         cells += [f"{r[f'{metric}_by_tier/{t}']:.3f}" if f"{metric}_by_tier/{t}" in r else "" for t in tiers]
         cells += [f"{r[f'{metric}_by_tier_langmean/{t}']:.3f}" if f"{metric}_by_tier_langmean/{t}" in r else ""
                   for t in lang_means]
-        cells += [fmt.format(r[key]) if key in r else "" for key, _, fmt in COST]
+        cells += [f"{r['iterations']:.2f}" if "iterations" in r else ""]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -232,32 +230,9 @@ def planner_table(records: dict[str, list[dict]], languages: dict[str, str]) -> 
     return ("\n".join(lines) if len(lines) > 2 else ""), metrics
 
 
-def paired(records: dict[str, list[dict]], metric: str, reference: str = "coral") -> tuple[str, dict]:
-    """Every program against ``reference`` on the same questions (right = full ``metric`` score, at every option
-    shift for circular copies): discordant counts and the exact McNemar p-value, plus each program's most
-    frequent answer, where a multiple-choice writer's position bias shows. Returns the markdown table and the
-    p-values as metrics."""
-    right = {name: {q: score >= 1.0 for q, score in per_question(recs, metric).items()}
-             for name, recs in records.items()}
-    lines = [f"| program | most frequent answer | only {reference} right | only program right | McNemar p |",
-             "|---|---|---|---|---|"]
-    metrics = {}
-    for name, recs in records.items():
-        (top, count), = Counter(str(r.get("answer"))[:40] for r in recs).most_common(1)
-        cells = ["–"] * 3
-        if name != reference:
-            ids = [i for i in right[reference] if i in right[name]]
-            only_ref, only_prog, p = mcnemar_exact([right[reference][i] for i in ids], [right[name][i] for i in ids])
-            cells = [str(only_ref), str(only_prog), f"{p:.3f}"]
-            metrics[f"{name}_vs_{reference}_mcnemar_p"] = p
-        lines.append(f"| {name} | {top} ({count}/{len(recs)}) | " + " | ".join(cells) + " |")
-    return "\n".join(lines), metrics
-
-
 def main(argv=None) -> dict[str, dict]:
-    p = parser(__doc__.splitlines()[0])
+    p = suite.parser(__doc__.splitlines()[0])
     p.add_argument("--programs", nargs="+", default=list(DEFAULT_PROGRAMS), choices=programs.names())
-    p.add_argument("--split", default="test", choices=["dev", "test"], help="evaluated split")
     p.add_argument("--balance", metavar="FIELD", help="draw the evaluated questions (as many as the split) evenly "
                                                       "over this example field, e.g. country, from non-train examples")
     p.add_argument("--oracle-lang", action="store_true",
@@ -265,7 +240,7 @@ def main(argv=None) -> dict[str, dict]:
                         "the paper's oracle own-corpus setting for BLEnD")
     p.add_argument("--compile", action="store_true", help="also bootstrap coral on train and report it compiled")
     p.add_argument("--demos", type=int, default=2, help="max bootstrapped and labeled demos per predictor")
-    p.set_defaults(dataset="demo_culture")
+    p.set_defaults(dataset="demo_culture", split="test")
     args = p.parse_args(argv)
     s = session(args, needs_search=any(programs.spec(name).needs_search for name in args.programs))
     examples = getattr(s.splits, args.split)
@@ -280,20 +255,16 @@ def main(argv=None) -> dict[str, dict]:
     examples = s.evaluated(examples)
     metric = next(iter(s.metrics))
     tag = f"compare{'-oracle' if args.oracle_lang else ''}"
-    rows, records_by = {}, {}
+    results = {}
     run_name = f"coral-compare-{args.dataset}-{s.corpus_params()['corpus_source'].split()[0]}"
-    with tracking.run(args.experiment, run_name, tags={"entry": "scripts/coral_compare.py"}) as run:
+    with tracking.run(args.experiment, run_name, tags={"entry": ENTRY}) as run:
         tracking.log_params(s.params("coral") | {
             "programs": args.programs, "split": args.split, "balance": args.balance or "",
             "oracle_lang": args.oracle_lang, "compile": args.compile, "eval_ids": [ex.id for ex in examples]})
 
-        def run_program(label: str, program) -> None:
-            records, summary = evaluate(program, examples, s.metrics, k=args.k, retries=args.retries,
-                                        checkpoint=s.checkpoint(tag, label, program, examples), desc=label,
-                                        groups=s.groups)
-            tracking.log_metrics(summary, label)
-            tracking.log_jsonl(f"predictions/{label}.jsonl", records)
-            rows[label], records_by[label] = summary, records
+        def run_program(cell: suite.Cell, program) -> None:
+            results[cell.label] = suite.run_cell(s, cell, run.info.run_id, "coral-compare", program=program,
+                                                 examples=examples, stage=tag, entry=ENTRY)
 
         evaluated_ids = {ex.get("base_id", ex.id) for ex in examples}
         for name in args.programs:
@@ -306,7 +277,7 @@ def main(argv=None) -> dict[str, dict]:
                     raise SystemExit(f"error: PriDe calibration questions are also evaluated: {sorted(overlap)}")
                 tracking.log_json(f"calibration/{name}.json", info)
                 mlflow.log_metrics({f"{name}_prior_{k}": v for k, v in info["prior"].items()})
-            run_program(name, program)
+            run_program(suite.Cell(name, args.dataset), program)
         if args.compile:
             _, compile_fn = compile_metric(s.bundle.task, None)
             hidden = {g for ex in train for g in ex.get("leave_out") or ()}  # no demo may see its own answer
@@ -317,10 +288,15 @@ def main(argv=None) -> dict[str, dict]:
                 heavy.demos = []  # a demo holds a whole candidate list: ~3x the prompt, past an 8k context
             tracking.log_metrics(cost.as_dict(), "compile")
             tracking.log_params({"compiled_demos": {n: len(p.demos) for n, p in compiled.named_predictors()}})
-            run_program("coral_compiled", compiled)
+            run_program(suite.Cell("coral", args.dataset, (), "compiled"), compiled)
+        cells = [r.cell for r in results.values()]
+        reference = next((c for c in cells if c.label == "coral"), cells[0])
+        board = suite.log_leaderboard(list(results.values()), suite.against(reference, cells),
+                                      f"CORAL comparison, {args.dataset}, {s.corpus_params()['corpus_source']}, "
+                                      f"lm {args.lm}")
+        rows = {label: r.summary for label, r in results.items()}
+        records_by = {label: r.records for label, r in results.items()}
         text = table(rows, metric)
-        tests, p_values = paired(records_by, metric, "coral" if "coral" in records_by else args.programs[0])
-        text += "\n\n" + tests
         if s.bundle.task == "mcq":
             modes = mc_modes(records_by, metric, s.calibrations)
             text += "\n\n" + by_gold_position(records_by | modes, metric)
@@ -334,14 +310,13 @@ def main(argv=None) -> dict[str, dict]:
         if planners:
             text += "\n\n" + planners
             mlflow.log_metrics({k: v for k, v in planner_metrics.items() if v == v})  # NaN: no such question
-        mlflow.log_metrics(p_values)
         if "coral" in records_by:
             fig = mix_figure(records_by["coral"], "tier" if "tier" in s.bundle.groups else None)
             mlflow.log_figure(fig, "coral_language_mix.png")
             plt.close(fig)
         mlflow.log_text(text + "\n", "comparison.md")
     print(f"\n{args.dataset} | corpus: {s.corpus_params()['corpus_source']} | leave-question-out: "
-          f"{args.leave_question_out} | lm: {args.lm} | run {run.info.run_id}\n\n{text}")
+          f"{args.leave_question_out} | lm: {args.lm} | run {run.info.run_id}\n\n{board.markdown}\n{text}")
     return rows
 
 

@@ -3,12 +3,13 @@
 ``python scripts/par2_compare.py --dataset musique --test 30 --k 5 --loops 5 --judge --judge-lm local:qwen-1.5b``
 ``python scripts/par2_compare.py --dataset musique --test 30 --programs par2 --budgets 3 5 7``   (the H table)
 
-Prints (1) one markdown table for ``--programs`` at loop budget ``--loops``: EM, F1, judge, Recall@k (any gold
-title), NDCG@k, All-Pass@k, iterations, fallbacks, LM calls, prompt tokens and seconds per question; (2) each
-program paired with par2 on the same questions: exact McNemar on correctness (judge with ``--judge``, else EM) and
-a paired t-test on Recall@k; (3) with ``--budgets``, the same for ``--budget-programs`` at every H, each paired with
-par2 at the same H. Every cell is checkpointed, so an interrupted run resumes where it stopped. ``--compile`` also
-bootstraps par2's demos on the train split and reports the compiled program next to the uncompiled one.
+A thin use of the suite machinery (``optimizers/suite.py``): every (program, H) cell is a child run of one parent
+run, checkpointed per question (an interrupted run resumes), and the parent holds the suite's leaderboard (EM, F1,
+judge, retrieval, LM calls, tokens and seconds per question; every program paired with par2 at the same H by exact
+McNemar with bootstrap CIs and Holm). The parent's report.md adds PAR2's own measures: Recall@k (any gold title),
+NDCG@k, All-Pass@k and fallbacks per question for ``--programs`` at H=``--loops`` and, with ``--budgets``, for
+``--budget-programs`` at every H, each paired with par2 at the same H by a paired t-test on Recall@k.
+``--compile`` also bootstraps par2's demos on the train split and reports the compiled program next to the uncompiled.
 """
 from __future__ import annotations
 
@@ -21,21 +22,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import mlflow  # noqa: E402
 
 import programs  # noqa: E402
-from optimizers import tracking  # noqa: E402
-from optimizers.cli import compile_metric, parser, session  # noqa: E402
+from optimizers import suite, tracking  # noqa: E402
+from optimizers.cli import compile_metric, session  # noqa: E402
 from optimizers.compile import compile_program  # noqa: E402
-from optimizers.evaluation import evaluate  # noqa: E402
-from optimizers.stats import mcnemar_exact, paired_t  # noqa: E402
+from optimizers.stats import paired_t  # noqa: E402
 from runtime.metering import metered  # noqa: E402
-from runtime.roles import assign_roles  # noqa: E402
 
 DEFAULT_PROGRAMS = ("direct", "cot", "rag", "react", "ircot", "par2_anchor", "par2_chain", "par2")
 BUDGET_PROGRAMS = ("par2", "par2_chain", "ircot")
 REFERENCE = "par2"
-COLUMNS = (("em", "EM"), ("f1", "F1"), ("judge", "judge"), ("recall_any", "Recall@k"), ("ndcg", "NDCG@k"),
-           ("all_pass", "All-Pass@k"), ("iterations", "iters/q"), ("fallbacks", "fallbacks/q"),
-           ("lm_calls", "LM calls/q"), ("prompt_tokens", "prompt tok/q"), ("seconds", "s/q"),
-           ("failed_examples", "failed"))
+ENTRY = "scripts/par2_compare.py"
+COLUMNS = (("recall_any", "Recall@k"), ("ndcg", "NDCG@k"), ("all_pass", "All-Pass@k"), ("fallbacks", "fallbacks/q"))
 
 
 def fmt(value) -> str:
@@ -50,107 +47,83 @@ def fallbacks(records: list[dict]) -> float:
     return sum(counts) / len(counts) if counts else math.nan
 
 
-def table(summaries: dict[str, dict], records: dict[str, list[dict]]) -> str:
-    shown = [(key, label) for key, label in COLUMNS if any(key in s for s in summaries.values()) or key == "fallbacks"]
-    lines = ["| program | n | " + " | ".join(label for _, label in shown) + " |", "|---" * (len(shown) + 2) + "|"]
-    for name, s in summaries.items():
-        values = [fallbacks(records[name]) if key == "fallbacks" else s.get(key) for key, _ in shown]
-        lines.append(f"| {name} | {s['n']} | " + " | ".join(map(fmt, values)) + " |")
-    return "\n".join(lines)
-
-
-def paired(records: dict[str, list[dict]], reference: str, correct: str) -> tuple[str, dict]:
-    """Every cell against ``reference`` on the same questions: McNemar on ``correct`` (score 1 = right) and a
-    paired t-test on Recall@k. Returns the markdown table and the p-values as metrics."""
-    lines = [f"| program | n | only {reference} right | only program right | McNemar p | Recall@k {reference} | "
-             "Recall@k program | paired t p |", "|---" * 8 + "|"]
+def paired(results: list, reference=None) -> tuple[str, dict]:
+    """PAR2's retrieval measures and fallbacks of every result and, with a ``reference`` result, a paired t-test
+    on Recall@k against it on the same questions. Returns the markdown table and the p-values as metrics."""
+    vs = reference.cell.label if reference else "-"
+    lines = ["| program | n | " + " | ".join(label for _, label in COLUMNS) + f" | Recall@k paired t p vs {vs} |",
+             "|---" * (len(COLUMNS) + 3) + "|"]
     metrics = {}
-    ref = {r["id"]: r for r in records[reference]}
-    for name, recs in records.items():
-        if name == reference:
-            continue
-        mine = {r["id"]: r for r in recs}
-        ids = [i for i in ref if i in mine]
-        only_ref, only_prog, p = mcnemar_exact([ref[i].get(correct, 0.0) >= 1.0 for i in ids],
-                                               [mine[i].get(correct, 0.0) >= 1.0 for i in ids])
-        recall = [[d[i].get("recall_any", 0.0) for i in ids] for d in (ref, mine)]
-        p_t = paired_t(*recall)
-        means = [sum(x) / len(ids) if ids else math.nan for x in recall]
-        lines.append(f"| {name} | {len(ids)} | {only_ref} | {only_prog} | {fmt(p)} | {fmt(means[0])} | "
-                     f"{fmt(means[1])} | {fmt(p_t)} |")
-        metrics |= {f"{name}_vs_{reference}_mcnemar_p": p, f"{name}_vs_{reference}_ttest_recall_p": p_t}
+    ref = {r["id"]: r for r in reference.records} if reference else {}
+    for result in results:
+        mine = {r["id"]: r for r in result.records}
+        values = [fallbacks(result.records) if key == "fallbacks" else result.summary.get(key) for key, _ in COLUMNS]
+        p = math.nan
+        if reference and result is not reference:
+            ids = [i for i in ref if i in mine]
+            p = paired_t(*([d[i].get("recall_any", 0.0) for i in ids] for d in (ref, mine)))
+            metrics[f"{result.cell.label}_vs_{vs}_ttest_recall_p"] = p
+        lines.append(f"| {result.cell.label} | {result.summary.get('n', 0)} | " + " | ".join(map(fmt, values))
+                     + f" | {fmt(p)} |")
     return "\n".join(lines), {k: v for k, v in metrics.items() if not math.isnan(v)}
 
 
 def main(argv=None) -> dict[str, dict]:
-    p = parser(__doc__.splitlines()[0])
+    p = suite.parser(__doc__.splitlines()[0])
     p.add_argument("--programs", nargs="*", default=list(DEFAULT_PROGRAMS), choices=programs.names())
-    p.add_argument("--split", default="test", choices=["dev", "test"], help="evaluated split")
     p.add_argument("--budgets", type=int, nargs="*", default=[], help="loop budgets H for the step-budget table")
     p.add_argument("--budget-programs", nargs="+", default=list(BUDGET_PROGRAMS), choices=programs.names())
     p.add_argument("--compile", action="store_true", help="also bootstrap par2 on train and report it compiled")
     p.add_argument("--demos", type=int, default=2, help="max bootstrapped and labeled demos per predictor")
-    p.set_defaults(dataset="musique")
+    p.set_defaults(dataset="musique", split="test")
     args = p.parse_args(argv)
     s = session(args, needs_search=True)
     examples = getattr(s.splits, args.split)
-    correct = "judge" if s.judge else "em"
-    report = [f"## PAR2-RAG comparison: {args.dataset} {args.split}, n={len(examples)}, seed={args.seed}, "
-              f"k={args.k}, lm={args.lm}, planner={args.planner_lm or args.lm}, judge={args.judge_lm or args.lm}"
-              if s.judge else f"## PAR2-RAG comparison: {args.dataset} {args.split}, n={len(examples)}, "
-              f"seed={args.seed}, k={args.k}, lm={args.lm}, planner={args.planner_lm or args.lm}, no judge"]
-
-    def run_cell(cell: str, program, summaries: dict, records: dict) -> None:
-        records[cell], summaries[cell] = evaluate(program, examples, s.metrics, k=args.k, retries=args.retries,
-                                                  checkpoint=s.checkpoint(args.split, cell, program, examples),
-                                                  desc=cell)
-        tracking.log_metrics(summaries[cell], cell)
-        tracking.log_jsonl(f"predictions/{cell}.jsonl", records[cell])
-        print(f"{cell}: " + " ".join(f"{key}={fmt(summaries[cell].get(key))}" for key, _ in COLUMNS
-                                     if key in summaries[cell]), flush=True)  # survives an interrupted run
-
-    def build(name: str, loops: int):
-        return assign_roles(programs.build(name, search=s.retriever, **(s.config | {"loops": loops})), s.roles)
-
-    with tracking.run(args.experiment, f"par2-compare-{args.dataset}-n{len(examples)}",
-                      tags={"entry": "scripts/par2_compare.py"}) as run:
+    title = (f"PAR2-RAG comparison: {args.dataset} {args.split}, n={len(examples)}, seed={args.seed}, k={args.k}, "
+             f"lm={args.lm}, planner={args.planner_lm or args.lm}, judge="
+             f"{(args.judge_lm or args.lm) if s.judge else 'none'}")
+    groups = {args.loops: [suite.cell(name, args.dataset, {"loops": args.loops}) for name in args.programs]}
+    for h in args.budgets:
+        groups.setdefault(h, [])
+        groups[h] += [c for c in (suite.cell(n, args.dataset, {"loops": h}) for n in args.budget_programs)
+                      if c not in groups[h]]
+    with tracking.run(args.experiment, f"par2-compare-{args.dataset}-n{len(examples)}", tags={"entry": ENTRY}) as run:
         shared = {key: v for key, v in s.params(REFERENCE).items() if key not in ("program", "program_config")}
-        tracking.log_params(shared | {"programs": args.programs, "budgets": args.budgets,
-                                      "budget_programs": args.budget_programs, "compile": args.compile,
-                                      "eval_split": args.split, "eval_ids": [ex.id for ex in examples]})
-        summaries, records, sig = {}, {}, {}
-        for name in args.programs:
-            run_cell(name, build(name, args.loops), summaries, records)
+        tracking.log_params(shared | {"programs": args.programs, "budgets": args.budgets, "compile": args.compile,
+                                      "budget_programs": args.budget_programs, "eval_split": args.split})
+        results = {}
+
+        def arm(cell, program=None):
+            if cell not in results:  # a cell shared by the main table and a budget (same H) runs once
+                results[cell] = suite.run_cell(suite.cell_session(s, cell), cell, run.info.run_id, "par2-compare",
+                                               program=program, examples=examples, entry=ENTRY)
+            return results[cell]
+
+        for cells in groups.values():
+            for cell in cells:
+                arm(cell)
         if args.compile:
             _, metric = compile_metric(s.bundle.task, None)
+            reference = suite.cell(REFERENCE, args.dataset, {"loops": args.loops})
             with metered() as cost:
-                compiled = compile_program(build(REFERENCE, args.loops), "bootstrap", s.splits.train, s.splits.dev,
-                                           metric, max_demos=args.demos)
+                compiled = compile_program(suite.cell_session(s, reference).build(REFERENCE), "bootstrap",
+                                           s.splits.train, s.splits.dev, metric, max_demos=args.demos)
             tracking.log_metrics(cost.as_dict(), "compile")
-            run_cell(f"{REFERENCE}_compiled", compiled, summaries, records)
-        if summaries:
-            report += [f"### programs at H={args.loops}", table(summaries, records)]
-            if REFERENCE in records:
-                text, sig = paired(records, REFERENCE, correct)
-                report += [f"### paired with {REFERENCE} (McNemar on {correct}, paired t on Recall@k)", text]
-        for h in args.budgets:
-            cells_s, cells_r = {}, {}
-            for name in args.budget_programs:
-                reuse = name in records and h == args.loops
-                cells_s[name], cells_r[name] = (summaries[name], records[name]) if reuse else ({}, [])
-                if not reuse:
-                    run_cell(f"{name}_H{h}", build(name, h), summaries, records)
-                    cells_s[name], cells_r[name] = summaries[f"{name}_H{h}"], records[f"{name}_H{h}"]
-            report += [f"### step budget H={h}", table(cells_s, cells_r)]
-            if REFERENCE in cells_r:
-                text, metrics = paired(cells_r, REFERENCE, correct)
-                report += [text]
-                sig |= {f"H{h}_{key}": v for key, v in metrics.items()}
+            groups[args.loops].append(suite.Cell(REFERENCE, args.dataset, reference.config, "compiled"))
+            arm(groups[args.loops][-1], compiled)
+        pairs, report, sig = [], [f"## {title}"], {}
+        for h, cells in groups.items():
+            ref = next((c for c in cells if c.program == REFERENCE and not c.variant), None)
+            pairs += [p for p in suite.against(ref, cells) if p not in pairs] if ref else []
+            text, metrics = paired([results[c] for c in cells], results[ref] if ref else None)
+            report += [f"### programs at H={h}", text]
+            sig |= metrics
+        board = suite.log_leaderboard(list(results.values()), pairs, title)
         text = "\n\n".join(report) + "\n"
         mlflow.log_metrics(sig | ({"judge_failures": s.judge.failures} if s.judge else {}))
-        mlflow.log_text(text, "compare.md")
-    print(f"\n{text}\nrun {run.info.run_id}")
-    return summaries
+        mlflow.log_text(text, "report.md")
+    print(f"\n{board.markdown}\n{text}\nrun {run.info.run_id}")
+    return {cell.label: result.summary for cell, result in results.items()}
 
 
 if __name__ == "__main__":

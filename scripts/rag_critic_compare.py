@@ -1,14 +1,14 @@
-"""RAG-Critic vs its baselines on one seeded split: quality, cost, paired tests, critic and planner behaviour.
+"""RAG-Critic against its baselines on one seeded split, as a suite run, plus the critic's and planner's behaviour.
 
-``python scripts/rag_critic_compare.py --dataset hotpotqa --train 0 --dev 0 --test 30 --split test --no-cache
-[--programs rag self_refine rag_critic] [--critic-lm local:qwen-1.5b] [--judge --judge-lm local:qwen-1.5b]
-[--error-profile]``
-Takes every flag of evaluate.py. Each program is checkpointed with evaluate.py's key, so an interrupted run (or
-one program at a time) resumes. Prints and logs (one MLflow run) a markdown table: EM, F1, judge, LM calls, prompt
-tokens and seconds per question, the share of answers the critic (self-feedback for self_refine) flagged, the
-share of valid plans; exact McNemar p of each program vs the first (on EM, and on the judge when given); and the
-critic's identification of wrong first answers (F1 < 0.5) from rag_critic's own trace. ``--error-profile`` labels
-the first program's wrong answers with the critic-role LM.
+``python scripts/rag_critic_compare.py --dataset hotpotqa --train 20 --dev 30 --test 30 --no-cache
+[--programs rag_critic rag self_refine] [--critic-lm local:qwen-1.5b] [--judge --judge-lm local:qwen-1.5b]
+[--error-profile rag]``
+A thin use of ``evaluate.py --suite`` (takes every flag of evaluate.py): the first program is paired with the
+others in the suite's leaderboard (EM, F1, judge, LM calls, tokens and seconds per question, McNemar with CIs and
+Holm), one child run per program, checkpointed per question (an interrupted run resumes). Added in the parent run's
+report.md: the share of answers the critic (self-feedback for self_refine) flagged, the share of valid plans, the
+critic's identification of wrong first answers (F1 < 0.5) from each critic program's own trace, and with
+``--error-profile PROGRAM...`` those programs' wrong answers labelled by the error critic (``--critic-lm``).
 """
 from __future__ import annotations
 
@@ -21,10 +21,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import mlflow  # noqa: E402
 
 import evaluate as evaluate_cli  # noqa: E402
-from optimizers import cli, tracking  # noqa: E402
+from optimizers import cli, suite  # noqa: E402
 from optimizers.critic_scores import answer_is_wrong, identification  # noqa: E402
-from optimizers.evaluation import evaluate  # noqa: E402
-from optimizers.stats import mcnemar_exact  # noqa: E402
 
 
 def fmt(value, digits: int = 3) -> str:
@@ -53,70 +51,45 @@ def critic_identification(records: list[dict]) -> dict:
                           [answer_is_wrong(c["answer_in"], gold) for c, gold in rounds]) if rounds else {}
 
 
+def report(args, taxonomy):
+    """The parent run's report.md: critic/planner behaviour per program, critic identification, error profiles."""
+    def make(results: list, sessions: dict) -> str:
+        lines = ["| program | flagged | plans | plans valid |", "|---|---|---|---|"]
+        for r in results:
+            b = behaviour(r.records)
+            if b:
+                lines.append(f"| {r.cell.label} | {fmt(b['flagged'], 2)} | {b.get('plans', '-')} | "
+                             f"{fmt(b.get('plans_valid'), 2)} |")
+                mlflow.log_metrics({f"{r.cell.label}_{k}": v for k, v in b.items() if not math.isnan(v)})
+        out = ["### What the critics did", "", *lines]
+        for r in results:
+            if ident := critic_identification(r.records):
+                mlflow.log_metrics({f"{r.cell.label}_critic_{k}": v for k, v in ident.items() if not math.isnan(v)})
+                out += ["", f"{r.cell.label} critic vs gold correctness of its first answer (F1 < 0.5 = wrong): "
+                        + ", ".join(f"{k}={fmt(v, 3 if isinstance(v, float) else 0)}" for k, v in ident.items())]
+        for r in results:
+            if r.cell.program in (args.error_profile or ()):
+                s = sessions[r.cell.dataset]
+                out += ["", f"### error profile of {r.cell.label}", "", evaluate_cli.error_profile(
+                    s, r.records, taxonomy, f"{r.cell.label} (labels by {s.lm_ids()['critic_lm']})")]
+        return "\n".join(out) + "\n"
+    return make
+
+
 def main(argv=None) -> dict:
-    p = cli.parser(__doc__.splitlines()[0])
-    p.add_argument("--programs", nargs="+", default=["rag", "self_refine", "rag_critic"])
-    p.add_argument("--split", default="test", choices=["train", "dev", "test"])
-    p.add_argument("--error-profile", action="store_true", help="label the first program's wrong answers")
+    p = suite.parser(__doc__.splitlines()[0])
+    p.add_argument("--programs", nargs="+", default=["rag_critic", "rag", "self_refine"],
+                   help="the method first, then the programs it is paired with")
+    p.add_argument("--error-profile", nargs="+", metavar="PROGRAM", help="label these programs' wrong answers")
+    p.set_defaults(dataset="hotpotqa", split="test", suite="rag-critic-compare")
     args = p.parse_args(argv)
-    args.program = args.programs[0]
-    s = cli.session(args, needs_search=True)
+    if args.ray:
+        cli.fail("rag_critic_compare.py runs its cells in this process (the error profile needs the sessions); "
+                 "use evaluate.py --suite for --ray")
     taxonomy = evaluate_cli.error_taxonomy(args.data_dir) if args.error_profile else None
-    examples = getattr(s.splits, args.split)
-    records, summaries = {}, {}
-    name = f"rag-critic-compare-{args.dataset}-n{len(examples)}"
-    with tracking.run(args.experiment, name, tags={"entry": "scripts/rag_critic_compare.py"}) as run:
-        tracking.log_params({k: v for k, v in s.params(args.program).items() if k not in ("program",)}
-                            | {"programs": args.programs, "split": args.split})
-        for prog in args.programs:
-            program = s.build(prog)
-            records[prog], summaries[prog] = evaluate(program, examples, s.metrics, k=args.k, retries=args.retries,
-                                                      checkpoint=s.checkpoint(args.split, prog, program, examples),
-                                                      desc=prog)
-            summaries[prog] |= behaviour(records[prog])
-            tracking.log_metrics(summaries[prog], prog)
-            tracking.log_jsonl(f"predictions/{prog}.jsonl", records[prog])
-        report = tables(args, records, summaries, len(examples))
-        if args.error_profile:
-            report += "\n\n### error profile of " + args.programs[0] + "\n\n" + evaluate_cli.error_profile(
-                s, records[args.programs[0]], taxonomy, f"{args.programs[0]} (labels by {s.lm_ids()['critic_lm']})")
-        mlflow.log_text(report, "compare.md")
-    print(f"\n{report}\n\nrun {run.info.run_id}")
-    return summaries
-
-
-def tables(args, records: dict, summaries: dict, n: int) -> str:
-    base = args.programs[0]
-    metrics = ["em", "f1"] + (["judge"] if args.judge else [])
-    head = (["program", "n"] + [m.upper() if m != "judge" else "judge" for m in metrics] +
-            ["LM calls/q", "prompt tok/q", "s/q", "flagged", "plans valid", "failed"])
-    rows = ["| " + " | ".join(head) + " |", "|---" * len(head) + "|"]
-    for prog, sm in summaries.items():
-        cells = [prog, str(sm["n"])] + [fmt(sm.get(m)) for m in metrics] + [
-            *(fmt(float(sm[c]), d) if c in sm else "-" for c, d in (("lm_calls", 1), ("prompt_tokens", 0),
-                                                                     ("seconds", 1))),
-            fmt(sm.get("flagged"), 2), fmt(sm.get("plans_valid"), 2) + (f" of {sm['plans']}" if "plans" in sm else ""),
-            str(sm.get("failed_examples", 0))]
-        rows.append("| " + " | ".join(cells) + " |")
-    sig = [f"| program | metric | only it right | only {base} right | McNemar p |", "|---|---|---|---|---|"]
-    by_id = {prog: {r["id"]: r for r in recs} for prog, recs in records.items()}
-    for prog in args.programs[1:]:
-        ids = [i for i in by_id[base] if i in by_id[prog]]
-        for m in [m for m in metrics if m != "f1"]:  # paired on binary correctness: EM (and the judge)
-            right = [[by_id[x][i].get(m, 0.0) >= 1.0 for i in ids] for x in (prog, base)]
-            only_it, only_base, pval = mcnemar_exact(*right)
-            sig.append(f"| {prog} | {m} | {only_it} | {only_base} | {fmt(pval)} |")
-            mlflow.log_metric(f"mcnemar_{prog}_vs_{base}_{m}", pval)
-    out = (f"## {', '.join(args.programs)} on {args.dataset} ({args.split}, n={n}, seed={args.seed}, k={args.k}, "
-           f"lm={args.lm}, critic={args.critic_lm or args.lm}, planner={args.planner_lm or args.lm})\n\n"
-           + "\n".join(rows) + "\n\n" + "\n".join(sig))
-    for prog in args.programs:
-        ident = critic_identification(records[prog])
-        if ident:
-            mlflow.log_metrics({f"{prog}_critic_{k}": v for k, v in ident.items() if not math.isnan(v)})
-            out += (f"\n\n{prog} critic vs gold correctness of its first answer (F1 < 0.5 = wrong): "
-                    + ", ".join(f"{k}={fmt(v, 3 if isinstance(v, float) else 0)}" for k, v in ident.items()))
-    return out
+    entry = suite.Entry(args.programs[0], tuple(args.programs[1:]), (args.dataset,))
+    out = suite.run_suite(args, custom=(entry,), report=report(args, taxonomy))
+    return {r.cell.label: r.summary | behaviour(r.records) for r in out["results"]}
 
 
 if __name__ == "__main__":

@@ -10,25 +10,30 @@ Conditions: ``none`` = the closed-book writer (``direct``); ``oracle`` = ``rag``
 supporting paragraph; ``full`` = ``rag --k 8`` over supporting + distractors (all of them); ``open`` = every
 registered ``--programs`` over the pooled per-language corpora (top ``--k``). The same ``--n`` XQuAD questions
 (seeded) are used in every language. XQuAD questions are answered by ONE paragraph, unlike XRAG's cross-document
-questions: these numbers measure cross-lingual reading and answer language, not cross-document reasoning."""
+questions: these numbers measure cross-lingual reading and answer language, not cross-document reasoning.
+
+A thin use of the suite machinery (``optimizers/suite.py``): every (condition, setting, program) cell is a child
+run of one parent run, checkpointed per question, and the parent holds the suite's leaderboard (per setting; in
+the open condition the first ``--programs`` entry is paired with the others) beside the two tables (report.md)."""
 from __future__ import annotations
 
+import copy
 import random
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import mlflow  # noqa: E402
+
 import data as datasets  # noqa: E402
-import programs  # noqa: E402
-from optimizers import tracking  # noqa: E402
-from optimizers.cli import parser, session  # noqa: E402
-from optimizers.evaluation import evaluate  # noqa: E402
-from programs.retrieval import Retriever  # noqa: E402
-from runtime.roles import assign_roles  # noqa: E402
+from optimizers import suite, tracking  # noqa: E402
+from optimizers.cli import session  # noqa: E402
 
 CONDITIONS = ("none", "oracle", "full", "open")
 FULL_K = 8  # supporting + distractors: every visible document
+ENTRY = "scripts/xrag_eval.py"
 
 
 def sample_ids(root, n: int, seed: int) -> set[str]:
@@ -77,7 +82,7 @@ def table(results: dict, args, kind: str) -> str:
 
 
 def main(argv=None) -> dict:
-    p = parser(__doc__.splitlines()[0])
+    p = suite.parser(__doc__.splitlines()[0])
     p.add_argument("--n", type=int, default=20, help="questions per language (the same XQuAD items in each)")
     p.add_argument("--langs", nargs="+", default=["de", "es", "zh", "ar"], help="question languages X")
     p.add_argument("--conditions", nargs="+", default=list(CONDITIONS), choices=CONDITIONS)
@@ -86,44 +91,46 @@ def main(argv=None) -> dict:
     p.add_argument("--judge-all", action="store_true",
                    help="also report the judge verdict alone (costs a judge call on wrong-language answers too); "
                         "by default the panel is asked only where accuracy needs it (language right, no exact match)")
+    p.set_defaults(split="test")
     args = p.parse_args(argv)
-    args.dataset, args.judge = f"xrag_mono:{args.langs[0]}", True
-    args.train, args.dev, args.test = 0, 0, 1
-    s = session(args, needs_search=False)
-    root = datasets.data_dir(args.data_dir)
-    chosen = sample_ids(root, args.n, args.seed)
-    results, bundles = {}, {}
-    with tracking.run(args.experiment, f"xrag-eval-n{args.n}", tags={"entry": "scripts/xrag_eval.py"}) as run:
-        tracking.log_params(s.params("rag") | {"n_per_lang": args.n, "langs": args.langs,
-                                               "conditions": args.conditions, "open_programs": args.programs,
-                                               "question_ids": sorted(chosen)})
+    args.judge, args.train, args.dev, args.test = True, 0, 0, 1
+    chosen = sample_ids(datasets.data_dir(args.data_dir), args.n, args.seed)
+    summaries, results, judges, pairs = {}, [], [], []
+    with tracking.run(args.experiment, f"xrag-eval-n{args.n}", tags={"entry": ENTRY}) as run:
+        tracking.log_params({"n_per_lang": args.n, "langs": args.langs, "conditions": args.conditions,
+                             "open_programs": args.programs, "question_ids": sorted(chosen), "lm": args.lm,
+                             "judge_lms": args.judge_lms or args.judge_lm or args.lm, "embedder": args.embedder})
+        key = s = None
         for kind, cond, name, prog, k in cells(args):
-            key = (name, cond != "none")
-            if key not in bundles:  # keep one bundle in memory; indexes are cached on disk
-                bundle = datasets.load(name, root)
-                bundles = {key: (bundle, Retriever(bundle.corpora, args.embedder, args.index) if key[1] else None)}
-            bundle, retriever = bundles[key]
-            examples = [ex for ex in bundle.examples if ex.id.split("@")[0] in chosen]
-            program = assign_roles(programs.build(prog, search=retriever, k=k, loops=args.loops,
-                                                  max_chars=args.max_chars), s.roles)
-            label = f"{kind}_{cond}_{prog}_{name.split(':')[1]}"
-            metrics = s.metrics if args.judge_all else {m: f for m, f in s.metrics.items() if m != "judge"}
-            checkpoint = s.checkpoint(label, prog, program, examples)  # an interrupted run resumes per question
-            records, summary = evaluate(program, examples, metrics, k=k if retriever else None, retries=args.retries,
-                                        checkpoint=checkpoint, desc=label, groups=("lang",))
-            results[(kind, cond, name, prog)] = summary
-            tracking.log_metrics(summary, label)
-            tracking.log_jsonl(f"predictions/{label}.jsonl", records)
-            print(f"{label}: " + "  ".join(f"{m}={summary.get(m, 0):.2f}" for m in
-                                            ("accuracy", "lang_ok", "judge", "em", "f1", "char3_recall",
-                                             "lm_calls", "seconds")), flush=True)
-        mono, multi = table(results, args, "mono"), table(results, args, "multi")
-        tracking.log_json("tables.json", {"mono": mono, "multi": multi})
+            if (name, cond != "none") != key:  # one session (data, retriever, judge) per setting at a time
+                key, setting = (name, cond != "none"), copy.copy(args)
+                setting.dataset = name
+                s = session(setting, needs_search=key[1])
+                s = s if args.judge_all else replace(s, metrics={m: f for m, f in s.metrics.items() if m != "judge"})
+                judges.append(s.judge)
+            cell = replace(suite.cell(prog, name, {"k": k}), variant=f"{kind}_{cond}")
+            examples = [ex for ex in s.bundle.examples if ex.id.split("@")[0] in chosen]
+            result = suite.run_cell(suite.cell_session(s, cell), cell, run.info.run_id, "xrag-eval",
+                                    examples=examples, stage="xrag", entry=ENTRY)
+            results.append(result)
+            summaries[(kind, cond, name, prog)] = result.summary
+            print(f"{cell.label}@{name}: " + "  ".join(f"{m}={result.summary.get(m, 0):.2f}" for m in
+                  ("accuracy", "lang_ok", "judge", "em", "f1", "char3_recall", "lm_calls", "seconds")), flush=True)
+            if cond == "open" and prog != args.programs[0]:
+                first = next(r.cell for r in results if r.cell.dataset == name and r.cell.program == args.programs[0])
+                pairs.append((name, first, cell))
+        board = suite.log_leaderboard(results, pairs, f"XRAG-style settings on XQuAD, n={args.n} per language, "
+                                                      f"lm {args.lm}")
+        mono, multi = table(summaries, args, "mono"), table(summaries, args, "multi")
+        failures = sum(j.failures for j in judges if j)
+        mlflow.log_metric("judge_failures", failures)
+        mlflow.log_text(f"## Monolingual retrieval\n\n{mono}\n\n## Multilingual retrieval\n\n{multi}\n", "report.md")
+    print(f"\n{board.markdown}")
     print("\nMonolingual retrieval (accuracy = judge AND language, % / response-language correct, %)\n" + mono)
     if args.multi:
         print("\nMultilingual retrieval (full context)\n" + multi)
-    print(f"\nrun {run.info.run_id}; judge failures: {s.judge.failures}")
-    return results
+    print(f"\nrun {run.info.run_id}; judge failures: {failures}")
+    return summaries
 
 
 if __name__ == "__main__":

@@ -148,7 +148,8 @@ def test_compare_script_scores_every_mode_from_one_run_and_logs_the_calibration(
     assert "| direct [generate] | 0.250 | 0.000 | B (12/12) |" in out  # the written letter
     assert "| direct [logprob] | 0.250 | 0.000 | A (12/12) |" in out  # the letter prior decides
     assert "| direct [pride] |" in out
-    run = mlflow.search_runs(experiment_names=["agentic-rag"], output_format="list")[0]
+    run = next(r for r in mlflow.search_runs(experiment_names=["agentic-rag"], output_format="list")
+               if "mlflow.parentRunId" not in r.data.tags)
     assert run.data.metrics["direct_prior_A"] == pytest.approx(0.4) and "direct_pride_accuracy" in run.data.metrics
     artifacts = {a.path for a in mlflow.MlflowClient().list_artifacts(run.info.run_id, "calibration")}
     assert artifacts == {"calibration/direct.json"}

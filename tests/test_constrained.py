@@ -27,4 +27,4 @@ def test_no_grammar_for_endpoints_without_one(dummy):
     lm.server = object()
     config = constrained_config(predictor, {"enough": BOOL})
     assert '"[[ ## enough ## ]]\\n" ("True" | "False")' in config["extra_body"]["grammar"]
-    assert '"[[ ## reason ## ]]\\n" [^\\n]+' in config["extra_body"]["grammar"]  # unnamed fields: free text
+    assert '"[[ ## reason ## ]]\\n" [^\\n]{1,160}' in config["extra_body"]["grammar"]  # unnamed: one short line

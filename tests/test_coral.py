@@ -294,12 +294,15 @@ def test_compare_script_prints_one_table_and_logs_one_run(embedder, monkeypatch,
     assert list(rows) == ["direct", "mono_rag", "coral", "coral_compiled"] and rows["coral"]["n"] == 6
     assert rows["coral"]["n_by_source_lang/ko"] == 1 and rows["coral"]["iterations"] == 1.0
     out = capsys.readouterr().out
-    assert "| program | n | accuracy |" in out and "| coral_compiled | 6 |" in out and "| only coral right |" in out
-    run = mlflow.search_runs(experiment_names=["agentic-rag"], output_format="list")[0]
-    assert {"coral_accuracy", "coral_compiled_lm_calls", "direct_seconds",
-            "direct_vs_coral_mcnemar_p"} <= run.data.metrics.keys()
-    artifacts = {a.path for a in mlflow.MlflowClient().list_artifacts(run.info.run_id)}
-    assert {"comparison.md", "coral_language_mix.png", "predictions"} <= artifacts
+    assert "| program | n | accuracy |" in out and "| coral_compiled | 6 |" in out and "only method right" in out
+    runs = mlflow.search_runs(experiment_names=["agentic-rag"], output_format="list")
+    parent = next(r for r in runs if "mlflow.parentRunId" not in r.data.tags)
+    children = {r.data.tags["cell"]: r for r in runs if r != parent}
+    assert set(children) == {"direct", "mono_rag", "coral", "coral_compiled"}
+    assert {"demo_culture_coral_vs_direct_mcnemar_p", "compile_lm_calls"} <= parent.data.metrics.keys()
+    assert {"test_accuracy", "test_lm_calls", "test_seconds"} <= children["coral_compiled"].data.metrics.keys()
+    artifacts = {a.path for a in mlflow.MlflowClient().list_artifacts(parent.info.run_id)}
+    assert {"comparison.md", "leaderboard.md", "coral_language_mix.png"} <= artifacts
 
 
 def test_compare_script_circular_mode_scores_a_letter_bias_zero(monkeypatch, capsys):

@@ -211,14 +211,19 @@ def test_ircot_respects_the_budget_and_counts_unusable_thoughts():
 
 # --- the comparison / step-budget script --------------------------------------------------------------------------
 
-def test_paired_tests_against_par2_count_discordant_questions():
+def test_paired_recall_test_against_par2():
+    from optimizers.suite import Cell, Result
     from scripts.par2_compare import paired
 
-    ref = [{"id": str(i), "em": float(i < 6), "recall_any": 1.0} for i in range(8)]
-    other = [{"id": str(i), "em": float(i == 7), "recall_any": float(i % 2)} for i in range(8)]
-    text, metrics = paired({"par2": ref, "rag": other}, "par2", "em")
-    assert "| rag | 8 | 6 | 1 | 0.125 | 1.000 | 0.500 |" in text  # binomial(1 of 7, p=0.5) two-sided = 0.125
-    assert metrics["rag_vs_par2_mcnemar_p"] == pytest.approx(0.125) and "rag_vs_par2_ttest_recall_p" in metrics
+    ref = Result(Cell("par2", "d"), "run", {"n": 8, "recall_any": 1.0}, [{"id": str(i), "recall_any": 1.0}
+                                                                           for i in range(8)])
+    other = Result(Cell("rag", "d"), "run", {"n": 8, "recall_any": 0.5},
+                   [{"id": str(i), "recall_any": float(i % 2), "trace": {"fallbacks": {"esc": 1}}} for i in range(8)])
+    text, metrics = paired([ref, other], ref)
+    # differences: four 0s and four 1s (mean 0.5, sd 0.535): t = 2.65 on 7 df, two-sided p = 0.033
+    assert metrics["rag_vs_par2_ttest_recall_p"] == pytest.approx(0.0331, abs=1e-3)
+    assert "| rag | 8 | 0.500 | - | - | 1.000 | 0.033 |" in text  # one ESC fallback per question
+    assert "| par2 | 8 | 1.000 | - | - | 0.000 | - |" in text
 
 
 def test_compare_script_runs_programs_and_budgets_in_one_run(monkeypatch, capsys, embedder):
@@ -235,9 +240,11 @@ def test_compare_script_runs_programs_and_budgets_in_one_run(monkeypatch, capsys
     summaries = compare.main(["--dataset", "demo", "--train", "0", "--dev", "0", "--test", "2", "--k", "2",
                               "--loops", "2", "--programs", "rag", "par2", "--budgets", "2", "3",
                               "--budget-programs", "par2", "ircot"])
-    assert set(summaries) == {"rag", "par2", "ircot_H2", "par2_H3", "ircot_H3"}  # par2 at H=2 is reused
+    assert set(summaries) == {"rag", "par2_L2", "ircot_L2", "par2_L3", "ircot_L3"}  # par2 at H=2 runs once
     out = capsys.readouterr().out
-    assert "### step budget H=3" in out and "| ircot | 2 |" in out and "McNemar p" in out
+    assert "### programs at H=3" in out and "| ircot_L3 | 2 |" in out and "McNemar p" in out
     run_id = out.strip().split()[-1]
     metrics = mlflow.get_run(run_id).data.metrics
-    assert {"par2_recall_any", "par2_ndcg", "par2_all_pass", "ircot_H3_lm_calls"} <= metrics.keys()
+    assert {"demo_par2_L3_vs_ircot_L3_mcnemar_p", "ircot_L3_vs_par2_L3_ttest_recall_p"} <= metrics.keys()
+    children = mlflow.search_runs(filter_string=f"tags.mlflow.parentRunId = '{run_id}'", output_format="list")
+    assert len(children) == 5 and all("test_recall_any" in c.data.metrics for c in children)

@@ -7,13 +7,12 @@ from dataclasses import replace
 import mlflow
 import pytest
 
-from optimizers import cli, leaderboard, suite, tracking
+from optimizers import leaderboard, suite, tracking
 
 
 def suite_args(argv: list[str]) -> argparse.Namespace:
-    p = cli.parser("suite test")
-    suite.add_flags(p)
-    p.add_argument("--split", default="test")
+    p = suite.parser("suite test")
+    p.set_defaults(split="test")
     return p.parse_args(argv)
 
 

@@ -308,15 +308,19 @@ def test_eval_script_prints_both_table_shapes_and_logs_one_run(xquad_dir, embedd
     import scripts.xrag_eval as script
 
     monkeypatch.setattr(cli, "make_lm", lambda *a, **k: DummyLM({"question": {"answer": "1902", "same": True}}))
-    monkeypatch.setattr(script, "Retriever", lambda corpora, *a: Retriever(corpora, embedder))
-    results = script.main(["--n", "2", "--langs", "de", "zh", "--data-dir", str(xquad_dir)])
-    assert len(results) == 3 * 4 + 2  # (de, zh, en) x 4 conditions + multilingual (de, zh)
+    monkeypatch.setattr(cli, "Retriever", lambda corpora, *a, **kw: Retriever(corpora, embedder))
+    results = script.main(["--n", "2", "--langs", "de", "zh", "--data-dir", str(xquad_dir), "--programs", "rag",
+                           "direct"])
+    assert len(results) == 3 * 5 + 2  # (de, zh, en) x (4 conditions, open with 2 programs) + multilingual (de, zh)
     assert all(r["n"] == 2 for r in results.values())
     out = capsys.readouterr().out
     assert "| condition | program | de acc / lang | zh acc / lang | en acc / lang | avg X acc |" in out
     assert "| full | rag |" in out and "| none | direct |" in out and "Multilingual retrieval" in out
-    run = mlflow.search_runs(experiment_names=["agentic-rag"], output_format="list")[0]
-    assert {"mono_oracle_rag_de_accuracy", "multi_full_rag_zh_lang_ok"} <= run.data.metrics.keys()
+    runs = mlflow.search_runs(experiment_names=["agentic-rag"], output_format="list")
+    parent = next(r for r in runs if "mlflow.parentRunId" not in r.data.tags)
+    children = {(r.data.tags["cell"], r.data.tags["dataset"]): r for r in runs if r != parent}
+    assert len(children) == 17 and "test_lang_ok" in children[("rag_k8_multi_full", "xrag_multi:zh")].data.metrics
+    assert "xrag_mono_open:de_rag_k5_mono_open_vs_direct_mono_open_mcnemar_p" in parent.data.metrics
 
 
 def test_build_script_writes_xrag_jsonl_that_the_loader_reads(xquad_dir, tmp_path, monkeypatch):
