@@ -20,7 +20,8 @@ def main(argv=None) -> dict:
     p = suite_parser(__doc__.splitlines()[0])
     p.add_argument("--compiled", help="compiled program: program.json path or MLflow run id")
     p.add_argument("--error-profile", action="store_true",
-                   help="label the program's wrong answers with RAG-Critic's error critic (--critic-lm) and log the "
+                   help="label the program's wrong answers with RAG-Critic's error critic on the judge LM (--judge-lm: "
+                        "labelling is evaluation, not part of the program) and log the "
                         "tier-1/tier-2 distribution (table + bar chart); needs $RAG_DATA_DIR/rag_critic/")
     args = p.parse_args(argv)
     if args.suite:
@@ -61,7 +62,7 @@ def main(argv=None) -> dict:
         if s.judge:
             mlflow.log_metric("judge_failures", s.judge.failures)
         if args.error_profile:
-            print(error_profile(s, records, taxonomy, f"{run_name} (labels by {s.lm_ids()['critic_lm']})"))
+            print(error_profile(s, records, taxonomy, f"{run_name} (labels by {s.lm_ids()['judge_lm']})"))
     print(f"\nrun {run.info.run_id} ({run_name})")
     print("  " + "  ".join(f"{k}={v:.3f}" if isinstance(v, float) else f"{k}={v}" for k, v in summary.items()))
     return summary
@@ -78,12 +79,13 @@ def error_taxonomy(data_dir):
 
 
 def error_profile(s, records: list[dict], taxonomy, title: str) -> str:
-    """Critique the wrong answers in ``records`` with the critic-role LM and log the profile to the active run."""
+    """Critique the wrong answers in ``records`` with the judge-role LM (the evaluator's model, so every program's
+    profile is labelled by the same critic whatever its own roles) and log the profile to the active run."""
     from optimizers import error_profile as ep
     from programs.error_critic import ErrorCritic
 
     critic = ErrorCritic(taxonomy, s.args.max_chars)
-    critic.judge.lm = s.roles.lm("critic")
+    critic.judge.lm = s.roles.lm("judge")
     ids = {p["id"] for r in records for p in r.get("passages") or []}
     result = ep.profile(records, critic, ep.passage_lookup(s.bundle.corpora, ids))
     return ep.log(result, taxonomy, title)

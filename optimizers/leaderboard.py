@@ -13,7 +13,8 @@ from optimizers.evaluation import per_question
 from optimizers.stats import bootstrap_ci, holm, mcnemar_exact
 
 QUALITY = (("judge", "judge"), ("em", "EM"), ("f1", "F1"), ("accuracy", "acc"), ("circular_accuracy", "circ acc"))
-RETRIEVAL = (("title_recall", "R@k"), ("title_precision", "P@k"), ("all_pass", "all-pass"), ("ndcg", "nDCG"))
+RETRIEVAL = (("title_recall", "R@k"), ("title_precision", "P@k"), ("all_pass", "all-pass"), ("ndcg", "nDCG"),
+             ("citation_precision", "cite P"))
 COST = (("iterations", "iters/q", "{:.2f}"), ("lm_calls", "LM calls/q", "{:.1f}"),
         ("prompt_tokens", "prompt tok/q", "{:.0f}"), ("completion_tokens", "compl tok/q", "{:.0f}"),
         ("seconds", "s/q", "{:.1f}"), ("lm_seconds", "LM s/q", "{:.1f}"))

@@ -33,11 +33,12 @@ def name_list(names: list[str], max_items: int) -> str:
     return f'"[" {item} {rest} "]"'
 
 
-def chat_grammar(fields: list[tuple[str, str]]) -> str:
-    """GBNF for a ChatAdapter reply: each output field's header and value rule in order, then the end marker."""
+def chat_grammar(fields: list[tuple[str, str]], rules: str = "") -> str:
+    """GBNF for a ChatAdapter reply: each output field's header and value rule in order, then the end marker;
+    ``rules`` holds the definitions of any named rules the value rules use."""
     body = " ".join(f"{literal(f'[[ ## {name} ## ]]' + chr(10))} {rule} {literal(chr(10) + chr(10))}"
                     for name, rule in fields)
-    return f"root ::= {body} {literal('[[ ## completed ## ]]')}"
+    return f"root ::= {body} {literal('[[ ## completed ## ]]')}" + (f"\n{rules}" if rules else "")
 
 
 def grammar_supported(lm) -> bool:
@@ -45,11 +46,12 @@ def grammar_supported(lm) -> bool:
     return getattr(lm, "server", None) is not None
 
 
-def constrained_config(predictor: dspy.Predict, fields: dict[str, str]) -> dict:
+def constrained_config(predictor: dspy.Predict, fields: dict[str, str], rules: str = "") -> dict:
     """Per-call config that constrains ``predictor``'s reply: ``fields`` maps output field -> GBNF value rule
-    (fields left out are free one-line text). ``{}`` where the predictor's LM takes no grammar."""
+    (fields left out are free one-line text; ``rules`` defines named rules they use). ``{}`` where the
+    predictor's LM takes no grammar."""
     lm = predictor.lm or dspy.settings.lm
     if not grammar_supported(lm):
         return {}
-    rules = [(name, fields.get(name, FREE_LINE)) for name in predictor.signature.output_fields]
-    return {"extra_body": {**(lm.kwargs.get("extra_body") or {}), "grammar": chat_grammar(rules)}}
+    values = [(name, fields.get(name, FREE_LINE)) for name in predictor.signature.output_fields]
+    return {"extra_body": {**(lm.kwargs.get("extra_body") or {}), "grammar": chat_grammar(values, rules)}}

@@ -134,6 +134,31 @@ _STEP = TypeAdapter(Step)
 _CALL_LINE = re.compile(r"^\s*(?:[A-Za-z_]\w*\s*=\s*)?[A-Za-z_]\w*\s*\(")
 
 
+#: GBNF for the plan language :func:`parse_plan` reads (``constrained.constrained_config``): lines
+#: ``name = Function(arg=value, ...)`` with every argument named, in the order FUNCTIONS lists them, literal values
+#: from each argument's closed set, and a last line that calls GenerateAnswer. Names used before they are assigned
+#: are still caught by validation; the grammar only makes the syntax and the closed sets impossible to get wrong.
+GRAMMAR_RULES = r"""
+plan-step ::= plan-name " = " (plan-retrieval | plan-rewrite | plan-decompose | plan-refine | plan-generate) "\n"
+plan-last ::= plan-name " = " plan-generate
+plan-name ::= [a-z] [a-z0-9_]{0,15}
+plan-text ::= plan-str | plan-name ("[" [0-9] "]")?
+plan-str ::= "\"" [^"\\\n]{1,120} "\""
+plan-docs ::= plan-name | "[" plan-name (", " plan-name){0,3} "]"
+plan-retrieval ::= "Retrieval(query=" plan-text ", topk=" [1-9] ")"
+plan-rewrite ::= "RewriteQuery(query=" plan-text ", instruction=\"" ("clarify" | "expand") "\")"
+plan-decompose ::= "DecomposeQuery(query=" plan-text ")"
+plan-refine ::= "RefineDoc(query=" plan-text ", doc_index=" [0-9] ", instruction=\"" plan-edit "\")"
+plan-edit ::= "explain" | "summarize" | "correct" | "delete"
+plan-generate ::= "GenerateAnswer(query=" plan-text ", docs=" plan-docs ", additional_instruction=" plan-str ")"
+""".strip()
+
+
+def grammar_rule(max_steps: int) -> str:
+    """The value rule of a plan of 1..``max_steps`` lines (with :data:`GRAMMAR_RULES`)."""
+    return f"plan-step{{0,{max_steps - 1}}} plan-last"
+
+
 def parse_plan(text: str, max_steps: int = 5) -> tuple[Plan, bool]:
     """The validated plan in ``text`` and whether it was cut to ``max_steps`` steps; :class:`PlanError` if the
     text is not a plan. Code fences and prose lines around the calls are ignored."""

@@ -14,7 +14,8 @@ import dspy
 from programs.error_critic import ErrorCritic
 from programs.evidence import lenient
 from programs.executor import PlanExecutor
-from programs.plan import GenerateAnswer, Plan, PlanError, Ref, Step, parse_plan
+from programs.constrained import constrained_config
+from programs.plan import GRAMMAR_RULES, GenerateAnswer, Plan, PlanError, Ref, Step, grammar_rule, parse_plan
 from programs.retrieval import Passage, Retriever
 from programs.taxonomy import Taxonomy
 from programs.writer import Writer
@@ -86,7 +87,8 @@ class RAGCritic(dspy.Module):
                       passages=[f"[{i}] {p.format(self.max_chars)}" for i, p in enumerate(passages)],
                       prediction=answer, critique=critique.text(),
                       suggested_actions=[f"{t}: {ERROR_ACTIONS[t]}" for t in flagged if t in ERROR_ACTIONS],
-                      functions=FUNCTIONS, example=PLAN_EXAMPLE)
+                      functions=FUNCTIONS, example=PLAN_EXAMPLE,
+                      config=constrained_config(self.planner, {"plan": grammar_rule(self.max_steps)}, GRAMMAR_RULES))
         if out is None:
             return None, "", "planner output not parsed", False
         try:

@@ -28,3 +28,16 @@ def test_no_grammar_for_endpoints_without_one(dummy):
     config = constrained_config(predictor, {"enough": BOOL})
     assert '"[[ ## enough ## ]]\\n" ("True" | "False")' in config["extra_body"]["grammar"]
     assert '"[[ ## reason ## ]]\\n" [^\\n]{1,160}' in config["extra_body"]["grammar"]  # unnamed: one short line
+
+
+def test_plan_grammar_parses_in_llama_cpp_and_reaches_the_planner(dummy):
+    from programs.plan import GRAMMAR_RULES, grammar_rule
+    from signatures.planner import PlanCorrection
+
+    llama_cpp = pytest.importorskip("llama_cpp")
+    lm = dummy([{"plan": "x"}])
+    lm.server = object()  # an embedded-server LM: the planner call gets the plan grammar
+    grammar = constrained_config(dspy.Predict(PlanCorrection), {"plan": grammar_rule(3)}, GRAMMAR_RULES)[
+        "extra_body"]["grammar"]
+    assert '"[[ ## plan ## ]]\\n" plan-step{0,2} plan-last' in grammar and "plan-generate ::=" in grammar
+    assert llama_cpp.LlamaGrammar.from_string(grammar, verbose=False) is not None

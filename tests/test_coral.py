@@ -314,32 +314,21 @@ def test_compare_script_circular_mode_scores_a_letter_bias_zero(monkeypatch, cap
                          "--test", "3", "--circular"])
     assert rows["direct"]["n"] == 12 and rows["direct"]["accuracy"] == 0.25 and rows["direct"]["circular_accuracy"] == 0
     out = capsys.readouterr().out
-    assert "| program | n | accuracy | circular_accuracy |" in out and "| direct | A (12/12) | – |" in out
+    assert "| program | n | accuracy | circular_accuracy |" in out
     assert "| direct | 1.000 (3) | 0.000 (3) | 0.000 (3) | 0.000 (3) | 1.000 | 12 / 0 / 0 / 0 |" in out  # by gold
 
 
-def test_paired_table_counts_discordant_questions_against_coral():
-    from scripts.coral_compare import paired
+def test_leaderboard_counts_a_circular_question_right_only_at_every_shift():
+    from optimizers import leaderboard
+    from optimizers.suite import Cell, Result
 
-    def recs(answers, right):
-        return [{"id": f"q{i}", "answer": a, "accuracy": float(r)} for i, (a, r) in enumerate(zip(answers, right))]
+    def result(name, rights):
+        records = [{"id": f"q{q}#r{r}", "base_id": f"q{q}", "answer": "A", "accuracy": float(ok)}
+                   for q, row in enumerate(rights) for r, ok in enumerate(row)]
+        return Result(Cell(name, "d"), "run", {"accuracy": 0.5}, records)
 
-    records = {"direct": recs("ABCA", [0, 0, 0, 1]), "coral": recs("AAAB", [1, 1, 1, 0])}
-    text, p_values = paired(records, "accuracy")
-    assert "| direct | A (2/4) | 3 | 1 | 0.625 |" in text and "| coral | A (3/4) | – | – | – |" in text
-    assert p_values == {"direct_vs_coral_mcnemar_p": 0.625}
-
-
-def test_paired_table_counts_a_circular_question_right_only_at_every_shift():
-    from scripts.coral_compare import paired
-
-    def recs(rights):
-        return [{"id": f"q{q}#r{r}", "base_id": f"q{q}", "answer": "A", "accuracy": float(ok)}
-                for q, row in enumerate(rights) for r, ok in enumerate(row)]
-
-    records = {"direct": recs([[1, 1], [1, 0], [0, 0]]), "coral": recs([[1, 0], [1, 1], [1, 1]])}
-    text, p_values = paired(records, "accuracy", "direct")
-    assert "| coral | A (6/6) | 1 | 2 | 1.000 |" in text and set(p_values) == {"coral_vs_direct_mcnemar_p"}
+    row = leaderboard.paired(result("coral", [[1, 0], [1, 1], [1, 1]]), result("direct", [[1, 1], [1, 0], [0, 0]]))
+    assert (row["n"], row["only_method"], row["only_baseline"], row["mcnemar_p"]) == (3, 2, 1, 1.0)
 
 
 def test_every_registered_program_takes_the_question_language():

@@ -291,6 +291,25 @@ def test_evaluate_error_profile_logs_table_and_chart(taxonomy, monkeypatch):
     assert run.data.metrics["error_profile_tier1/Inaccurate_Response"] == 1.0
 
 
+def test_compare_script_runs_the_suite_and_profiles_the_named_program(taxonomy, monkeypatch, capsys):
+    import sys
+    sys.path.insert(0, str(Path(__file__).parent.parent / "scripts"))
+    import rag_critic_compare
+
+    lm = DummyLM({"`[[ ## judgement ## ]]`": ERROR, "question": {"answer": "Paris"}})
+    monkeypatch.setattr(cli, "make_lm", lambda *a, **k: lm)
+    summaries = rag_critic_compare.main(["--dataset", "demo", "--train", "0", "--dev", "0", "--test", "2", "--k", "2",
+                                         "--programs", "rag", "direct", "--error-profile", "rag"])
+    assert set(summaries) == {"rag", "direct"} and summaries["rag"]["n"] == 2
+    out = capsys.readouterr().out
+    assert "| demo | rag | direct | em | 2 |" in out and "### error profile of rag" in out
+    runs = mlflow.search_runs(output_format="list")
+    parent = next(r for r in runs if "mlflow.parentRunId" not in r.data.tags)
+    assert parent.data.metrics["error_profile_n_wrong"] == 2 and len(runs) == 3
+    artifacts = {a.path for a in mlflow.MlflowClient().list_artifacts(parent.info.run_id)}
+    assert {"leaderboard.md", "report.md", "error_profile"} <= artifacts
+
+
 def test_error_profile_without_taxonomy_stops_before_evaluating(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("RAG_DATA_DIR", str(tmp_path))
     monkeypatch.setattr(cli, "make_lm", lambda *a, **k: DummyLM({"question": {"answer": "Paris"}}))

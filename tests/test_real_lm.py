@@ -82,3 +82,22 @@ def test_rag_critic_and_its_baseline(name, monkeypatch):
         if name == "rag_critic" and t["flagged"]:  # a flagged answer was planned for and something was executed
             assert t["plans"] == 1 and t["rounds"][0]["steps"][-1]["function"] == "GenerateAnswer"
     assert summary["lm_calls"] >= 2
+
+
+def test_the_small_planner_writes_a_plan_that_parses_under_the_plan_grammar(monkeypatch):
+    """Unconstrained, the 0.5B planner answered with prose or Python functions on every flagged HotpotQA answer
+    (docs/results.md); under the plan grammar its program must parse and end with GenerateAnswer."""
+    if not os.environ.get("RAG_DATA_DIR"):
+        monkeypatch.setenv("RAG_DATA_DIR", os.path.join(os.path.dirname(__file__), "fixtures"))
+    from programs.error_critic import Critique
+    from programs.rag_critic import RAGCritic
+
+    bundle = data.load("demo")
+    example = data.split(bundle.examples, 0, 1, 0, seed=13).dev[0]
+    search = Retriever(bundle.corpora)
+    critic = RAGCritic(search, k=2)
+    critique = Critique("Error", "The answer names the wrong entity; the second hop is missing.",
+                        ["Incomplete Information"])
+    plan, text, error, _ = critic.plan(example.question, search.search(example.question, 2), "Paris", critique)
+    assert error is None, f"{error}: {text!r}"
+    assert plan.steps[-1].call.function == "GenerateAnswer"
