@@ -8,7 +8,8 @@ others in the suite's leaderboard (EM, F1, judge, LM calls, tokens and seconds p
 Holm), one child run per program, checkpointed per question (an interrupted run resumes). Added in the parent run's
 report.md: the share of answers the critic (self-feedback for self_refine) flagged, the share of valid plans, the
 critic's identification of wrong first answers (F1 < 0.5) from each critic program's own trace, and with
-``--error-profile PROGRAM...`` those programs' wrong answers labelled by the error critic on the judge LM (``--judge-lm``).
+``--error-profile PROGRAM...`` those programs' wrong answers labelled by the error critic on the judge LM
+(``--judge-lm``).
 """
 from __future__ import annotations
 
