@@ -134,29 +134,31 @@ _STEP = TypeAdapter(Step)
 _CALL_LINE = re.compile(r"^\s*(?:[A-Za-z_]\w*\s*=\s*)?[A-Za-z_]\w*\s*\(")
 
 
-#: GBNF for the plan language :func:`parse_plan` reads (``constrained.constrained_config``): lines
-#: ``name = Function(arg=value, ...)`` with every argument named, in the order FUNCTIONS lists them, literal values
-#: from each argument's closed set, and a last line that calls GenerateAnswer. Names used before they are assigned
-#: are still caught by validation; the grammar only makes the syntax and the closed sets impossible to get wrong.
-GRAMMAR_RULES = r"""
-plan-step ::= plan-name " = " (plan-retrieval | plan-rewrite | plan-decompose | plan-refine | plan-generate) "\n"
-plan-last ::= plan-name " = " plan-generate
-plan-name ::= [a-z] [a-z0-9_]{0,15}
-plan-text ::= plan-str | plan-name ("[" [0-9] "]")?
-plan-str ::= "\"" [^"\\\n]{1,120} "\""
-plan-docs ::= plan-name | "[" plan-name (", " plan-name){0,3} "]"
-plan-retrieval ::= "Retrieval(query=" plan-text ", topk=" [1-9] ")"
-plan-rewrite ::= "RewriteQuery(query=" plan-text ", instruction=\"" ("clarify" | "expand") "\")"
-plan-decompose ::= "DecomposeQuery(query=" plan-text ")"
-plan-refine ::= "RefineDoc(query=" plan-text ", doc_index=" [0-9] ", instruction=\"" plan-edit "\")"
-plan-edit ::= "explain" | "summarize" | "correct" | "delete"
-plan-generate ::= "GenerateAnswer(query=" plan-text ", docs=" plan-docs ", additional_instruction=" plan-str ")"
-""".strip()
-
-
-def grammar_rule(max_steps: int) -> str:
-    """The value rule of a plan of 1..``max_steps`` lines (with :data:`GRAMMAR_RULES`)."""
-    return f"plan-step{{0,{max_steps - 1}}} plan-last"
+def grammar(max_steps: int) -> tuple[str, str]:
+    """GBNF for plans :func:`parse_plan` accepts, of 1..``max_steps`` lines ending with GenerateAnswer, as (value
+    rule, rule definitions) for ``constrained.constrained_config``. Every argument is named, in FUNCTIONS' order,
+    with values from its closed set; outputs are named by kind (``found`` documents, ``queries``, ``fixed`` text,
+    ``answer``) and the rules track which kinds exist so far, so a reference can only name an output already
+    assigned, of the kind the argument takes (rule ``plan-QF-n``: Q/F = queries/found assigned, n = lines left)."""
+    rules = ['plan-str ::= "\\"" [^"\\\\\\n]{1,120} "\\""',
+             'plan-edit ::= "explain" | "summarize" | "correct" | "delete"']
+    for q in (0, 1):
+        rules += [f'plan-text{q} ::= plan-str | "question"' + (' | "queries[" [0-2] "]"' if q else ""),
+                  f'plan-docs{q} ::= "documents"' + (' | "found"' if q else ""),
+                  f'plan-retrieval{q} ::= "found = Retrieval(query=" plan-text{q} ", topk=" [1-5] ")\\n"',
+                  f'plan-queries{q} ::= "queries = " ("RewriteQuery(query=" plan-text{q} ", instruction=\\"" '
+                  f'("clarify" | "expand") "\\")" | "DecomposeQuery(query=" plan-text{q} ")") "\\n"',
+                  f'plan-refine{q} ::= "fixed = RefineDoc(query=" plan-text{q} ", doc_index=" [0-9] '
+                  f'", instruction=\\"" plan-edit "\\")\\n"']
+    for q in (0, 1):
+        for f in (0, 1):
+            rules.append(f'plan-answer{q}{f} ::= "answer = GenerateAnswer(query=" plan-text{q} ", docs=" '
+                         f'plan-docs{f} ", additional_instruction=" plan-str ")"')
+            for n in range(1, max_steps + 1):
+                more = [f"plan-retrieval{q} plan-{q}1-{n - 1}", f"plan-queries{q} plan-1{f}-{n - 1}",
+                        f"plan-refine{q} plan-{q}{f}-{n - 1}"] if n > 1 else []
+                rules.append(f"plan-{q}{f}-{n} ::= " + " | ".join([f"plan-answer{q}{f}", *more]))
+    return f"plan-00-{max_steps}", "\n".join(rules)
 
 
 def parse_plan(text: str, max_steps: int = 5) -> tuple[Plan, bool]:

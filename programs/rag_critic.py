@@ -15,7 +15,7 @@ from programs.error_critic import ErrorCritic
 from programs.evidence import lenient
 from programs.executor import PlanExecutor
 from programs.constrained import constrained_config
-from programs.plan import GRAMMAR_RULES, GenerateAnswer, Plan, PlanError, Ref, Step, grammar_rule, parse_plan
+from programs.plan import GenerateAnswer, Plan, PlanError, Ref, Step, grammar, parse_plan
 from programs.retrieval import Passage, Retriever
 from programs.taxonomy import Taxonomy
 from programs.writer import Writer
@@ -79,6 +79,11 @@ class RAGCritic(dspy.Module):
         return dspy.Prediction(answer=answer, passages=passages, trace=trace, critique=last["critique"], tags=tags,
                                plan=last.get("plan"), steps=last.get("steps", []))
 
+    def plan_config(self) -> dict:
+        """The planner's call decodes under the plan grammar where the endpoint takes one (llama.cpp)."""
+        value, rules = grammar(self.max_steps)
+        return constrained_config(self.planner, {"plan": value}, rules)
+
     def plan(self, question: str, passages: list[Passage], answer: str, critique
              ) -> tuple[Plan | None, str, str | None, bool]:
         """(plan or None, the planner's text, why it was rejected or None, whether it was cut to the step cap)."""
@@ -88,7 +93,7 @@ class RAGCritic(dspy.Module):
                       prediction=answer, critique=critique.text(),
                       suggested_actions=[f"{t}: {ERROR_ACTIONS[t]}" for t in flagged if t in ERROR_ACTIONS],
                       functions=FUNCTIONS, example=PLAN_EXAMPLE,
-                      config=constrained_config(self.planner, {"plan": grammar_rule(self.max_steps)}, GRAMMAR_RULES))
+                      config=self.plan_config())
         if out is None:
             return None, "", "planner output not parsed", False
         try:

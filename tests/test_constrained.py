@@ -30,14 +30,17 @@ def test_no_grammar_for_endpoints_without_one(dummy):
     assert '"[[ ## reason ## ]]\\n" [^\\n]{1,160}' in config["extra_body"]["grammar"]  # unnamed: one short line
 
 
-def test_plan_grammar_parses_in_llama_cpp_and_reaches_the_planner(dummy):
-    from programs.plan import GRAMMAR_RULES, grammar_rule
+def test_plan_grammar_parses_in_llama_cpp_and_tracks_assigned_names(dummy):
+    from programs.plan import grammar
     from signatures.planner import PlanCorrection
 
     llama_cpp = pytest.importorskip("llama_cpp")
     lm = dummy([{"plan": "x"}])
     lm.server = object()  # an embedded-server LM: the planner call gets the plan grammar
-    grammar = constrained_config(dspy.Predict(PlanCorrection), {"plan": grammar_rule(3)}, GRAMMAR_RULES)[
-        "extra_body"]["grammar"]
-    assert '"[[ ## plan ## ]]\\n" plan-step{0,2} plan-last' in grammar and "plan-generate ::=" in grammar
-    assert llama_cpp.LlamaGrammar.from_string(grammar, verbose=False) is not None
+    value, rules = grammar(3)
+    g = constrained_config(dspy.Predict(PlanCorrection), {"plan": value}, rules)["extra_body"]["grammar"]
+    assert '"[[ ## plan ## ]]\\n" plan-00-3 "\\n\\n"' in g
+    assert llama_cpp.LlamaGrammar.from_string(g, verbose=False) is not None
+    # before anything is assigned only the builtins can be referenced; after a Retrieval, `found` too
+    assert 'plan-docs0 ::= "documents"\n' in g and 'plan-docs1 ::= "documents" | "found"' in g
+    assert "plan-00-2 ::= plan-answer00 | plan-retrieval0 plan-01-1 | plan-queries0 plan-10-1" in g
