@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import hashlib
 import json
 import signal
@@ -20,7 +21,7 @@ from programs.choice import MODES, MCScoring
 from programs.retrieval import INDEX_TYPES, RETRIEVERS, Retriever
 from programs.writer import mc_state, set_mc_scoring
 from runtime.lm import make_lm
-from runtime.paths import project_cache
+from runtime.paths import PROJECT_ROOT, project_cache
 from runtime.roles import Roles, assign_roles, init_dspy
 
 DEFAULT_SPLITS = {"demo": (8, 6, 6), "demo_culture": (12, 15, 15), "hotpotqa": (20, 30, 50), "2wiki": (20, 30, 50),
@@ -161,15 +162,32 @@ class Session:
         return program
 
     def checkpoint(self, stage: str, program_name: str, program: dspy.Module, examples: list) -> Path:
-        """Per-example results file keyed by everything that changes them, so an interrupted run resumes."""
+        """Per-example results file keyed by everything that changes them (settings, prompts and demos, the
+        answer code's :func:`code_version`), so an interrupted run resumes and a changed one starts afresh."""
         retrieval = retrieval_options(self.args)  # left out at its defaults, so earlier checkpoints stay valid
         key = json.dumps([stage, program_name, self.lm_ids(), self.args.embedder, self.args.index, self.config,
                           *([] if retrieval == DEFAULT_RETRIEVAL else [retrieval]),
                           self.args.judge, self.corpus_params(), programs.portable_state(program),
                           *([mc_state(program)] if self.args.mc_scoring != "generate" else []),
-                          [ex.id for ex in examples]],
+                          [ex.id for ex in examples], code_version()],
                          default=str, sort_keys=True)
         return project_cache() / "evals" / f"{stage}-{hashlib.sha256(key.encode()).hexdigest()[:20]}.jsonl"
+
+
+#: The code that writes and scores the answers a checkpoint holds: a change to any of it starts new checkpoints.
+ANSWER_CODE = ("programs", "signatures", "optimizers/metrics.py", "optimizers/xlingual.py", "runtime/lm.py")
+
+
+@functools.lru_cache(maxsize=1)
+def code_version() -> str:
+    """A hash of the source that produces and scores answers (:data:`ANSWER_CODE`), so a checkpoint written by
+    other code (a changed prompt, parser or metric) is not resumed as if it were this code's."""
+    files = sorted(p for entry in ANSWER_CODE for p in ((PROJECT_ROOT / entry).rglob("*.py")
+                                                          if (PROJECT_ROOT / entry).is_dir() else [PROJECT_ROOT / entry]))
+    digest = hashlib.sha256()
+    for path in files:
+        digest.update(str(path.relative_to(PROJECT_ROOT)).encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()[:12]
 
 
 class Terminated(KeyboardInterrupt):

@@ -70,3 +70,18 @@ def test_multilingual_programs_default_to_the_multilingual_demo_set():
     args = cli.parser("x").parse_args(["--program", "coral"])
     assert args.dataset is None and programs.spec("coral").default_dataset == "demo_culture"
     assert programs.spec("rag").default_dataset == "demo" and programs.spec("mono_rag").default_dataset == "demo_culture"
+
+
+def test_a_checkpoint_is_resumed_only_by_the_code_that_wrote_it(scripted_lm, tmp_path, monkeypatch):
+    args = cli.parser("t").parse_args(["--program", "direct", "--dataset", "demo", "--train", "0", "--dev", "2"])
+    s = cli.session(args, needs_search=False)
+    program = s.build("direct")
+    same = [s.checkpoint("dev", "direct", program, s.splits.dev) for _ in range(2)]
+    (tmp_path / "programs").mkdir()
+    (tmp_path / "programs" / "writer.py").write_text("# an edited prompt\n")
+    monkeypatch.setattr(cli, "PROJECT_ROOT", tmp_path)
+    monkeypatch.setattr(cli, "ANSWER_CODE", ("programs",))
+    cli.code_version.cache_clear()
+    edited = s.checkpoint("dev", "direct", program, s.splits.dev)
+    cli.code_version.cache_clear()
+    assert same[0] == same[1] and edited != same[0]
