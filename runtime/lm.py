@@ -186,7 +186,7 @@ class LlamaServer:
         host = [sys.executable, str(Path(__file__).with_name("server_host.py")), str(self.home / "leases"), "--"]
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(host + self.command(), stdout=log, stderr=subprocess.STDOUT,
-                                         stdin=subprocess.DEVNULL, start_new_session=True)
+                                         stdin=subprocess.DEVNULL, start_new_session=True, env=server_env())
         self.pid = self.proc.pid
         self._wait_ready()
         tmp = self.home / f"server.json.{os.getpid()}"
@@ -318,6 +318,18 @@ class ProjectLM(dspy.LM):
             except Exception:
                 if self.server is None or not self.server.recover(generation):
                     raise
+
+
+def server_env() -> dict[str, str]:
+    """This process's environment without the variables llama_cpp.server would read as its own settings: it reads
+    every setting name (cache, port, model, n_ctx, ...) from the environment, case-insensitively, so a ``CACHE``
+    or ``PORT`` meant for something else changed or crashed the server. The command line sets what we need."""
+    try:
+        from llama_cpp.server.settings import ModelSettings, ServerSettings
+    except ImportError:  # no llama.cpp here: nothing would read them
+        return dict(os.environ)
+    names = {n.lower() for n in (*ModelSettings.model_fields, *ServerSettings.model_fields)}
+    return {k: v for k, v in os.environ.items() if k.lower() not in names}
 
 
 def _token_cap(max_tokens: int) -> dict:

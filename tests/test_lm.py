@@ -216,3 +216,13 @@ def test_server_dies_with_its_parent_process():
         time.sleep(0.1)
     os.kill(child, 9)
     pytest.fail("server outlived its parent")
+
+
+def test_the_server_does_not_read_our_environment_as_its_settings(monkeypatch):
+    pytest.importorskip("llama_cpp.server.settings")
+    from runtime.lm import server_env
+
+    monkeypatch.setenv("CACHE", "/tmp/somewhere")  # `make demo CACHE=...` crashed the server: cache is a bool there
+    monkeypatch.setenv("PORT", "1")
+    env = server_env()
+    assert "CACHE" not in env and "PORT" not in env and env["PATH"] == os.environ["PATH"]
