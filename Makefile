@@ -10,7 +10,6 @@ LLAMA    := 0.3.36
 LLAMA_OK := $(CACHE)/wheels/llama-cpp-python-$(LLAMA).ok
 export CMAKE_ARGS := -DLLAVA_BUILD=OFF -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON
 export RAG_CACHE_DIR := $(CACHE)
-unexport CACHE  # llama_cpp.server reads a CACHE environment variable as its own (bool) setting
 export LITELLM_LOCAL_MODEL_COST_MAP := True
 export HF_HUB_OFFLINE := 1
 
