@@ -1,34 +1,41 @@
 """PriDe calibration for ``--mc-scoring pride``: the option-ID prior of one program on a calibration slice.
 
-Each calibration question is asked once per cyclic shift of its options in ``logprob`` mode (its own
-knowledge-corpus documents hidden, as in evaluation); the letter distributions of the program's final writer call
-give the prior (``programs.choice.estimate_prior``). The slice must not overlap the evaluated questions."""
+The prior belongs to the writer that picks the letter. Each calibration question is run once through the program
+(its own knowledge-corpus documents hidden, as in evaluation); the writer call that answered it is then asked again
+with the same question and evidence at every cyclic shift of the options, in ``logprob`` mode, and those letter
+distributions give the prior (``programs.choice.estimate_prior``). Holding the evidence fixed isolates the option
+order, and a pipeline's retrieval, planner and critic run once per question instead of once per shift. The slice
+must not overlap the evaluated questions."""
 from __future__ import annotations
 
 import dspy
+from dspy.utils.exceptions import AdapterParseError
 
 import data as datasets
 from optimizers.evaluation import _run
 from programs.choice import MCScoring, estimate_prior
-from programs.writer import set_mc_scoring
+from programs.writer import recorded_choices, set_mc_scoring
 from runtime.metering import metered
 
 
 def calibrate_pride(program: dspy.Module, examples: list[dspy.Example], retries: int = 1) -> dict:
     """Estimate the prior on ``examples`` and switch ``program`` to ``pride`` scoring with it. Returns what to log:
     the prior, the questions asked and those used (every shift read), and the calibration's LM cost."""
-    observed: list[dict] = []
-    set_mc_scoring(program, MCScoring("logprob", observed=observed))
+    set_mc_scoring(program, MCScoring("logprob"))
     samples, used = [], []
     with metered() as cost:
         for example in examples:
-            shifts = []
-            for copy in datasets.circular([example]):
-                before = len(observed)
-                _run(program, copy, retries)
-                if len(observed) > before:
-                    shifts.append(observed[-1]["probs"])  # the last writer call answers the question
-            if len(shifts) == len(example.options):
+            with recorded_choices() as calls:
+                _run(program, example, retries)
+            if not calls:
+                continue
+            writer, question, context, _ = calls[-1]  # the call that answered
+            try:
+                shifts = [writer.choose(question, context, copy.options).option_probs
+                          for copy in datasets.circular([example])]
+            except AdapterParseError:  # an unreadable reply: the question gives no sample (it is not in ``used``)
+                continue
+            if all(shifts):
                 samples.append(shifts)
                 used.append(example.id)
     prior = estimate_prior(samples)

@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import re
+from contextlib import contextmanager
+from contextvars import ContextVar
 
 import dspy
 
@@ -42,6 +44,21 @@ def parse_choice(raw: str, options: dict[str, str]) -> str:
     return ""
 
 
+_CHOICES: ContextVar[list | None] = ContextVar("choices", default=None)
+
+
+@contextmanager
+def recorded_choices():
+    """Within the block, every multiple-choice writer call appends ``(writer, question, context, options)`` to the
+    yielded list: what PriDe calibration re-asks with the options shifted (``optimizers.calibration``)."""
+    calls: list = []
+    token = _CHOICES.set(calls)
+    try:
+        yield calls
+    finally:
+        _CHOICES.reset(token)
+
+
 def language_name(code: str) -> str:
     """The name of a language code, as the writer is told it."""
     from programs.mrag import LANGUAGE_NAMES  # mrag builds on this module
@@ -76,6 +93,8 @@ class Writer(dspy.Module):
 
     def choose(self, question: str, context: list[str], options: dict[str, str]) -> dspy.Prediction:
         """The option letter: parsed from the reply, or the most probable letter at the answer's first token."""
+        if (calls := _CHOICES.get()) is not None:
+            calls.append((self, question, context, options))
         config = {"logprobs": True, "top_logprobs": TOP_LOGPROBS} if self.mc.reads_logprobs else {}
         out = self.choice(passages=context, question=question, options=format_options(options), config=config)
         answer = written = parse_choice(out.answer, options)

@@ -119,13 +119,34 @@ def test_pride_calibration_recovers_the_prior_and_switches_the_program():
                 for i, texts in enumerate([["tea", "coffee", "juice", "milk"], ["juice", "milk", "tea", "coffee"]])]
     info = calibrate_pride(program, examples, retries=0)
     assert info["prior"] == pytest.approx(PRIOR) and info["used"] == ["q0", "q1"]
-    assert info["cost_lm_calls"] == 8  # 2 questions x 4 shifts
+    assert info["cost_lm_calls"] == 10  # per question: the program once, then its writer at the 4 shifts
     assert program.writer.mc.mode == "pride" and program.writer.mc.prior == info["prior"]
     # debiased, the program picks the option it likes best wherever it stands
     for shift in range(4):
         texts = ["coffee", "juice", "milk", "tea"]
         options = dict(zip("ABCD", texts[shift:] + texts[:shift]))
         assert options[program(question="Drink?", options=options).answer] == "tea"
+
+
+def test_pride_calibration_runs_a_pipeline_once_per_question_and_shifts_only_the_writer(embedder):
+    from programs.retrieval import Corpus, Retriever
+
+    class Counting(Retriever):
+        searches = 0
+
+        def search(self, *args, **kwargs):
+            Counting.searches += 1
+            return super().search(*args, **kwargs)
+
+    init_dspy(LogprobLM([{"answer": "A"}]), cache=False)
+    search = Counting([Corpus("en", [{"id": "e1", "title": "Drinks", "text": "Tea is drunk."}], "en")], embedder)
+    program = programs.build("mono_rag", search=search, k=1)
+    examples = [dspy.Example(id=f"q{i}", question=f"Drink {i}?", options=dict(zip("ABCD", ["tea", "coffee", "juice",
+                             "milk"])), answer="A", lang="en").with_inputs("question", "options", "lang")
+                for i in range(2)]
+    info = calibrate_pride(program, examples, retries=0)
+    assert Counting.searches == 2 and info["used"] == ["q0", "q1"]
+    assert info["prior"] == pytest.approx(PRIOR)
 
 
 def test_compare_script_scores_every_mode_from_one_run_and_logs_the_calibration(monkeypatch, capsys):

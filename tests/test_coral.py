@@ -438,6 +438,25 @@ def test_planner_diagnostics_count_culture_recall_and_list_position():
     assert metrics["coral_planner_culture_recall_round1"] == 0.5
 
 
+def test_planner_eval_reports_list_position_per_presentation(embedder, monkeypatch, capsys):
+    import scripts.planner_eval as planner_eval
+    from optimizers import cli
+
+    lm = DummyLM({PLAN: Queue({"corpora": ["ar"]})})  # a planner that always names the first corpus of the pool
+    monkeypatch.setattr(cli, "make_lm", lambda *a, **k: lm)
+    monkeypatch.setattr(planner_eval, "make_lm", lambda *a, **k: lm)
+    monkeypatch.setattr(cli, "Retriever", lambda corpora, *a, **kw: Retriever(corpora, embedder))
+    rows = planner_eval.main(["--dataset", "demo_culture", "--train", "1", "--dev", "1", "--test", "6",
+                              "--balance", "source_lang", "--planners", "fake:p"])
+    listed, shuffled = rows["fake:p listed"], rows["fake:p shuffled"]
+    # pool order ar en es id ko zh, English questions: ar is always the first-listed candidate when nothing shuffles
+    assert listed["first_listed_chosen"] == 1.0 and listed["mean_listed_position"] == 1.0
+    assert shuffled["first_listed_chosen"] < 1.0 and shuffled["mean_listed_position"] > 1.0
+    assert listed["culture_corpus_questions"] == 6 and listed["culture_recall_round1"] == pytest.approx(2 / 6)  # ar, en
+    assert listed["lm_calls_per_question"] == 1.0 and listed["unusable_outputs"] == 0
+    assert "| fake:p | probed | 6 |" in capsys.readouterr().out
+
+
 def test_one_set_of_calls_scores_every_mc_mode():
     from scripts.coral_compare import mc_modes, modes_table
 
