@@ -154,10 +154,20 @@ class Session:
             set_mc_scoring(program, MCScoring("logprob"))
         elif self.bundle.task == "mcq" and self.args.mc_scoring == "pride":
             slice_ = self.splits.train[:self.args.mc_calibration]
-            info = calibrate_pride(program, slice_, self.args.retries)
+            # kept like a checkpoint: a re-run reuses the prior, so its evaluation checkpoint (keyed by it) resumes
+            saved = self.checkpoint("pride", program_name, program, slice_).with_suffix(".json")
+            reused = saved.exists()
+            if reused:
+                info = json.loads(saved.read_text())
+                set_mc_scoring(program, MCScoring("pride", prior=info["prior"]))
+            else:
+                info = calibrate_pride(program, slice_, self.args.retries)
+                saved.parent.mkdir(parents=True, exist_ok=True)
+                saved.write_text(json.dumps(info))
             self.calibrations[program_name] = info
             print(f"pride calibration of {program_name} on {len(info['used'])}/{len(slice_)} train questions "
-                  f"({', '.join(info['used'])}): prior " + " ".join(f"{k}={v:.3f}" for k, v in info["prior"].items()),
+                  f"({', '.join(info['used'])}): prior " + " ".join(f"{k}={v:.3f}" for k, v in info["prior"].items())
+                  + (f" (reused: {saved})" if reused else ""),
                   file=sys.stderr)
         return program
 

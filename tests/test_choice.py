@@ -162,9 +162,11 @@ def test_compare_script_scores_every_mode_from_one_run_and_logs_the_calibration(
             content = [token(" ## answer ## ]]"), token("\n"), token("B", math.log(0.3), alternatives)]
             return [{"text": text, "logprobs": {"content": content}} for text in outputs]
 
-    monkeypatch.setattr(cli, "make_lm", lambda *a, **k: LetterBiasLM({"[[ ## options ## ]]": {"answer": "B"}}))
-    compare.main(["--dataset", "demo_culture", "--programs", "direct", "--train", "2", "--dev", "1", "--test", "3",
-                  "--circular", "--mc-scoring", "pride", "--mc-calibration", "2"])
+    lm = LetterBiasLM({"[[ ## options ## ]]": {"answer": "B"}})
+    monkeypatch.setattr(cli, "make_lm", lambda *a, **k: lm)
+    argv = ["--dataset", "demo_culture", "--programs", "direct", "--train", "2", "--dev", "1", "--test", "3",
+            "--circular", "--mc-scoring", "pride", "--mc-calibration", "2"]
+    compare.main(argv)
     out = capsys.readouterr().out
     assert "| direct [generate] | 0.250 | 0.000 | B (12/12) |" in out  # the written letter
     assert "| direct [logprob] | 0.250 | 0.000 | A (12/12) |" in out  # the letter prior decides
@@ -174,3 +176,7 @@ def test_compare_script_scores_every_mode_from_one_run_and_logs_the_calibration(
     assert run.data.metrics["direct_prior_A"] == pytest.approx(0.4) and "direct_pride_accuracy" in run.data.metrics
     artifacts = {a.path for a in mlflow.MlflowClient().list_artifacts(run.info.run_id, "calibration")}
     assert artifacts == {"calibration/direct.json"}
+    # the same command again: the saved prior is reused, so the evaluation resumes from its checkpoint, no LM call
+    calls = len(lm.history)
+    compare.main(argv)
+    assert len(lm.history) == calls and "(reused: " in capsys.readouterr().err
