@@ -32,8 +32,11 @@ def primary(summary: dict) -> str:
     return next((m for m in PRIMARY if m in summary), "f1")
 
 
-def _fmt(value, spec: str = "{:.3f}") -> str:
-    return "–" if value is None or (isinstance(value, float) and math.isnan(value)) else spec.format(value)
+def fmt(value, spec: str = "{:.3f}") -> str:
+    """One table cell: "–" when missing or NaN, whole numbers and text as they are, other numbers by ``spec``."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "–"
+    return str(value) if isinstance(value, (int, str)) else spec.format(value)
 
 
 def overhead(summary: dict) -> float | None:
@@ -53,9 +56,9 @@ def cell_table(results: list) -> str:
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in results:
         s = r.summary
-        cells = [r.cell.label, str(s.get("n", 0)), *(_fmt(s.get(k)) for k, _ in quality),
-                 *(_fmt(s.get(k)) for k, _ in retrieval), *(_fmt(s.get(k), f) for k, _, f in cost),
-                 _fmt(overhead(s), "{:.0%}"), str(s.get("failed_examples", 0))]
+        cells = [r.cell.label, str(s.get("n", 0)), *(fmt(s.get(k)) for k, _ in quality),
+                 *(fmt(s.get(k)) for k, _ in retrieval), *(fmt(s.get(k), f) for k, _, f in cost),
+                 fmt(overhead(s), "{:.0%}"), str(s.get("failed_examples", 0))]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -81,9 +84,9 @@ def pair_table(rows: list[dict]) -> str:
              "only baseline right | McNemar p | Holm p |", "|" + "---|" * 13]
     for r in rows:
         lines.append(f"| {r['dataset']} | {r['method']} | {r['baseline']} | {r['metric']} | {r['n']} | "
-                     f"{_fmt(r['method_mean'])} | {_fmt(r['baseline_mean'])} | {_fmt(r['diff'], '{:+.3f}')} | "
-                     f"[{_fmt(r['ci_low'], '{:+.3f}')}, {_fmt(r['ci_high'], '{:+.3f}')}] | {r['only_method']} | "
-                     f"{r['only_baseline']} | {_fmt(r['mcnemar_p'])} | {_fmt(r['holm_p'])} |")
+                     f"{fmt(r['method_mean'])} | {fmt(r['baseline_mean'])} | {fmt(r['diff'], '{:+.3f}')} | "
+                     f"[{fmt(r['ci_low'], '{:+.3f}')}, {fmt(r['ci_high'], '{:+.3f}')}] | {r['only_method']} | "
+                     f"{r['only_baseline']} | {fmt(r['mcnemar_p'])} | {fmt(r['holm_p'])} |")
     return "\n".join(lines)
 
 

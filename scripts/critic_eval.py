@@ -26,6 +26,7 @@ import data  # noqa: E402
 from optimizers import tracking  # noqa: E402
 from optimizers.critic_scores import answer_is_wrong, identification, tier1_agreement  # noqa: E402
 from optimizers.error_profile import passage_lookup  # noqa: E402
+from optimizers.leaderboard import fmt  # noqa: E402
 from programs.error_critic import ErrorCritic  # noqa: E402
 from programs.taxonomy import load_taxonomy  # noqa: E402
 from runtime.lm import make_lm  # noqa: E402
@@ -56,7 +57,7 @@ def report(items: list[dict], reference: list[dict] | None, critic_lm: str, refe
     wrong = [answer_is_wrong(it["answer"], it["gold"]) for it in items]
     own = identification([it["critique"]["verdict"] != "Correct" for it in items], wrong)
     metrics = {f"critic_{k}": v for k, v in own.items()}
-    lines = [f"critic ({critic_lm}) vs gold correctness: " + ", ".join(f"{k}={_fmt(v)}" for k, v in own.items())]
+    lines = [f"critic ({critic_lm}) vs gold correctness: " + ", ".join(f"{k}={fmt(v)}" for k, v in own.items())]
     if reference:
         n = len(reference)
         ref = identification([r["verdict"] != "Correct" for r in reference], wrong[:n])
@@ -67,16 +68,12 @@ def report(items: list[dict], reference: list[dict] | None, critic_lm: str, refe
         metrics |= {f"reference_{k}": v for k, v in ref.items()} | {f"critic_on_reference_items_{k}": v
                                                                      for k, v in sub.items()}
         metrics |= {f"tier1_agreement_{k}": v for k, v in agree.items()}
-        lines += [f"same {n} items, critic: " + ", ".join(f"{k}={_fmt(v)}" for k, v in sub.items()),
-                  f"reference ({reference_lm}, model-made labels): " + ", ".join(f"{k}={_fmt(v)}"
+        lines += [f"same {n} items, critic: " + ", ".join(f"{k}={fmt(v)}" for k, v in sub.items()),
+                  f"reference ({reference_lm}, model-made labels): " + ", ".join(f"{k}={fmt(v)}"
                                                                                  for k, v in ref.items()),
                   "tier-1 agreement on gold-wrong answers both labelled: " + ", ".join(
-                      f"{k}={_fmt(v)}" for k, v in agree.items())]
+                      f"{k}={fmt(v)}" for k, v in agree.items())]
     return "\n".join(lines), {k: float(v) for k, v in metrics.items() if not math.isnan(v)}
-
-
-def _fmt(v) -> str:
-    return f"{v:.3f}" if isinstance(v, float) else str(v)
 
 
 def main(argv=None) -> dict:

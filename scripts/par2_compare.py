@@ -25,6 +25,7 @@ import programs  # noqa: E402
 from optimizers import suite, tracking  # noqa: E402
 from optimizers.cli import compile_metric, session  # noqa: E402
 from optimizers.compile import compile_program  # noqa: E402
+from optimizers.leaderboard import fmt  # noqa: E402
 from optimizers.stats import paired_t  # noqa: E402
 from runtime.metering import metered  # noqa: E402
 
@@ -33,12 +34,6 @@ BUDGET_PROGRAMS = ("par2", "par2_chain", "ircot")
 REFERENCE = "par2"
 ENTRY = "scripts/par2_compare.py"
 COLUMNS = (("recall_any", "Recall@k"), ("ndcg", "NDCG@k"), ("all_pass", "All-Pass@k"), ("fallbacks", "fallbacks/q"))
-
-
-def fmt(value) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "-"
-    return str(value) if isinstance(value, (int, str)) else f"{value:.3f}" if abs(value) < 100 else f"{value:.0f}"
 
 
 def fallbacks(records: list[dict]) -> float:

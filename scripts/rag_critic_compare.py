@@ -24,12 +24,7 @@ import mlflow  # noqa: E402
 import evaluate as evaluate_cli  # noqa: E402
 from optimizers import cli, suite  # noqa: E402
 from optimizers.critic_scores import answer_is_wrong, identification  # noqa: E402
-
-
-def fmt(value, digits: int = 3) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "-"
-    return str(value) if isinstance(value, (int, str)) else f"{value:.{digits}f}"
+from optimizers.leaderboard import fmt  # noqa: E402
 
 
 def behaviour(records: list[dict]) -> dict:
@@ -59,15 +54,15 @@ def report(args, taxonomy):
         for r in results:
             b = behaviour(r.records)
             if b:
-                lines.append(f"| {r.cell.label} | {fmt(b['flagged'], 2)} | {b.get('plans', '-')} | "
-                             f"{fmt(b.get('plans_valid'), 2)} |")
+                lines.append(f"| {r.cell.label} | {fmt(b['flagged'], '{:.2f}')} | {b.get('plans', '-')} | "
+                             f"{fmt(b.get('plans_valid'), '{:.2f}')} |")
                 mlflow.log_metrics({f"{r.cell.label}_{k}": v for k, v in b.items() if not math.isnan(v)})
         out = ["### What the critics did", "", *lines]
         for r in results:
             if ident := critic_identification(r.records):
                 mlflow.log_metrics({f"{r.cell.label}_critic_{k}": v for k, v in ident.items() if not math.isnan(v)})
                 out += ["", f"{r.cell.label} critic vs gold correctness of its first answer (F1 < 0.5 = wrong): "
-                        + ", ".join(f"{k}={fmt(v, 3 if isinstance(v, float) else 0)}" for k, v in ident.items())]
+                        + ", ".join(f"{k}={fmt(v)}" for k, v in ident.items())]
         for r in results:
             if r.cell.program in (args.error_profile or ()):
                 s = sessions[r.cell.dataset]

@@ -28,18 +28,12 @@ import mlflow  # noqa: E402
 
 from data import corpora as sources  # noqa: E402
 from optimizers import suite  # noqa: E402
+from optimizers.leaderboard import fmt  # noqa: E402
 from optimizers.stats import bootstrap_ci, holm, paired_t  # noqa: E402
 
 PROGRAMS = ("seal", "self_rag", "crag", "rag_cited")
 LEDGER = "seal_ledger"  # seal with ledger_to_writer: its own row
 PAIRED = {"title_precision": "P@k", "title_recall": "R@k", "title_f1": "F1@k"}  # judge: in the leaderboard
-
-
-def fmt(value) -> str:
-    """Numbers with 3 decimals (counts as integers); missing or undefined values as "-"."""
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "-"
-    return str(value) if isinstance(value, (int, str)) else f"{value:.3f}"
 
 
 def replacements(records: list[dict]) -> dict:
