@@ -1,12 +1,16 @@
 """Suite plots (matplotlib, headless): quality vs cost per dataset, per-language bars, loop-budget curves."""
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+
+from optimizers.evaluation import per_question  # noqa: E402
+from optimizers.stats import bootstrap_ci  # noqa: E402
 
 PRIMARY = ("judge", "accuracy", "em", "f1")
 
@@ -15,8 +19,17 @@ def _metric(summaries: list[dict]) -> str:
     return next((m for m in PRIMARY if all(m in s for s in summaries)), "f1")
 
 
+def interval(result, metric: str) -> tuple[float, float]:
+    """How far the 95% bootstrap CI of ``metric`` over the cell's questions (each question's worst circular copy)
+    reaches below and above the cell's reported value; (0, 0) without per-question records."""
+    y = result.summary.get(metric, 0.0)
+    _, low, high = bootstrap_ci(list(per_question(result.records, metric).values()))
+    return (0.0, 0.0) if math.isnan(low) else (max(0.0, y - low), max(0.0, high - y))
+
+
 def frontier(dataset: str, results: list):
-    """Primary metric against seconds and against tokens per question, one labelled point per cell."""
+    """Primary metric against seconds and against tokens per question: one labelled point per cell, with the 95%
+    bootstrap CI of the metric over questions as a vertical bar (at n=30 most differences sit inside it)."""
     metric = _metric([r.summary for r in results])
     fig, axes = plt.subplots(1, 2, figsize=(10, 4), sharey=True)
     for ax, (xlabel, cost) in zip(axes, (("seconds per question", lambda s: s.get("seconds", 0.0)),
@@ -24,11 +37,12 @@ def frontier(dataset: str, results: list):
                                           s.get("completion_tokens", 0.0)))):
         for r in results:
             x, y = cost(r.summary), r.summary.get(metric, 0.0)
-            ax.scatter(x, y)
+            below, above = interval(r, metric)
+            ax.errorbar(x, y, yerr=[[below], [above]], fmt="o", capsize=3)
             ax.annotate(r.cell.label, (x, y), textcoords="offset points", xytext=(4, 4), fontsize=8)
         ax.set_xlabel(xlabel)
         ax.grid(alpha=0.3)
-    axes[0].set_ylabel(metric)
+    axes[0].set_ylabel(f"{metric} (95% bootstrap CI)")
     fig.suptitle(f"{dataset}: quality vs cost")
     fig.tight_layout()
     return fig

@@ -119,3 +119,22 @@ def test_plots_cover_frontier_languages_and_budgets():
     names = [name for name, _ in figures]
     assert names == ["plots/d_frontier.png", "plots/d_languages.png", "plots/d_budgets.png"]
     assert plots.languages("d", [result("rag", (), 0.3, {"en": 1.0})]) is None  # one language: no bars
+
+
+def test_frontier_bars_are_the_bootstrap_ci_of_the_per_question_scores():
+    from optimizers import plots
+    from optimizers.stats import bootstrap_ci
+
+    judged = [1.0] * 9 + [0.0] * 21
+    records = [{"id": f"q{i}", "judge": v} for i, v in enumerate(judged)]
+    summary = {"n": 30, "judge": 0.3, "seconds": 2.0, "prompt_tokens": 500.0, "completion_tokens": 10.0}
+    cells = [suite.Result(suite.Cell("rag", "d"), "run", summary, records),
+             suite.Result(suite.Cell("cot", "d"), "run", dict(summary, judge=0.5), [])]  # no records: no bar
+    fig = plots.frontier("d", cells)
+    try:
+        bars = [container.lines[2][0].get_segments()[0] for container in fig.axes[0].containers]
+    finally:
+        plots.close(fig)
+    _, low, high = bootstrap_ci(judged)
+    assert 0.0 < low < 0.3 < high < 1.0
+    assert [tuple(point[1] for point in bar) for bar in bars] == [(low, high), (0.5, 0.5)]
