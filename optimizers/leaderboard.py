@@ -33,9 +33,9 @@ def primary(summary: dict) -> str:
 
 
 def fmt(value, spec: str = "{:.3f}") -> str:
-    """One table cell: "–" when missing or NaN, whole numbers and text as they are, other numbers by ``spec``."""
+    """One table cell: "-" when missing or NaN, whole numbers and text as they are, other numbers by ``spec``."""
     if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "–"
+        return "-"
     return str(value) if isinstance(value, (int, str)) else spec.format(value)
 
 
