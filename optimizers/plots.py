@@ -31,13 +31,13 @@ def frontier(dataset: str, results: list):
     """Primary metric against seconds and against tokens per question: one labelled point per cell, with the 95%
     bootstrap CI of the metric over questions as a vertical bar (at n=30 most differences sit inside it)."""
     metric = _metric([r.summary for r in results])
+    bars = [interval(r, metric) for r in results]  # one bootstrap per cell, drawn on both axes
     fig, axes = plt.subplots(1, 2, figsize=(10, 4), sharey=True)
     for ax, (xlabel, cost) in zip(axes, (("seconds per question", lambda s: s.get("seconds", 0.0)),
                                          ("tokens per question", lambda s: s.get("prompt_tokens", 0.0) +
                                           s.get("completion_tokens", 0.0)))):
-        for r in results:
+        for r, (below, above) in zip(results, bars):
             x, y = cost(r.summary), r.summary.get(metric, 0.0)
-            below, above = interval(r, metric)
             ax.errorbar(x, y, yerr=[[below], [above]], fmt="o", capsize=3)
             ax.annotate(r.cell.label, (x, y), textcoords="offset points", xytext=(4, 4), fontsize=8)
         ax.set_xlabel(xlabel)
