@@ -94,6 +94,13 @@ class SearchTool:
         return self  # stateless apart from the shared retriever
 
 
+def tool_errors(trajectory: dict) -> int:
+    """Agent steps whose tool call failed (DSPy writes the error as the observation): on the 0.5B model these are
+    arguments that do not match the tool's schema (it copies the schema itself), so no search ran."""
+    return sum(key.startswith("observation_") and str(value).startswith("Execution error in ")
+               for key, value in trajectory.items())
+
+
 class ReAct(dspy.Module):
     """``dspy.ReAct`` with the search tool, at most ``loops`` agent steps (finishing is a step). When the agent's
     final answer cannot be parsed, the shared writer answers from the passages found (counted in the trace)."""
@@ -124,6 +131,8 @@ class ReAct(dspy.Module):
             tools = [v for key, v in out.trajectory.items() if key.startswith("tool_name_")]
         stop = ("finish" if tools and tools[-1] == "finish" else
                 "loop_budget" if len(tools) >= self.loops else "invalid_step")
+        errors = tool_errors(out.trajectory) if out is not None else 0
         trace = {"iterations": len(calls), "queries": [q for q, _ in calls], "stop_reason": stop, "tools": tools,
-                 "fallbacks": fallbacks, "parse_failures": fallbacks["answer"] + (stop == "invalid_step")}
+                 "tool_errors": errors, "fallbacks": fallbacks,
+                 "parse_failures": fallbacks["answer"] + (stop == "invalid_step") + errors}
         return dspy.Prediction(answer=answer, passages=passages, trace=trace)

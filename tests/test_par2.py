@@ -176,6 +176,20 @@ def test_react_tool_calls_reach_the_retriever_and_their_hits_are_the_passages():
     assert calls(lm, REACT) == 2 and pred.trace["parse_failures"] == 0
 
 
+def test_react_counts_tool_calls_whose_arguments_fail_the_schema():
+    # what the 0.5B model does on MuSiQue: it copies the tool's argument schema instead of a query
+    lm = routed({REACT: Queue({"next_thought": "Search.", "next_tool_name": "search",
+                               "next_tool_args": '{"query": {"type": "string"}}'},
+                              {"next_thought": "Find the director.", "next_tool_name": "search",
+                               "next_tool_args": '{"query": "Blue Fox director"}'},
+                              {"next_thought": "Done.", "next_tool_name": "finish", "next_tool_args": "{}"}),
+                 EXTRACT: {"reasoning": "Ana Berg was born in Lyon.", "answer": "Lyon"}})
+    search = ScriptedSearch(ROUTES)
+    pred = programs.build("react", search=search, k=2, loops=4)(question=Q)
+    assert search.calls == ["Blue Fox director"] and calls(lm, REACT) == 3
+    assert pred.trace["tool_errors"] == 1 and pred.trace["parse_failures"] == 1
+
+
 def test_react_respects_the_step_budget_and_an_unreadable_answer_falls_back_to_the_writer():
     lm = routed({REACT: {"next_thought": "Search.", "next_tool_name": "search", "next_tool_args": '{"query": "ana berg"}'},
                  EXTRACT: {"reasoning": "no answer field"}, ANSWER: {"answer": "Lyon"}})
