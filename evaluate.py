@@ -55,7 +55,7 @@ def main(argv=None) -> dict:
         if args.program in s.calibrations:
             tracking.log_json("calibration.json", s.calibrations[args.program])
         records, summary = evaluate(program, examples, s.metrics, k=args.k if s.retriever else None,
-                                    retries=args.retries, checkpoint=s.checkpoint(args.split, args.program, program, examples),
+                                    retries=args.retries, checkpoint=s.checkpoint(args.split, args.program, program),
                                     desc=args.split, groups=s.groups, threads=args.threads)
         tracking.log_metrics(summary, args.split)
         tracking.log_jsonl(f"predictions/{args.split}.jsonl", records)

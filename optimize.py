@@ -52,7 +52,7 @@ def main(argv=None) -> str:
                 return
             examples = s.evaluated(examples)
             records, summary = evaluate(prog, examples, s.metrics, k=k, retries=args.retries,
-                                        checkpoint=s.checkpoint(name, args.program, prog, examples), desc=name,
+                                        checkpoint=s.checkpoint(name, args.program, prog), desc=name,
                                         groups=s.groups)
             tracking.log_metrics(summary, name)
             tracking.log_jsonl(f"predictions/{name}.jsonl", records)

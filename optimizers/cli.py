@@ -155,7 +155,7 @@ class Session:
         elif self.bundle.task == "mcq" and self.args.mc_scoring == "pride":
             slice_ = self.splits.train[:self.args.mc_calibration]
             # kept like a checkpoint: a re-run reuses the prior, so its evaluation checkpoint (keyed by it) resumes
-            saved = self.checkpoint("pride", program_name, program, slice_).with_suffix(".json")
+            saved = self.checkpoint("pride", program_name, program, tuple(ex.id for ex in slice_)).with_suffix(".json")
             reused = saved.exists()
             if reused:
                 info = json.loads(saved.read_text())
@@ -171,15 +171,18 @@ class Session:
                   file=sys.stderr)
         return program
 
-    def checkpoint(self, stage: str, program_name: str, program: dspy.Module, examples: list) -> Path:
+    def checkpoint(self, stage: str, program_name: str, program: dspy.Module, pooled: tuple[str, ...] = ()) -> Path:
         """Per-example results file keyed by everything that changes them (settings, prompts and demos, the
-        answer code's :func:`code_version`), so an interrupted run resumes and a changed one starts afresh."""
+        answer code's :func:`code_version`), so an interrupted run resumes and a changed one starts afresh. The
+        slice is not part of the key: records are looked up by question id, so a larger ``--test`` reuses the
+        questions a smaller one answered, and a smaller one reads its subset. ``pooled``: the ids of questions that
+        the whole file depends on (PriDe's calibration prior), which are keyed."""
         retrieval = retrieval_options(self.args)  # left out at its defaults, so earlier checkpoints stay valid
         key = json.dumps([stage, program_name, self.lm_ids(), self.args.embedder, self.args.index, self.config,
                           *([] if retrieval == DEFAULT_RETRIEVAL else [retrieval]),
                           self.args.judge, self.corpus_params(), programs.portable_state(program),
                           *([mc_state(program)] if self.args.mc_scoring != "generate" else []),
-                          [ex.id for ex in examples], code_version()],
+                          *([list(pooled)] if pooled else []), code_version()],
                          default=str, sort_keys=True)
         return project_cache() / "evals" / f"{stage}-{hashlib.sha256(key.encode()).hexdigest()[:20]}.jsonl"
 

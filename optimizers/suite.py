@@ -143,7 +143,7 @@ def run_cell(s: Session, cell: Cell, parent_run_id: str, suite_name: str, progra
                                                       "eval_ids": [ex.id for ex in examples]})
         records, summary = evaluate(program, examples, s.metrics, k=a.k if s.retriever else None,
                                     retries=a.retries, desc=f"{cell.label}/{cell.dataset}", groups=s.groups,
-                                    checkpoint=s.checkpoint(stage, cell.label, program, examples),
+                                    checkpoint=s.checkpoint(stage, cell.label, program),
                                     threads=a.threads)
         tracking.log_metrics(summary, a.split)
         tracking.log_jsonl(f"predictions/{a.split}.jsonl", records)

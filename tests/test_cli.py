@@ -72,16 +72,27 @@ def test_multilingual_programs_default_to_the_multilingual_demo_set():
     assert programs.spec("rag").default_dataset == "demo" and programs.spec("mono_rag").default_dataset == "demo_culture"
 
 
+def test_a_larger_slice_asks_only_the_questions_a_smaller_one_did_not(monkeypatch):
+    lm = DummyLM({"question": {"answer": "Paris"}})
+    monkeypatch.setattr(cli, "make_lm", lambda *a, **k: lm)
+    argv = ["--program", "direct", "--dataset", "demo", "--split", "dev", "--train", "0", "--test", "0", "--dev"]
+    small = evaluate.main(argv + ["2"])
+    asked = len(lm.history)
+    large = evaluate.main(argv + ["3"])
+    assert asked == 2 and len(lm.history) == 3  # the first two dev questions were read from the checkpoint
+    assert small["n"] == 2 and large["n"] == 3
+
+
 def test_a_checkpoint_is_resumed_only_by_the_code_that_wrote_it(scripted_lm, tmp_path, monkeypatch):
     args = cli.parser("t").parse_args(["--program", "direct", "--dataset", "demo", "--train", "0", "--dev", "2"])
     s = cli.session(args, needs_search=False)
     program = s.build("direct")
-    same = [s.checkpoint("dev", "direct", program, s.splits.dev) for _ in range(2)]
+    same = [s.checkpoint("dev", "direct", program) for _ in range(2)]
     (tmp_path / "programs").mkdir()
     (tmp_path / "programs" / "writer.py").write_text("# an edited prompt\n")
     monkeypatch.setattr(cli, "PROJECT_ROOT", tmp_path)
     monkeypatch.setattr(cli, "ANSWER_CODE", ("programs",))
     cli.code_version.cache_clear()
-    edited = s.checkpoint("dev", "direct", program, s.splits.dev)
+    edited = s.checkpoint("dev", "direct", program)
     cli.code_version.cache_clear()
     assert same[0] == same[1] and edited != same[0]
