@@ -17,6 +17,7 @@ from functools import lru_cache
 from optimizers.metrics import Judge, exact_match, f1
 
 MIN_CONFIDENCE = 0.5  # below this lingua's top language counts as undecided
+ECHO_SHARE = 0.8  # an answer with at least this share of its 3-grams from the question, and none of a gold's, echoes it
 # the languages the detector chooses among: the XRAG languages plus the rest of XQuAD's
 DETECTED = ("en", "de", "es", "zh", "ar", "el", "hi", "ro", "ru", "th", "tr", "vi")
 
@@ -73,9 +74,21 @@ def char3_recall(example, pred, trace=None):
     return best >= 0.5 if trace is not None else best
 
 
+def echoes_question(example, answer: str) -> bool:
+    """Whether ``answer`` only repeats the question: at least ``ECHO_SHARE`` of its character 3-grams occur in the
+    question and none of any gold answer's do. The 1.5B judge accepts such answers (the question copied verbatim
+    as the "answer" to an Arabic question, a German restatement without the name asked for)."""
+    got = _trigrams(answer)
+    if not got:
+        return False
+    share = sum((got & _trigrams(example.question)).values()) / sum(got.values())
+    return share >= ECHO_SHARE and not any(got & _trigrams(gold) for gold in example.answers)
+
+
 class JudgePanel:
-    """1-3 LLM judges (question-aware :class:`Judge`), majority vote; a tie counts as wrong. The verdict of each
-    (example, answer) is memoised, so ``judge`` and ``accuracy`` cost one panel call."""
+    """1-3 LLM judges (question-aware :class:`Judge`), majority vote; a tie counts as wrong. An answer that only
+    echoes the question (:func:`echoes_question`) is wrong without a judge call, counted in ``echoes``. The verdict
+    of each (example, answer) is memoised, so ``judge`` and ``accuracy`` cost one panel call."""
 
     def __init__(self, lms: list):
         if not 1 <= len(lms) <= 3:
@@ -83,6 +96,7 @@ class JudgePanel:
         self.judges = [Judge(lm, with_question=True) for lm in lms]
         self._memo: dict[tuple, bool] = {}
         self._lock = threading.Lock()
+        self.echoes = 0
 
     @property
     def failures(self) -> int:
@@ -93,10 +107,11 @@ class JudgePanel:
         with self._lock:
             if key in self._memo:
                 return self._memo[key]
-        votes = sum(bool(judge(example, pred, trace=True)) for judge in self.judges)
-        ok = votes * 2 > len(self.judges)
+        echo = echoes_question(example, pred.answer or "")
+        ok = not echo and sum(bool(judge(example, pred, trace=True)) for judge in self.judges) * 2 > len(self.judges)
         with self._lock:
             self._memo[key] = ok
+            self.echoes += echo
         return ok
 
     def __call__(self, example, pred, trace=None):

@@ -114,8 +114,9 @@ def main(argv=None) -> dict:
                                     examples=examples, stage="xrag", entry=ENTRY)
             results.append(result)
             summaries[(kind, cond, name, prog)] = result.summary
-            print(f"{cell.label}@{name}: " + "  ".join(f"{m}={result.summary.get(m, 0):.2f}" for m in
-                  ("accuracy", "lang_ok", "judge", "em", "f1", "char3_recall", "lm_calls", "seconds")), flush=True)
+            print(f"{cell.label}@{name}: " + "  ".join(
+                f"{m}={result.summary[m]:.2f}" if m in result.summary else f"{m}=-" for m in
+                ("accuracy", "lang_ok", "judge", "em", "f1", "char3_recall", "lm_calls", "seconds")), flush=True)
             if cond == "open" and prog != args.programs[0]:
                 first = next(r.cell for r in results if r.cell.dataset == name and r.cell.program == args.programs[0])
                 pairs.append((name, first, cell))
@@ -123,13 +124,15 @@ def main(argv=None) -> dict:
                                                       f"lm {args.lm}")
         mono, multi = table(summaries, args, "mono"), table(summaries, args, "multi")
         failures = sum(j.failures for j in judges if j)
-        mlflow.log_metric("judge_failures", failures)
+        echoes = sum(getattr(j, "echoes", 0) for j in judges if j)
+        mlflow.log_metrics({"judge_failures": failures, "judge_echoes": echoes})
         mlflow.log_text(f"## Monolingual retrieval\n\n{mono}\n\n## Multilingual retrieval\n\n{multi}\n", "report.md")
     print(f"\n{board.markdown}")
     print("\nMonolingual retrieval (accuracy = judge AND language, % / response-language correct, %)\n" + mono)
     if args.multi:
         print("\nMultilingual retrieval (full context)\n" + multi)
-    print(f"\nrun {run.info.run_id}; judge failures: {failures}")
+    print(f"\nrun {run.info.run_id}; judge failures: {failures}; answers that only repeat the question (wrong "
+          f"without a judge call): {echoes}")
     return summaries
 
 

@@ -14,7 +14,7 @@ class JudgeAnswer(dspy.Signature):
 class JudgeAnswerToQuestion(dspy.Signature):
     """Is the predicted answer a correct answer to the question, i.e. does it state the same fact as one of the
     reference answers? Judge the meaning, whatever language each is written in; extra words are fine, a
-    different or missing fact is not."""
+    different or missing fact is not, and repeating or rephrasing the question without the fact is not an answer."""
 
     question: str = dspy.InputField()
     reference_answers: list[str] = dspy.InputField()

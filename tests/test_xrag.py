@@ -202,6 +202,17 @@ def test_panel_verdict_is_asked_once_per_answer_and_the_judge_sees_the_question(
     assert "Wann wurde der Hafen gebaut?" in str(lm.history[0]["messages"])
 
 
+def test_an_answer_that_only_repeats_the_question_is_wrong_without_asking_the_judge(dummy):
+    dummy([])
+    lm = DummyLM([{"same": True}, {"same": True}])
+    panel = JudgePanel([lm])
+    question = "في أي عام تعرف جوزيف بريستلي على الأكسجين؟"
+    e = ex(question=question, answers=("1774",), lang="ar")
+    assert panel(e, pred(question)) == 0.0 and panel.echoes == 1 and not lm.history
+    # the question's words around the gold are not an echo: the judge decides
+    assert panel(e, pred("تعرف جوزيف بريستلي على الأكسجين عام 1774")) == 1.0 and len(lm.history) == 1
+
+
 def test_panel_size_is_one_to_three():
     with pytest.raises(ValueError, match="1 to 3 judge LMs"):
         JudgePanel(judges(True, True, True, True))
