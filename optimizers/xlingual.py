@@ -76,13 +76,14 @@ def char3_recall(example, pred, trace=None):
 
 def echoes_question(example, answer: str) -> bool:
     """Whether ``answer`` only repeats the question: at least ``ECHO_SHARE`` of its character 3-grams occur in the
-    question and none of any gold answer's do. The 1.5B judge accepts such answers (the question copied verbatim
+    question and none of a gold answer's own 3-grams do (all of them when the gold is a phrase of the question). The 1.5B judge accepts such answers (the question copied verbatim
     as the "answer" to an Arabic question, a German restatement without the name asked for)."""
-    got = _trigrams(answer)
+    got, asked = _trigrams(answer), _trigrams(example.question)
     if not got:
         return False
-    share = sum((got & _trigrams(example.question)).values()) / sum(got.values())
-    return share >= ECHO_SHARE and not any(got & _trigrams(gold) for gold in example.answers)
+    share = sum((got & asked).values()) / sum(got.values())
+    # a gold's own 3-grams, not the ones it shares with the question ("سنة 1992": "year" is in the question)
+    return share >= ECHO_SHARE and not any(got & ((want - asked) or want) for want in map(_trigrams, example.answers))
 
 
 class JudgePanel:

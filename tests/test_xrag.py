@@ -209,8 +209,12 @@ def test_an_answer_that_only_repeats_the_question_is_wrong_without_asking_the_ju
     question = "في أي عام تعرف جوزيف بريستلي على الأكسجين؟"
     e = ex(question=question, answers=("1774",), lang="ar")
     assert panel(e, pred(question)) == 0.0 and panel.echoes == 1 and not lm.history
-    # the question's words around the gold are not an echo: the judge decides
+    year = ex(question="في أي سنة تم التوقيع على معاهدة ماسترخت؟", answers=("سنة 1992",), lang="ar", id_="y")
+    assert panel(year, pred(year.question)) == 0.0 and panel.echoes == 2  # "سنة" (year) is the question's word
+    # the question's words around the gold are not an echo, nor is a gold that the question names
     assert panel(e, pred("تعرف جوزيف بريستلي على الأكسجين عام 1774")) == 1.0 and len(lm.history) == 1
+    which = ex(question="Welcher Fluss ist länger, Rhein oder Elbe?", answers=("Rhein",), id_="z")
+    assert panel(which, pred("Rhein")) == 1.0 and panel.echoes == 2
 
 
 def test_panel_size_is_one_to_three():
