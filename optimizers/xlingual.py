@@ -17,7 +17,7 @@ from functools import lru_cache
 from optimizers.metrics import Judge, exact_match, f1
 
 MIN_CONFIDENCE = 0.5  # below this lingua's top language counts as undecided
-ECHO_SHARE = 0.8  # an answer with at least this share of its 3-grams from the question, and none of a gold's, echoes it
+ECHO_SHARE = 0.8  # share of an answer's 3-grams found in the question from which it counts as an echo
 # the languages the detector chooses among: the XRAG languages plus the rest of XQuAD's
 DETECTED = ("en", "de", "es", "zh", "ar", "el", "hi", "ro", "ru", "th", "tr", "vi")
 
@@ -76,8 +76,9 @@ def char3_recall(example, pred, trace=None):
 
 def echoes_question(example, answer: str) -> bool:
     """Whether ``answer`` only repeats the question: at least ``ECHO_SHARE`` of its character 3-grams occur in the
-    question and none of a gold answer's own 3-grams do (all of them when the gold is a phrase of the question). The 1.5B judge accepts such answers (the question copied verbatim
-    as the "answer" to an Arabic question, a German restatement without the name asked for)."""
+    question and none of a gold answer's own 3-grams do (those it does not share with the question; all of them
+    when the gold is a phrase of the question). The 1.5B judge accepts such answers (the Arabic question copied
+    verbatim as the "answer", a German restatement without the name asked for)."""
     got, asked = _trigrams(answer), _trigrams(example.question)
     if not got:
         return False

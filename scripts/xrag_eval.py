@@ -124,7 +124,7 @@ def main(argv=None) -> dict:
                                                       f"lm {args.lm}")
         mono, multi = table(summaries, args, "mono"), table(summaries, args, "multi")
         failures = sum(j.failures for j in judges if j)
-        echoes = sum(getattr(j, "echoes", 0) for j in judges if j)
+        echoes = sum(j.echoes for j in judges if j)
         mlflow.log_metrics({"judge_failures": failures, "judge_echoes": echoes})
         mlflow.log_text(f"## Monolingual retrieval\n\n{mono}\n\n## Multilingual retrieval\n\n{multi}\n", "report.md")
     print(f"\n{board.markdown}")
