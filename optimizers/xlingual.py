@@ -14,10 +14,14 @@ import unicodedata
 from collections import Counter
 from functools import lru_cache
 
+from dspy.dsp.utils import DPR_normalize, has_answer
+from dspy.evaluate.metrics import normalize_text
+
 from optimizers.metrics import Judge, exact_match, f1
 
 MIN_CONFIDENCE = 0.5  # below this lingua's top language counts as undecided
 ECHO_SHARE = 0.8  # share of an answer's 3-grams found in the question from which it counts as an echo
+STATED_SLACK = 20  # words beyond a gold span that an answer stating it may have (longer ones go to the judges)
 # the languages the detector chooses among: the XRAG languages plus the rest of XQuAD's
 DETECTED = ("en", "de", "es", "zh", "ar", "el", "hi", "ro", "ru", "th", "tr", "vi")
 
@@ -87,10 +91,23 @@ def echoes_question(example, answer: str) -> bool:
     return share >= ECHO_SHARE and not any(got & ((want - asked) or want) for want in map(_trigrams, example.answers))
 
 
+def states_gold(example, answer: str) -> bool:
+    """Whether ``answer`` is a short statement of a gold answer: it contains the gold as whole tokens (DSPy's DPR
+    ``has_answer``), has at most ``STATED_SLACK`` more tokens, and the gold is not a phrase of the question (there
+    containing it proves nothing: "Rhein oder Elbe?"). The 1.5B judge rejects such sentences ("Joseph Priestley
+    recognized oxygen in 1774." for "1774"); a copied passage that mentions the gold goes to the judges."""
+    text, asked = normalize_text(answer), normalize_text(example.question)
+    n_words = len(DPR_normalize(text))
+    golds = [DPR_normalize(normalize_text(g)) for g in example.answers]
+    return any(gold and n_words <= len(gold) + STATED_SLACK and has_answer([gold], text)
+               and not has_answer([gold], asked) for gold in golds)
+
+
 class JudgePanel:
-    """1-3 LLM judges (question-aware :class:`Judge`), majority vote; a tie counts as wrong. An answer that only
-    echoes the question (:func:`echoes_question`) is wrong without a judge call, counted in ``echoes``. The verdict
-    of each (example, answer) is memoised, so ``judge`` and ``accuracy`` cost one panel call."""
+    """1-3 LLM judges (question-aware :class:`Judge`), majority vote; a tie counts as wrong. Without a judge call:
+    an answer that only echoes the question (:func:`echoes_question`) is wrong, counted in ``echoes``; one that
+    states a gold answer in a short sentence (:func:`states_gold`) is right, counted in ``stated``. The verdict of
+    each (example, answer) is memoised, so ``judge`` and ``accuracy`` cost one panel call."""
 
     def __init__(self, lms: list):
         if not 1 <= len(lms) <= 3:
@@ -99,6 +116,7 @@ class JudgePanel:
         self._memo: dict[tuple, bool] = {}
         self._lock = threading.Lock()
         self.echoes = 0
+        self.stated = 0
 
     @property
     def failures(self) -> int:
@@ -110,10 +128,13 @@ class JudgePanel:
             if key in self._memo:
                 return self._memo[key]
         echo = echoes_question(example, pred.answer or "")
-        ok = not echo and sum(bool(judge(example, pred, trace=True)) for judge in self.judges) * 2 > len(self.judges)
+        stated = not echo and states_gold(example, pred.answer or "")
+        ok = stated or (not echo and sum(bool(judge(example, pred, trace=True)) for judge in self.judges) * 2
+                        > len(self.judges))
         with self._lock:
             self._memo[key] = ok
             self.echoes += echo
+            self.stated += stated
         return ok
 
     def __call__(self, example, pred, trace=None):

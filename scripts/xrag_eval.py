@@ -125,14 +125,15 @@ def main(argv=None) -> dict:
         mono, multi = table(summaries, args, "mono"), table(summaries, args, "multi")
         failures = sum(j.failures for j in judges if j)
         echoes = sum(j.echoes for j in judges if j)
-        mlflow.log_metrics({"judge_failures": failures, "judge_echoes": echoes})
+        stated = sum(j.stated for j in judges if j)
+        mlflow.log_metrics({"judge_failures": failures, "judge_echoes": echoes, "judge_stated": stated})
         mlflow.log_text(f"## Monolingual retrieval\n\n{mono}\n\n## Multilingual retrieval\n\n{multi}\n", "report.md")
     print(f"\n{board.markdown}")
     print("\nMonolingual retrieval (accuracy = judge AND language, % / response-language correct, %)\n" + mono)
     if args.multi:
         print("\nMultilingual retrieval (full context)\n" + multi)
-    print(f"\nrun {run.info.run_id}; judge failures: {failures}; answers that only repeat the question (wrong "
-          f"without a judge call): {echoes}")
+    print(f"\nrun {run.info.run_id}; judge failures: {failures}; without a judge call: {echoes} answers that only "
+          f"repeat the question (wrong), {stated} short sentences stating a gold answer (right)")
     return summaries
 
 

@@ -211,10 +211,29 @@ def test_an_answer_that_only_repeats_the_question_is_wrong_without_asking_the_ju
     assert panel(e, pred(question)) == 0.0 and panel.echoes == 1 and not lm.history
     year = ex(question="في أي سنة تم التوقيع على معاهدة ماسترخت؟", answers=("سنة 1992",), lang="ar", id_="y")
     assert panel(year, pred(year.question)) == 0.0 and panel.echoes == 2  # "سنة" (year) is the question's word
-    # the question's words around the gold are not an echo, nor is a gold that the question names
-    assert panel(e, pred("تعرف جوزيف بريستلي على الأكسجين عام 1774")) == 1.0 and len(lm.history) == 1
+    # the question's words around the gold are not an echo (the sentence states the gold), nor is a gold that the
+    # question names
+    assert panel(e, pred("تعرف جوزيف بريستلي على الأكسجين عام 1774")) == 1.0 and panel.echoes == 2
     which = ex(question="Welcher Fluss ist länger, Rhein oder Elbe?", answers=("Rhein",), id_="z")
     assert panel(which, pred("Rhein")) == 1.0 and panel.echoes == 2
+
+
+def test_a_short_sentence_stating_the_gold_is_right_without_asking_the_judge(dummy):
+    dummy([])
+    lm = DummyLM([{"same": False}] * 4)  # the 1.5B judge rejected these sentences
+    panel = JudgePanel([lm])
+    year = ex(question="In what year did Joseph Priestley recognize oxygen?", answers=("1774",), lang="en")
+    assert panel(year, pred("Joseph Priestley recognized oxygen in 1774.")) == 1.0
+    where = ex(question="药剂咨询师倾向于在哪里工作？", answers=("疗养院",), lang="zh", id_="z")
+    assert panel(where, pred("药剂咨询师倾向于在 疗养院 工作。")) == 1.0
+    assert panel.stated == 2 and not lm.history
+    # a copied passage that mentions the gold among other facts, a longer number, a gold the question names:
+    # the judge decides
+    passage = "Priestley " + " ".join(f"fact{i}" for i in range(25)) + " 1774"
+    assert panel(year, pred(passage)) == 0.0 and len(lm.history) == 1
+    assert panel(year, pred("In 17745.")) == 0.0 and len(lm.history) == 2
+    which = ex(question="Welcher Fluss ist länger, Rhein oder Elbe?", answers=("Rhein",), id_="w")
+    assert panel(which, pred("Rhein oder Elbe")) == 0.0 and len(lm.history) == 3 and panel.stated == 2
 
 
 def test_panel_size_is_one_to_three():
