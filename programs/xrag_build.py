@@ -4,8 +4,12 @@ pair check (topic relevance) -> one summary per article (low lexical overlap wit
 per summary -> one cross-document question per requested type (aggregation, comparison, multi-hop, set) from the
 two sets of pairs -> its answer from the summaries and pairs -> optional translation into a target language.
 Each item comes out as an XRAG-format record (see ``data.xrag``) with provenance: the model ids, the two articles,
-summaries, their lexical overlap, the simple pairs and the stated connection. Human quality control, which the
-paper applies next, is not automated here.
+summaries, their lexical overlap, the simple pairs and the stated connection.
+
+Automatic quality gates stand in for the first pass of the paper's human control: a summary that copies its
+article, a question that is empty, holds a ``Q: .. A:`` pair or restates the type description, and a translation
+whose question is not in the target language (lingua, as the scorer) are each sampled once more and, if still
+failing, dropped with the reason in the trace -- never passed on or relabelled.
 """
 from __future__ import annotations
 
@@ -13,6 +17,7 @@ import re
 
 import dspy
 
+from optimizers.xlingual import detect, in_language
 from programs.text import words
 from programs.writer import language_name
 from signatures.construct import (QUESTION_TYPES, AnswerFromSummaries, CrossDocumentQuestion, RelatedArticles,
@@ -20,6 +25,7 @@ from signatures.construct import (QUESTION_TYPES, AnswerFromSummaries, CrossDocu
 
 MAX_OVERLAP = 0.5  # share of the summary's word trigrams copied from the article above which it is redone once
 _QA = re.compile(r"Q\s*[:：]\s*(?P<q>.+?)\s*A\s*[:：]\s*(?P<a>.+)", re.S)
+_QA_MARK = re.compile(r"(?<!\w)[QA]\s*[:：]")
 
 
 def parse_qa_pairs(text: str) -> list[tuple[str, str]]:
@@ -46,6 +52,39 @@ def lexical_overlap(summary: str, article: str) -> float:
     return len(got & grams(article)) / len(got) if got else 0.0
 
 
+def question_problem(question: str, qtype: str) -> str | None:
+    """Why a generated cross-document question is unusable (None when it is usable)."""
+    if not question:
+        return "empty_question"
+    if _QA_MARK.search(question):
+        return "qa_pair_in_question"
+    if lexical_overlap(question, QUESTION_TYPES[qtype]) > MAX_OVERLAP:
+        return "type_description"
+    return None
+
+
+def translation_problem(question: str, answer: str, lang: str, en_answer: str) -> str | None:
+    """Why a translated item is unusable: empty, a question lingua does not read as ``lang``, or an answer in
+    another language than ``lang`` and the English answer (names and numbers pass, as in the scorer)."""
+    if not question or not answer:
+        return "empty_translation"
+    if detect(question) != lang:
+        return "question_not_translated"
+    if not in_language(answer, lang, golds=(en_answer,)):
+        return "answer_not_translated"
+    return None
+
+
+def _twice(predict, problem, **inputs):
+    """``predict(**inputs)``, sampled once more when ``problem(out)`` names a problem; returns (out, problem)."""
+    out = predict(**inputs)
+    found = problem(out)
+    if found:
+        out = predict(**inputs, config={"rollout_id": 1, "temperature": 0.7})
+        found = problem(out)
+    return out, found
+
+
 def _format(pairs: list[tuple[str, str]]) -> str:
     return "\n".join(f"Q: {q} A: {a}" for q, a in pairs)
 
@@ -67,16 +106,12 @@ class XRAGBuilder(dspy.Module):
         self.answer = dspy.Predict(AnswerFromSummaries)
         self.translate = dspy.Predict(TranslateQA)
 
-    def summary(self, article: dict) -> tuple[str, float]:
-        """A summary and its lexical overlap with the article; redone once (fresh sample) when it copies."""
+    def summary(self, article: dict) -> tuple[str, float, bool]:
+        """A summary, its lexical overlap with the article and whether it stays under the cap (one resample)."""
         text = article["text"][:self.max_chars]
-        out = self.summarize(article=text).summary.strip()
-        overlap = lexical_overlap(out, text)
-        if overlap > self.max_overlap:
-            retry = self.summarize(article=text, config={"rollout_id": 1, "temperature": 0.7}).summary.strip()
-            if lexical_overlap(retry, text) < overlap:
-                out, overlap = retry, lexical_overlap(retry, text)
-        return out, round(overlap, 3)
+        out, copies = _twice(self.summarize, lambda o: lexical_overlap(o.summary, text) > self.max_overlap,
+                             article=text)
+        return out.summary.strip(), round(lexical_overlap(out.summary, text), 3), not copies
 
     def forward(self, article_a: dict, article_b: dict, target_lang: str | None = None,
                 check_relevance: bool = True) -> dspy.Prediction:
@@ -86,35 +121,55 @@ class XRAGBuilder(dspy.Module):
                                                    article_b=article_b["text"][:self.max_chars]).related)
             if not trace["related"]:
                 return dspy.Prediction(records=[], trace=trace | {"stop_reason": "unrelated"})
-        (sum_a, ov_a), (sum_b, ov_b) = self.summary(article_a), self.summary(article_b)
+        summaries, overlap = trace.setdefault("summaries", []), trace.setdefault("overlap", [])
+        for article in (article_a, article_b):
+            text, ov, ok = self.summary(article)
+            summaries.append(text)
+            overlap.append(ov)
+            if not ok:
+                return dspy.Prediction(records=[], trace=trace | {"stop_reason": "summary_copies"})
+        (sum_a, sum_b), (ov_a, ov_b) = summaries, overlap
         pairs_a = parse_qa_pairs(self.simple(summary=sum_a).qa_pairs)
         pairs_b = parse_qa_pairs(self.simple(summary=sum_b).qa_pairs)
-        trace.update(summaries=[sum_a, sum_b], overlap=[ov_a, ov_b], simple=[pairs_a, pairs_b])
+        trace["simple"] = [pairs_a, pairs_b]
         if not pairs_a or not pairs_b:
             return dspy.Prediction(records=[], trace=trace | {"stop_reason": "no_simple_pairs"})
         items = []
         for qtype in self.types:
-            made = self.cross(qa_pairs_a=_format(pairs_a), qa_pairs_b=_format(pairs_b),
-                              question_type=f"{qtype}: {QUESTION_TYPES[qtype]}")
-            question = made.question.strip()
-            if not question:
-                trace["dropped"].append(qtype)
+            made, problem = self.item(qtype, sum_a, sum_b, pairs_a, pairs_b, target_lang)
+            if problem:
+                trace["dropped"].append({"type": qtype, "reason": problem})
                 continue
-            answer = self.answer(summary_a=sum_a, summary_b=sum_b, question=question,
-                                 facts=_format(pairs_a + pairs_b)).answer.strip()
-            if not answer:
-                trace["dropped"].append(qtype)
-                continue
-            lang, q_out, a_out = "en", question, answer
-            if target_lang and target_lang != "en":
-                t = self.translate(question=question, answer=answer, target_language=language_name(target_lang))
-                if t.translated_question.strip() and t.translated_answer.strip():
-                    lang, q_out, a_out = target_lang, t.translated_question.strip(), t.translated_answer.strip()
-            items.append({"id": f"{article_a['id']}+{article_b['id']}:{qtype}:{lang}", "question": q_out,
-                          "answer": a_out, "language": lang, "setting": "mono", "type": qtype,
-                          "en_question": question, "en_answer": answer,
-                          "supporting": [article_a, article_b], "distracting": [],
-                          "provenance": {"connection": made.connection.strip(), "summaries": [sum_a, sum_b],
-                                         "summary_overlap": [ov_a, ov_b],
-                                         "simple_pairs": [_format(pairs_a), _format(pairs_b)]}})
+            connection = made.pop("connection")
+            items.append(made | {"id": f"{article_a['id']}+{article_b['id']}:{qtype}:{made['language']}",
+                                 "setting": "mono", "type": qtype, "supporting": [article_a, article_b],
+                                 "distracting": [],
+                                 "provenance": {"connection": connection, "summaries": [sum_a, sum_b],
+                                                "summary_overlap": [ov_a, ov_b],
+                                                "simple_pairs": [_format(pairs_a), _format(pairs_b)]}})
         return dspy.Prediction(records=items, trace=trace | {"stop_reason": "built"})
+
+    def item(self, qtype, sum_a, sum_b, pairs_a, pairs_b, target_lang) -> tuple[dict | None, str | None]:
+        """Question, answer, language, English originals and connection of one ``qtype`` item, or the gate it
+        failed."""
+        made, problem = _twice(self.cross, lambda o: question_problem(o.question.strip(), qtype),
+                               qa_pairs_a=_format(pairs_a), qa_pairs_b=_format(pairs_b),
+                               question_type=f"{qtype}: {QUESTION_TYPES[qtype]}")
+        if problem:
+            return None, problem
+        question = made.question.strip()
+        answer = self.answer(summary_a=sum_a, summary_b=sum_b, question=question,
+                             facts=_format(pairs_a + pairs_b)).answer.strip()
+        if not answer:
+            return None, "empty_answer"
+        out = {"question": question, "answer": answer, "language": "en", "en_question": question,
+               "en_answer": answer, "connection": made.connection.strip()}
+        if target_lang and target_lang != "en":
+            t, problem = _twice(self.translate, lambda o: translation_problem(
+                o.translated_question.strip(), o.translated_answer.strip(), target_lang, answer),
+                question=question, answer=answer, target_language=language_name(target_lang))
+            if problem:
+                return None, problem
+            out.update(question=t.translated_question.strip(), answer=t.translated_answer.strip(),
+                       language=target_lang)
+        return out, None

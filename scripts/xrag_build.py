@@ -14,6 +14,7 @@ import argparse
 import json
 import random
 import sys
+from collections import Counter
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -81,10 +82,14 @@ def main(argv=None) -> list[dict]:
     lm = make_lm(args.lm, args.api_base)
     init_dspy(lm)
     builder, rng, items = XRAGBuilder(types=tuple(args.types)), random.Random(args.seed), []
+    outcomes = Counter()
     with metered() as cost:
         for a, b in pairs:
             out = builder(article_a=a, article_b=b, target_lang=args.translate)
-            print(f"{a['id']} + {b['id']}: {out.trace['stop_reason']} ({len(out.records)} items)", flush=True)
+            dropped = Counter(d["reason"] for d in out.trace["dropped"])
+            outcomes.update({f"pair {out.trace['stop_reason']}": 1} | {f"item {r}": n for r, n in dropped.items()})
+            print(f"{a['id']} + {b['id']}: {out.trace['stop_reason']} ({len(out.records)} items"
+                  + "".join(f", {n} dropped: {r}" for r, n in dropped.items()) + ")", flush=True)
             for item in out.records:
                 item["distracting"] = distractors((a, b), pool, args.distractors, rng)
                 item["provenance"].update(lm=args.lm, pair_related=out.trace["related"])
@@ -93,7 +98,8 @@ def main(argv=None) -> list[dict]:
     with open(args.out, "w", encoding="utf-8") as fh:
         for item in items:
             fh.write(json.dumps(item, ensure_ascii=False) + "\n")
-    print(f"{len(items)} items from {len(pairs)} pairs -> {args.out}; cost {cost.as_dict()}")
+    print(f"{len(items)} items from {len(pairs)} pairs -> {args.out}; {dict(sorted(outcomes.items()))}; "
+          f"cost {cost.as_dict()}")
     return items
 
 

@@ -16,7 +16,8 @@ from optimizers.evaluation import evaluate as run_eval
 from optimizers.xlingual import JudgePanel, char3_recall, in_language, language_correct, xrag_metrics
 from programs import build
 from programs.retrieval import Retriever, excluded
-from programs.xrag_build import XRAGBuilder, lexical_overlap, parse_qa_pairs
+from programs.xrag_build import (XRAGBuilder, lexical_overlap, parse_qa_pairs, question_problem,
+                                 translation_problem)
 
 REAL = pytest.mark.skipif(not os.environ.get("RAG_DATA_DIR"), reason="needs RAG_DATA_DIR with the shared files")
 
@@ -298,15 +299,18 @@ def test_parse_qa_pairs_and_overlap():
     assert lexical_overlap("a port began service early last century", ART_A["text"]) == 0.0
 
 
+def _through_simple_pairs(*rest):
+    """DummyLM answers that take ART_A/ART_B through relevance, summaries and simple pairs, then ``rest``."""
+    return [{"related": True}, {"summary": "A port began service early last century."},
+            {"summary": "Boats to it followed eight years on."}, {"qa_pairs": "Q: When did the port open? A: 1902"},
+            {"qa_pairs": "Q: When did the ferry start? A: 1910"}, *rest]
+
+
 def test_pipeline_builds_translated_items_that_read_back(dummy):
-    dummy([{"related": True},
-           {"summary": "A port began service early last century."},
-           {"summary": "Boats to it followed eight years on."},
-           {"qa_pairs": "Q: When did the port open? A: 1902"},
-           {"qa_pairs": "Q: When did the ferry start? A: 1910"},
-           {"connection": "both give years", "question": "Which came first, the port or the ferry?"},
-           {"answer": "the port"},
-           {"translated_question": "Was kam zuerst, der Hafen oder die Fähre?", "translated_answer": "der Hafen"}])
+    dummy(_through_simple_pairs(
+        {"connection": "both give years", "question": "Which came first, the port or the ferry?"},
+        {"answer": "the port"},
+        {"translated_question": "Was kam zuerst, der Hafen oder die Fähre?", "translated_answer": "der Hafen"}))
     out = XRAGBuilder(types=("comparison",))(article_a=ART_A, article_b=ART_B, target_lang="de")
     assert out.trace["related"] is True and out.trace["overlap"] == [0.0, 0.0]
     (item,) = out.records
@@ -320,6 +324,46 @@ def test_pipeline_stops_at_an_unrelated_pair(dummy):
     lm = dummy([{"related": False}])
     out = XRAGBuilder()(article_a=ART_A, article_b=ART_B)
     assert out.records == [] and out.trace["stop_reason"] == "unrelated" and len(lm.history) == 1
+
+
+def test_quality_gates_name_what_is_wrong_with_a_question_or_translation():
+    assert question_problem("Which came first, the port or the ferry?", "comparison") is None
+    assert question_problem("Q: When did the port open? A: 1902", "comparison") == "qa_pair_in_question"
+    assert question_problem("", "set") == "empty_question"
+    description = "ask which of two things, one described in each article, is larger, earlier or longer"
+    assert question_problem(description, "comparison") == "type_description"
+    assert translation_problem("Was kam zuerst, der Hafen oder die Fähre?", "1902", "de", "1902") is None
+    assert translation_problem("Which came first, the port or the ferry?", "der Hafen", "de",
+                               "the port") == "question_not_translated"
+    assert translation_problem("Was kam zuerst, der Hafen oder die Fähre?", "the port came first", "de",
+                               "el puerto llegó primero") == "answer_not_translated"
+    assert translation_problem("", "der Hafen", "de", "the port") == "empty_translation"
+
+
+def test_pipeline_resamples_a_question_holding_a_qa_pair_and_keeps_the_fixed_one(dummy):
+    lm = dummy(_through_simple_pairs({"connection": "years", "question": "Q: When did the port open? A: 1902"},
+                {"connection": "years", "question": "Which came first, the port or the ferry?"},
+                {"answer": "the port"}))
+    out = XRAGBuilder(types=("comparison",))(article_a=ART_A, article_b=ART_B)
+    assert [r["question"] for r in out.records] == ["Which came first, the port or the ferry?"]
+    assert out.trace["dropped"] == [] and len(lm.history) == 8
+
+
+def test_pipeline_drops_an_item_whose_translation_stays_english_instead_of_relabelling_it(dummy):
+    english = {"translated_question": "Which came first, the port or the ferry?", "translated_answer": "the port"}
+    lm = dummy(_through_simple_pairs({"connection": "years", "question": "Which came first, the port or the ferry?"},
+                {"answer": "the port"}, english, english))
+    out = XRAGBuilder(types=("comparison",))(article_a=ART_A, article_b=ART_B, target_lang="de")
+    assert out.records == [] and out.trace["stop_reason"] == "built"
+    assert out.trace["dropped"] == [{"type": "comparison", "reason": "question_not_translated"}]
+    assert len(lm.history) == 9  # the translation was sampled twice
+
+
+def test_pipeline_stops_when_a_summary_copies_its_article_twice(dummy):
+    lm = dummy([{"related": True}, {"summary": ART_A["text"]}, {"summary": "The harbor opened in 1902 with piers."}])
+    out = XRAGBuilder()(article_a=ART_A, article_b=ART_B)
+    assert out.records == [] and out.trace["stop_reason"] == "summary_copies"
+    assert out.trace["overlap"] == [0.8] and len(lm.history) == 3  # the second sample is kept
 
 
 def test_pipeline_rejects_unknown_types():
