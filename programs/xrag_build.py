@@ -18,6 +18,7 @@ import re
 import dspy
 
 from optimizers.xlingual import detect, in_language
+from programs.constrained import BOOL, constrained_config
 from programs.text import words
 from programs.writer import language_name
 from signatures.construct import (QUESTION_TYPES, AnswerFromSummaries, CrossDocumentQuestion, RelatedArticles,
@@ -106,6 +107,12 @@ class XRAGBuilder(dspy.Module):
         self.answer = dspy.Predict(AnswerFromSummaries)
         self.translate = dspy.Predict(TranslateQA)
 
+    def related(self, article_a: dict, article_b: dict) -> bool:
+        """The topic-relevance check of a pair (True/False decoded under a grammar where the endpoint takes one)."""
+        return bool(self.relevance(article_a=article_a["text"][:self.max_chars],
+                                   article_b=article_b["text"][:self.max_chars],
+                                   config=constrained_config(self.relevance, {"related": BOOL})).related)
+
     def summary(self, article: dict) -> tuple[str, float, bool]:
         """A summary, its lexical overlap with the article and whether it stays under the cap (one resample)."""
         text = article["text"][:self.max_chars]
@@ -117,8 +124,7 @@ class XRAGBuilder(dspy.Module):
                 check_relevance: bool = True) -> dspy.Prediction:
         trace = {"pair": [article_a["id"], article_b["id"]], "related": None, "dropped": []}
         if check_relevance:
-            trace["related"] = bool(self.relevance(article_a=article_a["text"][:self.max_chars],
-                                                   article_b=article_b["text"][:self.max_chars]).related)
+            trace["related"] = self.related(article_a, article_b)
             if not trace["related"]:
                 return dspy.Prediction(records=[], trace=trace | {"stop_reason": "unrelated"})
         summaries, overlap = trace.setdefault("summaries", []), trace.setdefault("overlap", [])

@@ -2,6 +2,7 @@
 
 ``python scripts/xrag_build.py --pairs 3 --out xrag_items.jsonl``                   (XQuAD demo pairs)
 ``python scripts/xrag_build.py --articles my_news.jsonl --pairs 10 --translate de --out xrag/xrag.de.jsonl``
+``python scripts/xrag_build.py --pairs 20 --unrelated 20 --relevance-only``                  (the first gate alone)
 
 Articles: ``--articles FILE`` (one ``{"id", "title", "text", "date", "language"}`` JSON per line; consecutive
 lines are paired) or, by default, XQuAD: two paragraphs of the same English article form a related pair
@@ -61,6 +62,19 @@ def distractors(pair: tuple[dict, dict], pool: list[dict], n: int, rng: random.R
     return (same + rest)[:n]
 
 
+def relevance_check(builder: XRAGBuilder, pairs: list[tuple[dict, dict]], n_related: int) -> list[dict]:
+    """The relevance verdict on every pair (the first ``n_related`` should be related, the rest not), printed as
+    accept / reject rates with the cost."""
+    with metered() as cost:
+        verdicts = [{"pair": [a["id"], b["id"]], "expected": i < n_related, "related": builder.related(a, b)}
+                    for i, (a, b) in enumerate(pairs)]
+    pos = [v["related"] for v in verdicts if v["expected"]]
+    neg = [not v["related"] for v in verdicts if not v["expected"]]
+    print(f"related pairs accepted {sum(pos)}/{len(pos)}, cross-article pairs rejected {sum(neg)}/{len(neg)}, "
+          f"accuracy {(sum(pos) + sum(neg)) / len(verdicts):.3f}; cost {cost.as_dict()}")
+    return verdicts
+
+
 def main(argv=None) -> list[dict]:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--articles", type=Path, help="JSONL of articles (default: XQuAD English paragraphs)")
@@ -74,6 +88,9 @@ def main(argv=None) -> list[dict]:
     p.add_argument("--data-dir")
     p.add_argument("--seed", type=int, default=13)
     p.add_argument("--out", type=Path, default=Path("xrag_items.jsonl"))
+    p.add_argument("--relevance-only", action="store_true",
+                   help="run only the relevance check and print how often it accepts the related pairs and "
+                        "rejects the cross-article ones (a classifier check of the first gate)")
     args = p.parse_args(argv)
     if args.articles:
         pairs, pool = file_pairs(args.articles, args.pairs)
@@ -82,6 +99,8 @@ def main(argv=None) -> list[dict]:
     lm = make_lm(args.lm, args.api_base)
     init_dspy(lm)
     builder, rng, items = XRAGBuilder(types=tuple(args.types)), random.Random(args.seed), []
+    if args.relevance_only:
+        return relevance_check(builder, pairs, n_related=len(pairs) - (0 if args.articles else args.unrelated))
     outcomes = Counter()
     with metered() as cost:
         for a, b in pairs:

@@ -15,8 +15,9 @@ QUESTION_TYPES = {
 
 
 class RelatedArticles(dspy.Signature):
-    """Decide whether two articles are about the same topic or event closely enough that one natural question
-    could need facts from both."""
+    """Decide whether two texts share a broad topic: the same person, place, organisation, event or subject (a
+    war, a sport, a film, a country). Judge the main subject of each text, not its details: two texts about
+    different aspects of one subject are related; two texts whose main subjects differ are not."""
 
     article_a: str = dspy.InputField()
     article_b: str = dspy.InputField()

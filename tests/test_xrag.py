@@ -401,6 +401,19 @@ def test_eval_script_prints_both_table_shapes_and_logs_one_run(xquad_dir, embedd
     assert "xrag_mono_open:de_rag_k5_mono_open_vs_direct_mono_open_mcnemar_p" in parent.data.metrics
 
 
+def test_relevance_only_counts_accepted_related_and_rejected_cross_article_pairs(xquad_dir, monkeypatch, capsys):
+    import scripts.xrag_build as script
+
+    lm = DummyLM([{"related": True}, {"related": False}, {"related": False}])
+    lm.server = object()  # an embedded-server LM: the verdict is decoded under the True/False grammar
+    monkeypatch.setattr(script, "make_lm", lambda *a, **k: lm)
+    verdicts = script.main(["--pairs", "2", "--unrelated", "1", "--relevance-only", "--data-dir", str(xquad_dir)])
+    assert [(v["expected"], v["related"]) for v in verdicts] == [(True, True), (True, False), (False, False)]
+    assert "related pairs accepted 1/2, cross-article pairs rejected 1/1, accuracy 0.667" in capsys.readouterr().out
+    assert len(lm.history) == 3  # nothing but the relevance check ran
+    assert '"[[ ## related ## ]]\\n" ("True" | "False")' in lm.history[0]["kwargs"]["extra_body"]["grammar"]
+
+
 def test_build_script_writes_xrag_jsonl_that_the_loader_reads(xquad_dir, tmp_path, monkeypatch):
     import scripts.xrag_build as script
 
