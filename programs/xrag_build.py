@@ -1,6 +1,6 @@
 """The XRAG construction pipeline (paper §4) as DSPy modules over any article collection:
 
-pair check (topic relevance) -> one summary per article (low lexical overlap with it) -> simple one-step QA pairs
+pair check (shared named entities, as the paper pairs articles; optionally an LM topic verdict) -> one summary per article (low lexical overlap with it) -> simple one-step QA pairs
 per summary -> one cross-document question per requested type (aggregation, comparison, multi-hop, set) from the
 two sets of pairs -> its answer from the summaries and pairs -> optional translation into a target language.
 Each item comes out as an XRAG-format record (see ``data.xrag``) with provenance: the model ids, the two articles,
@@ -19,10 +19,10 @@ import dspy
 
 from optimizers.xlingual import detect, in_language
 from programs.constrained import BOOL, constrained_config
-from programs.text import words
+from programs.text import content_words, mentions, words
 from programs.writer import language_name
-from signatures.construct import (QUESTION_TYPES, AnswerFromSummaries, CrossDocumentQuestion, RelatedArticles,
-                                  SimpleQuestions, SummarizeArticle, TranslateQA)
+from signatures.construct import (QUESTION_TYPES, AnswerFromSummaries, CrossDocumentQuestion, MainEntities,
+                                  RelatedArticles, SimpleQuestions, SummarizeArticle, TranslateQA)
 
 MAX_OVERLAP = 0.5  # share of the summary's word trigrams copied from the article above which it is redone once
 _QA = re.compile(r"Q\s*[:：]\s*(?P<q>.+?)\s*A\s*[:：]\s*(?P<a>.+)", re.S)
@@ -51,6 +51,24 @@ def lexical_overlap(summary: str, article: str) -> float:
         return {tuple(tokens[i:i + 3]) for i in range(len(tokens) - 2)}
     got = grams(summary)
     return len(got & grams(article)) / len(got) if got else 0.0
+
+
+def entity_names(line: str, text: str) -> list[str]:
+    """The comma-separated names of ``line`` that occur in ``text`` as whole words (a name the model did not copy
+    from the text is dropped), without repeats."""
+    names = [n.strip(" .;:*\"'-") for n in re.split(r"[,;\n]", line or "")]
+    return list(dict.fromkeys(n for n in names if n and mentions(text, n)))
+
+
+def name_words(name: str) -> set[str]:
+    """The content words of a name, numbers left out (a shared year does not make two texts one topic)."""
+    return {w for w in content_words(name) if not w.isdigit()}
+
+
+def shared_entities(names_a: list[str], names_b: list[str]) -> list[str]:
+    """The names of A that share a content word with a name of B ("Amazon rainforest" ~ "Amazon basin")."""
+    words_b = set().union(*map(name_words, names_b)) if names_b else set()
+    return [n for n in names_a if name_words(n) & words_b]
 
 
 def question_problem(question: str, qtype: str) -> str | None:
@@ -94,12 +112,14 @@ class XRAGBuilder(dspy.Module):
     """Cross-document QA items from one article pair (``{"id", "title", "text", "date", "language"}`` dicts)."""
 
     def __init__(self, types: tuple[str, ...] = tuple(QUESTION_TYPES), max_chars: int = 3000,
-                 max_overlap: float = MAX_OVERLAP):
+                 max_overlap: float = MAX_OVERLAP, min_shared: int = 1, verify_relevance: bool = False):
         super().__init__()
         unknown = [t for t in types if t not in QUESTION_TYPES]
         if unknown:
             raise ValueError(f"unknown question types {unknown}; choose from: {', '.join(QUESTION_TYPES)}")
         self.types, self.max_chars, self.max_overlap = types, max_chars, max_overlap
+        self.min_shared, self.verify_relevance = min_shared, verify_relevance
+        self.entities = dspy.Predict(MainEntities)
         self.relevance = dspy.Predict(RelatedArticles)
         self.summarize = dspy.Predict(SummarizeArticle)
         self.simple = dspy.Predict(SimpleQuestions)
@@ -107,11 +127,19 @@ class XRAGBuilder(dspy.Module):
         self.answer = dspy.Predict(AnswerFromSummaries)
         self.translate = dspy.Predict(TranslateQA)
 
-    def related(self, article_a: dict, article_b: dict) -> bool:
-        """The topic-relevance check of a pair (True/False decoded under a grammar where the endpoint takes one)."""
-        return bool(self.relevance(article_a=article_a["text"][:self.max_chars],
-                                   article_b=article_b["text"][:self.max_chars],
-                                   config=constrained_config(self.relevance, {"related": BOOL})).related)
+    def related(self, article_a: dict, article_b: dict) -> dict:
+        """The pair check, as the paper finds pairs: the two texts must share at least ``min_shared`` named
+        entities (listed by the LM, kept only where the text contains them, matched in Python), then, with
+        ``verify_relevance``, an LM verdict on the shared topic (True/False under a grammar where the endpoint
+        takes one). Small models answer that verdict almost always the same way, so it is off by default."""
+        texts = [a["text"][:self.max_chars] for a in (article_a, article_b)]
+        names = [entity_names(self.entities(text=t).entities, t) for t in texts]
+        shared = shared_entities(*names)
+        out = {"entities": names, "shared": shared, "related": len(shared) >= self.min_shared}
+        if out["related"] and self.verify_relevance:
+            out["related"] = bool(self.relevance(article_a=texts[0], article_b=texts[1],
+                                                 config=constrained_config(self.relevance, {"related": BOOL})).related)
+        return out
 
     def summary(self, article: dict) -> tuple[str, float, bool]:
         """A summary, its lexical overlap with the article and whether it stays under the cap (one resample)."""
@@ -124,7 +152,7 @@ class XRAGBuilder(dspy.Module):
                 check_relevance: bool = True) -> dspy.Prediction:
         trace = {"pair": [article_a["id"], article_b["id"]], "related": None, "dropped": []}
         if check_relevance:
-            trace["related"] = self.related(article_a, article_b)
+            trace.update(self.related(article_a, article_b))
             if not trace["related"]:
                 return dspy.Prediction(records=[], trace=trace | {"stop_reason": "unrelated"})
         summaries, overlap = trace.setdefault("summaries", []), trace.setdefault("overlap", [])

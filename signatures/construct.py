@@ -14,6 +14,14 @@ QUESTION_TYPES = {
 }
 
 
+class MainEntities(dspy.Signature):
+    """List the named entities the text is mainly about: people, places, organisations, events, works, named
+    things. Copy each name as it is written in the text."""
+
+    text: str = dspy.InputField()
+    entities: str = dspy.OutputField(desc="one line: up to 6 names separated by commas, the most central first")
+
+
 class RelatedArticles(dspy.Signature):
     """Decide whether two texts share a broad topic: the same person, place, organisation, event or subject (a
     war, a sport, a film, a country). Judge the main subject of each text, not its details: two texts about

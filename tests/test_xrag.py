@@ -16,8 +16,8 @@ from optimizers.evaluation import evaluate as run_eval
 from optimizers.xlingual import JudgePanel, char3_recall, in_language, language_correct, xrag_metrics
 from programs import build
 from programs.retrieval import Retriever, excluded
-from programs.xrag_build import (XRAGBuilder, lexical_overlap, parse_qa_pairs, question_problem,
-                                 translation_problem)
+from programs.xrag_build import (XRAGBuilder, entity_names, lexical_overlap, parse_qa_pairs, question_problem,
+                                 shared_entities, translation_problem)
 
 REAL = pytest.mark.skipif(not os.environ.get("RAG_DATA_DIR"), reason="needs RAG_DATA_DIR with the shared files")
 
@@ -299,9 +299,12 @@ def test_parse_qa_pairs_and_overlap():
     assert lexical_overlap("a port began service early last century", ART_A["text"]) == 0.0
 
 
+SHARED_HARBOR = [{"entities": "harbor, piers"}, {"entities": "ferry, the harbor"}]  # "harbor" in both texts
+
+
 def _through_simple_pairs(*rest):
-    """DummyLM answers that take ART_A/ART_B through relevance, summaries and simple pairs, then ``rest``."""
-    return [{"related": True}, {"summary": "A port began service early last century."},
+    """DummyLM answers that take ART_A/ART_B through the entity check, summaries and simple pairs, then ``rest``."""
+    return [*SHARED_HARBOR, {"summary": "A port began service early last century."},
             {"summary": "Boats to it followed eight years on."}, {"qa_pairs": "Q: When did the port open? A: 1902"},
             {"qa_pairs": "Q: When did the ferry start? A: 1910"}, *rest]
 
@@ -312,7 +315,7 @@ def test_pipeline_builds_translated_items_that_read_back(dummy):
         {"answer": "the port"},
         {"translated_question": "Was kam zuerst, der Hafen oder die Fähre?", "translated_answer": "der Hafen"}))
     out = XRAGBuilder(types=("comparison",))(article_a=ART_A, article_b=ART_B, target_lang="de")
-    assert out.trace["related"] is True and out.trace["overlap"] == [0.0, 0.0]
+    assert out.trace["related"] is True and out.trace["overlap"] == [0.0, 0.0] and out.trace["shared"] == ["harbor"]
     (item,) = out.records
     assert item["language"] == "de" and item["answer"] == "der Hafen" and item["en_answer"] == "the port"
     assert item["type"] == "comparison" and item["provenance"]["connection"] == "both give years"
@@ -320,10 +323,25 @@ def test_pipeline_builds_translated_items_that_read_back(dummy):
     assert [a["date"] for a in rec["supporting"]] == ["2024-06-01", "2024-06-20"]
 
 
-def test_pipeline_stops_at_an_unrelated_pair(dummy):
-    lm = dummy([{"related": False}])
+def test_pipeline_stops_at_a_pair_without_a_shared_entity(dummy):
+    lm = dummy([{"entities": "piers, 1902"}, {"entities": "ferry, 1910"}])
     out = XRAGBuilder()(article_a=ART_A, article_b=ART_B)
-    assert out.records == [] and out.trace["stop_reason"] == "unrelated" and len(lm.history) == 1
+    assert out.records == [] and out.trace["stop_reason"] == "unrelated" and len(lm.history) == 2
+    assert out.trace["entities"] == [["piers", "1902"], ["ferry", "1910"]] and out.trace["shared"] == []
+
+
+def test_entity_check_keeps_only_names_in_the_text_and_ignores_shared_numbers():
+    assert entity_names("Harbor; Atlantis, \"piers\".\n1902", ART_A["text"]) == ["Harbor", "piers", "1902"]
+    assert shared_entities(["Amazon rainforest", "Brazil"], ["the Amazon basin", "Peru"]) == ["Amazon rainforest"]
+    assert shared_entities(["1973 oil crisis"], ["1973"]) == [] and shared_entities(["Rhine"], []) == []
+
+
+def test_verification_can_overrule_the_entity_check_under_a_grammar(dummy):
+    lm = dummy([*SHARED_HARBOR, {"related": False}])
+    lm.server = object()  # an embedded-server LM: the verdict is decoded under the True/False grammar
+    out = XRAGBuilder(verify_relevance=True)(article_a=ART_A, article_b=ART_B)
+    assert out.trace["shared"] == ["harbor"] and out.trace["stop_reason"] == "unrelated" and len(lm.history) == 3
+    assert '"[[ ## related ## ]]\\n" ("True" | "False")' in lm.history[2]["kwargs"]["extra_body"]["grammar"]
 
 
 def test_quality_gates_name_what_is_wrong_with_a_question_or_translation():
@@ -346,7 +364,7 @@ def test_pipeline_resamples_a_question_holding_a_qa_pair_and_keeps_the_fixed_one
                 {"answer": "the port"}))
     out = XRAGBuilder(types=("comparison",))(article_a=ART_A, article_b=ART_B)
     assert [r["question"] for r in out.records] == ["Which came first, the port or the ferry?"]
-    assert out.trace["dropped"] == [] and len(lm.history) == 8
+    assert out.trace["dropped"] == [] and len(lm.history) == 9
 
 
 def test_pipeline_drops_an_item_whose_translation_stays_english_instead_of_relabelling_it(dummy):
@@ -356,14 +374,14 @@ def test_pipeline_drops_an_item_whose_translation_stays_english_instead_of_relab
     out = XRAGBuilder(types=("comparison",))(article_a=ART_A, article_b=ART_B, target_lang="de")
     assert out.records == [] and out.trace["stop_reason"] == "built"
     assert out.trace["dropped"] == [{"type": "comparison", "reason": "question_not_translated"}]
-    assert len(lm.history) == 9  # the translation was sampled twice
+    assert len(lm.history) == 10  # the translation was sampled twice
 
 
 def test_pipeline_stops_when_a_summary_copies_its_article_twice(dummy):
-    lm = dummy([{"related": True}, {"summary": ART_A["text"]}, {"summary": "The harbor opened in 1902 with piers."}])
+    lm = dummy([*SHARED_HARBOR, {"summary": ART_A["text"]}, {"summary": "The harbor opened in 1902 with piers."}])
     out = XRAGBuilder()(article_a=ART_A, article_b=ART_B)
     assert out.records == [] and out.trace["stop_reason"] == "summary_copies"
-    assert out.trace["overlap"] == [0.8] and len(lm.history) == 3  # the second sample is kept
+    assert out.trace["overlap"] == [0.8] and len(lm.history) == 4  # the second sample is kept
 
 
 def test_pipeline_rejects_unknown_types():
@@ -404,23 +422,26 @@ def test_eval_script_prints_both_table_shapes_and_logs_one_run(xquad_dir, embedd
 def test_relevance_only_counts_accepted_related_and_rejected_cross_article_pairs(xquad_dir, monkeypatch, capsys):
     import scripts.xrag_build as script
 
-    lm = DummyLM([{"related": True}, {"related": False}, {"related": False}])
-    lm.server = object()  # an embedded-server LM: the verdict is decoded under the True/False grammar
+    # pair 1 shares a name and the verification agrees; in pair 2 and the cross-article pair a name is missing
+    # from its text (every fixture paragraph says "number", none "Atlantis")
+    lm = DummyLM([{"entities": "number"}, {"entities": "number"}, {"related": True},
+                  {"entities": "number"}, {"entities": "Atlantis"}, {"entities": "Atlantis"}, {"entities": "Atlantis"}])
     monkeypatch.setattr(script, "make_lm", lambda *a, **k: lm)
-    verdicts = script.main(["--pairs", "2", "--unrelated", "1", "--relevance-only", "--data-dir", str(xquad_dir)])
+    verdicts = script.main(["--pairs", "2", "--unrelated", "1", "--relevance-only", "--verify-relevance",
+                            "--data-dir", str(xquad_dir)])
     assert [(v["expected"], v["related"]) for v in verdicts] == [(True, True), (True, False), (False, False)]
     assert "related pairs accepted 1/2, cross-article pairs rejected 1/1, accuracy 0.667" in capsys.readouterr().out
-    assert len(lm.history) == 3  # nothing but the relevance check ran
-    assert '"[[ ## related ## ]]\\n" ("True" | "False")' in lm.history[0]["kwargs"]["extra_body"]["grammar"]
+    assert len(lm.history) == 7  # nothing but the relevance check ran
 
 
 def test_build_script_writes_xrag_jsonl_that_the_loader_reads(xquad_dir, tmp_path, monkeypatch):
     import scripts.xrag_build as script
 
-    lm = DummyLM([{"related": True}, {"summary": "A port began early."}, {"summary": "Boats came later."},
+    lm = DummyLM([{"entities": "number"}, {"entities": "number"}, {"summary": "A port began early."},
+                  {"summary": "Boats came later."},
                   {"qa_pairs": "Q: When did the port open? A: 1900"}, {"qa_pairs": "Q: When did boats come? A: 1901"},
                   {"connection": "years", "question": "Which came first?"}, {"answer": "the port"},
-                  {"related": False}])
+                  {"entities": "Atlantis"}, {"entities": "Atlantis"}])
     monkeypatch.setattr(script, "make_lm", lambda *a, **k: lm)
     out = tmp_path / "xrag" / "built.jsonl"
     items = script.main(["--pairs", "1", "--unrelated", "1", "--types", "comparison", "--data-dir", str(xquad_dir),
