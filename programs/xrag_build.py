@@ -1,8 +1,8 @@
 """The XRAG construction pipeline (paper §4) as DSPy modules over any article collection:
 
-pair check (shared named entities, as the paper pairs articles; optionally an LM topic verdict) -> one summary per article (low lexical overlap with it) -> simple one-step QA pairs
-per summary -> one cross-document question per requested type (aggregation, comparison, multi-hop, set) from the
-two sets of pairs -> its answer from the summaries and pairs -> optional translation into a target language.
+pair check (a shared named entity, as the paper pairs articles; optionally an LM topic verdict) -> one summary
+per article (low lexical overlap with it) -> simple one-step QA pairs per summary -> one cross-document question
+per requested type (aggregation, comparison, multi-hop, set) from the two sets of pairs -> its answer from the summaries and pairs -> optional translation into a target language.
 Each item comes out as an XRAG-format record (see ``data.xrag``) with provenance: the model ids, the two articles,
 summaries, their lexical overlap, the simple pairs and the stated connection.
 
@@ -67,7 +67,7 @@ def name_words(name: str) -> set[str]:
 
 def shared_entities(names_a: list[str], names_b: list[str]) -> list[str]:
     """The names of A that share a content word with a name of B ("Amazon rainforest" ~ "Amazon basin")."""
-    words_b = set().union(*map(name_words, names_b)) if names_b else set()
+    words_b = set().union(*map(name_words, names_b))
     return [n for n in names_a if name_words(n) & words_b]
 
 
@@ -112,13 +112,13 @@ class XRAGBuilder(dspy.Module):
     """Cross-document QA items from one article pair (``{"id", "title", "text", "date", "language"}`` dicts)."""
 
     def __init__(self, types: tuple[str, ...] = tuple(QUESTION_TYPES), max_chars: int = 3000,
-                 max_overlap: float = MAX_OVERLAP, min_shared: int = 1, verify_relevance: bool = False):
+                 max_overlap: float = MAX_OVERLAP, verify_relevance: bool = False):
         super().__init__()
         unknown = [t for t in types if t not in QUESTION_TYPES]
         if unknown:
             raise ValueError(f"unknown question types {unknown}; choose from: {', '.join(QUESTION_TYPES)}")
         self.types, self.max_chars, self.max_overlap = types, max_chars, max_overlap
-        self.min_shared, self.verify_relevance = min_shared, verify_relevance
+        self.verify_relevance = verify_relevance
         self.entities = dspy.Predict(MainEntities)
         self.relevance = dspy.Predict(RelatedArticles)
         self.summarize = dspy.Predict(SummarizeArticle)
@@ -128,14 +128,13 @@ class XRAGBuilder(dspy.Module):
         self.translate = dspy.Predict(TranslateQA)
 
     def related(self, article_a: dict, article_b: dict) -> dict:
-        """The pair check, as the paper finds pairs: the two texts must share at least ``min_shared`` named
-        entities (listed by the LM, kept only where the text contains them, matched in Python), then, with
-        ``verify_relevance``, an LM verdict on the shared topic (True/False under a grammar where the endpoint
-        takes one). Small models answer that verdict almost always the same way, so it is off by default."""
+        """The pair check, as the paper finds pairs: the two texts must share a named entity (listed by the LM,
+        kept only where the text contains it, matched in Python), then, with ``verify_relevance``, an LM verdict
+        on the shared topic (True/False under a grammar where the endpoint takes one). Small models answer that verdict almost always the same way, so it is off by default."""
         texts = [a["text"][:self.max_chars] for a in (article_a, article_b)]
         names = [entity_names(self.entities(text=t).entities, t) for t in texts]
         shared = shared_entities(*names)
-        out = {"entities": names, "shared": shared, "related": len(shared) >= self.min_shared}
+        out = {"entities": names, "shared": shared, "related": bool(shared)}
         if out["related"] and self.verify_relevance:
             out["related"] = bool(self.relevance(article_a=texts[0], article_b=texts[1],
                                                  config=constrained_config(self.relevance, {"related": BOOL})).related)

@@ -101,7 +101,8 @@ def main(argv=None) -> list[dict]:
         pairs, pool = xquad_pairs(datasets.data_dir(args.data_dir), args.pairs, args.unrelated, args.seed)
     lm = make_lm(args.lm, args.api_base)
     init_dspy(lm)
-    builder, rng, items = XRAGBuilder(types=tuple(args.types), verify_relevance=args.verify_relevance), random.Random(args.seed), []
+    builder = XRAGBuilder(types=tuple(args.types), verify_relevance=args.verify_relevance)
+    rng, items = random.Random(args.seed), []
     if args.relevance_only:
         return relevance_check(builder, pairs, n_related=len(pairs) - (0 if args.articles else args.unrelated))
     outcomes = Counter()
