@@ -1,8 +1,9 @@
 """The XRAG construction pipeline (paper §4) as DSPy modules over any article collection:
 
-pair check (a shared named entity, as the paper pairs articles; optionally an LM topic verdict) -> one summary
-per article (low lexical overlap with it) -> simple one-step QA pairs per summary -> one cross-document question
-per requested type (aggregation, comparison, multi-hop, set) from the two sets of pairs -> its answer from the summaries and pairs -> optional translation into a target language.
+pair check (a shared named entity, as the paper pairs articles; optionally an LM topic verdict) -> one summary per
+article (low lexical overlap with it) -> simple one-step QA pairs per summary -> one cross-document question per
+requested type (aggregation, comparison, multi-hop, set) from the two sets of pairs -> its answer from the summaries
+and pairs -> optional translation into a target language.
 Each item comes out as an XRAG-format record (see ``data.xrag``) with provenance: the model ids, the two articles,
 summaries, their lexical overlap, the simple pairs and the stated connection.
 
@@ -136,8 +137,8 @@ class XRAGBuilder(dspy.Module):
         shared = shared_entities(*names)
         out = {"entities": names, "shared": shared, "related": bool(shared)}
         if out["related"] and self.verify_relevance:
-            out["related"] = bool(self.relevance(article_a=texts[0], article_b=texts[1],
-                                                 config=constrained_config(self.relevance, {"related": BOOL})).related)
+            config = constrained_config(self.relevance, {"related": BOOL})
+            out["related"] = bool(self.relevance(article_a=texts[0], article_b=texts[1], config=config).related)
         return out
 
     def summary(self, article: dict) -> tuple[str, float, bool]:
