@@ -131,7 +131,8 @@ class XRAGBuilder(dspy.Module):
     def related(self, article_a: dict, article_b: dict) -> dict:
         """The pair check, as the paper finds pairs: the two texts must share a named entity (listed by the LM,
         kept only where the text contains it, matched in Python), then, with ``verify_relevance``, an LM verdict
-        on the shared topic (True/False under a grammar where the endpoint takes one). Small models answer that verdict almost always the same way, so it is off by default."""
+        on the shared topic (True/False under a grammar where the endpoint takes one). Small models answer that
+        verdict almost always the same way, so it is off by default."""
         texts = [a["text"][:self.max_chars] for a in (article_a, article_b)]
         names = [entity_names(self.entities(text=t).entities, t) for t in texts]
         shared = shared_entities(*names)
