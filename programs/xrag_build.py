@@ -8,7 +8,8 @@ Each item comes out as an XRAG-format record (see ``data.xrag``) with provenance
 summaries, their lexical overlap, the simple pairs and the stated connection.
 
 Automatic quality gates stand in for the first pass of the paper's human control: a summary that copies its
-article, a question that is empty, holds a ``Q: .. A:`` pair or restates the type description, and a translation
+article, a question that is empty, holds a ``Q: .. A:`` pair, restates the type description, points at "the
+articles" (so it cannot be asked without them) or repeats an earlier question of the pair, and a translation
 whose question is not in the target language (lingua, as the scorer) are each sampled once more and, if still
 failing, dropped with the reason in the trace -- never passed on or relabelled.
 """
@@ -20,7 +21,7 @@ import dspy
 
 from optimizers.xlingual import detect, in_language
 from programs.constrained import BOOL, constrained_config
-from programs.text import content_words, mentions, words
+from programs.text import content_words, mentions, normalize, words
 from programs.writer import language_name
 from signatures.construct import (QUESTION_TYPES, AnswerFromSummaries, CrossDocumentQuestion, MainEntities,
                                   RelatedArticles, SimpleQuestions, SummarizeArticle, TranslateQA)
@@ -28,6 +29,8 @@ from signatures.construct import (QUESTION_TYPES, AnswerFromSummaries, CrossDocu
 MAX_OVERLAP = 0.5  # share of the summary's word trigrams copied from the article above which it is redone once
 _QA = re.compile(r"Q\s*[:：]\s*(?P<q>.+?)\s*A\s*[:：]\s*(?P<a>.+)", re.S)
 _QA_MARK = re.compile(r"(?<!\w)[QA]\s*[:：]")
+_DOCS = re.compile(r"\b(the|both|each|either|two|first|second|these|those)\s+"
+                   r"(articles?|texts?|summar(y|ies)|passages?|documents?|paragraphs?)\b", re.I)
 
 
 def parse_qa_pairs(text: str) -> list[tuple[str, str]]:
@@ -72,14 +75,19 @@ def shared_entities(names_a: list[str], names_b: list[str]) -> list[str]:
     return [n for n in names_a if name_words(n) & words_b]
 
 
-def question_problem(question: str, qtype: str) -> str | None:
-    """Why a generated cross-document question is unusable (None when it is usable)."""
+def question_problem(question: str, qtype: str, asked: tuple[str, ...] = ()) -> str | None:
+    """Why a generated cross-document question is unusable (None when it is usable); ``asked``: the questions
+    already kept for the same pair."""
     if not question:
         return "empty_question"
     if _QA_MARK.search(question):
         return "qa_pair_in_question"
     if lexical_overlap(question, QUESTION_TYPES[qtype]) > MAX_OVERLAP:
         return "type_description"
+    if _DOCS.search(question):
+        return "refers_to_documents"
+    if normalize(question) in {normalize(q) for q in asked}:
+        return "duplicate_question"
     return None
 
 
@@ -171,7 +179,8 @@ class XRAGBuilder(dspy.Module):
             return dspy.Prediction(records=[], trace=trace | {"stop_reason": "no_simple_pairs"})
         items = []
         for qtype in self.types:
-            made, problem = self.item(qtype, sum_a, sum_b, pairs_a, pairs_b, target_lang)
+            asked = tuple(it["en_question"] for it in items)
+            made, problem = self.item(qtype, sum_a, sum_b, pairs_a, pairs_b, target_lang, asked)
             if problem:
                 trace["dropped"].append({"type": qtype, "reason": problem})
                 continue
@@ -184,10 +193,10 @@ class XRAGBuilder(dspy.Module):
                                                 "simple_pairs": [_format(pairs_a), _format(pairs_b)]}})
         return dspy.Prediction(records=items, trace=trace | {"stop_reason": "built"})
 
-    def item(self, qtype, sum_a, sum_b, pairs_a, pairs_b, target_lang) -> tuple[dict | None, str | None]:
-        """Question, answer, language, English originals and connection of one ``qtype`` item, or the gate it
-        failed."""
-        made, problem = _twice(self.cross, lambda o: question_problem(o.question.strip(), qtype),
+    def item(self, qtype, sum_a, sum_b, pairs_a, pairs_b, target_lang, asked=()) -> tuple[dict | None, str | None]:
+        """Question, answer, language, English originals and connection of one ``qtype`` item (its question
+        not among ``asked``), or the gate it failed."""
+        made, problem = _twice(self.cross, lambda o: question_problem(o.question.strip(), qtype, asked),
                                qa_pairs_a=_format(pairs_a), qa_pairs_b=_format(pairs_b),
                                question_type=f"{qtype}: {QUESTION_TYPES[qtype]}")
         if problem:

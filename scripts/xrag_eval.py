@@ -7,14 +7,16 @@ shape (multilingual retrieval, full context, per X).
 ``python scripts/xrag_eval.py --n 5 --langs de zh --conditions full open --programs rag coral``
 
 Conditions: ``none`` = the closed-book writer (``direct``); ``oracle`` = ``rag`` that can only see the
-supporting paragraph; ``full`` = ``rag --k 8`` over supporting + distractors (all of them); ``open`` = every
-registered ``--programs`` over the pooled per-language corpora (top ``--k``). The same ``--n`` XQuAD questions
-(seeded) are used in every language. XQuAD questions are answered by ONE paragraph, unlike XRAG's cross-document
-questions: these numbers measure cross-lingual reading and answer language, not cross-document reasoning.
+supporting paragraph; ``full`` = ``rag --k 8`` over supporting + distractors (all of them); ``open`` = ``rag``
+over the pooled per-language corpora (top ``--k``). Every ``--programs`` entry runs in the oracle, full and open
+conditions, with the same k as ``rag``. The same ``--n`` XQuAD questions (seeded) are used in every language.
+XQuAD questions are answered by ONE paragraph, unlike XRAG's cross-document questions: these numbers measure
+cross-lingual reading and answer language, not cross-document reasoning.
 
 A thin use of the suite machinery (``optimizers/suite.py``): every (condition, setting, program) cell is a child
-run of one parent run, checkpointed per question, and the parent holds the suite's leaderboard (per setting; in
-the open condition the first ``--programs`` entry is paired with the others) beside the two tables (report.md)."""
+run of one parent run, checkpointed per question, and the parent holds the suite's leaderboard (per setting;
+in every retrieval condition the first ``--programs`` entry is paired with the others) beside the two tables
+(report.md)."""
 from __future__ import annotations
 
 import copy
@@ -51,7 +53,7 @@ def cells(args) -> list[tuple[str, str, str, str, int]]:
         for lang in [*args.langs, "en"]:
             name = {"none": "xrag_mono:", "oracle": "xrag_mono_oracle:", "full": "xrag_mono:",
                     "open": "xrag_mono_open:"}[cond] + lang
-            progs = ["direct"] if cond == "none" else args.programs if cond == "open" else ["rag"]
+            progs = ["direct"] if cond == "none" else args.programs
             out += [("mono", cond, name, p, args.k if cond == "open" else FULL_K) for p in progs]
     if args.multi:
         out += [("multi", "full", f"xrag_multi:{lang}", "rag", FULL_K) for lang in args.langs]
@@ -86,7 +88,8 @@ def main(argv=None) -> dict:
     p.add_argument("--n", type=int, default=20, help="questions per language (the same XQuAD items in each)")
     p.add_argument("--langs", nargs="+", default=["de", "es", "zh", "ar"], help="question languages X")
     p.add_argument("--conditions", nargs="+", default=list(CONDITIONS), choices=CONDITIONS)
-    p.add_argument("--programs", nargs="+", default=["rag"], help="programs for the open-retrieval condition")
+    p.add_argument("--programs", nargs="+", default=["rag"],
+                   help="programs for the oracle, full and open conditions (none is always `direct`)")
     p.add_argument("--no-multi", dest="multi", action="store_false", help="skip the multilingual-setting table")
     p.add_argument("--judge-all", action="store_true",
                    help="also report the judge verdict alone (costs a judge call on wrong-language answers too); "
@@ -98,7 +101,7 @@ def main(argv=None) -> dict:
     summaries, results, judges, pairs = {}, [], [], []
     with tracking.run(args.experiment, f"xrag-eval-n{args.n}", tags={"entry": ENTRY}) as run:
         tracking.log_params({"n_per_lang": args.n, "langs": args.langs, "conditions": args.conditions,
-                             "open_programs": args.programs, "question_ids": sorted(chosen), "lm": args.lm,
+                             "programs": args.programs, "question_ids": sorted(chosen), "lm": args.lm,
                              "judge_lms": args.judge_lms or args.judge_lm or args.lm, "embedder": args.embedder})
         key = s = None
         for kind, cond, name, prog, k in cells(args):
@@ -117,8 +120,9 @@ def main(argv=None) -> dict:
             print(f"{cell.label}@{name}: " + "  ".join(
                 f"{m}={result.summary[m]:.2f}" if m in result.summary else f"{m}=-" for m in
                 ("accuracy", "lang_ok", "judge", "em", "f1", "char3_recall", "lm_calls", "seconds")), flush=True)
-            if cond == "open" and prog != args.programs[0]:
-                first = next(r.cell for r in results if r.cell.dataset == name and r.cell.program == args.programs[0])
+            if cond != "none" and prog != args.programs[0]:
+                first = next(r.cell for r in results if r.cell.dataset == name and r.cell.variant == cell.variant
+                             and r.cell.program == args.programs[0])
                 pairs.append((name, first, cell))
         board = suite.log_leaderboard(results, pairs, f"XRAG-style settings on XQuAD, n={args.n} per language, "
                                                       f"lm {args.lm}")

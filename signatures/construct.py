@@ -51,7 +51,9 @@ class SimpleQuestions(dspy.Signature):
 class CrossDocumentQuestion(dspy.Signature):
     """Two sets of simple question-answer pairs come from two different articles. Find what connects them, pick
     related pairs (at least one from each set), and write ONE new natural question of the requested type that
-    can only be answered with information from both articles. Do not just join two questions with 'and'."""
+    can only be answered with information from both articles. Do not just join two questions with 'and'. Name
+    the people, places and things themselves: a reader who never saw the articles must understand the question,
+    so never say 'the article' or 'both texts'."""
 
     qa_pairs_a: str = dspy.InputField(desc="pairs from article A")
     qa_pairs_b: str = dspy.InputField(desc="pairs from article B")

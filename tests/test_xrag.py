@@ -350,6 +350,12 @@ def test_quality_gates_name_what_is_wrong_with_a_question_or_translation():
     assert question_problem("", "set") == "empty_question"
     description = "ask which of two things, one described in each article, is larger, earlier or longer"
     assert question_problem(description, "comparison") == "type_description"
+    assert question_problem("What members do both articles have in common?", "set") == "refers_to_documents"
+    assert question_problem("Which neighborhood of Fresno is the oldest?", "multi-hop",
+                            ("Which neighbourhood of Fresno is the oldest", "which neighborhood of fresno is the "
+                             "oldest ?")) == "duplicate_question"
+    assert question_problem("Which neighborhood of Fresno is the oldest?", "multi-hop",
+                            ("Which neighborhood of Fresno is the largest?",)) is None
     assert translation_problem("Was kam zuerst, der Hafen oder die Fähre?", "1902", "de", "1902") is None
     assert translation_problem("Which came first, the port or the ferry?", "der Hafen", "de",
                                "the port") == "question_not_translated"
@@ -365,6 +371,15 @@ def test_pipeline_resamples_a_question_holding_a_qa_pair_and_keeps_the_fixed_one
     out = XRAGBuilder(types=("comparison",))(article_a=ART_A, article_b=ART_B)
     assert [r["question"] for r in out.records] == ["Which came first, the port or the ferry?"]
     assert out.trace["dropped"] == [] and len(lm.history) == 9
+
+
+def test_pipeline_drops_a_second_type_that_asks_the_same_question_again(dummy):
+    same = {"connection": "years", "question": "Which came first, the port or the ferry?"}
+    lm = dummy(_through_simple_pairs(same, {"answer": "the port"}, same, same))
+    out = XRAGBuilder(types=("comparison", "multi-hop"))(article_a=ART_A, article_b=ART_B)
+    assert [r["type"] for r in out.records] == ["comparison"]
+    assert out.trace["dropped"] == [{"type": "multi-hop", "reason": "duplicate_question"}]
+    assert len(lm.history) == 10  # the repeated question was sampled twice, and no answer was asked for it
 
 
 def test_pipeline_drops_an_item_whose_translation_stays_english_instead_of_relabelling_it(dummy):
@@ -407,7 +422,7 @@ def test_eval_script_prints_both_table_shapes_and_logs_one_run(xquad_dir, embedd
     monkeypatch.setattr(cli, "Retriever", lambda corpora, *a, **kw: Retriever(corpora, embedder))
     results = script.main(["--n", "2", "--langs", "de", "zh", "--data-dir", str(xquad_dir), "--programs", "rag",
                            "direct"])
-    assert len(results) == 3 * 5 + 2  # (de, zh, en) x (4 conditions, open with 2 programs) + multilingual (de, zh)
+    assert len(results) == 3 * 7 + 2  # (de, zh, en) x (none, 3 retrieval conditions x 2 programs) + multi (de, zh)
     assert all(r["n"] == 2 for r in results.values())
     out = capsys.readouterr().out
     assert "| condition | program | de acc / lang | zh acc / lang | en acc / lang | avg X acc |" in out
@@ -415,8 +430,9 @@ def test_eval_script_prints_both_table_shapes_and_logs_one_run(xquad_dir, embedd
     runs = mlflow.search_runs(experiment_names=["agentic-rag"], output_format="list")
     parent = next(r for r in runs if "mlflow.parentRunId" not in r.data.tags)
     children = {(r.data.tags["cell"], r.data.tags["dataset"]): r for r in runs if r != parent}
-    assert len(children) == 17 and "test_lang_ok" in children[("rag_k8_multi_full", "xrag_multi:zh")].data.metrics
+    assert len(children) == 23 and "test_lang_ok" in children[("rag_k8_multi_full", "xrag_multi:zh")].data.metrics
     assert "xrag_mono_open:de_rag_k5_mono_open_vs_direct_mono_open_mcnemar_p" in parent.data.metrics
+    assert "xrag_mono_oracle:zh_rag_k8_mono_oracle_vs_direct_mono_oracle_mcnemar_p" in parent.data.metrics
 
 
 def test_relevance_only_counts_accepted_related_and_rejected_cross_article_pairs(xquad_dir, monkeypatch, capsys):
