@@ -29,8 +29,8 @@ from signatures.construct import (QUESTION_TYPES, AnswerFromSummaries, CrossDocu
 MAX_OVERLAP = 0.5  # share of the summary's word trigrams copied from the article above which it is redone once
 _QA = re.compile(r"Q\s*[:：]\s*(?P<q>.+?)\s*A\s*[:：]\s*(?P<a>.+)", re.S)
 _QA_MARK = re.compile(r"(?<!\w)[QA]\s*[:：]")
-_DOCS = re.compile(r"\b(the|both|each|either|two|first|second|these|those)\s+"
-                   r"(articles?|texts?|summar(y|ies)|passages?|documents?|paragraphs?)\b", re.I)
+_DOCS = re.compile(r"\b(articles?|summar(y|ies))\b|\b(the|both|each|either|two|first|second|these|those|which)\s+"
+                   r"(texts?|passages?|documents?|paragraphs?)\b", re.I)
 
 
 def parse_qa_pairs(text: str) -> list[tuple[str, str]]:

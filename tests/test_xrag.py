@@ -351,6 +351,8 @@ def test_quality_gates_name_what_is_wrong_with_a_question_or_translation():
     description = "ask which of two things, one described in each article, is larger, earlier or longer"
     assert question_problem(description, "comparison") == "type_description"
     assert question_problem("What members do both articles have in common?", "set") == "refers_to_documents"
+    assert question_problem("Which article describes a larger area?", "comparison") == "refers_to_documents"
+    assert question_problem("Which of the two texts is older?", "comparison") == "refers_to_documents"
     assert question_problem("Which neighborhood of Fresno is the oldest?", "multi-hop",
                             ("Which neighbourhood of Fresno is the oldest", "which neighborhood of fresno is the "
                              "oldest ?")) == "duplicate_question"
