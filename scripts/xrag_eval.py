@@ -46,23 +46,29 @@ def sample_ids(root, n: int, seed: int) -> set[str]:
     return set(random.Random(seed).sample(ids, n))
 
 
+def mono_langs(args) -> list[str]:
+    """The question languages of the monolingual table: ``--langs`` and the English baseline (``--langs en``
+    runs the baseline alone)."""
+    return list(dict.fromkeys([*args.langs, "en"]))
+
+
 def cells(args) -> list[tuple[str, str, str, str, int]]:
     """(table, condition, dataset, program, k) for every cell to run."""
     out = []
     for cond in args.conditions:  # cheapest first, every language, so a cut-off run still fills whole rows
-        for lang in [*args.langs, "en"]:
+        for lang in mono_langs(args):
             name = {"none": "xrag_mono:", "oracle": "xrag_mono_oracle:", "full": "xrag_mono:",
                     "open": "xrag_mono_open:"}[cond] + lang
             progs = ["direct"] if cond == "none" else args.programs
             out += [("mono", cond, name, p, args.k if cond == "open" else FULL_K) for p in progs]
     if args.multi:
-        out += [("multi", "full", f"xrag_multi:{lang}", "rag", FULL_K) for lang in args.langs]
+        out += [("multi", "full", f"xrag_multi:{lang}", "rag", FULL_K) for lang in args.langs if lang != "en"]
     return out
 
 
 def table(results: dict, args, kind: str) -> str:
     """Markdown: one row per (condition, program), columns accuracy / language-correct per language."""
-    langs = [*args.langs, "en"] if kind == "mono" else list(args.langs)
+    langs = mono_langs(args) if kind == "mono" else [lang for lang in args.langs if lang != "en"]
     head = "| condition | program | " + " | ".join(f"{lang} acc / lang" for lang in langs) + " | avg X acc |"
     lines = [head, "|" + "---|" * (len(langs) + 3)]
     rows = sorted({(c, p) for (t, c, _, p) in results if t == kind}, key=lambda r: (CONDITIONS.index(r[0]), r[1]))
@@ -86,7 +92,8 @@ def table(results: dict, args, kind: str) -> str:
 def main(argv=None) -> dict:
     p = suite.parser(__doc__.splitlines()[0])
     p.add_argument("--n", type=int, default=20, help="questions per language (the same XQuAD items in each)")
-    p.add_argument("--langs", nargs="+", default=["de", "es", "zh", "ar"], help="question languages X")
+    p.add_argument("--langs", nargs="+", default=["de", "es", "zh", "ar"],
+                   help="question languages X (the English baseline always runs; `--langs en` runs it alone)")
     p.add_argument("--conditions", nargs="+", default=list(CONDITIONS), choices=CONDITIONS)
     p.add_argument("--programs", nargs="+", default=["rag"],
                    help="programs for the oracle, full and open conditions (none is always `direct`)")

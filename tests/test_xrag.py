@@ -415,6 +415,19 @@ def test_real_xquad_settings_have_parallel_items():
     assert {c.name: len(c) for c in multi.corpora} == {"ar": 240, "en": 240}
 
 
+def test_eval_script_runs_the_english_baseline_alone_when_asked():
+    from argparse import Namespace
+
+    import scripts.xrag_eval as script
+
+    args = Namespace(langs=["en"], conditions=["none", "open"], programs=["rag", "coral"], multi=True, k=5)
+    assert script.cells(args) == [("mono", "none", "xrag_mono:en", "direct", 8),
+                                  ("mono", "open", "xrag_mono_open:en", "rag", 5),
+                                  ("mono", "open", "xrag_mono_open:en", "coral", 5)]
+    args.langs = ["zh", "en"]
+    assert [c[2] for c in script.cells(args)].count("xrag_multi:zh") == 1
+
+
 def test_eval_script_prints_both_table_shapes_and_logs_one_run(xquad_dir, embedder, monkeypatch, capsys):
     import mlflow
 
