@@ -46,10 +46,14 @@ def sample_ids(root, n: int, seed: int) -> set[str]:
     return set(random.Random(seed).sample(ids, n))
 
 
+def x_langs(args) -> list[str]:
+    """The question languages X of ``--langs`` (English is the baseline, not an X)."""
+    return [lang for lang in args.langs if lang != "en"]
+
+
 def mono_langs(args) -> list[str]:
-    """The question languages of the monolingual table: ``--langs`` and the English baseline (``--langs en``
-    runs the baseline alone)."""
-    return list(dict.fromkeys([*args.langs, "en"]))
+    """The question languages of the monolingual table: X and the English baseline (alone for ``--langs en``)."""
+    return [*x_langs(args), "en"]
 
 
 def cells(args) -> list[tuple[str, str, str, str, int]]:
@@ -62,13 +66,13 @@ def cells(args) -> list[tuple[str, str, str, str, int]]:
             progs = ["direct"] if cond == "none" else args.programs
             out += [("mono", cond, name, p, args.k if cond == "open" else FULL_K) for p in progs]
     if args.multi:
-        out += [("multi", "full", f"xrag_multi:{lang}", "rag", FULL_K) for lang in args.langs if lang != "en"]
+        out += [("multi", "full", f"xrag_multi:{lang}", "rag", FULL_K) for lang in x_langs(args)]
     return out
 
 
 def table(results: dict, args, kind: str) -> str:
     """Markdown: one row per (condition, program), columns accuracy / language-correct per language."""
-    langs = mono_langs(args) if kind == "mono" else [lang for lang in args.langs if lang != "en"]
+    langs = mono_langs(args) if kind == "mono" else x_langs(args)
     head = "| condition | program | " + " | ".join(f"{lang} acc / lang" for lang in langs) + " | avg X acc |"
     lines = [head, "|" + "---|" * (len(langs) + 3)]
     rows = sorted({(c, p) for (t, c, _, p) in results if t == kind}, key=lambda r: (CONDITIONS.index(r[0]), r[1]))
