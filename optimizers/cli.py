@@ -189,6 +189,8 @@ class Session:
 
 #: The code that writes and scores the answers a checkpoint holds: a change to any of it starts new checkpoints.
 ANSWER_CODE = ("programs", "signatures", "optimizers/metrics.py", "optimizers/xlingual.py", "runtime/lm.py")
+#: Files under ANSWER_CODE that build datasets and answer nothing (the XRAG construction pipeline).
+NOT_ANSWER_CODE = ("programs/xrag_build.py", "signatures/construct.py")
 
 
 @functools.lru_cache(maxsize=1)
@@ -196,7 +198,8 @@ def code_version() -> str:
     """A hash of the source that produces and scores answers (:data:`ANSWER_CODE`), so a checkpoint written by
     other code (a changed prompt, parser or metric) is not resumed as if it were this code's."""
     files = sorted(p for entry in ANSWER_CODE for p in ((PROJECT_ROOT / entry).rglob("*.py")
-                                                          if (PROJECT_ROOT / entry).is_dir() else [PROJECT_ROOT / entry]))
+                                                          if (PROJECT_ROOT / entry).is_dir() else [PROJECT_ROOT / entry])
+                   if str(p.relative_to(PROJECT_ROOT)) not in NOT_ANSWER_CODE)
     digest = hashlib.sha256()
     for path in files:
         digest.update(str(path.relative_to(PROJECT_ROOT)).encode() + b"\0" + path.read_bytes())

@@ -52,8 +52,10 @@ def x_langs(args) -> list[str]:
 
 
 def mono_langs(args) -> list[str]:
-    """The question languages of the monolingual table: X and the English baseline (alone for ``--langs en``)."""
-    return [*x_langs(args), "en"]
+    """The question languages of the monolingual table: X and the English baseline (alone for ``--langs en``;
+    left out with ``--no-baseline`` when its cells are already measured)."""
+    baseline = ["en"] if args.baseline or "en" in args.langs else []
+    return [*x_langs(args), *baseline]
 
 
 def cells(args) -> list[tuple[str, str, str, str, int]]:
@@ -97,10 +99,13 @@ def main(argv=None) -> dict:
     p = suite.parser(__doc__.splitlines()[0])
     p.add_argument("--n", type=int, default=20, help="questions per language (the same XQuAD items in each)")
     p.add_argument("--langs", nargs="+", default=["de", "es", "zh", "ar"],
-                   help="question languages X (the English baseline always runs; `--langs en` runs it alone)")
+                   help="question languages X (the English baseline runs too unless --no-baseline; "
+                        "`--langs en` runs it alone)")
     p.add_argument("--conditions", nargs="+", default=list(CONDITIONS), choices=CONDITIONS)
     p.add_argument("--programs", nargs="+", default=["rag"],
                    help="programs for the oracle, full and open conditions (none is always `direct`)")
+    p.add_argument("--no-baseline", dest="baseline", action="store_false",
+                   help="skip the English-question baseline (e.g. its cells are already measured in another run)")
     p.add_argument("--no-multi", dest="multi", action="store_false", help="skip the multilingual-setting table")
     p.add_argument("--judge-all", action="store_true",
                    help="also report the judge verdict alone (costs a judge call on wrong-language answers too); "

@@ -95,4 +95,7 @@ def test_a_checkpoint_is_resumed_only_by_the_code_that_wrote_it(scripted_lm, tmp
     cli.code_version.cache_clear()
     edited = s.checkpoint("dev", "direct", program)
     cli.code_version.cache_clear()
-    assert same[0] == same[1] and edited != same[0]
+    (tmp_path / "programs" / "xrag_build.py").write_text("# the construction pipeline answers nothing\n")
+    pipeline_edited = s.checkpoint("dev", "direct", program)
+    cli.code_version.cache_clear()
+    assert same[0] == same[1] and edited != same[0] and pipeline_edited == edited

@@ -420,12 +420,17 @@ def test_eval_script_runs_the_english_baseline_alone_when_asked():
 
     import scripts.xrag_eval as script
 
-    args = Namespace(langs=["en"], conditions=["none", "open"], programs=["rag", "coral"], multi=True, k=5)
+    args = Namespace(langs=["en"], conditions=["none", "open"], programs=["rag", "coral"], multi=True,
+                     baseline=True, k=5)
     assert script.cells(args) == [("mono", "none", "xrag_mono:en", "direct", 8),
                                   ("mono", "open", "xrag_mono_open:en", "rag", 5),
                                   ("mono", "open", "xrag_mono_open:en", "coral", 5)]
     args.langs = ["zh", "en"]
     assert [c[2] for c in script.cells(args)].count("xrag_multi:zh") == 1
+    args.langs, args.conditions, args.multi, args.baseline = ["zh"], ["full"], False, False
+    assert [c[2] for c in script.cells(args)] == ["xrag_mono:zh", "xrag_mono:zh"]
+    args.baseline = True
+    assert [c[2] for c in script.cells(args)] == ["xrag_mono:zh"] * 2 + ["xrag_mono:en"] * 2
 
 
 def test_eval_script_prints_both_table_shapes_and_logs_one_run(xquad_dir, embedder, monkeypatch, capsys):
