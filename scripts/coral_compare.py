@@ -31,7 +31,7 @@ import mlflow  # noqa: E402
 
 import programs  # noqa: E402
 from optimizers import suite, tracking  # noqa: E402
-from optimizers.cli import compile_metric, session  # noqa: E402
+from optimizers.cli import compile_metric, interruptible, session  # noqa: E402
 from optimizers.compile import compile_program  # noqa: E402
 from optimizers.evaluation import summarize  # noqa: E402
 from programs.retrieval import excluded  # noqa: E402
@@ -321,4 +321,4 @@ def main(argv=None) -> dict[str, dict]:
 
 
 if __name__ == "__main__":
-    main()
+    interruptible(main)()

@@ -23,7 +23,7 @@ import mlflow  # noqa: E402
 
 import programs  # noqa: E402
 from optimizers import suite, tracking  # noqa: E402
-from optimizers.cli import compile_metric, session  # noqa: E402
+from optimizers.cli import compile_metric, interruptible, session  # noqa: E402
 from optimizers.compile import compile_program  # noqa: E402
 from optimizers.leaderboard import fmt  # noqa: E402
 from optimizers.stats import paired_t  # noqa: E402
@@ -122,4 +122,4 @@ def main(argv=None) -> dict[str, dict]:
 
 
 if __name__ == "__main__":
-    main()
+    interruptible(main)()

@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import mlflow  # noqa: E402
 
 from optimizers import suite, tracking  # noqa: E402
-from optimizers.cli import session  # noqa: E402
+from optimizers.cli import interruptible, session  # noqa: E402
 from programs.coral import CORAL, Trace  # noqa: E402
 from programs.mrag import corpus_of  # noqa: E402
 from runtime.lm import make_lm  # noqa: E402
@@ -96,4 +96,4 @@ def main(argv=None) -> dict[str, dict]:
 
 
 if __name__ == "__main__":
-    main()
+    interruptible(main)()

@@ -28,6 +28,7 @@ import mlflow  # noqa: E402
 
 from data import corpora as sources  # noqa: E402
 from optimizers import suite  # noqa: E402
+from optimizers.cli import interruptible  # noqa: E402
 from optimizers.leaderboard import fmt  # noqa: E402
 from optimizers.stats import bootstrap_ci, holm, paired_t  # noqa: E402
 
@@ -124,4 +125,4 @@ def main(argv=None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    interruptible(main)()

@@ -31,7 +31,7 @@ import mlflow  # noqa: E402
 
 import data as datasets  # noqa: E402
 from optimizers import suite, tracking  # noqa: E402
-from optimizers.cli import session  # noqa: E402
+from optimizers.cli import interruptible, session  # noqa: E402
 
 CONDITIONS = ("none", "oracle", "full", "open")
 FULL_K = 8  # supporting + distractors: every visible document
@@ -158,4 +158,4 @@ def main(argv=None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    interruptible(main)()
