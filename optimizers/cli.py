@@ -199,10 +199,10 @@ def code_version() -> str:
     other code (a changed prompt, parser or metric) is not resumed as if it were this code's."""
     files = sorted(p for entry in ANSWER_CODE for p in ((PROJECT_ROOT / entry).rglob("*.py")
                                                           if (PROJECT_ROOT / entry).is_dir() else [PROJECT_ROOT / entry])
-                   if str(p.relative_to(PROJECT_ROOT)) not in NOT_ANSWER_CODE)
+                   if p.relative_to(PROJECT_ROOT).as_posix() not in NOT_ANSWER_CODE)
     digest = hashlib.sha256()
     for path in files:
-        digest.update(str(path.relative_to(PROJECT_ROOT)).encode() + b"\0" + path.read_bytes())
+        digest.update(path.relative_to(PROJECT_ROOT).as_posix().encode() + b"\0" + path.read_bytes())
     return digest.hexdigest()[:12]
 
 
