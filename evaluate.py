@@ -57,8 +57,7 @@ def main(argv=None) -> dict:
         records, summary = evaluate(program, examples, s.metrics, k=args.k if s.retriever else None,
                                     retries=args.retries, checkpoint=s.checkpoint(args.split, args.program, program),
                                     desc=args.split, groups=s.groups, threads=args.threads)
-        tracking.log_metrics(summary, args.split)
-        tracking.log_jsonl(f"predictions/{args.split}.jsonl", records)
+        tracking.log_evaluation(args.split, records, summary, s.metrics, s.eval_data(args.split, examples))
         if s.judge:
             mlflow.log_metric("judge_failures", s.judge.failures)
         if args.error_profile:

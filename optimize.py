@@ -54,11 +54,11 @@ def main(argv=None) -> str:
             records, summary = evaluate(prog, examples, s.metrics, k=k, retries=args.retries,
                                         checkpoint=s.checkpoint(name, args.program, prog), desc=name,
                                         groups=s.groups)
-            tracking.log_metrics(summary, name)
-            tracking.log_jsonl(f"predictions/{name}.jsonl", records)
+            tracking.log_evaluation(name, records, summary, s.metrics, s.eval_data(name.split("_")[0], examples))
             stages[name] = summary
             return summary
 
+        s.eval_data("train", s.splits.train).log()  # what compile learns from
         stage("dev_before", program, s.splits.dev)
         stage("test_before", program, s.splits.test)
         t0 = time.perf_counter()

@@ -145,8 +145,7 @@ def run_cell(s: Session, cell: Cell, parent_run_id: str, suite_name: str, progra
                                     retries=a.retries, desc=f"{cell.label}/{cell.dataset}", groups=s.groups,
                                     checkpoint=s.checkpoint(stage, cell.label, program),
                                     threads=a.threads)
-        tracking.log_metrics(summary, a.split)
-        tracking.log_jsonl(f"predictions/{a.split}.jsonl", records)
+        tracking.log_evaluation(a.split, records, summary, s.metrics, s.eval_data(a.split, examples))
     return Result(cell, run.info.run_id, summary, records)
 
 

@@ -2,11 +2,14 @@
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import json
 import os
 import subprocess
 import tempfile
+import warnings
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
@@ -79,6 +82,73 @@ def log_params(params: dict) -> None:
 
 def log_metrics(summary: dict, prefix: str) -> None:
     mlflow.log_metrics({f"{prefix}_{k}": float(v) for k, v in summary.items() if isinstance(v, (int, float))})
+
+
+#: Per-question columns of the records table (the full records, with traces, stay in ``predictions/*.jsonl``).
+TABLE_COLUMNS = ("id", "question", "gold", "answer", "failed", "error", "lm_calls", "prompt_tokens",
+                 "completion_tokens", "seconds")
+
+
+def log_evaluation(stage: str, records: list[dict], summary: dict, metrics, dataset: "EvalData") -> None:
+    """Everything one evaluated split leaves in the active run: metrics ``<stage>_<name>``, the per-question
+    records (``predictions/<stage>.jsonl``), the same as a table the artifact viewer shows
+    (``predictions/<stage>_table.json``: question, gold, answer, scores, cost, failed) and the examples as an
+    MLflow dataset input, so the runs list shows and filters by the data each run saw."""
+    log_metrics(summary, stage)
+    log_jsonl(f"predictions/{stage}.jsonl", records)
+    columns = [c for c in TABLE_COLUMNS[:5] + tuple(metrics) + TABLE_COLUMNS[5:] if any(c in r for r in records)]
+    if records:
+        mlflow.log_table({c: [_cell(r.get(c)) for r in records] for c in columns},
+                         artifact_file=f"predictions/{stage}_table.json")
+    dataset.log()
+
+
+def _cell(value):
+    """A table cell: scalars as they are, anything else (gold lists, option dicts) as JSON text."""
+    return value if value is None or isinstance(value, (str, int, float, bool)) else json.dumps(value, default=str)
+
+
+@dataclass(frozen=True)
+class EvalData:
+    """The examples of one evaluation as an MLflow dataset: ``name`` (dataset, split, seed), ``context``
+    (train / dev / test), ``digest`` (the examples' content fingerprint) and ``source`` (the file or bundled set
+    they were read from)."""
+
+    name: str
+    context: str
+    examples: tuple
+    source: str
+
+    @property
+    def digest(self) -> str:
+        return examples_digest(self.examples)
+
+    def log(self) -> None:
+        import pandas as pd
+        from mlflow.data.pandas_dataset import from_pandas
+
+        frame = pd.DataFrame([{"id": ex.id, "question": ex.question, "answer": _cell(ex.answer)}
+                              for ex in self.examples], columns=["id", "question", "answer"])
+        with warnings.catch_warnings():  # a local path matches two equivalent source types; MLflow picks one
+            warnings.filterwarnings("ignore", message="The specified dataset source can be interpreted")
+            dataset = from_pandas(frame, source=_source(self.source), name=self.name, targets="answer",
+                                  digest=self.digest)
+        mlflow.log_input(dataset, context=self.context)
+
+
+def examples_digest(examples) -> str:
+    """A short content hash of examples (id, question, gold answer), the same for the same data wherever read."""
+    digest = hashlib.sha256()
+    for ex in examples:
+        digest.update(json.dumps([ex.id, ex.question, ex.answer], ensure_ascii=False, default=str).encode())
+        digest.update(b"\n")
+    return digest.hexdigest()[:12]
+
+
+def _source(text: str) -> str:
+    """MLflow resolves a dataset source by its URI scheme; a description with a colon (``context=oracle``) is not
+    a URI, so it is given as a plain local path-like string."""
+    return text.replace(":", "=") if urlparse(text).scheme not in ("", "file") else text
 
 
 def log_json(name: str, obj) -> None:

@@ -1,0 +1,61 @@
+"""What a run leaves in MLflow for the UI: dataset inputs that tell runs on different data apart, and the
+per-question records as a table the artifact viewer shows."""
+from __future__ import annotations
+
+import json
+
+import mlflow
+from dspy.utils.dummies import DummyLM
+
+import evaluate
+import optimize
+from optimizers import cli, tracking
+
+
+def _run(run_id: str):
+    mlflow.set_tracking_uri(tracking.tracking_uri())
+    return mlflow.get_run(run_id)
+
+
+def _inputs(run) -> dict[str, tuple[str, str]]:
+    """context -> (dataset name, digest) of a run's dataset inputs."""
+    return {next(t.value for t in d.tags if t.key == "mlflow.data.context"): (d.dataset.name, d.dataset.digest)
+            for d in run.inputs.dataset_inputs}
+
+
+def _last_run_id() -> str:
+    mlflow.set_tracking_uri(tracking.tracking_uri())
+    return mlflow.search_runs(search_all_experiments=True, order_by=["start_time DESC"]).iloc[0].run_id
+
+
+def test_an_evaluation_logs_its_questions_as_a_dataset_and_a_table(monkeypatch):
+    lm = DummyLM({"question": {"answer": "Paris"}})
+    monkeypatch.setattr(cli, "make_lm", lambda *a, **k: lm)
+    argv = ["--program", "direct", "--dataset", "demo", "--split", "dev", "--train", "0", "--test", "0"]
+    evaluate.main(argv + ["--dev", "2"])
+    first = _run(_last_run_id())
+    evaluate.main(argv + ["--dev", "3"])
+    second = _run(_last_run_id())
+    (name, digest), = _inputs(first).values()
+    assert _inputs(first).keys() == {"dev"} and name == "demo/dev/seed13"
+    assert _inputs(second)["dev"][0] == name and _inputs(second)["dev"][1] != digest  # other questions, other digest
+    table = json.loads(open(tracking.download(first.info.run_id, "predictions/dev_table.json")).read())
+    rows = [dict(zip(table["columns"], row)) for row in table["data"]]
+    assert [r["answer"] for r in rows] == ["Paris", "Paris"]
+    assert {"question", "gold", "em", "failed", "lm_calls"} <= set(table["columns"])
+
+
+def test_the_same_examples_have_the_same_digest_wherever_they_are_read():
+    args = cli.parser("t").parse_args(["--program", "direct", "--dataset", "demo", "--train", "1", "--dev", "2"])
+    s = cli.session(args, needs_search=False)
+    again = cli.session(cli.parser("t").parse_args(["--program", "direct", "--dataset", "demo", "--train", "1",
+                                                    "--dev", "2"]), needs_search=False)
+    assert s.eval_data("dev", s.splits.dev).digest == again.eval_data("dev", again.splits.dev).digest
+    assert s.eval_data("dev", s.splits.dev).digest != s.eval_data("train", s.splits.train).digest
+
+
+def test_a_compile_logs_train_dev_and_test_inputs(monkeypatch):
+    lm = DummyLM({"question": {"answer": "Paris"}})
+    monkeypatch.setattr(cli, "make_lm", lambda *a, **k: lm)
+    run_id = optimize.main(["--program", "direct", "--dataset", "demo", "--train", "2", "--dev", "1", "--test", "1"])
+    assert set(_inputs(_run(run_id))) == {"train", "dev", "test"}
