@@ -46,6 +46,7 @@ def main(argv=None) -> str:
             "optimizer": args.optimizer, "compile_metric": metric_name, "max_demos": args.demos,
             "candidates": args.candidates, "budget": args.budget or ""})
         stages = {}
+        traces = tracking.question_traces(run.info.run_id, s.metrics, args.trace)
 
         def stage(name, prog, examples):
             if not examples:  # e.g. --dev 0 with bootstrap, which never looks at dev
@@ -53,7 +54,7 @@ def main(argv=None) -> str:
             examples = s.evaluated(examples)
             records, summary = evaluate(prog, examples, s.metrics, k=k, retries=args.retries,
                                         checkpoint=s.checkpoint(name, args.program, prog), desc=name,
-                                        groups=s.groups)
+                                        groups=s.groups, traces=traces)
             tracking.log_evaluation(name, records, summary, s.metrics, s.eval_data(name.split("_")[0], examples))
             stages[name] = summary
             return summary
@@ -62,7 +63,7 @@ def main(argv=None) -> str:
         stage("dev_before", program, s.splits.dev)
         stage("test_before", program, s.splits.test)
         t0 = time.perf_counter()
-        with metered() as cost:
+        with metered() as cost, tracking.untraced():  # compile's own calls are counted, not traced
             compiled = compile_program(program, args.optimizer, s.splits.train, s.splits.dev, metric,
                                        max_demos=args.demos, candidates=args.candidates, budget=args.budget,
                                        seed=args.seed, reflection_lm=s.roles.lm("planner"))

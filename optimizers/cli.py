@@ -89,6 +89,9 @@ def parser(description: str) -> argparse.ArgumentParser:
                    help="examples evaluated at once (for endpoints that serve concurrent requests; the embedded "
                         "server answers one at a time)")
     p.add_argument("--experiment", default="agentic-rag", help="MLflow experiment")
+    p.add_argument("--trace", action=argparse.BooleanOptionalAction, default=True,
+                   help="one MLflow trace per evaluated question (its DSPy calls, score and the method's decisions); "
+                        "--no-trace turns it off")
     return p
 
 

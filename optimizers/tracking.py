@@ -66,6 +66,8 @@ def run(experiment: str, run_name: str, tags: dict | None = None):
         except KeyboardInterrupt:
             mlflow.end_run("KILLED")
             raise
+        finally:
+            mlflow.flush_trace_async_logging()  # the run's question traces are in the store when it ends
 
 
 def log_params(params: dict) -> None:
@@ -149,6 +151,52 @@ def _source(text: str) -> str:
     """MLflow resolves a dataset source by its URI scheme; a description with a colon (``context=oracle``) is not
     a URI, so it is given as a plain local path-like string."""
     return text.replace(":", "=") if urlparse(text).scheme not in ("", "file") else text
+
+
+class QuestionTraces:
+    """One MLflow trace per evaluated question, linked to ``run_id`` (also from evaluation threads, where no run
+    is active): a ``question`` span around the program call (DSPy autologging nests its module and LM spans in
+    it), tagged with the question id, whether it failed and each metric's score, with the program's own trace
+    (iterations, queries, kept/dropped passages, verdicts, stop reason) as span attributes, so the UI's trace search
+    can filter e.g. ``tags.em = '0'``."""
+
+    def __init__(self, run_id: str, metrics):
+        self.run_id, self.metrics = run_id, tuple(metrics)
+        mlflow.dspy.autolog()
+
+    @contextmanager
+    def __call__(self, example):
+        with mlflow.start_span(name="question", span_type="CHAIN", run_id=self.run_id,
+                               attributes={"question_id": example.id, "question": example.question}) as span:
+            def finish(rec: dict) -> None:
+                span.set_attributes({"answer": _cell(rec.get("answer")), "gold": _cell(rec.get("gold")),
+                                     "decisions": _cell(rec.get("trace")),
+                                     "passages": _cell([p["title"] for p in rec.get("passages") or []])})
+                mlflow.update_current_trace(tags={"question_id": str(rec["id"]), "failed": str(rec["failed"]),
+                                                  **{m: f"{rec[m]:g}" for m in self.metrics if m in rec}})
+            yield finish
+
+
+def question_traces(run_id: str, metrics, enabled: bool) -> QuestionTraces | None:
+    """The per-question tracer of a run (``--trace``), or None with DSPy autologging off (``--no-trace``)."""
+    if enabled:
+        return QuestionTraces(run_id, metrics)
+    mlflow.dspy.autolog(disable=True)
+    return None
+
+
+@contextmanager
+def untraced():
+    """DSPy autologging off for a block (a compile's thousands of calls), on again after if it was on."""
+    from mlflow.utils.autologging_utils import autologging_is_disabled
+
+    was_on = not autologging_is_disabled("dspy")
+    mlflow.dspy.autolog(disable=True)
+    try:
+        yield
+    finally:
+        if was_on:
+            mlflow.dspy.autolog()
 
 
 def log_json(name: str, obj) -> None:

@@ -59,3 +59,33 @@ def test_a_compile_logs_train_dev_and_test_inputs(monkeypatch):
     monkeypatch.setattr(cli, "make_lm", lambda *a, **k: lm)
     run_id = optimize.main(["--program", "direct", "--dataset", "demo", "--train", "2", "--dev", "1", "--test", "1"])
     assert set(_inputs(_run(run_id))) == {"train", "dev", "test"}
+
+
+def _traces(run_id: str):
+    mlflow.set_tracking_uri(tracking.tracking_uri())
+    return mlflow.search_traces(run_id=run_id, return_type="list")
+
+
+def test_every_question_is_a_trace_of_its_run_with_its_score_and_decisions(monkeypatch):
+    lm = DummyLM({"question": {"answer": "Paris"}})
+    monkeypatch.setattr(cli, "make_lm", lambda *a, **k: lm)
+    argv = ["--program", "direct", "--dataset", "demo", "--split", "dev", "--train", "0", "--test", "0", "--dev", "2"]
+    evaluate.main(argv)
+    traces = _traces(_last_run_id())
+    records = [json.loads(line) for line in
+               open(tracking.download(_last_run_id(), "predictions/dev.jsonl")).read().splitlines()]
+    assert sorted(t.info.tags["question_id"] for t in traces) == sorted(r["id"] for r in records)
+    by_id = {t.info.tags["question_id"]: t for t in traces}
+    for r in records:
+        assert by_id[r["id"]].info.tags["em"] == f"{r['em']:g}"
+        root = by_id[r["id"]].data.spans[0]
+        assert root.name == "question" and root.attributes["answer"] == "Paris"
+        assert any(s.parent_id == root.span_id for s in by_id[r["id"]].data.spans)  # DSPy's spans nest inside
+
+
+def test_no_trace_leaves_no_traces(monkeypatch):
+    lm = DummyLM({"question": {"answer": "Paris"}})
+    monkeypatch.setattr(cli, "make_lm", lambda *a, **k: lm)
+    evaluate.main(["--program", "direct", "--dataset", "demo", "--split", "dev", "--train", "0", "--test", "0",
+                   "--dev", "2", "--no-trace"])
+    assert _traces(_last_run_id()) == []
