@@ -81,6 +81,8 @@ def main(argv=None) -> str:
                                 "corpus": args.corpus, "leave_question_out": args.leave_question_out,
                                 "max_docs": args.max_docs, **retrieval_options(args)})
         mlflow.log_artifact(str(out))
+        prompts = tracking.register_prompts(compiled, args.program, {"optimizer": args.optimizer,
+                                                                     "dataset": args.dataset})
         stored = tracking.artifact_path(out.name)
         if not args.out:
             shutil.rmtree(out.parent)  # the lasting copy is the run's artifact
@@ -90,6 +92,7 @@ def main(argv=None) -> str:
         scores = "  ".join(f"{m}={summary.get(m, 0):.3f}" for m in s.metrics)
         print(f"  {name:12s} {scores}  failed={summary['failed_examples']}  lm_calls/q={summary.get('lm_calls', 0):.2f}"
               f"  prompt_tokens/q={summary.get('prompt_tokens', 0):.0f}  s/q={summary.get('seconds', 0):.2f}")
+    print(f"prompt versions: {', '.join(prompts)}")
     print(f"compiled program: {stored} (MLflow run {run.info.run_id}, artifact {out.name})")
     print(f"load it with programs.load_compiled({run.info.run_id!r}) or evaluate.py --compiled {run.info.run_id}")
     print(f"browse runs: mlflow ui --backend-store-uri {tracking.tracking_uri()}  (then open http://127.0.0.1:5000)")

@@ -5,6 +5,7 @@ import fcntl
 import hashlib
 import json
 import os
+import re
 import subprocess
 import tempfile
 import warnings
@@ -197,6 +198,24 @@ def untraced():
     finally:
         if was_on:
             mlflow.dspy.autolog()
+
+
+def register_prompts(program, program_name: str, tags: dict) -> list[str]:
+    """Register each predictor's compiled instructions and demos as a version of the prompt
+    ``<program>.<predictor>`` in MLflow's prompt registry (plain text, for reading and diffing versions in the UI),
+    linked to the active run. Loading stays with the program's JSON state."""
+    names = []
+    for path, predictor in program.named_predictors():
+        name = re.sub(r"[^A-Za-z0-9_.-]", "_", f"{program_name}.{path}")
+        demos = "\n\n".join("\n".join(f"{k}: {v}" for k, v in dict(demo).items() if not k.startswith("_"))
+                             for demo in predictor.demos)
+        template = predictor.signature.instructions + (f"\n\n--- {len(predictor.demos)} demos ---\n\n{demos}"
+                                                        if predictor.demos else "")
+        version = mlflow.genai.register_prompt(name, template.replace("{{", "{ {"),
+                                               commit_message=f"compiled in run {mlflow.active_run().info.run_id}",
+                                               tags={k: str(v) for k, v in tags.items()})
+        names.append(f"{name}/{version.version}")
+    return names
 
 
 def log_json(name: str, obj) -> None:

@@ -89,3 +89,17 @@ def test_no_trace_leaves_no_traces(monkeypatch):
     evaluate.main(["--program", "direct", "--dataset", "demo", "--split", "dev", "--train", "0", "--test", "0",
                    "--dev", "2", "--no-trace"])
     assert _traces(_last_run_id()) == []
+
+
+def test_a_compile_registers_each_predictors_instructions_and_demos_as_a_prompt_version(monkeypatch):
+    lm = DummyLM({"question": {"answer": "Paris"}})
+    monkeypatch.setattr(cli, "make_lm", lambda *a, **k: lm)
+    run_id = optimize.main(["--program", "direct", "--dataset", "demo", "--train", "2", "--dev", "1", "--test", "1"])
+    artifact = json.loads(open(tracking.download(run_id, "program.json")).read())
+    for path, state in artifact["state"].items():
+        prompt = mlflow.genai.load_prompt(f"prompts:/direct.{path}/1")
+        assert prompt.template.startswith(state["signature"]["instructions"]) and run_id in prompt.commit_message
+        assert (f"--- {len(state['demos'])} demos ---" in prompt.template) == bool(state["demos"])
+        for demo in state["demos"]:
+            assert f"answer: {demo['answer']}" in prompt.template
+    assert any(state["demos"] for state in artifact["state"].values())  # bootstrap kept a demo to show
