@@ -63,7 +63,7 @@ def main(argv=None) -> str:
         stage("dev_before", program, s.splits.dev)
         stage("test_before", program, s.splits.test)
         t0 = time.perf_counter()
-        with metered() as cost, tracking.untraced():  # compile's own calls are counted, not traced
+        with tracking.untraced(), metered() as cost:  # compile's own calls are counted, not traced
             compiled = compile_program(program, args.optimizer, s.splits.train, s.splits.dev, metric,
                                        max_demos=args.demos, candidates=args.candidates, budget=args.budget,
                                        seed=args.seed, reflection_lm=s.roles.lm("planner"))

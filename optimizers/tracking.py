@@ -169,7 +169,11 @@ class QuestionTraces:
     def __call__(self, example):
         with mlflow.start_span(name="question", span_type="CHAIN", run_id=self.run_id,
                                attributes={"question_id": example.id, "question": example.question}) as span:
+            span.set_inputs({"question": example.question})
+
             def finish(rec: dict) -> None:
+                span.set_outputs({"answer": rec.get("answer"), "gold": rec.get("gold"),
+                                  **{m: rec[m] for m in self.metrics if m in rec}})
                 span.set_attributes({"answer": _cell(rec.get("answer")), "gold": _cell(rec.get("gold")),
                                      "decisions": _cell(rec.get("trace")),
                                      "passages": _cell([p["title"] for p in rec.get("passages") or []])})

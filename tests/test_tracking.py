@@ -59,6 +59,8 @@ def test_a_compile_logs_train_dev_and_test_inputs(monkeypatch):
     monkeypatch.setattr(cli, "make_lm", lambda *a, **k: lm)
     run_id = optimize.main(["--program", "direct", "--dataset", "demo", "--train", "2", "--dev", "1", "--test", "1"])
     assert set(_inputs(_run(run_id))) == {"train", "dev", "test"}
+    traces = _traces(run_id)  # one per evaluated question of the 4 stages, each with DSPy's spans; none of compile
+    assert len(traces) == 4 and all("question_id" in t.info.tags and len(t.data.spans) > 1 for t in traces)
 
 
 def _traces(run_id: str):
