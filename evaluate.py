@@ -47,18 +47,15 @@ def main(argv=None) -> dict:
         fail(str(err))
     examples = s.evaluated(getattr(s.splits, args.split))
     run_name = f"{args.program}-{args.dataset}-{args.split}" + ("-compiled" if artifact else "")
-    if args.trace:
-        tracking.setup(args.experiment)
-        mlflow.dspy.autolog()
     with tracking.run(args.experiment, run_name, tags={"entry": "evaluate.py"}) as run:
         tracking.log_params(s.params(args.program) | {"split": args.split, "compiled_from": args.compiled or ""})
         if args.program in s.calibrations:
             tracking.log_json("calibration.json", s.calibrations[args.program])
         records, summary = evaluate(program, examples, s.metrics, k=args.k if s.retriever else None,
                                     retries=args.retries, checkpoint=s.checkpoint(args.split, args.program, program),
-                                    desc=args.split, groups=s.groups, threads=args.threads)
-        tracking.log_metrics(summary, args.split)
-        tracking.log_jsonl(f"predictions/{args.split}.jsonl", records)
+                                    desc=args.split, groups=s.groups, threads=args.threads,
+                                    traces=tracking.question_traces(run.info.run_id, s.metrics, args.trace))
+        tracking.log_evaluation(args.split, records, summary, s.metrics, s.eval_data(args.split, examples))
         if s.judge:
             mlflow.log_metric("judge_failures", s.judge.failures)
         if args.error_profile:

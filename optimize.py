@@ -46,6 +46,7 @@ def main(argv=None) -> str:
             "optimizer": args.optimizer, "compile_metric": metric_name, "max_demos": args.demos,
             "candidates": args.candidates, "budget": args.budget or ""})
         stages = {}
+        traces = tracking.question_traces(run.info.run_id, s.metrics, args.trace)
 
         def stage(name, prog, examples):
             if not examples:  # e.g. --dev 0 with bootstrap, which never looks at dev
@@ -53,16 +54,16 @@ def main(argv=None) -> str:
             examples = s.evaluated(examples)
             records, summary = evaluate(prog, examples, s.metrics, k=k, retries=args.retries,
                                         checkpoint=s.checkpoint(name, args.program, prog), desc=name,
-                                        groups=s.groups)
-            tracking.log_metrics(summary, name)
-            tracking.log_jsonl(f"predictions/{name}.jsonl", records)
+                                        groups=s.groups, traces=traces)
+            tracking.log_evaluation(name, records, summary, s.metrics, s.eval_data(name.split("_")[0], examples))
             stages[name] = summary
             return summary
 
+        s.eval_data("train", s.splits.train).log()  # what compile learns from
         stage("dev_before", program, s.splits.dev)
         stage("test_before", program, s.splits.test)
         t0 = time.perf_counter()
-        with metered() as cost:
+        with tracking.untraced(), metered() as cost:  # compile's own calls are counted, not traced
             compiled = compile_program(program, args.optimizer, s.splits.train, s.splits.dev, metric,
                                        max_demos=args.demos, candidates=args.candidates, budget=args.budget,
                                        seed=args.seed, reflection_lm=s.roles.lm("planner"))
@@ -80,6 +81,8 @@ def main(argv=None) -> str:
                                 "corpus": args.corpus, "leave_question_out": args.leave_question_out,
                                 "max_docs": args.max_docs, **retrieval_options(args)})
         mlflow.log_artifact(str(out))
+        prompts = tracking.register_prompts(compiled, args.program, {"optimizer": args.optimizer,
+                                                                     "dataset": args.dataset})
         stored = tracking.artifact_path(out.name)
         if not args.out:
             shutil.rmtree(out.parent)  # the lasting copy is the run's artifact
@@ -89,6 +92,7 @@ def main(argv=None) -> str:
         scores = "  ".join(f"{m}={summary.get(m, 0):.3f}" for m in s.metrics)
         print(f"  {name:12s} {scores}  failed={summary['failed_examples']}  lm_calls/q={summary.get('lm_calls', 0):.2f}"
               f"  prompt_tokens/q={summary.get('prompt_tokens', 0):.0f}  s/q={summary.get('seconds', 0):.2f}")
+    print(f"prompt versions: {', '.join(prompts)}")
     print(f"compiled program: {stored} (MLflow run {run.info.run_id}, artifact {out.name})")
     print(f"load it with programs.load_compiled({run.info.run_id!r}) or evaluate.py --compiled {run.info.run_id}")
     print(f"browse runs: mlflow ui --backend-store-uri {tracking.tracking_uri()}  (then open http://127.0.0.1:5000)")

@@ -15,6 +15,7 @@ import dspy
 import data as datasets
 import programs
 from data import corpora as sources
+from optimizers import tracking
 from optimizers.metrics import ANSWER_METRICS, Judge, answer_metrics
 from optimizers.calibration import calibrate_pride
 from programs.choice import MODES, MCScoring
@@ -88,6 +89,9 @@ def parser(description: str) -> argparse.ArgumentParser:
                    help="examples evaluated at once (for endpoints that serve concurrent requests; the embedded "
                         "server answers one at a time)")
     p.add_argument("--experiment", default="agentic-rag", help="MLflow experiment")
+    p.add_argument("--trace", action=argparse.BooleanOptionalAction, default=True,
+                   help="one MLflow trace per evaluated question (its DSPy calls, score and the method's decisions); "
+                        "--no-trace turns it off")
     return p
 
 
@@ -115,6 +119,11 @@ class Session:
     def evaluated(self, examples: list[dspy.Example]) -> list[dspy.Example]:
         """The examples to evaluate: as given, or once per cyclic option shift with ``--circular``."""
         return datasets.circular(examples) if self.args.circular else examples
+
+    def eval_data(self, split: str, examples: list[dspy.Example]) -> tracking.EvalData:
+        """``examples`` of ``split`` (train / dev / test) as the MLflow dataset input of a run."""
+        return tracking.EvalData(f"{self.args.dataset}/{split}/seed{self.args.seed}", split, tuple(examples),
+                                 self.bundle.source)
 
     def lm_ids(self) -> dict:
         a = self.args

@@ -6,6 +6,7 @@ import json
 import threading
 import warnings
 from concurrent.futures import ThreadPoolExecutor, as_completed
+from contextlib import nullcontext
 from pathlib import Path
 from statistics import mean
 
@@ -61,11 +62,13 @@ def record(example: dspy.Example, pred, metrics: dict, k: int | None, groups: tu
 
 def evaluate(program: dspy.Module, examples: list[dspy.Example], metrics: dict, *, k: int | None = None,
              retries: int = 1, checkpoint: Path | None = None, desc: str = "eval",
-             groups: tuple[str, ...] = (), threads: int = 1) -> tuple[list[dict], dict]:
+             groups: tuple[str, ...] = (), threads: int = 1, traces=None) -> tuple[list[dict], dict]:
     """Evaluate ``program`` on ``examples``; resume from ``checkpoint`` (JSONL) when it holds finished examples.
 
     ``threads`` > 1 evaluates that many examples at once (for endpoints that serve concurrent requests); each
-    example's cost is metered on its own and the records come back in input order.
+    example's cost is metered on its own and the records come back in input order. ``traces`` (e.g.
+    ``tracking.QuestionTraces``): called per example, a context manager around its call that yields a function
+    taking the finished record.
     Returns the per-example records and a summary: mean of every metric, ``failed_examples`` (count), mean
     ``iterations`` (from ``pred.trace``), cost per question (``lm_calls``, ``prompt_tokens``, ``completion_tokens``,
     ``seconds``, ``lm_seconds``), for each example field in ``groups`` (e.g. ``lang``) ``<metric>_by_<field>/<value>``,
@@ -77,9 +80,11 @@ def evaluate(program: dspy.Module, examples: list[dspy.Example], metrics: dict, 
     write = threading.Lock()
 
     def one(example: dspy.Example) -> dict:
-        with metered() as cost:
-            pred, error, tries = _run(program, example, retries)
-        rec = record(example, pred, metrics, k, groups) | {"error": error, "tries": tries} | cost.as_dict()
+        with (traces(example) if traces else nullcontext(lambda rec: None)) as finish:
+            with metered() as cost:
+                pred, error, tries = _run(program, example, retries)
+            rec = record(example, pred, metrics, k, groups) | {"error": error, "tries": tries} | cost.as_dict()
+            finish(rec)
         if sink:
             with write:
                 sink.write(json.dumps(rec, ensure_ascii=False, default=str) + "\n")

@@ -133,8 +133,6 @@ def run_cell(s: Session, cell: Cell, parent_run_id: str, suite_name: str, progra
     examples = s.evaluated(getattr(s.splits, a.split)) if examples is None else examples
     stage = stage or a.split
     tracking.setup(a.experiment)
-    if a.trace:
-        mlflow.dspy.autolog()
     with mlflow.start_run(run_name=f"{cell.label}-{cell.dataset}", parent_run_id=parent_run_id,
                           nested=mlflow.active_run() is not None,
                           tags={"git_commit": tracking.git_commit(), "entry": entry,
@@ -143,10 +141,10 @@ def run_cell(s: Session, cell: Cell, parent_run_id: str, suite_name: str, progra
                                                       "eval_ids": [ex.id for ex in examples]})
         records, summary = evaluate(program, examples, s.metrics, k=a.k if s.retriever else None,
                                     retries=a.retries, desc=f"{cell.label}/{cell.dataset}", groups=s.groups,
-                                    checkpoint=s.checkpoint(stage, cell.label, program),
-                                    threads=a.threads)
-        tracking.log_metrics(summary, a.split)
-        tracking.log_jsonl(f"predictions/{a.split}.jsonl", records)
+                                    checkpoint=s.checkpoint(stage, cell.label, program), threads=a.threads,
+                                    traces=tracking.question_traces(run.info.run_id, s.metrics, a.trace))
+        tracking.log_evaluation(a.split, records, summary, s.metrics, s.eval_data(a.split, examples))
+        mlflow.flush_trace_async_logging()
     return Result(cell, run.info.run_id, summary, records)
 
 
@@ -247,4 +245,3 @@ def add_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ray", nargs="?", const="local", metavar="ADDRESS",
                    help="suite: run cells as Ray tasks (local ray.init(), or a cluster address); pip install '.[ray]'")
     p.add_argument("--ray-cpus", type=float, default=1, help="CPUs Ray reserves per cell")
-    p.add_argument("--trace", action="store_true", help="trace every DSPy call into MLflow (mlflow.dspy.autolog)")

@@ -2,11 +2,15 @@
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import json
 import os
+import re
 import subprocess
 import tempfile
+import warnings
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
@@ -63,6 +67,8 @@ def run(experiment: str, run_name: str, tags: dict | None = None):
         except KeyboardInterrupt:
             mlflow.end_run("KILLED")
             raise
+        finally:
+            mlflow.flush_trace_async_logging()  # the run's question traces are in the store when it ends
 
 
 def log_params(params: dict) -> None:
@@ -79,6 +85,141 @@ def log_params(params: dict) -> None:
 
 def log_metrics(summary: dict, prefix: str) -> None:
     mlflow.log_metrics({f"{prefix}_{k}": float(v) for k, v in summary.items() if isinstance(v, (int, float))})
+
+
+#: Per-question columns of the records table (the full records, with traces, stay in ``predictions/*.jsonl``).
+TABLE_COLUMNS = ("id", "question", "gold", "answer", "failed", "error", "lm_calls", "prompt_tokens",
+                 "completion_tokens", "seconds")
+
+
+def log_evaluation(stage: str, records: list[dict], summary: dict, metrics, dataset: "EvalData") -> None:
+    """Everything one evaluated split leaves in the active run: metrics ``<stage>_<name>``, the per-question
+    records (``predictions/<stage>.jsonl``), the same as a table the artifact viewer shows
+    (``predictions/<stage>_table.json``: question, gold, answer, scores, cost, failed) and the examples as an
+    MLflow dataset input, so the runs list shows and filters by the data each run saw."""
+    log_metrics(summary, stage)
+    log_jsonl(f"predictions/{stage}.jsonl", records)
+    columns = [c for c in TABLE_COLUMNS[:5] + tuple(metrics) + TABLE_COLUMNS[5:] if any(c in r for r in records)]
+    if records:
+        mlflow.log_table({c: [_cell(r.get(c)) for r in records] for c in columns},
+                         artifact_file=f"predictions/{stage}_table.json")
+    dataset.log()
+
+
+def _cell(value):
+    """A table cell: scalars as they are, anything else (gold lists, option dicts) as JSON text."""
+    return value if value is None or isinstance(value, (str, int, float, bool)) else json.dumps(value, default=str)
+
+
+@dataclass(frozen=True)
+class EvalData:
+    """The examples of one evaluation as an MLflow dataset: ``name`` (dataset, split, seed), ``context``
+    (train / dev / test), ``digest`` (the examples' content fingerprint) and ``source`` (the file or bundled set
+    they were read from)."""
+
+    name: str
+    context: str
+    examples: tuple
+    source: str
+
+    @property
+    def digest(self) -> str:
+        return examples_digest(self.examples)
+
+    def log(self) -> None:
+        import pandas as pd
+        from mlflow.data.pandas_dataset import from_pandas
+
+        frame = pd.DataFrame([{"id": ex.id, "question": ex.question, "answer": _cell(ex.answer)}
+                              for ex in self.examples], columns=["id", "question", "answer"])
+        with warnings.catch_warnings():  # a local path matches two equivalent source types; MLflow picks one
+            warnings.filterwarnings("ignore", message="The specified dataset source can be interpreted")
+            dataset = from_pandas(frame, source=_source(self.source), name=self.name, targets="answer",
+                                  digest=self.digest)
+        mlflow.log_input(dataset, context=self.context)
+
+
+def examples_digest(examples) -> str:
+    """A short content hash of examples (id, question, gold answer), the same for the same data wherever read."""
+    digest = hashlib.sha256()
+    for ex in examples:
+        digest.update(json.dumps([ex.id, ex.question, ex.answer], ensure_ascii=False, default=str).encode())
+        digest.update(b"\n")
+    return digest.hexdigest()[:12]
+
+
+def _source(text: str) -> str:
+    """MLflow resolves a dataset source by its URI scheme; a description with a colon (``context=oracle``) is not
+    a URI, so it is given as a plain local path-like string."""
+    return text.replace(":", "=") if urlparse(text).scheme not in ("", "file") else text
+
+
+class QuestionTraces:
+    """One MLflow trace per evaluated question, linked to ``run_id`` (also from evaluation threads, where no run
+    is active): a ``question`` span around the program call (DSPy autologging nests its module and LM spans in
+    it), tagged with the question id, whether it failed and each metric's score, with the program's own trace
+    (iterations, queries, kept/dropped passages, verdicts, stop reason) as span attributes, so the UI's trace search
+    can filter e.g. ``tags.em = '0'``."""
+
+    def __init__(self, run_id: str, metrics):
+        self.run_id, self.metrics = run_id, tuple(metrics)
+        mlflow.dspy.autolog()
+
+    @contextmanager
+    def __call__(self, example):
+        with mlflow.start_span(name="question", span_type="CHAIN", run_id=self.run_id,
+                               attributes={"question_id": example.id, "question": example.question}) as span:
+            span.set_inputs({"question": example.question})
+
+            def finish(rec: dict) -> None:
+                span.set_outputs({"answer": rec.get("answer"), "gold": rec.get("gold"),
+                                  **{m: rec[m] for m in self.metrics if m in rec}})
+                span.set_attributes({"answer": _cell(rec.get("answer")), "gold": _cell(rec.get("gold")),
+                                     "decisions": _cell(rec.get("trace")),
+                                     "passages": _cell([p["title"] for p in rec.get("passages") or []])})
+                mlflow.update_current_trace(tags={"question_id": str(rec["id"]), "failed": str(rec["failed"]),
+                                                  **{m: f"{rec[m]:g}" for m in self.metrics if m in rec}})
+            yield finish
+
+
+def question_traces(run_id: str, metrics, enabled: bool) -> QuestionTraces | None:
+    """The per-question tracer of a run (``--trace``), or None with DSPy autologging off (``--no-trace``)."""
+    if enabled:
+        return QuestionTraces(run_id, metrics)
+    mlflow.dspy.autolog(disable=True)
+    return None
+
+
+@contextmanager
+def untraced():
+    """DSPy autologging off for a block (a compile's thousands of calls), on again after if it was on."""
+    from mlflow.utils.autologging_utils import autologging_is_disabled
+
+    was_on = not autologging_is_disabled("dspy")
+    mlflow.dspy.autolog(disable=True)
+    try:
+        yield
+    finally:
+        if was_on:
+            mlflow.dspy.autolog()
+
+
+def register_prompts(program, program_name: str, tags: dict) -> list[str]:
+    """Register each predictor's compiled instructions and demos as a version of the prompt
+    ``<program>.<predictor>`` in MLflow's prompt registry (plain text, for reading and diffing versions in the UI),
+    linked to the active run. Loading stays with the program's JSON state."""
+    names = []
+    for path, predictor in program.named_predictors():
+        name = re.sub(r"[^A-Za-z0-9_.-]", "_", f"{program_name}.{path}")
+        demos = "\n\n".join("\n".join(f"{k}: {v}" for k, v in dict(demo).items() if not k.startswith("_"))
+                             for demo in predictor.demos)
+        template = predictor.signature.instructions + (f"\n\n--- {len(predictor.demos)} demos ---\n\n{demos}"
+                                                        if predictor.demos else "")
+        version = mlflow.genai.register_prompt(name, template.replace("{{", "{ {"),
+                                               commit_message=f"compiled in run {mlflow.active_run().info.run_id}",
+                                               tags={k: str(v) for k, v in tags.items()})
+        names.append(f"{name}/{version.version}")
+    return names
 
 
 def log_json(name: str, obj) -> None:

@@ -1,9 +1,11 @@
-"""Check the MLflow UI as a person would: the experiment page lists a suite's runs, the compare view shows metrics.
+"""Check the MLflow UI as a person would: the runs list shows a suite's runs with their datasets, the compare view
+shows their metrics, one question's trace shows the method's decisions, and a compiled prompt version reads.
 
 ``python scripts/check_mlflow_ui.py [--experiment agentic-rag] [--run SUITE_RUN_ID] [--screenshot-dir /tmp]``
 Starts ``mlflow server`` on 127.0.0.1 over the project's store (``RAG_MLRUNS``, default ./mlruns), opens it in
 headless Chromium (Debian ``chromium`` + ``chromium-driver``, driven by selenium: ``pip install '.[ui]'``), and
-prints one line per check. Screenshots of both pages are saved (not committed). Exit status 1 if a check fails."""
+prints one line per check. A screenshot of each page is saved. Exit status 1 if a check fails. The prompt check
+needs a compile in the store (``python optimize.py ...``)."""
 from __future__ import annotations
 
 import argparse
@@ -64,6 +66,40 @@ def suite_runs(experiment: str, run_id: str | None):
     return exp, parent, children
 
 
+def check_trace(page, url: str, exp, children, shots: Path, timeout: float) -> bool:
+    """One question's trace of a child run opens with its id, answer and the method's decisions; True on failure."""
+    traces = [t for c in children for t in mlflow.search_traces(locations=[exp.experiment_id], run_id=c.info.run_id,
+                                                                 return_type="list")
+              if "question_id" in t.info.tags]
+    if not traces:
+        print("FAIL no question traces in the suite's child runs (were they run with --no-trace?)")
+        return True
+    trace = traces[0]
+    page.get(f"{url}/#/experiments/{exp.experiment_id}/traces?selectedEvaluationId={trace.info.trace_id}")
+    missing = wait_for_text(page, [trace.info.tags["question_id"], "decisions", "answer"], timeout)
+    page.save_screenshot(str(shots / "mlflow-trace.png"))
+    print(f"{'PASS' if not missing else 'FAIL'} trace of question {trace.info.tags['question_id']} shows its "
+          "answer and decisions" + (f" (missing: {missing})" if missing else ""))
+    return bool(missing)
+
+
+def check_prompt(page, url: str, shots: Path, timeout: float) -> bool:
+    """The latest registered prompt's page shows its compiled instructions; True on failure."""
+    prompts = mlflow.genai.search_prompts()
+    if not prompts:
+        print("FAIL no registered prompt: compile a program first (python optimize.py --program ...)")
+        return True
+    name = prompts[0].name
+    version = mlflow.genai.load_prompt(f"prompts:/{name}@latest")
+    page.get(f"{url}/#/prompts/{urllib.parse.quote(name)}")
+    first_line = version.template.splitlines()[0][:60]
+    missing = wait_for_text(page, [name, first_line], timeout)
+    page.save_screenshot(str(shots / "mlflow-prompt.png"))
+    print(f"{'PASS' if not missing else 'FAIL'} prompt {name} version {version.version} shows its instructions"
+          + (f" (missing: {missing})" if missing else ""))
+    return bool(missing)
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--experiment", default="agentic-rag")
@@ -87,11 +123,14 @@ def main(argv=None) -> int:
             if not missing:  # child runs are folded under their parent: unfold it as a person would
                 page.find_element("css selector", EXPAND).click()
                 missing = wait_for_text(page, [c.info.run_name for c in children], args.timeout)
+            datasets = sorted({d.dataset.name for c in children for d in c.inputs.dataset_inputs})
+            missing += wait_for_text(page, datasets or ["(no dataset input logged)"], args.timeout)
             page.save_screenshot(str(shots / "mlflow-experiment.png"))
             ok = not missing
             failures += not ok
             print(f"{'PASS' if ok else 'FAIL'} experiment page {exp.name!r} lists suite run {parent.info.run_name!r} "
-                  f"and its {len(children)} child runs" + (f" (missing: {missing})" if missing else ""))
+                  f"and its {len(children)} child runs with their datasets {datasets}"
+                  + (f" (missing: {missing})" if missing else ""))
             ids = [c.info.run_id for c in children]
             query = urllib.parse.urlencode({"runs": json.dumps(ids), "experiments": json.dumps([exp.experiment_id])})
             page.get(f"{url}/#/compare-runs?{query}")
@@ -104,10 +143,12 @@ def main(argv=None) -> int:
             failures += not ok
             print(f"{'PASS' if ok else 'FAIL'} compare view shows {len(ids)} child runs and metric {metric!r}"
                   + (f" (missing: {missing})" if missing else ""))
+            failures += check_trace(page, url, exp, children, shots, args.timeout)
+            failures += check_prompt(page, url, shots, args.timeout)
         finally:
             page.quit()
-    print(f"runs checked: {', '.join(names)}\nscreenshots: {shots / 'mlflow-experiment.png'}, "
-          f"{shots / 'mlflow-compare.png'}")
+    print(f"runs checked: {', '.join(names)}\nscreenshots in {shots}: mlflow-experiment.png, mlflow-compare.png, "
+          "mlflow-trace.png, mlflow-prompt.png")
     return 1 if failures else 0
 
 

@@ -1,0 +1,107 @@
+"""What a run leaves in MLflow for the UI: dataset inputs that tell runs on different data apart, and the
+per-question records as a table the artifact viewer shows."""
+from __future__ import annotations
+
+import json
+
+import mlflow
+from dspy.utils.dummies import DummyLM
+
+import evaluate
+import optimize
+from optimizers import cli, tracking
+
+
+def _run(run_id: str):
+    mlflow.set_tracking_uri(tracking.tracking_uri())
+    return mlflow.get_run(run_id)
+
+
+def _inputs(run) -> dict[str, tuple[str, str]]:
+    """context -> (dataset name, digest) of a run's dataset inputs."""
+    return {next(t.value for t in d.tags if t.key == "mlflow.data.context"): (d.dataset.name, d.dataset.digest)
+            for d in run.inputs.dataset_inputs}
+
+
+def _last_run_id() -> str:
+    mlflow.set_tracking_uri(tracking.tracking_uri())
+    return mlflow.search_runs(search_all_experiments=True, order_by=["start_time DESC"]).iloc[0].run_id
+
+
+def test_an_evaluation_logs_its_questions_as_a_dataset_and_a_table(monkeypatch):
+    lm = DummyLM({"question": {"answer": "Paris"}})
+    monkeypatch.setattr(cli, "make_lm", lambda *a, **k: lm)
+    argv = ["--program", "direct", "--dataset", "demo", "--split", "dev", "--train", "0", "--test", "0"]
+    evaluate.main(argv + ["--dev", "2"])
+    first = _run(_last_run_id())
+    evaluate.main(argv + ["--dev", "3"])
+    second = _run(_last_run_id())
+    (name, digest), = _inputs(first).values()
+    assert _inputs(first).keys() == {"dev"} and name == "demo/dev/seed13"
+    assert _inputs(second)["dev"][0] == name and _inputs(second)["dev"][1] != digest  # other questions, other digest
+    table = json.loads(open(tracking.download(first.info.run_id, "predictions/dev_table.json")).read())
+    rows = [dict(zip(table["columns"], row)) for row in table["data"]]
+    assert [r["answer"] for r in rows] == ["Paris", "Paris"]
+    assert {"question", "gold", "em", "failed", "lm_calls"} <= set(table["columns"])
+
+
+def test_the_same_examples_have_the_same_digest_wherever_they_are_read():
+    args = cli.parser("t").parse_args(["--program", "direct", "--dataset", "demo", "--train", "1", "--dev", "2"])
+    s = cli.session(args, needs_search=False)
+    again = cli.session(cli.parser("t").parse_args(["--program", "direct", "--dataset", "demo", "--train", "1",
+                                                    "--dev", "2"]), needs_search=False)
+    assert s.eval_data("dev", s.splits.dev).digest == again.eval_data("dev", again.splits.dev).digest
+    assert s.eval_data("dev", s.splits.dev).digest != s.eval_data("train", s.splits.train).digest
+
+
+def test_a_compile_logs_train_dev_and_test_inputs(monkeypatch):
+    lm = DummyLM({"question": {"answer": "Paris"}})
+    monkeypatch.setattr(cli, "make_lm", lambda *a, **k: lm)
+    run_id = optimize.main(["--program", "direct", "--dataset", "demo", "--train", "2", "--dev", "1", "--test", "1"])
+    assert set(_inputs(_run(run_id))) == {"train", "dev", "test"}
+    traces = _traces(run_id)  # one per evaluated question of the 4 stages, each with DSPy's spans; none of compile
+    assert len(traces) == 4 and all("question_id" in t.info.tags and len(t.data.spans) > 1 for t in traces)
+
+
+def _traces(run_id: str):
+    mlflow.set_tracking_uri(tracking.tracking_uri())
+    return mlflow.search_traces(run_id=run_id, return_type="list")
+
+
+def test_every_question_is_a_trace_of_its_run_with_its_score_and_decisions(monkeypatch):
+    lm = DummyLM({"question": {"answer": "Paris"}})
+    monkeypatch.setattr(cli, "make_lm", lambda *a, **k: lm)
+    argv = ["--program", "direct", "--dataset", "demo", "--split", "dev", "--train", "0", "--test", "0", "--dev", "2"]
+    evaluate.main(argv)
+    traces = _traces(_last_run_id())
+    records = [json.loads(line) for line in
+               open(tracking.download(_last_run_id(), "predictions/dev.jsonl")).read().splitlines()]
+    assert sorted(t.info.tags["question_id"] for t in traces) == sorted(r["id"] for r in records)
+    by_id = {t.info.tags["question_id"]: t for t in traces}
+    for r in records:
+        assert by_id[r["id"]].info.tags["em"] == f"{r['em']:g}"
+        root = by_id[r["id"]].data.spans[0]
+        assert root.name == "question" and root.attributes["answer"] == "Paris"
+        assert any(s.parent_id == root.span_id for s in by_id[r["id"]].data.spans)  # DSPy's spans nest inside
+
+
+def test_no_trace_leaves_no_traces(monkeypatch):
+    lm = DummyLM({"question": {"answer": "Paris"}})
+    monkeypatch.setattr(cli, "make_lm", lambda *a, **k: lm)
+    evaluate.main(["--program", "direct", "--dataset", "demo", "--split", "dev", "--train", "0", "--test", "0",
+                   "--dev", "2", "--no-trace"])
+    assert _traces(_last_run_id()) == []
+
+
+def test_a_compile_registers_each_predictors_instructions_and_demos_as_a_prompt_version(monkeypatch):
+    lm = DummyLM({"question": {"answer": "Paris"}})
+    monkeypatch.setattr(cli, "make_lm", lambda *a, **k: lm)
+    run_id = optimize.main(["--program", "direct", "--dataset", "demo", "--train", "2", "--dev", "1", "--test", "1"])
+    artifact = json.loads(open(tracking.download(run_id, "program.json")).read())
+    for path, state in artifact["state"].items():
+        prompt = mlflow.genai.load_prompt(f"prompts:/direct.{path}/1")
+        assert prompt.template.startswith(state["signature"]["instructions"]) and run_id in prompt.commit_message
+        assert (f"--- {len(state['demos'])} demos ---" in prompt.template) == bool(state["demos"])
+        for demo in state["demos"]:
+            assert f"answer: {demo['answer']}" in prompt.template
+    assert any(state["demos"] for state in artifact["state"].values())  # bootstrap kept a demo to show
