@@ -17,6 +17,7 @@ from optimizers.cli import compile_metric, fail, interruptible, parser, retrieva
 from optimizers.compile import OPTIMIZERS, compile_program
 from optimizers.evaluation import evaluate
 from optimizers.metrics import ANSWER_METRICS
+from optimizers.stats import bootstrap_ci
 from runtime.metering import metered
 
 
@@ -45,7 +46,7 @@ def main(argv=None) -> str:
         tracking.log_params(s.params(args.program) | {
             "optimizer": args.optimizer, "compile_metric": metric_name, "max_demos": args.demos,
             "candidates": args.candidates, "budget": args.budget or ""})
-        stages = {}
+        stages, scores = {}, {}
         traces = tracking.question_traces(run.info.run_id, s.metrics, args.trace)
 
         def stage(name, prog, examples):
@@ -57,6 +58,7 @@ def main(argv=None) -> str:
                                         groups=s.groups, traces=traces)
             tracking.log_evaluation(name, records, summary, s.metrics, s.eval_data(name.split("_")[0], examples))
             stages[name] = summary
+            scores[name] = [r[metric_name] for r in records]
             return summary
 
         s.eval_data("train", s.splits.train).log()  # what compile learns from
@@ -89,14 +91,31 @@ def main(argv=None) -> str:
 
     print(f"\nrun {run.info.run_id} ({run_name})")
     for name, summary in stages.items():
-        scores = "  ".join(f"{m}={summary.get(m, 0):.3f}" for m in s.metrics)
-        print(f"  {name:12s} {scores}  failed={summary['failed_examples']}  lm_calls/q={summary.get('lm_calls', 0):.2f}"
+        mean, low, high = bootstrap_ci(scores[name])
+        others = "  ".join(f"{m}={summary.get(m, 0):.3f}" for m in s.metrics if m != metric_name)
+        print(f"  {name:12s} {metric_name}={mean:.3f} [95% CI {low:.2f}-{high:.2f}, n={len(scores[name])}]  {others}"
+              f"  failed={summary['failed_examples']}  lm_calls/q={summary.get('lm_calls', 0):.2f}"
               f"  prompt_tokens/q={summary.get('prompt_tokens', 0):.0f}  s/q={summary.get('seconds', 0):.2f}")
+    if "test_before" in scores:
+        print(verdict(scores["test_before"], scores["test_after"], metric_name, args))
     print(f"prompt versions: {', '.join(prompts)}")
     print(f"compiled program: {stored} (MLflow run {run.info.run_id}, artifact {out.name})")
     print(f"load it with programs.load_compiled({run.info.run_id!r}) or evaluate.py --compiled {run.info.run_id}")
     print(f"browse runs: mlflow ui --backend-store-uri {tracking.tracking_uri()}  (then open http://127.0.0.1:5000)")
     return run.info.run_id
+
+
+def verdict(before: list[float], after: list[float], metric: str, args) -> str:
+    """What the test slice can say about compiled vs uncompiled: the paired difference with its bootstrap CI, and
+    in plain words whether the slice is big enough to tell them apart, with the command for a real comparison."""
+    diff, low, high = bootstrap_ci(list(zip(after, before)))
+    line = (f"compiled - uncompiled on the same {len(after)} test questions: {metric} {diff:+.3f} "
+            f"(95% CI {low:+.2f} to {high:+.2f})")
+    if low <= 0 <= high:
+        benchmark = {"demo": "hotpotqa", "demo_culture": "blend"}.get(args.dataset, args.dataset)
+        line += (f"; the interval includes 0, so this slice cannot tell them apart. For a comparison: python "
+                 f"optimize.py --program {args.program} --dataset {benchmark} --test {max(50, 2 * len(after))}")
+    return line
 
 
 if __name__ == "__main__":

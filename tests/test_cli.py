@@ -99,3 +99,13 @@ def test_a_checkpoint_is_resumed_only_by_the_code_that_wrote_it(scripted_lm, tmp
     pipeline_edited = s.checkpoint("dev", "direct", program)
     cli.code_version.cache_clear()
     assert same[0] == same[1] and edited != same[0] and pipeline_edited == edited
+
+
+def test_optimize_says_when_its_test_slice_cannot_tell_compiled_from_uncompiled(monkeypatch, capsys):
+    lm = DummyLM({"question": {"answer": "Paris"}})
+    monkeypatch.setattr(cli, "make_lm", lambda *a, **k: lm)
+    optimize.main(["--program", "direct", "--dataset", "demo", "--train", "2", "--dev", "0", "--test", "3"])
+    out = capsys.readouterr().out
+    assert "test_before  f1=0.000 [95% CI 0.00-0.00, n=3]" in out
+    assert "compiled - uncompiled on the same 3 test questions: f1 +0.000 (95% CI +0.00 to +0.00)" in out
+    assert "cannot tell them apart. For a comparison: python optimize.py --program direct --dataset hotpotqa" in out
