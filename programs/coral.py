@@ -410,11 +410,13 @@ class CORAL(dspy.Module):
         except PARSE_ERRORS:
             text = ""
         ratings = parse_ratings(text)
-        positions = [doc for doc, _, _ in ratings]
-        if sorted(positions) != list(range(1, len(chunk) + 1)) and len(ratings) == len(chunk):
-            positions = list(range(1, len(chunk) + 1))  # right count, odd numbering: trust the order
+        numbers = [doc for doc, _, _ in ratings]
+        # each line goes to the document its number names, never by line order (a missing line would shift every
+        # later score); a reply counting from 0 (a 0 and no number n) names document i + 1 by i
+        shift = 1 if 0 in numbers and len(chunk) not in numbers else 0
         out: dict[int, Rated] = {}
-        for pos, (_, scores, critique) in zip(positions, ratings):
+        for number, scores, critique in ratings:
+            pos = number + shift
             if 1 <= pos <= len(chunk) and pos not in out:
                 out[pos] = Rated.of(chunk[pos - 1], scores, critique)
         if not out:

@@ -476,3 +476,17 @@ def test_one_set_of_calls_scores_every_mc_mode():
     assert [r["accuracy"] for r in modes["direct [pride]"]] == [1.0, 1.0, 0.0]
     text = modes_table(modes, "accuracy")
     assert "| direct [pride] | 0.667 | 0.000 | B (1/3) |" in text
+
+
+@pytest.mark.parametrize("reply, scored, alone", [
+    ("0 | 5 | 5 | 5 | 5\n1 | 1 | 1 | 1 | 1", {1: 5, 2: 1}, 1),  # counts from 0, last line missing: no shift
+    ("1 | 5 | 5 | 5 | 5\n1 | 1 | 1 | 1 | 1\n3 | 2 | 2 | 2 | 2", {1: 5, 3: 2}, 1),  # a repeated number: doc 2 alone
+    ("2 | 5 | 5 | 5 | 5\n3 | 1 | 1 | 1 | 1", {2: 5, 3: 1}, 1),  # the first line missing
+])
+def test_batched_critic_lines_go_to_the_document_their_number_names(dummy, search, reply, scored, alone):
+    scripted(dummy, batch=Queue({"ratings": reply}))
+    chunk = [Passage(f"p{i}", f"title {i}", f"text {i}") for i in (1, 2, 3)]
+    trace = programs.coral.Trace()
+    out = CORAL(search, critic_batch=True).rate_batch(chunk, QUESTION, trace)
+    assert {pos: r.relevance for pos, r in out.items()} == scored
+    assert all(out[pos].passage is chunk[pos - 1] for pos in out) and trace.critic_missing == alone
