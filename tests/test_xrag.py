@@ -53,15 +53,19 @@ def xquad_dir(tmp_path):
     return tmp_path
 
 
-RELEASE_ROWS = [  # the release's own key names, two settings
-    {"id": "r1", "question": "Wer gewann das Rennen am 3. Mai?", "answer": "Lena Ohm", "language": "de",
-     "task": "monolingual", "en_question": "Who won the race on 3 May?", "en_answer": "Lena Ohm",
-     "supporting_articles": [{"title": "Race", "text": "Lena Ohm won the city race on 3 May.", "date": "2024-05-04"},
-                             {"title": "Runner", "text": "Ohm trains in Graz.", "date": "2024-05-06"}],
-     "distracting_articles": [{"title": "Old race", "text": "Tom Berg won in 2023.", "date": "2024-04-01"}]},
-    {"id": "r2", "question": "¿Dónde entrena Ohm?", "answer": "Graz", "language": "es", "task": "multilingual",
-     "supporting_articles": [{"title": "Runner", "text": "Ohm trains in Graz.", "date": "2024-05-06"}],
-     "distracting_articles": [{"text": "Carreras en Madrid.", "date": "2024-04-20", "language": "es"}]},
+RACE = ["Lena Ohm won the city race on 3 May.", "Ohm trains in Graz."] + [  # 2 supporting, then 6 distracting
+    "Tom Berg won the race in 2023.", "The city council met on Tuesday.", "A new bridge opened in Linz.",
+    "Rain is expected over the weekend.", "The museum extends its opening hours.", "Ticket prices rose by 5%."]
+RELEASE_ROWS = [  # an invented row in the public release's layout (its dataset card's keys), then one of ours
+    {"id": "r1", "question": "Wer gewann das Stadtrennen am 3. Mai in diesem Jahr?", "answer": "Lena Ohm",
+     "en_question": "Who won the city race on 3 May this year?", "en_answer": "Lena Ohm", "q_type": "multihop",
+     "a_type": "original", "crossdoc_type": 2, "articles": RACE,
+     "dates": ["2024-05-04", "2024-05-06", "2023-05-04", "2024-04-02", "2024-03-30", "2024-05-01", "2024-04-11",
+               "2024-04-20"]},
+    {"id": "r2", "question": "¿Dónde entrena Ohm?", "answer": "Graz", "language": "es", "setting": "multi",
+     "supporting": [{"title": "Runner", "text": "Ohm trains in Graz.", "date": "2024-05-06"}],
+     "distracting": [{"text": "Las carreras populares de Madrid reúnen a miles de corredores cada primavera.",
+                      "date": "2024-04-20"}]},
 ]
 
 
@@ -72,13 +76,28 @@ def test_release_rows_map_through_one_field_table_and_read_via_datasets(tmp_path
     recs, source = xrag.records(tmp_path)
     assert source.endswith("xrag") and [r["setting"] for r in recs] == ["mono", "multi"]
     first = recs[0]
-    assert first["answers"] == ["Lena Ohm"] and first["language"] == "de"
+    assert first["answers"] == ["Lena Ohm"] and first["language"] == "de"  # read from the question
+    assert [a["text"] for a in first["supporting"]] == RACE[:2] and len(first["distracting"]) == 6
     assert [a["date"] for a in first["supporting"]] == ["2024-05-04", "2024-05-06"]
-    assert recs[1]["distracting"][0]["language"] == "es" and recs[1]["supporting"][0]["language"] == "es"
+    assert first["distracting"][-1]["date"] == "2024-04-20"
+    assert {a["language"] for a in first["supporting"] + first["distracting"]} == {"en"}  # monolingual: English
+    assert recs[1]["distracting"][0]["language"] == "es" and recs[1]["supporting"][0]["language"] == "en"
     b = data.load("xrag", tmp_path)
-    assert b.task == "xrag" and {c.name for c in b.corpora} == {"de", "es"}
-    # the same "Runner" text in two languages' records is one document per language
-    assert sum(len(c) for c in b.corpora) == 5
+    assert b.task == "xrag" and {c.name for c in b.corpora} == {"en", "es"}
+    # the same "Ohm trains in Graz." in two records is one document
+    assert sum(len(c) for c in b.corpora) == 9
+
+
+def test_release_dates_must_match_the_articles():
+    with pytest.raises(ValueError, match="r1 has 2 dates for 8 articles"):
+        xrag.normalize(dict(RELEASE_ROWS[0], dates=["2024-05-04", "2024-05-06"]))
+
+
+def test_two_texts_under_one_article_id_fail_loudly():
+    rows = [dict(RELEASE_ROWS[1], id=f"r{i}", supporting=[{"id": "a1", "text": text}])
+            for i, text in enumerate(["Ohm trains in Graz.", "Berg trains in Linz."])]
+    with pytest.raises(ValueError, match="article id 'a1' .*two different texts"):
+        xrag.bundle("t", [xrag.normalize(r) for r in rows], "full", "fixture")
 
 
 def test_a_release_row_without_a_question_names_the_field_table():
@@ -98,7 +117,7 @@ def visible(bundle, example, embedder, k=20):
         return {p.id for p in search.search(example.question, k)}
 
 
-@pytest.mark.parametrize("context, expect", [("full", 3), ("oracle", 2), ("open", 5)])
+@pytest.mark.parametrize("context, expect", [("full", 8), ("oracle", 2), ("open", 9)])
 def test_context_decides_what_an_item_can_retrieve(tmp_path, embedder, context, expect):
     recs = [xrag.normalize(r) for r in RELEASE_ROWS]
     b = xrag.bundle("t", recs, context, "fixture")
