@@ -210,9 +210,10 @@ class CORAL(dspy.Module):
 
     ``k`` passages per chosen corpus, ``loops`` rounds at most, ``max_corpora`` per round; keep thresholds
     ``min_each`` / ``min_total``; the writer reads the best ``writer_docs`` kept documents (``max_chars`` each),
-    the critic sees ``critic_chars`` of each candidate in one call per candidate, or ``critic_chunk`` candidates
-    per call with ``critic_batch=True`` (for models that can rate a list: Qwen2.5-Coder 0.5B cannot -- on demo
-    questions its batches of 3 failed half the time and cost more calls and seconds than one call per document). ``scope``: ``dynamic`` (planner) or a fixed ``own`` / ``all`` / ``own_en``;
+    the critic sees ``critic_chars`` of each candidate (default: what the writer sees) in one call per candidate,
+    or ``critic_chunk`` candidates per call with ``critic_batch=True`` (for models that can rate a list:
+    Qwen2.5-Coder 0.5B cannot -- on demo questions its batches of 3 failed half the time and cost more calls and
+    seconds than one call per document). ``scope``: ``dynamic`` (planner) or a fixed ``own`` / ``all`` / ``own_en``;
     ``rewrite=False`` keeps the original query. Planner and critic sample at ``agent_temperature`` (0.6 in the
     paper), the writer at ``writer_temperature`` (0). The planner sees the candidate corpora in an order that
     carries no meaning (``shuffle_corpora``: shuffled per question, seeded by ``seed`` and the question) and, with
@@ -225,8 +226,8 @@ class CORAL(dspy.Module):
 
     def __init__(self, search: Retriever, k: int = 5, loops: int = 3, max_corpora: int = 3, min_each: int = 2,
                  min_total: float = 6.0, writer_docs: int = 5, scope: str = "dynamic", rewrite: bool = True,
-                 critic_batch: bool = False, critic_chunk: int = 15, critic_chars: int = 400,
-                 max_chars: int = 600, agent_temperature: float = 0.6, writer_temperature: float = 0.0,
+                 critic_batch: bool = False, critic_chunk: int = 15, critic_chars: int | None = None,
+                 max_chars: int | None = 600, agent_temperature: float = 0.6, writer_temperature: float = 0.0,
                  shuffle_corpora: bool = True, probe: bool = True, seed: int = 13):
         super().__init__()
         if scope not in ("dynamic", *SCOPES):
@@ -236,7 +237,8 @@ class CORAL(dspy.Module):
         self.search, self.k, self.loops, self.max_corpora = search, k, loops, max_corpora
         self.min_each, self.min_total, self.writer_docs = min_each, min_total, writer_docs
         self.scope, self.rewrite = scope, rewrite
-        self.critic_batch, self.critic_chunk, self.critic_chars = critic_batch, critic_chunk, critic_chars
+        self.critic_batch, self.critic_chunk = critic_batch, critic_chunk
+        self.critic_chars = max_chars if critic_chars is None else critic_chars  # a shorter cut drops gold spans
         self.shuffle_corpora, self.probe, self.seed = shuffle_corpora, probe, seed
         t = agent_temperature
         self.planner = dspy.Predict(SelectCorpora, temperature=t) if scope == "dynamic" else None

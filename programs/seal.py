@@ -85,7 +85,7 @@ def verbatim_facts(lines: list[str], passage: Passage, cap: int, max_chars: int 
     """The first ``cap`` distinct facts of ``lines`` ('head | relation | tail') grounded in one sentence of the
     text the extractor saw (``passage.format(max_chars)``), each with that sentence, and the number of lines
     rejected: malformed, a head or tail with no content word, or no sentence that grounds it (see :func:`support`)."""
-    shown = passage.format(max_chars).removeprefix(f"[{passage.title}]").removesuffix(" …")
+    shown = passage.clip(max_chars).removesuffix(" …")
     kept: list[Fact] = []
     rejected = 0
     for line in lines:

@@ -490,3 +490,8 @@ def test_batched_critic_lines_go_to_the_document_their_number_names(dummy, searc
     out = CORAL(search, critic_batch=True).rate_batch(chunk, QUESTION, trace)
     assert {pos: r.relevance for pos, r in out.items()} == scored
     assert all(out[pos].passage is chunk[pos - 1] for pos in out) and trace.critic_missing == alone
+
+
+def test_the_critic_sees_what_the_writer_sees_unless_told(search):
+    assert CORAL(search).critic_chars == 600 and CORAL(search, max_chars=None).critic_chars is None
+    assert CORAL(search, critic_chars=200).critic_chars == 200

@@ -15,7 +15,8 @@ from optimizers import cli
 from optimizers.evaluation import evaluate as run_eval
 from optimizers.xlingual import JudgePanel, char3_recall, in_language, language_correct, xrag_metrics
 from programs import build
-from programs.retrieval import Retriever, excluded
+from programs.retrieval import Corpus, Retriever, excluded
+from programs.writer import Writer
 from programs.xrag_build import (XRAGBuilder, entity_names, lexical_overlap, parse_qa_pairs, question_problem,
                                  shared_entities, translation_problem)
 
@@ -506,3 +507,19 @@ def test_build_script_writes_xrag_jsonl_that_the_loader_reads(xquad_dir, tmp_pat
     assert items[0]["provenance"]["lm"] == "local:qwen-0.5b"
     b = data.load("xrag", tmp_path)
     assert len(b.examples) == 1 and b.examples[0].question == "Which came first?"
+
+
+def test_xrag_sessions_show_whole_passages_with_their_dates(xquad_dir, dummy):
+    def config(name, *flags):
+        args = cli.parser("t").parse_args(["--dataset", name, "--data-dir", str(xquad_dir), "--train", "0", "--dev",
+                                           "0", "--test", "1", "--lm", "openai/unused", *flags])
+        return cli.session(args, needs_search=False).config["max_chars"]
+    assert config("xrag_mono_oracle:de") is None and config("demo") == 600 and config("xrag_mono:de", "--max-chars",
+                                                                                        "300") == 300
+    late = "Filler words about the harbor. " * 30 + "The lighthouse was built in 1902."  # gold past 900 chars
+    passage = Corpus("en", [{"id": "1", "title": "Harbor", "text": late, "date": "2024-05-04"}], "en").passage(0)
+    lm = dummy({"question": {"answer": "1902"}})
+    Writer(use_passages=True, max_chars=None)(question="When was the lighthouse built?", passages=[passage])
+    prompt = lm.history[-1]["messages"][-1]["content"]
+    assert "built in 1902" in prompt and "(published 2024-05-04)" in prompt
+    assert "built in 1902" not in passage.format(600)  # the old cut
