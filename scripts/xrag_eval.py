@@ -22,6 +22,7 @@ from __future__ import annotations
 import copy
 import random
 import sys
+from collections import Counter
 from dataclasses import replace
 from pathlib import Path
 
@@ -146,14 +147,17 @@ def main(argv=None) -> dict:
         failures = sum(j.failures for j in judges if j)
         echoes = sum(j.echoes for j in judges if j)
         stated = sum(j.stated for j in judges if j)
-        mlflow.log_metrics({"judge_failures": failures, "judge_echoes": echoes, "judge_stated": stated})
+        paths = sum((j.language_paths for j in judges if j), Counter())  # who decided each answer's language
+        mlflow.log_metrics({"judge_failures": failures, "judge_echoes": echoes, "judge_stated": stated,
+                            "language_by_lingua": paths["lingua"], "language_by_judges": paths["judges"]})
         mlflow.log_text(f"## Monolingual retrieval\n\n{mono}\n\n## Multilingual retrieval\n\n{multi}\n", "report.md")
     print(f"\n{board.markdown}")
     print("\nMonolingual retrieval (accuracy = judge AND language, % / response-language correct, %)\n" + mono)
     if args.multi:
         print("\nMultilingual retrieval (full context)\n" + multi)
     print(f"\nrun {run.info.run_id}; judge failures: {failures}; without a judge call: {echoes} answers that only "
-          f"repeat the question (wrong), {stated} short sentences stating a gold answer (right)")
+          f"repeat the question (wrong), {stated} short sentences stating a gold answer (right); response language "
+          f"decided by lingua {paths['lingua']}, by the judge panel {paths['judges']} (lingua undecided)")
     return summaries
 
 

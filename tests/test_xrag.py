@@ -523,3 +523,26 @@ def test_xrag_sessions_show_whole_passages_with_their_dates(xquad_dir, dummy):
     prompt = lm.history[-1]["messages"][-1]["content"]
     assert "built in 1902" in prompt and "(published 2024-05-04)" in prompt
     assert "built in 1902" not in passage.format(600)  # the old cut
+
+
+@pytest.mark.parametrize("answer, votes, ok, path", [
+    ("Graz", (False,), 0.0, "judges"),  # lingua cannot tell: the panel decides (here: not German)
+    ("Graz", (True, False, True), 1.0, "judges"),
+    ("in Graz", (False,), 1.0, "lingua"),  # the gold as it is: no call
+    ("1902", (False,), 1.0, "lingua"),  # digits only: language-neutral, no call
+    ("it was built in the year nineteen hundred", (True,), 0.0, "lingua"),
+])
+def test_an_answer_lingua_cannot_place_goes_to_the_panel(dummy, answer, votes, ok, path):
+    dummy([])
+    readers = [DummyLM([{"in_language": v}]) for v in votes]
+    panel = JudgePanel(readers)
+    e = ex(question="Wo trainiert die Läuferin Ohm?", answers=("in Graz",))
+    assert panel.language(e, pred(answer)) == ok and panel.language_paths == {path: 1}
+    assert all(bool(r.history) == (path == "judges") for r in readers)
+    assert xrag_metrics(panel)["lang_ok"](e, pred(answer)) == ok and panel.language_paths == {path: 1}  # memoised
+
+
+def test_the_judge_rubric_names_the_answer_language():
+    from signatures.judge import JudgeAnswerToQuestion
+
+    assert "in the language the question is asked in" in JudgeAnswerToQuestion.__doc__
