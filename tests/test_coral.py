@@ -511,3 +511,26 @@ def test_batched_critic_lines_go_to_the_document_their_number_names(dummy, searc
 def test_the_critic_sees_what_the_writer_sees_unless_told(search):
     assert CORAL(search).critic_chars == 600 and CORAL(search, max_chars=None).critic_chars is None
     assert CORAL(search, critic_chars=200).critic_chars == 200
+
+
+def test_oracle_lang_tells_only_the_own_corpus_baselines_the_culture(embedder, monkeypatch):
+    import scripts.coral_compare as compare
+    from optimizers import cli
+
+    lm = DummyLM({PLAN: Queue({"corpora": ["en"]}), SINGLE: Queue(rating(0, 4, 4, 4, 4)),
+                  ENOUGH: Queue({"enough": True, "reason": "fine"}), WRITE: Queue({"answer": "A"})})
+    monkeypatch.setattr(cli, "make_lm", lambda *a, **k: lm)
+    monkeypatch.setattr(cli, "Retriever", lambda corpora, *a, **kw: Retriever(corpora, embedder))
+    captured = {}
+    run_cell = compare.suite.run_cell
+
+    def spy(s, cell, *a, examples=None, **kw):
+        captured[cell.program] = [(ex.lang, ex.source_lang) for ex in examples]
+        return run_cell(s, cell, *a, examples=examples, **kw)
+    monkeypatch.setattr(compare.suite, "run_cell", spy)
+    compare.main(["--dataset", "demo_culture", "--programs", "mono_rag", "own_en_rag", "multi_rag", "coral",
+                  "--train", "1", "--dev", "1", "--test", "4", "--balance", "source_lang", "--k", "1", "--loops", "1",
+                  "--oracle-lang"])
+    assert all(lang == source for name in ("mono_rag", "own_en_rag") for lang, source in captured[name])
+    assert any(source != "en" for _, source in captured["coral"])
+    assert all(lang == "en" for name in ("multi_rag", "coral") for lang, _ in captured[name])  # no culture label
