@@ -25,8 +25,11 @@ articles. The settings test cross-lingual reading and answer language, not cross
 
 - monolingual retrieval: question and gold in X; supporting = the English paragraph; 6 English distractors:
   the other paragraphs of the same article (XQuAD articles have about 5), topped up from a seeded other article;
-- multilingual retrieval: supporting paragraph in X or English (seeded per item, field ``support_lang``);
-  3 distractors in English and 3 in X, drawn from the article's other paragraphs.
+- multilingual retrieval (the paper's Table 5): 1 supporting + 3 distracting paragraphs in X and the same in
+  English (XQuAD's are parallel: the X paragraphs translate the English ones); the distractors are drawn from the
+  article's other paragraphs. ``xrag_multi:en`` is Table 5's En + En_X baseline on the same items: the English
+  question over the English paragraphs and the English versions of the X ones, which on XQuAD are the English
+  originals themselves (so the baseline reads 1 supporting + 3 distracting English paragraphs).
 """
 from __future__ import annotations
 
@@ -228,11 +231,9 @@ def paragraph(articles: list[dict], lang: str, a: int, p: int) -> dict:
 
 def xquad_records(root: Path | None, setting: str, lang: str, seed: int = 13) -> list[dict]:
     """XRAG-format records for every XQuAD question in ``lang`` (``en``: the English-question baseline of the
-    monolingual setting, same items and documents). Paragraph (a, p) is parallel across languages."""
+    setting on the same items). Paragraph (a, p) is parallel across languages."""
     if setting not in SETTINGS:
         raise ValueError(f"unknown XRAG setting '{setting}'; choose one of: {', '.join(SETTINGS)}")
-    if setting == "multi" and lang == "en":
-        raise ValueError("the multilingual setting needs a non-English question language (de, es, zh or ar)")
     en, local = read_xquad(root, "en"), read_xquad(root, lang)
     if [len(a["paragraphs"]) for a in en] != [len(a["paragraphs"]) for a in local]:
         raise ValueError(f"xquad.{lang}.json is not paragraph-parallel with xquad.en.json")
@@ -250,13 +251,11 @@ def xquad_records(root: Path | None, setting: str, lang: str, seed: int = 13) ->
                         b = rng.choice([i for i in range(len(en)) if i != a])
                         extra = [paragraph(en, "en", b, i) for i in range(len(en[b]["paragraphs"]))]
                         distracting += rng.sample(extra, min(len(extra), N_DISTRACTORS - len(distracting)))
-                else:
-                    support = rng.choice([lang, "en"])
-                    supporting = [paragraph(local if support == lang else en, support, a, p)]
-                    half = N_DISTRACTORS // 2
-                    distracting = ([paragraph(en, "en", a, i) for i in sorted(rng.sample(others, min(half, len(others))))]
-                                   + [paragraph(local, lang, a, i)
-                                      for i in sorted(rng.sample(others, min(half, len(others))))])
+                else:  # X and English (for ``en``: English only, see the module docstring)
+                    picked = sorted(rng.sample(others, min(N_DISTRACTORS // 2, len(others))))
+                    versions = [(local, lang), (en, "en")] if lang != "en" else [(en, "en")]
+                    supporting = [paragraph(arts, code, a, p) for arts, code in versions]
+                    distracting = [paragraph(arts, code, a, i) for arts, code in versions for i in picked]
                 out.append({"id": f"{qa['id']}@{lang}", "question": qa["question"].strip(),
                             "answer": qa["answers"][0]["text"].strip(),
                             "answers": list(dict.fromkeys(x["text"].strip() for x in qa["answers"])),
@@ -278,7 +277,7 @@ def load_xquad(setting: str, lang: str, context: str):
         pool = [paragraph(arts, code, a, p) for code in sorted(pool_langs) for arts in [read_xquad(root, code)]
                 for a in range(len(arts)) for p in range(len(arts[a]["paragraphs"]))] if context == "open" else []
         return bundle(name, recs, context, f"{root / 'xquad' if root else 'xquad'} xrag_{setting}",
-                      groups=("lang", "support_lang") if setting == "multi" else ("lang",), pool=pool)
+                      groups=("lang",), pool=pool)
     return load
 
 
@@ -288,6 +287,6 @@ def loaders() -> dict:
     for setting in SETTINGS:
         for context in CONTEXTS:
             suffix = "" if context == "full" else f"_{context}"
-            langs = (*LANGS, "all") + (("en",) if setting == "mono" else ())
+            langs = (*LANGS, "all", "en")
             out.update({f"xrag_{setting}{suffix}:{lang}": load_xquad(setting, lang, context) for lang in langs})
     return out

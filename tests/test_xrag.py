@@ -144,19 +144,16 @@ def test_monolingual_setting_from_xquad(xquad_dir, embedder):
 
 
 def test_multilingual_setting_from_xquad(xquad_dir):
-    zh = data.load("xrag_multi:zh", xquad_dir)
-    assert {c.name for c in zh.corpora} == {"en", "zh"} and zh.groups == ("lang", "support_lang")
-    langs = set()
+    zh, en = data.load("xrag_multi:zh", xquad_dir), data.load("xrag_multi:en", xquad_dir)
+    assert {c.name for c in zh.corpora} == {"en", "zh"} and zh.groups == ("lang",)
     for ex in zh.examples:
         article, par = int(ex.id[1]), int(ex.id[2])  # ids are "q<article><paragraph>@zh"
-        assert ex.supporting == [f"{ex.support_lang}:{article:02d}-{par:02d}"]
-        assert sum(d.startswith("en:") for d in ex.distracting) == 3
-        assert sum(d.startswith("zh:") for d in ex.distracting) == 3
-        assert ex.supporting[0] not in ex.distracting
-        langs.add(ex.support_lang)
-    assert langs == {"en", "zh"}  # seeded per item, both occur
-    with pytest.raises(ValueError, match="non-English question language"):
-        xrag.xquad_records(None, "multi", "en")
+        assert ex.supporting == [f"zh:{article:02d}-{par:02d}", f"en:{article:02d}-{par:02d}"]  # 1 in X, 1 in en
+        zh_d, en_d = [d for d in ex.distracting if d.startswith("zh:")], [d for d in ex.distracting if d[:3] == "en:"]
+        assert len(zh_d) == len(en_d) == 3 and [d[3:] for d in zh_d] == [d[3:] for d in en_d]  # the same in en
+        assert not set(ex.supporting) & set(ex.distracting)
+        twin = next(e for e in en.examples if e.id.split("@")[0] == ex.id.split("@")[0])  # En + En_X baseline
+        assert twin.lang == "en" and twin.supporting == ex.supporting[1:] and twin.distracting == en_d
 
 
 def test_open_setting_pools_every_paragraph_and_hides_nothing(xquad_dir):
@@ -169,7 +166,7 @@ def test_names_are_registered_for_every_language_and_context():
     names = set(data.names())
     assert {"xrag", "xrag_oracle", "xrag_open", "xrag_mono:de", "xrag_mono:en", "xrag_mono_oracle:ar",
             "xrag_mono_open:zh", "xrag_multi:es", "xrag_multi_open:all"} <= names
-    assert "xrag_multi:en" not in names
+    assert "xrag_multi:en" in names  # Table 5's En + En_X baseline
 
 
 # ---------------------------------------------------------------- scoring
@@ -340,7 +337,13 @@ def test_pipeline_builds_translated_items_that_read_back(dummy):
     assert item["language"] == "de" and item["answer"] == "der Hafen" and item["en_answer"] == "the port"
     assert item["type"] == "comparison" and item["provenance"]["connection"] == "both give years"
     rec = xrag.normalize(item)
-    assert [a["date"] for a in rec["supporting"]] == ["2024-06-01", "2024-06-20"]
+    assert [a["date"] for a in rec["supporting"]] == ["2024-06-01", "2024-06-20"] and rec["setting"] == "mono"
+
+
+def test_a_pair_of_an_x_article_and_an_english_one_is_a_multilingual_item():
+    from programs.xrag_build import setting_of
+
+    assert setting_of(ART_A, dict(ART_B, language="de")) == "multi" and setting_of(ART_A, ART_B) == "mono"
 
 
 def test_pipeline_stops_at_a_pair_without_a_shared_entity(dummy):
@@ -444,7 +447,8 @@ def test_eval_script_runs_the_english_baseline_alone_when_asked():
                      baseline=True, k=5)
     assert script.cells(args) == [("mono", "none", "xrag_mono:en", "direct", 8),
                                   ("mono", "open", "xrag_mono_open:en", "rag", 5),
-                                  ("mono", "open", "xrag_mono_open:en", "coral", 5)]
+                                  ("mono", "open", "xrag_mono_open:en", "coral", 5),
+                                  ("multi", "full", "xrag_multi:en", "rag", 8)]  # Table 5's En + En_X
     args.langs = ["zh", "en"]
     assert [c[2] for c in script.cells(args)].count("xrag_multi:zh") == 1
     args.langs, args.conditions, args.multi, args.baseline = ["zh"], ["full"], False, False
@@ -462,7 +466,7 @@ def test_eval_script_prints_both_table_shapes_and_logs_one_run(xquad_dir, embedd
     monkeypatch.setattr(cli, "Retriever", lambda corpora, *a, **kw: Retriever(corpora, embedder))
     results = script.main(["--n", "2", "--langs", "de", "zh", "--data-dir", str(xquad_dir), "--programs", "rag",
                            "direct"])
-    assert len(results) == 3 * 7 + 2  # (de, zh, en) x (none, 3 retrieval conditions x 2 programs) + multi (de, zh)
+    assert len(results) == 3 * 7 + 3  # (de, zh, en) x (none, 3 retrieval conditions x 2 programs) + multi
     assert all(r["n"] == 2 for r in results.values())
     out = capsys.readouterr().out
     assert "| condition | program | de acc / lang | zh acc / lang | en acc / lang | avg X acc |" in out
@@ -470,7 +474,7 @@ def test_eval_script_prints_both_table_shapes_and_logs_one_run(xquad_dir, embedd
     runs = mlflow.search_runs(experiment_names=["agentic-rag"], output_format="list")
     parent = next(r for r in runs if "mlflow.parentRunId" not in r.data.tags)
     children = {(r.data.tags["cell"], r.data.tags["dataset"]): r for r in runs if r != parent}
-    assert len(children) == 23 and "test_lang_ok" in children[("rag_k8_multi_full", "xrag_multi:zh")].data.metrics
+    assert len(children) == 24 and "test_lang_ok" in children[("rag_k8_multi_full", "xrag_multi:zh")].data.metrics
     assert "xrag_mono_open:de_rag_k5_mono_open_vs_direct_mono_open_mcnemar_p" in parent.data.metrics
     assert "xrag_mono_oracle:zh_rag_k8_mono_oracle_vs_direct_mono_oracle_mcnemar_p" in parent.data.metrics
 
