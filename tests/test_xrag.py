@@ -500,17 +500,19 @@ def test_build_script_writes_xrag_jsonl_that_the_loader_reads(xquad_dir, tmp_pat
     lm = DummyLM([{"entities": "number"}, {"entities": "number"}, {"summary": "A port began early."},
                   {"summary": "Boats came later."},
                   {"qa_pairs": "Q: When did the port open? A: 1900"}, {"qa_pairs": "Q: When did boats come? A: 1901"},
-                  {"connection": "years", "question": "Which came first?"}, {"answer": "the port"},
-                  {"entities": "Atlantis"}, {"entities": "Atlantis"}])
+                  {"connection": "years", "question": "Which came first, the mine or the river bridge?"},
+                  {"answer": "the mine"}, {"entities": "Atlantis"}, {"entities": "Atlantis"}])
     monkeypatch.setattr(script, "make_lm", lambda *a, **k: lm)
     out = tmp_path / "xrag" / "built.jsonl"
     items = script.main(["--pairs", "1", "--unrelated", "1", "--types", "comparison", "--data-dir", str(xquad_dir),
                          "--out", str(out)])
     assert len(items) == 1 and len(items[0]["distracting"]) == 6
-    assert items[0]["distracting"][0]["title"] == items[0]["supporting"][0]["title"]  # same-topic first
+    assert items[0]["supporting"][0]["title"] == "Copper Valley"
+    # retrieved for the question: the mine-river-bridge article's other paragraphs first, then a random top-up
+    assert [d["title"] for d in items[0]["distracting"][:3]] == ["Copper Valley"] * 3
     assert items[0]["provenance"]["lm"] == "local:qwen-0.5b"
     b = data.load("xrag", tmp_path)
-    assert len(b.examples) == 1 and b.examples[0].question == "Which came first?"
+    assert len(b.examples) == 1 and b.examples[0].question == "Which came first, the mine or the river bridge?"
 
 
 def test_xrag_sessions_show_whole_passages_with_their_dates(xquad_dir, dummy):
@@ -550,3 +552,19 @@ def test_the_judge_rubric_names_the_answer_language():
     from signatures.judge import JudgeAnswerToQuestion
 
     assert "in the language the question is asked in" in JudgeAnswerToQuestion.__doc__
+
+
+def test_build_distractors_are_retrieved_for_the_question_not_picked_by_title():
+    import random
+
+    import scripts.xrag_build as script
+    from programs.bm25 import BM25Index
+
+    docs = [{"id": str(i), "title": title, "text": text} for i, (title, text) in enumerate([
+        ("Harbor", "The harbor opened in 1902."), ("Harbor", "A ferry to the harbor started in 1910."),
+        ("Harbor", "Gulls nest on the old pier."), ("Valley", "The ferry timetable changed when the harbor grew."),
+        ("Valley", "Copper was mined in the valley.")])]
+    index = BM25Index.from_corpus(Corpus("articles", docs))
+    got = script.distractors("When did the ferry to the harbor start?", (docs[0], docs[1]), index, 2,
+                             random.Random(0))
+    assert got[0]["id"] == "3" and len(got) == 2  # the other title's passage about the ferry comes first
