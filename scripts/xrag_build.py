@@ -16,6 +16,7 @@ import json
 import random
 import sys
 from collections import Counter
+from datetime import date, timedelta
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -56,13 +57,23 @@ def file_pairs(path: Path, n: int) -> tuple[list[tuple[dict, dict]], list[dict]]
 
 def distractors(question: str, pair: tuple[dict, dict], index: BM25Index, n: int, rng: random.Random) -> list[dict]:
     """The ``n`` other articles BM25 ranks highest for the item's (English) question -- retrieved, as XRAG's are,
-    so they look relevant -- topped up at random from the rest of the collection when fewer match."""
-    ids = {pair[0]["id"], pair[1]["id"]}
+    so they look relevant -- topped up at random from the rest of the collection when fewer match. Where the
+    articles are dated, only those published at least two weeks before the pair qualify (so they cannot answer)."""
+    dates = [day(a) for a in pair]
+    cutoff = min(dates) - timedelta(days=14) if None not in dates else None
+
+    def allowed(d: dict) -> bool:
+        return d["id"] not in {pair[0]["id"], pair[1]["id"]} and (cutoff is None or (day(d) or cutoff) <= cutoff)
     docs = {d["id"]: d for d in index.corpus.docs}
-    hits = [docs[p.id.split(":", 1)[1]] for p in index.search(question, n + len(ids))]
-    chosen = [d for d in hits if d["id"] not in ids][:n]
-    rest = [d for d in index.corpus.docs if d["id"] not in ids and d not in chosen]
+    hits = [docs[p.id.split(":", 1)[1]] for p in index.search(question, len(docs))]
+    chosen = [d for d in hits if allowed(d)][:n]
+    rest = [d for d in index.corpus.docs if allowed(d) and d not in chosen]
     return chosen + rng.sample(rest, min(n - len(chosen), len(rest)))
+
+
+def day(article: dict) -> date | None:
+    """An article's publication date (ISO ``YYYY-MM-DD...``), or None."""
+    return date.fromisoformat(str(article["date"])[:10]) if article.get("date") else None
 
 
 def relevance_check(builder: XRAGBuilder, pairs: list[tuple[dict, dict]], n_related: int) -> list[dict]:

@@ -568,3 +568,16 @@ def test_build_distractors_are_retrieved_for_the_question_not_picked_by_title():
     got = script.distractors("When did the ferry to the harbor start?", (docs[0], docs[1]), index, 2,
                              random.Random(0))
     assert got[0]["id"] == "3" and len(got) == 2  # the other title's passage about the ferry comes first
+
+
+def test_dated_distractors_predate_the_pair_by_two_weeks():
+    import random
+
+    import scripts.xrag_build as script
+    from programs.bm25 import BM25Index
+
+    docs = [{"id": str(i), "title": "Harbor", "text": f"The ferry to the harbor, note {i}.", "date": d}
+            for i, d in enumerate(["2024-06-01", "2024-06-03", "2024-05-25", "2024-05-10", "2024-04-01"])]
+    index = BM25Index.from_corpus(Corpus("articles", docs))
+    got = script.distractors("the ferry to the harbor", (docs[0], docs[1]), index, 3, random.Random(0))
+    assert sorted(d["id"] for d in got) == ["3", "4"]  # 2024-05-25 is within two weeks of the pair: not allowed
