@@ -581,3 +581,11 @@ def test_dated_distractors_predate_the_pair_by_two_weeks():
     index = BM25Index.from_corpus(Corpus("articles", docs))
     got = script.distractors("the ferry to the harbor", (docs[0], docs[1]), index, 3, random.Random(0))
     assert sorted(d["id"] for d in got) == ["3", "4"]  # 2024-05-25 is within two weeks of the pair: not allowed
+
+
+def test_gold_span_cut_counts_answers_past_the_cut(xquad_dir):
+    from scripts.gold_span_cut import cut_rates
+
+    rates = cut_rates(xquad_dir, "en", [20, 30, 0])  # "The harbor lighthouse ferry number 0 was built in 1900."
+    assert rates[0] == 0.0 and rates[30] == 1.0 and rates[20] == 1.0
+    assert cut_rates(xquad_dir, "en", [200])[200] == 0.0
