@@ -54,6 +54,7 @@ def _loaders() -> dict[str, Callable[[Path | None], Bundle]]:
 
     return {"demo": demo.load_multihop, "demo_culture": demo.load_culture, "hotpotqa": hotpotqa.load,
             "2wiki": twowiki.load, "blend": blend.load_mcq, "blend_short": blend.load_short, "click": click.load,
+            "click_all": click.load_all,
             "musique": musique.load, **xrag.loaders()}
 
 

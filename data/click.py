@@ -4,6 +4,12 @@ Files: ``RAG_DATA_DIR/click/Culture/<Korean Subject>/<Subject>_<Source>.json``, 
 ``{id, paragraph, question, choices, answer}`` with the answer given as choice text (mapped to its letter here).
 Ids repeat across files, so examples are keyed ``<file stem>/<id>``. A non-empty paragraph is put before the
 question. Questions are Korean: ``lang`` = ``source_lang`` = ``ko`` (mid resource tier, as in ``data.blend``).
+
+The default corpora are BLEnD's knowledge corpora (``blend_kb``: survey answers on everyday life -- food, sports,
+family, education, holidays, work). They can speak to the :data:`SERVED` categories only (Korean tradition and
+society); Economy, Geography, History, Law, Politics and Popular (pop culture) questions have no document there, so
+every arm would read evidence unrelated to the question by construction. ``click`` is therefore the served
+categories; ``click_all`` is all eight, for a ``--corpus jsonl:DIR`` that covers the rest.
 """
 from __future__ import annotations
 
@@ -15,6 +21,7 @@ import dspy
 from data import Bundle, require_file
 
 LETTERS = "ABCDEFGH"
+SERVED = ("Tradition", "Society")  # the CLIcK Culture categories blend_kb has documents for
 
 
 def _same(a: str, b: str) -> bool:
@@ -36,17 +43,25 @@ def to_example(path: Path, record: dict) -> dspy.Example | None:
                         ).with_inputs("question", "options", "lang")
 
 
-def load(root: Path | None) -> Bundle:
+def load(root: Path | None, categories: tuple[str, ...] | None = SERVED) -> Bundle:
+    """The CLIcK Culture questions of ``categories`` (None: every category)."""
     from data.corpora import blend_kb
 
     folder = require_file(root, "click/Culture")
     examples, skipped = [], 0
     for path in sorted(folder.glob("**/*.json")):
+        if categories is not None and path.parent.name.removeprefix("Korean ") not in categories:
+            continue
         for record in json.loads(path.read_text(encoding="utf-8")):
             example = to_example(path, record)
             if example is None:
                 skipped += 1
             else:
                 examples.append(example)
-    return Bundle("click", examples, blend_kb(root), "mcq", f"{folder} (answer not among choices: {skipped})",
-                  groups=("category", "tier"))
+    name, scope = ("click", f"categories {', '.join(categories)}") if categories else ("click_all", "all categories")
+    return Bundle(name, examples, blend_kb(root), "mcq",
+                  f"{folder} {scope} (answer not among choices: {skipped})", groups=("category", "tier"))
+
+
+def load_all(root: Path | None) -> Bundle:
+    return load(root, None)

@@ -1,10 +1,14 @@
 """XRAG (cross-lingual RAG, Liu et al. 2025): the release format, its loader, and offline XRAG-style settings
 built from XQuAD.
 
-**Release format** (one JSON object per line, or parquet): question, answer, language, setting, supporting and
-distracting articles, each with text and date. :data:`FIELDS` is the one place that maps the release's keys
-(and the alternatives seen across versions) to ours; :func:`records` reads ``RAG_DATA_DIR/xrag/*.jsonl|*.parquet``
-through HF ``datasets``, or the hub id :data:`HUB_ID` when no local file exists and a hub is reachable.
+**Release format** (``AmazonScience/XRAG``, one JSON object per line: ``xrag.dev.jsonl``, ``xrag.test.jsonl``):
+id, question, answer, en_question, en_answer, q_type, a_type, crossdoc_type, ``articles`` (one list: the 2
+supporting articles, then the 6 distracting ones) and ``dates`` (each article's publication date). :data:`FIELDS`
+is the one place that maps the release's keys (and those of our own construction pipeline, which writes
+``supporting`` / ``distracting`` lists) to ours; :func:`records` reads ``RAG_DATA_DIR/xrag/*.jsonl|*.parquet``
+through HF ``datasets``, or the hub id :data:`HUB_ID` when no local file exists and a hub is reachable. A row
+without a language is in the language lingua finds in its question; an article without one is English in the
+monolingual setting and, in the multilingual one, English or the question's language as lingua reads its text.
 
 **Contexts** (how much of an item's grounding a program may see), chosen by the dataset name:
 
@@ -21,8 +25,11 @@ articles. The settings test cross-lingual reading and answer language, not cross
 
 - monolingual retrieval: question and gold in X; supporting = the English paragraph; 6 English distractors:
   the other paragraphs of the same article (XQuAD articles have about 5), topped up from a seeded other article;
-- multilingual retrieval: supporting paragraph in X or English (seeded per item, field ``support_lang``);
-  3 distractors in English and 3 in X, drawn from the article's other paragraphs.
+- multilingual retrieval (the paper's Table 5): 1 supporting + 3 distracting paragraphs in X and the same in
+  English (XQuAD's are parallel: the X paragraphs translate the English ones); the distractors are drawn from the
+  article's other paragraphs. ``xrag_multi:en`` is Table 5's En + En_X baseline on the same items: the English
+  question over the English paragraphs and the English versions of the X ones, which on XQuAD are the English
+  originals themselves (so the baseline reads 1 supporting + 3 distracting English paragraphs).
 """
 from __future__ import annotations
 
@@ -43,6 +50,7 @@ SETTINGS = ("mono", "multi")
 CONTEXTS = ("full", "oracle", "open")
 N_DISTRACTORS = 6
 
+N_SUPPORTING = 2  # the release's ``articles`` list: this many supporting articles first, then the distracting ones
 # our key -> the keys a release may use for it, first match wins (the one place the release format is mapped)
 FIELDS = {
     "id": ("id", "qid", "example_id"),
@@ -52,8 +60,10 @@ FIELDS = {
     "setting": ("setting", "task", "subset"),
     "en_question": ("en_question", "english_question"),
     "en_answer": ("en_answer", "english_answer"),
-    "supporting": ("supporting_articles", "supporting", "supporting_documents", "positive_docs"),
-    "distracting": ("distracting_articles", "distracting", "distracting_documents", "negative_docs"),
+    "articles": ("articles",),  # the release: supporting (N_SUPPORTING) then distracting, in one list
+    "dates": ("dates",),  # the release: each article's publication date, parallel to ``articles``
+    "supporting": ("supporting", "supporting_articles"),  # scripts/xrag_build.py output
+    "distracting": ("distracting", "distracting_articles"),
 }
 ARTICLE_FIELDS = {
     "text": ("text", "content", "article", "body"),
@@ -70,36 +80,68 @@ def _pick(row: dict, keys: tuple[str, ...], default=None):
     return next((row[k] for k in keys if row.get(k) not in (None, "")), default)
 
 
-def article(raw, lang: str) -> dict:
-    """One supporting/distracting article in our shape: ``{"id", "title", "text", "date", "language"}``."""
+def article(raw, lang: str, setting: str, date=None) -> dict:
+    """One supporting/distracting article in our shape: ``{"id", "title", "text", "date", "language"}``; ``date``
+    is the release's ``dates`` entry for it. The id is the release's, else a hash of the text."""
     if isinstance(raw, str):
         raw = {"text": raw}
     out = {key: _pick(raw, keys) for key, keys in ARTICLE_FIELDS.items()}
     if not out["text"]:
         raise ValueError(f"XRAG article without text (keys {sorted(raw)}); expected one of {ARTICLE_FIELDS['text']}")
+    out["date"] = out["date"] or date
     if hasattr(out["date"], "isoformat"):  # datasets parses ISO dates into datetimes
         out["date"] = out["date"].isoformat().removesuffix("T00:00:00")
-    out["language"] = out["language"] or lang
+    out["language"] = out["language"] or article_language(out["text"], lang, setting)
     out["title"] = out["title"] or out["text"][:60]
     out["id"] = str(out["id"] or hashlib.sha1(out["text"].encode()).hexdigest()[:12])
     return out
 
 
+def article_language(text: str, lang: str, setting: str) -> str:
+    """The language of an article the release gives none for: English in the monolingual setting (its documents
+    are English whatever the question's language); otherwise the question's language when lingua reads it in
+    the text's opening, else English."""
+    if setting == "mono" or lang == "en":
+        return "en"
+    from optimizers.xlingual import detect
+
+    return lang if detect(text[:500]) == lang else "en"
+
+
 def normalize(row: dict) -> dict:
     """A release row in our record shape (see :data:`FIELDS`); a missing required key is a one-line error."""
     rec = {key: _pick(row, keys) for key, keys in FIELDS.items()}
+    rid = rec["id"] or "?"
+    if rec["articles"] and not rec["supporting"]:  # the release's layout: one list, supporting first
+        arts, dates = list(rec["articles"]), list(rec["dates"] or [])
+        if dates and len(dates) != len(arts):
+            raise ValueError(f"XRAG row {rid} has {len(dates)} dates for {len(arts)} articles; expected one each")
+        dates += [None] * (len(arts) - len(dates))
+        rec["supporting"], rec["distracting"] = arts[:N_SUPPORTING], arts[N_SUPPORTING:]
+        support_dates, distract_dates = dates[:N_SUPPORTING], dates[N_SUPPORTING:]
+    else:
+        support_dates, distract_dates = [None] * len(rec["supporting"] or []), [None] * len(rec["distracting"] or [])
     for key in ("question", "answer", "supporting"):
         if rec[key] in (None, "", []):
-            raise ValueError(f"XRAG row {row.get('id', '?')} lacks '{key}' (looked for {FIELDS[key]}); "
-                             "map the file's key in data.xrag.FIELDS")
+            looked = FIELDS[key] + (FIELDS["articles"] if key == "supporting" else ())
+            raise ValueError(f"XRAG row {rid} lacks '{key}' (looked for {looked}); map the file's key in "
+                             "data.xrag.FIELDS")
     answers = rec["answer"] if isinstance(rec["answer"], list) else [rec["answer"]]
-    lang = rec["language"] or "en"
-    rec.update(answer=str(answers[0]), answers=[str(a) for a in answers], language=lang,
-               setting=SETTING_NAMES.get(str(rec["setting"] or "mono").lower(), str(rec["setting"])),
+    lang = rec["language"] or _question_language(rec["question"])
+    setting = SETTING_NAMES.get(str(rec["setting"] or "mono").lower(), str(rec["setting"]))
+    rec.update(answer=str(answers[0]), answers=[str(a) for a in answers], language=lang, setting=setting,
                id=str(rec["id"] or hashlib.sha1(rec["question"].encode()).hexdigest()[:12]),
-               supporting=[article(a, lang) for a in rec["supporting"]],
-               distracting=[article(a, lang) for a in rec["distracting"] or []])
+               supporting=[article(a, lang, setting, d) for a, d in zip(rec["supporting"], support_dates)],
+               distracting=[article(a, lang, setting, d) for a, d in zip(rec["distracting"] or [], distract_dates)])
+    for key in ("articles", "dates"):
+        rec.pop(key)
     return rec
+
+
+def _question_language(question: str) -> str:
+    from optimizers.xlingual import detect
+
+    return detect(question) or "en"
 
 
 def records(root: Path | None) -> tuple[list[dict], str]:
@@ -128,15 +170,19 @@ def records(root: Path | None) -> tuple[list[dict], str]:
 def bundle(name: str, recs: list[dict], context: str, source: str, groups=("lang", "setting"),
            pool: list[dict] = ()) -> Bundle:
     """Examples and per-language corpora from XRAG-format records; ``context`` (:data:`CONTEXTS`) decides which
-    documents each example may retrieve. Articles (the records' and the extra ``pool``) are deduplicated per
-    language by id."""
+    documents each example may retrieve. Articles (the records' and the extra ``pool``) are one document per
+    language and id; two different texts under one id are an error, not silently merged."""
     if context not in CONTEXTS:
         raise ValueError(f"unknown XRAG context '{context}'; choose one of: {', '.join(CONTEXTS)}")
     docs: dict[str, dict[str, dict]] = {}
     for art in [a for rec in recs for a in rec["supporting"] + rec["distracting"]] + list(pool):
-        docs.setdefault(art["language"], {}).setdefault(art["id"], {
+        held = docs.setdefault(art["language"], {}).setdefault(art["id"], {
             "id": art["id"], "title": art["title"], "text": art["text"], "date": art.get("date"),
             "group": group_of(art)})
+        if held["text"] != art["text"]:
+            raise ValueError(f"XRAG article id '{art['id']}' ({art['language']}) names two different texts "
+                             f"({held['title'][:40]!r}, {art['title'][:40]!r}); article ids must be unique "
+                             "across items")
     every = [d["group"] for lang_docs in docs.values() for d in lang_docs.values()]
     examples = []
     for rec in recs:
@@ -185,11 +231,9 @@ def paragraph(articles: list[dict], lang: str, a: int, p: int) -> dict:
 
 def xquad_records(root: Path | None, setting: str, lang: str, seed: int = 13) -> list[dict]:
     """XRAG-format records for every XQuAD question in ``lang`` (``en``: the English-question baseline of the
-    monolingual setting, same items and documents). Paragraph (a, p) is parallel across languages."""
+    setting on the same items). Paragraph (a, p) is parallel across languages."""
     if setting not in SETTINGS:
         raise ValueError(f"unknown XRAG setting '{setting}'; choose one of: {', '.join(SETTINGS)}")
-    if setting == "multi" and lang == "en":
-        raise ValueError("the multilingual setting needs a non-English question language (de, es, zh or ar)")
     en, local = read_xquad(root, "en"), read_xquad(root, lang)
     if [len(a["paragraphs"]) for a in en] != [len(a["paragraphs"]) for a in local]:
         raise ValueError(f"xquad.{lang}.json is not paragraph-parallel with xquad.en.json")
@@ -207,13 +251,11 @@ def xquad_records(root: Path | None, setting: str, lang: str, seed: int = 13) ->
                         b = rng.choice([i for i in range(len(en)) if i != a])
                         extra = [paragraph(en, "en", b, i) for i in range(len(en[b]["paragraphs"]))]
                         distracting += rng.sample(extra, min(len(extra), N_DISTRACTORS - len(distracting)))
-                else:
-                    support = rng.choice([lang, "en"])
-                    supporting = [paragraph(local if support == lang else en, support, a, p)]
-                    half = N_DISTRACTORS // 2
-                    distracting = ([paragraph(en, "en", a, i) for i in sorted(rng.sample(others, min(half, len(others))))]
-                                   + [paragraph(local, lang, a, i)
-                                      for i in sorted(rng.sample(others, min(half, len(others))))])
+                else:  # X and English (for ``en``: English only, see the module docstring)
+                    picked = sorted(rng.sample(others, min(N_DISTRACTORS // 2, len(others))))
+                    versions = [(local, lang), (en, "en")] if lang != "en" else [(en, "en")]
+                    supporting = [paragraph(arts, code, a, p) for arts, code in versions]
+                    distracting = [paragraph(arts, code, a, i) for arts, code in versions for i in picked]
                 out.append({"id": f"{qa['id']}@{lang}", "question": qa["question"].strip(),
                             "answer": qa["answers"][0]["text"].strip(),
                             "answers": list(dict.fromkeys(x["text"].strip() for x in qa["answers"])),
@@ -235,7 +277,7 @@ def load_xquad(setting: str, lang: str, context: str):
         pool = [paragraph(arts, code, a, p) for code in sorted(pool_langs) for arts in [read_xquad(root, code)]
                 for a in range(len(arts)) for p in range(len(arts[a]["paragraphs"]))] if context == "open" else []
         return bundle(name, recs, context, f"{root / 'xquad' if root else 'xquad'} xrag_{setting}",
-                      groups=("lang", "support_lang") if setting == "multi" else ("lang",), pool=pool)
+                      groups=("lang",), pool=pool)
     return load
 
 
@@ -245,6 +287,6 @@ def loaders() -> dict:
     for setting in SETTINGS:
         for context in CONTEXTS:
             suffix = "" if context == "full" else f"_{context}"
-            langs = (*LANGS, "all") + (("en",) if setting == "mono" else ())
+            langs = (*LANGS, "all", "en")
             out.update({f"xrag_{setting}{suffix}:{lang}": load_xquad(setting, lang, context) for lang in langs})
     return out

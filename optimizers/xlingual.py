@@ -2,10 +2,11 @@
 decides correctness by majority vote, and accuracy = judge AND language. Script-independent string metrics
 (EM/F1 against the gold span, character 3-gram recall as in BERGEN) need no judge.
 
-Language rule for short answers: wrong only when lingua is confident the answer is in another language than the
-question AND that language differs from the one lingua gives the gold answer. So names and numbers that read the
-same in both languages ("Denver Broncos", "308") are not penalised, while an English phrase answering a Chinese
-question is."""
+Language rule for short answers: wrong when lingua is confident the answer is in another language than the
+question AND that language differs from the one lingua gives the gold answer. So numbers and golds copied as they
+are ("Denver Broncos", "308") are not penalised, while an English phrase answering a Chinese question is. When
+lingua cannot tell (short answers with letters), the judge panel decides whether the answer is written in the
+question's language (:meth:`JudgePanel.language`); without a panel such answers pass (an upper bound)."""
 from __future__ import annotations
 
 import re
@@ -14,10 +15,13 @@ import unicodedata
 from collections import Counter
 from functools import lru_cache
 
+import dspy
 from dspy.dsp.utils import DPR_normalize, has_answer
 from dspy.evaluate.metrics import normalize_text
 
 from optimizers.metrics import Judge, exact_match, f1
+from runtime.lm import ServerError
+from signatures.judge import JudgeAnswerLanguage
 
 MIN_CONFIDENCE = 0.5  # below this lingua's top language counts as undecided
 ECHO_SHARE = 0.8  # share of an answer's 3-grams found in the question from which it counts as an echo
@@ -45,12 +49,20 @@ def detect(text: str) -> str | None:
     return values[0].language.iso_code_639_1.name.lower()
 
 
-def in_language(answer: str, lang: str, golds=()) -> bool:
-    """Whether a short ``answer`` counts as written in ``lang`` (see the module rule)."""
+def language_verdict(answer: str, lang: str, golds=()) -> bool | None:
+    """Whether a short ``answer`` counts as written in ``lang`` by lingua (see the module rule); None when lingua
+    cannot tell an answer with letters that is not a gold."""
+    if not re.search(r"[^\W\d_]", answer or "") or any(normalize_text(answer) == normalize_text(g) for g in golds):
+        return True  # digits only, or a gold as it is: the gold is in the question's language by construction
     found = detect(answer)
-    if found is None or found == lang:
-        return True
-    return any(detect(g) == found for g in golds)
+    if found is None:
+        return None
+    return found == lang or any(detect(g) == found for g in golds)
+
+
+def in_language(answer: str, lang: str, golds=()) -> bool:
+    """:func:`language_verdict`, an undecided answer passing (no judge to ask)."""
+    return language_verdict(answer, lang, golds) is not False
 
 
 def language_correct(example, pred, trace=None):
@@ -107,20 +119,56 @@ class JudgePanel:
     """1-3 LLM judges (question-aware :class:`Judge`), majority vote; a tie counts as wrong. Without a judge call:
     an answer that only echoes the question (:func:`echoes_question`) is wrong, counted in ``echoes``; one that
     states a gold answer in a short sentence (:func:`states_gold`) is right, counted in ``stated``. The verdict of
-    each (example, answer) is memoised, so ``judge`` and ``accuracy`` cost one panel call."""
+    each (example, answer) is memoised, so ``judge`` and ``accuracy`` cost one panel call. The response language
+    (:meth:`language`) is lingua's verdict where it has one, else the panel's majority; ``language_paths`` counts
+    which decided."""
 
     def __init__(self, lms: list):
         if not 1 <= len(lms) <= 3:
             raise ValueError(f"a judge panel takes 1 to 3 judge LMs, got {len(lms)}; use --judge-lms A,B,C")
         self.judges = [Judge(lm, with_question=True) for lm in lms]
+        self.readers = [dspy.Predict(JudgeAnswerLanguage) for _ in lms]
+        for reader, lm in zip(self.readers, lms):
+            reader.lm = lm
         self._memo: dict[tuple, bool] = {}
         self._lock = threading.Lock()
         self.echoes = 0
         self.stated = 0
+        self.language_paths: Counter = Counter()  # "lingua" / "judges": who decided an answer's language
+        self.language_failures = 0
 
     @property
     def failures(self) -> int:
-        return sum(j.failures for j in self.judges)
+        return sum(j.failures for j in self.judges) + self.language_failures
+
+    def language(self, example, pred, trace=None):
+        """Whether the answer is in the question's language: lingua's verdict, or when lingua cannot tell, the
+        panel's majority (an unreadable vote counts as "no")."""
+        from programs.writer import language_name
+
+        answer, lang = (pred.answer or "").strip(), example.get("lang") or "en"
+        key = ("language", example.get("id"), example.question, answer)
+        with self._lock:
+            ok = self._memo.get(key)
+        if ok is None:
+            ok, path = language_verdict(answer, lang, example.answers), "lingua"
+            if ok is None:
+                votes = [self._reads(r, language_name(lang), example.question, answer) for r in self.readers]
+                ok, path = sum(votes) * 2 > len(votes), "judges"
+            with self._lock:
+                self._memo[key] = ok
+                self.language_paths[path] += 1
+        return ok if trace is not None else float(ok)
+
+    def _reads(self, reader, language: str, question: str, answer: str) -> bool:
+        try:
+            return bool(reader(language=language, question=question, answer=answer).in_language)
+        except ServerError:
+            raise
+        except Exception:
+            with self._lock:
+                self.language_failures += 1
+            return False
 
     def verdict(self, example, pred) -> bool:
         key = (example.get("id"), example.question, pred.answer or "")
@@ -143,7 +191,7 @@ class JudgePanel:
 
     def accuracy(self, example, pred, trace=None):
         """XRAG accuracy: the panel accepts the answer AND it is in the question's language."""
-        ok = language_correct(example, pred, trace=True) and self.verdict(example, pred)
+        ok = self.language(example, pred, trace=True) and self.verdict(example, pred)
         return ok if trace is not None else float(ok)
 
 
@@ -152,5 +200,5 @@ def xrag_metrics(panel: JudgePanel | None = None) -> dict:
     with a panel the judge verdict and accuracy (judge AND language)."""
     metrics = {"em": exact_match, "f1": f1, "char3_recall": char3_recall, "lang_ok": language_correct}
     if panel is not None:
-        metrics.update(judge=panel, accuracy=panel.accuracy)
+        metrics.update(lang_ok=panel.language, judge=panel, accuracy=panel.accuracy)
     return metrics

@@ -56,6 +56,9 @@ REGISTRY: dict[str, ProgramSpec] = {
     "t_rag": ProgramSpec(MultilingualRAG, "question translated into English, English corpus",
                          {"scope": "en", "translate_query": True}),
     "coral": ProgramSpec(CORAL, "CORAL: planner-selected corpora, critic-filtered evidence, replanning loop"),
+    "coral_probe": ProgramSpec(CORAL, "CORAL whose planner also sees each corpus's top passage title and score for "
+                                      "the question (a retrieval probe the paper's planner does not have)",
+                               {"probe": True}),
     "coral_select": ProgramSpec(CORAL, "CORAL ablation: corpus re-selection only, original query",
                                 {"rewrite": False}),
     "coral_fixed_own": ProgramSpec(CORAL, "CORAL loop ablation: critic loop over the fixed question-language "

@@ -115,10 +115,17 @@ def best(rated: list[Rated], n: int) -> list[Rated]:
     return sorted(rated, key=lambda r: -r.total)[:n]
 
 
+QUOTES = "\"'`“”‘’„«»"
+
+
+def query_key(query: str) -> tuple[str, ...]:
+    """A query's words, lower-cased, without quotes, each once in first-seen order: a query that only adds
+    quotes or repeats itself ("seaweed soup seaweed soup") asks for the same thing."""
+    return tuple(dict.fromkeys(query.lower().translate(str.maketrans("", "", QUOTES)).split()))
+
+
 def same_plan(corpora: list[str], query: str, previous_corpora: list[str], previous_query: str) -> bool:
-    def norm(q: str) -> str:
-        return " ".join(q.lower().split())
-    return set(corpora) == set(previous_corpora) and norm(query) == norm(previous_query)
+    return set(corpora) == set(previous_corpora) and query_key(query) == query_key(previous_query)
 
 
 def validate_corpora(names: list[str], languages: dict[str, str], own: str | None, max_corpora: int,
@@ -146,19 +153,6 @@ def validate_corpora(names: list[str], languages: dict[str, str], own: str | Non
     return chosen[:max_corpora], unknown
 
 
-def forced_change(previous: list[str], order: list[str], tried: set[str], own: str | None,
-                  max_corpora: int) -> list[str] | None:
-    """The previous corpora plus the first corpus of ``order`` not searched yet (dropping the last one that is
-    not the question's corpus when full); None when every corpus has been searched."""
-    fresh = next((c for c in order if c not in tried), None)
-    if fresh is None:
-        return None
-    corpora = list(previous)
-    if len(corpora) >= max_corpora:
-        corpora.remove(next((c for c in reversed(corpora) if c != own), corpora[-1]))
-    return corpora + [fresh]
-
-
 class Verdict(NamedTuple):
     """The sufficiency decision (``parsed=False``: the critic's output could not be read)."""
 
@@ -184,7 +178,7 @@ class Trace:
     evidence_langs: list[str] = field(default_factory=list)
     unknown_corpora: int = 0
     replan_retries: int = 0
-    forced_changes: int = 0
+    repeated_plans: int = 0  # the replanner repeated the previous plan twice: the loop stopped there
     critic_fallbacks: int = 0  # batched critic outputs that could not be used at all
     critic_missing: int = 0  # candidates a usable batch left out (scored one by one)
     parse_failures: int = 0  # planner / per-document critic / sufficiency outputs that could not be parsed
@@ -210,13 +204,16 @@ class CORAL(dspy.Module):
 
     ``k`` passages per chosen corpus, ``loops`` rounds at most, ``max_corpora`` per round; keep thresholds
     ``min_each`` / ``min_total``; the writer reads the best ``writer_docs`` kept documents (``max_chars`` each),
-    the critic sees ``critic_chars`` of each candidate in one call per candidate, or ``critic_chunk`` candidates
-    per call with ``critic_batch=True`` (for models that can rate a list: Qwen2.5-Coder 0.5B cannot -- on demo
-    questions its batches of 3 failed half the time and cost more calls and seconds than one call per document). ``scope``: ``dynamic`` (planner) or a fixed ``own`` / ``all`` / ``own_en``;
+    the critic sees ``critic_chars`` of each candidate (default: what the writer sees) in one call per candidate,
+    or ``critic_chunk`` candidates per call with ``critic_batch=True`` (for models that can rate a list:
+    Qwen2.5-Coder 0.5B cannot -- on demo questions its batches of 3 failed half the time and cost more calls and
+    seconds than one call per document). ``scope``: ``dynamic`` (planner) or a fixed ``own`` / ``all`` / ``own_en``;
     ``rewrite=False`` keeps the original query. Planner and critic sample at ``agent_temperature`` (0.6 in the
     paper), the writer at ``writer_temperature`` (0). The planner sees the candidate corpora in an order that
-    carries no meaning (``shuffle_corpora``: shuffled per question, seeded by ``seed`` and the question) and, with
-    ``probe``, each corpus's top passage title and score for the question; on the embedded llama.cpp server its
+    carries no meaning (``shuffle_corpora``: shuffled per question, seeded by ``seed`` and the question) and reads
+    the question with its options, as the paper's planner does; ``probe`` (off by default, not in the paper; the
+    ``coral_probe`` variant) adds each corpus's top passage title and score for the question. After two identical
+    plans in a row the loop stops with the evidence kept (``repeated_plans``). On the embedded llama.cpp server its
     corpus names and the sufficiency verdict are decoded under a grammar (``programs.constrained``)."""
 
     DEFAULT_DATASET = "demo_culture"
@@ -225,9 +222,9 @@ class CORAL(dspy.Module):
 
     def __init__(self, search: Retriever, k: int = 5, loops: int = 3, max_corpora: int = 3, min_each: int = 2,
                  min_total: float = 6.0, writer_docs: int = 5, scope: str = "dynamic", rewrite: bool = True,
-                 critic_batch: bool = False, critic_chunk: int = 15, critic_chars: int = 400,
-                 max_chars: int = 600, agent_temperature: float = 0.6, writer_temperature: float = 0.0,
-                 shuffle_corpora: bool = True, probe: bool = True, seed: int = 13):
+                 critic_batch: bool = False, critic_chunk: int = 15, critic_chars: int | None = None,
+                 max_chars: int | None = 600, agent_temperature: float = 0.6, writer_temperature: float = 0.0,
+                 shuffle_corpora: bool = True, probe: bool = False, seed: int = 13):
         super().__init__()
         if scope not in ("dynamic", *SCOPES):
             raise ValueError(f"unknown scope '{scope}'; choose one of: dynamic, {', '.join(SCOPES)}")
@@ -236,7 +233,8 @@ class CORAL(dspy.Module):
         self.search, self.k, self.loops, self.max_corpora = search, k, loops, max_corpora
         self.min_each, self.min_total, self.writer_docs = min_each, min_total, writer_docs
         self.scope, self.rewrite = scope, rewrite
-        self.critic_batch, self.critic_chunk, self.critic_chars = critic_batch, critic_chunk, critic_chars
+        self.critic_batch, self.critic_chunk = critic_batch, critic_chunk
+        self.critic_chars = max_chars if critic_chars is None else critic_chars  # a shorter cut drops gold spans
         self.shuffle_corpora, self.probe, self.seed = shuffle_corpora, probe, seed
         t = agent_temperature
         self.planner = dspy.Predict(SelectCorpora, temperature=t) if scope == "dynamic" else None
@@ -256,7 +254,7 @@ class CORAL(dspy.Module):
         asked = with_options(question, options)  # what the critic judges against
         kept: dict[str, Rated] = {}
         rated: dict[str, Rated] = {}  # every candidate scored so far; never scored twice
-        query, corpora = question, self.select(question, lang, own, trace)          # (1) corpus selection
+        query, corpora = question, self.select(question, lang, own, trace, options)  # (1) corpus selection
         trace.stop_reason = "max_rounds" if corpora else "no_corpus_for_language"
         for round_no in range(1, self.loops + 1):
             if not corpora:
@@ -272,9 +270,9 @@ class CORAL(dspy.Module):
             if verdict.enough:
                 trace.stop_reason = "sufficient"
                 break
-            plan = self.replan(question, query, corpora, verdict.reason, own, kept, trace)  # (5) refinement
+            plan = self.replan(question, query, corpora, verdict.reason, own, kept, trace, options)  # (5)
             if plan is None:
-                trace.stop_reason = "no_change_possible"
+                trace.stop_reason = "repeated_plan" if trace.repeated_plans else "no_change_possible"
                 break
             query, corpora = plan
         evidence = [r.passage for r in best(list(kept.values()), self.writer_docs)]
@@ -285,8 +283,10 @@ class CORAL(dspy.Module):
         return dspy.Prediction(answer=out.answer, passages=evidence, trace=trace.as_dict())
 
     # -- (1) and (5): planner -------------------------------------------------------------------------------
-    def select(self, question: str, lang: str, own: str | None, trace: Trace) -> list[str]:
-        """First-round corpora: the fixed scope, or the planner's choice validated against the pool."""
+    def select(self, question: str, lang: str, own: str | None, trace: Trace,
+               options: dict[str, str] | None = None) -> list[str]:
+        """First-round corpora: the fixed scope, or the planner's choice (it reads the question with its options)
+        validated against the pool."""
         if self.scope != "dynamic":
             return scope_corpora(self.scope, self.search, lang)
         languages = self.search.languages()
@@ -295,7 +295,7 @@ class CORAL(dspy.Module):
         trace.calls["planner"] += 1
         trace.presented = self.presented(question)
         try:
-            names = self.planner(question=question, question_language=language_label(lang),
+            names = self.planner(question=with_options(question, options), question_language=language_label(lang),
                                  available=self.available(question, trace.presented),
                                  config=self.names_config(self.planner)).corpora
         except PARSE_ERRORS:
@@ -309,9 +309,12 @@ class CORAL(dspy.Module):
         return corpora
 
     def replan(self, question: str, query: str, corpora: list[str], reason: str, own: str | None,
-               kept: dict[str, Rated], trace: Trace) -> tuple[str, list[str]] | None:
-        """Next (query, corpora), different from the previous ones: the planner's plan, asked once more when it
-        repeats itself, else a forced change (the next corpus not searched yet); None when nothing can change."""
+               kept: dict[str, Rated], trace: Trace, options: dict[str, str] | None = None
+               ) -> tuple[str, list[str]] | None:
+        """Next (query, corpora), different from the previous ones (:func:`same_plan`): the planner's plan, asked
+        once more (sampled anew) when it repeats itself; None when it repeats itself again (counted in
+        ``repeated_plans``: the loop stops with the evidence kept -- no corpus is added "just in case") or when
+        nothing can change."""
         languages = self.search.languages()
         choose_corpora = self.scope == "dynamic" and len(languages) > 1
         if self.replanner is None or not (choose_corpora or self.rewrite):
@@ -323,7 +326,7 @@ class CORAL(dspy.Module):
             config = {"rollout_id": 1000 + ATTEMPT.get()} if attempt else {}  # a retry must not hit the cache
             trace.calls["planner"] += 1
             try:
-                out = self.replanner(**self.replan_inputs(question, query, corpora, reason),
+                out = self.replanner(**self.replan_inputs(question, query, corpora, reason, options),
                                      config=config | self.names_config(self.replanner))
             except PARSE_ERRORS:
                 trace.parse_failures += 1
@@ -340,17 +343,14 @@ class CORAL(dspy.Module):
                 return new_query or query, new_corpora
             if attempt == 0:
                 trace.replan_retries += 1
-        if not choose_corpora:
-            return None
-        order = sorted(languages, key=lambda c: languages[c] != "en")  # English first, then pool order
-        forced = forced_change(corpora, order, tried, own, self.max_corpora)
-        if forced is None:
-            return None
-        trace.forced_changes += 1
-        return query, forced
+            else:
+                trace.repeated_plans += 1
+        return None
 
-    def replan_inputs(self, question: str, query: str, corpora: list[str], reason: str) -> dict:
-        inputs = {"question": question, "reason": reason, "previous_query": query, "previous_corpora": corpora}
+    def replan_inputs(self, question: str, query: str, corpora: list[str], reason: str,
+                      options: dict[str, str] | None = None) -> dict:
+        inputs = {"question": with_options(question, options), "reason": reason, "previous_query": query,
+                  "previous_corpora": corpora}
         if "available" in self.replanner.signature.input_fields:
             inputs["available"] = self.available(question, self.presented(question))
         return {k: v for k, v in inputs.items() if k in self.replanner.signature.input_fields}
@@ -410,11 +410,13 @@ class CORAL(dspy.Module):
         except PARSE_ERRORS:
             text = ""
         ratings = parse_ratings(text)
-        positions = [doc for doc, _, _ in ratings]
-        if sorted(positions) != list(range(1, len(chunk) + 1)) and len(ratings) == len(chunk):
-            positions = list(range(1, len(chunk) + 1))  # right count, odd numbering: trust the order
+        numbers = [doc for doc, _, _ in ratings]
+        # each line goes to the document its number names, never by line order (a missing line would shift every
+        # later score); a reply counting from 0 (a 0 and no number n) names document i + 1 by i
+        shift = 1 if 0 in numbers and len(chunk) not in numbers else 0
         out: dict[int, Rated] = {}
-        for pos, (_, scores, critique) in zip(positions, ratings):
+        for number, scores, critique in ratings:
+            pos = number + shift
             if 1 <= pos <= len(chunk) and pos not in out:
                 out[pos] = Rated.of(chunk[pos - 1], scores, critique)
         if not out:

@@ -36,7 +36,7 @@ def action(grades: list[str]) -> str:
 def refine(passage: Passage, terms: set[str], max_chars: int) -> Passage:
     """Decompose-then-recompose: the passage with only the sentence strips (of the text a prompt shows) that share
     a content word with ``terms``; the first strip when none does."""
-    strips = sentences(passage.format(max_chars).removeprefix(f"[{passage.title}]").removesuffix(" …"))
+    strips = sentences(passage.clip(max_chars).removesuffix(" …"))
     kept = [s for s in strips if content_words(s) & terms] or strips[:1]
     return replace(passage, text=" ".join(kept))
 

@@ -29,20 +29,36 @@ def numbered(passages: list[Passage], max_chars: int) -> list[str]:
     return [f"[{i}] {p.format(max_chars)}" for i, p in enumerate(passages, 1)]
 
 
-CITATION = re.compile(r"\[\s*(\d+(?:\s*(?:,|and)\s*\d+)*)\s*\]")
+_SOURCE = r"(?:passages?|docs?|documents?|sources?|refs?)\s*"
+# a bracketed group of numbers, optionally named ("[2]", "[1, 3]", "[1 and 2]", "[Passage 2]", "[passages 1; 3]")
+CITATION = re.compile(rf"\[\s*({_SOURCE})?(\d+(?:\s*(?:,|;|and|&)\s*(?:{_SOURCE})?\d+)*)\s*\]", re.IGNORECASE)
+
+
+def _citation_marks(answer: str, n: int) -> list[tuple[re.Match, list[int]]]:
+    """The citation marks of ``answer`` and their numbers: a bracketed group whose numbers all name one of the
+    ``n`` passages, or one that says "passage" (its out-of-range numbers dropped). Other bracketed numbers
+    ("[1990]" with 5 passages) are part of the answer."""
+    marks = []
+    for match in CITATION.finditer(answer or ""):
+        numbers = [int(d) for d in re.findall(r"\d+", match.group(2))]
+        if match.group(1) or all(1 <= k <= n for k in numbers):
+            marks.append((match, [k for k in numbers if 1 <= k <= n]))
+    return marks
 
 
 def cited_passages(answer: str, passages: list[Passage]) -> list[Passage]:
-    """The passages whose numbers (1-based) the answer cites in brackets ("Lansing [2]", "[1, 3]"), in order,
-    without repeats; numbers out of range are ignored."""
-    numbers = dict.fromkeys(int(n) for group in CITATION.findall(answer or "") for n in re.findall(r"\d+", group))
-    return [passages[n - 1] for n in numbers if 1 <= n <= len(passages)]
+    """The passages whose numbers (1-based) the answer cites ("Lansing [2]", "[1, 3]", "[2][3]", "[Passage 2]"), in
+    order, without repeats."""
+    numbers = dict.fromkeys(k for _, ks in _citation_marks(answer, len(passages)) for k in ks)
+    return [passages[k - 1] for k in numbers]
 
 
-def clean_answer(answer: str) -> str:
-    """The answer without its citation marks ("Lansing [2]") and surrounding punctuation; refusals become
-    exactly "I don't know"."""
-    text = CITATION.sub(" ", answer or "")
+def clean_answer(answer: str, n: int) -> str:
+    """The answer without its citation marks for ``n`` passages ("Lansing [2]") and surrounding punctuation;
+    refusals become exactly "I don't know"."""
+    text = answer or ""
+    for match, _ in reversed(_citation_marks(text, n)):
+        text = text[:match.start()] + " " + text[match.end():]
     text = " ".join(text.split()).strip(" .;,")
     return IDK if abstained(text) else text
 
@@ -69,7 +85,7 @@ class EvidenceWriter(Writer):
         if lang:  # the question's language is known: ask for the answer in it
             extra.update(signature=in_language(self.short.signature), answer_language=language_name(lang))
         out = self.short(passages=numbered(passages, self.max_chars), question=question, **extra)
-        answer = clean_answer(out.answer)
+        answer = clean_answer(out.answer, len(passages))
         cited = [] if answer == IDK else cited_passages(out.answer, passages)
         return dspy.Prediction(answer=answer, citations=[p.id for p in cited], cited_titles=[p.title for p in cited])
 

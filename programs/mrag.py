@@ -63,7 +63,7 @@ def answer_writer(max_chars: int, temperature: float = 0.0) -> Writer:
 
 def clipped_text(passage: Passage, max_chars: int) -> str:
     """The passage text cut exactly as the writer would show it (without the ``[title]`` prefix)."""
-    return passage.format(max_chars)[len(passage.title) + 3:]
+    return passage.clip(max_chars)
 
 
 class Translator(dspy.Module):

@@ -54,13 +54,18 @@ class Passage:
     lang: str = "en"
     corpus: str = ""
     score: float = 0.0
+    date: str | None = None  # publication date, where the data has one (XRAG's news articles)
 
-    def format(self, max_chars: int = 600) -> str:
-        """Prompt rendering: ``[title] text``, cut at a word boundary after ``max_chars`` characters."""
-        text = self.text
-        if len(text) > max_chars:
-            text = text[:max_chars].rsplit(" ", 1)[0] + " …"
-        return f"[{self.title}] {text}"
+    def clip(self, max_chars: int | None = 600) -> str:
+        """The text cut at a word boundary after ``max_chars`` characters; whole with ``None``."""
+        if max_chars is None or len(self.text) <= max_chars:
+            return self.text
+        return self.text[:max_chars].rsplit(" ", 1)[0] + " …"
+
+    def format(self, max_chars: int | None = 600) -> str:
+        """Prompt rendering: ``[title] (published <date>) text``, the text :meth:`clip`-ped to ``max_chars``."""
+        dated = f"(published {self.date}) " if self.date else ""
+        return f"[{self.title}] {dated}{self.clip(max_chars)}"
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -105,7 +110,8 @@ class Corpus:
 
     def passage(self, row: int, score: float = 0.0) -> Passage:
         d = self.docs[row]
-        return Passage(f"{self.name}:{d['id']}", d["title"], d["text"], d.get("lang", self.lang), self.name, score)
+        return Passage(f"{self.name}:{d['id']}", d["title"], d["text"], d.get("lang", self.lang), self.name, score,
+                       d.get("date"))
 
     def __len__(self) -> int:
         return len(self.docs)

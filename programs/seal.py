@@ -3,7 +3,9 @@
 Every search returns k passages. Verified (head, relation, tail) facts go into an entity ledger; a sufficiency
 gate decides stop vs. repair; a repair turns the gap (missing entities/relations) into exactly one micro-query
 whose hits (passages already fetched are blocked from the search) are merged by gap-first ranking, which replaces
-distractors and never grows the context. One final generation answers in 2-4 words with cited passages, or
+distractors and never grows the context: the hits' facts are extracted and verified first, and a passage ranks by
+the gap entities and relations its verified facts support. The gap specification and the micro-query see the
+blocked/seen terms (queries issued, titles fetched). One final generation answers in 2-4 words with cited passages, or
 abstains; it sees the final k passages, like every baseline's writer, plus the ledger only with
 ``ledger_to_writer``. The deterministic parts (verbatim filtering, blocklist, stuck detection and pivots, ranking,
 the gate) are plain functions here, testable without an LM.
@@ -85,7 +87,7 @@ def verbatim_facts(lines: list[str], passage: Passage, cap: int, max_chars: int 
     """The first ``cap`` distinct facts of ``lines`` ('head | relation | tail') grounded in one sentence of the
     text the extractor saw (``passage.format(max_chars)``), each with that sentence, and the number of lines
     rejected: malformed, a head or tail with no content word, or no sentence that grounds it (see :func:`support`)."""
-    shown = passage.format(max_chars).removeprefix(f"[{passage.title}]").removesuffix(" …")
+    shown = passage.clip(max_chars).removesuffix(" …")
     kept: list[Fact] = []
     rejected = 0
     for line in lines:
@@ -108,9 +110,12 @@ class Ledger:
 
     facts: list[Fact] = field(default_factory=list)
     read: set[str] = field(default_factory=set)  # ids of passages already extracted
+    by_passage: dict[str, list[Fact]] = field(default_factory=dict)  # passage id -> the facts verified in it
 
-    def add(self, facts: list[Fact]) -> None:
+    def add(self, facts: list[Fact], passage_id: str | None = None) -> None:
         self.facts += [f for f in facts if f not in self.facts]
+        if passage_id is not None:
+            self.by_passage[passage_id] = list(facts)
 
     def linked(self, question: str) -> list[str]:
         """Entities the question names, plus those one fact away from them (ledger order, no repeats)."""
@@ -163,28 +168,38 @@ def pivots(gap: Gap, linked: list[str], seen_titles: set[str], question: str) ->
     return [f"{e} {relations}".strip() for e in gap.entities] + bridges
 
 
-def gap_score(passage: Passage, gap: Gap) -> tuple[int, int]:
-    """How much of the gap a passage can fill: (missing entities it names, a title naming one counting twice,
-    plus the distinct content words of the missing relations it states, by word stem; the entity part alone)."""
-    body = f"{passage.title} {passage.text}"
-    entities = sum(mentions(passage.title, g) + mentions(body, g) for g in gap.entities)
-    vocabulary = set(words(body))
-    relation_words = set().union(*map(content_words, gap.relations))
-    return entities + sum(stem_match(w, vocabulary) for w in relation_words), entities
+def states(fact: Fact, relations: tuple[str, ...]) -> bool:
+    """Whether the fact's relation shares a content word with one of the gap's ``relations``."""
+    return any(content_words(fact.relation) & content_words(r) for r in relations)
 
 
-def entity_first_rank(evidence: list[Passage], candidates: list[Passage], anchors: list[str], gap: Gap,
-                      k: int) -> list[Passage]:
+def supported(facts: list[Fact], gap: Gap) -> tuple[int, int]:
+    """How much of the gap verified ``facts`` fill: (missing entities plus missing relations they supply; the
+    entity count alone). A fact supplies a missing entity when it is about it (its head) or links it by a missing
+    relation ("Lansing | capital of | Michigan" for Michigan's state capital); naming it in passing
+    ("Blue Fox | directed by | Ana Berg" when Ana Berg's birthplace is missing) supplies nothing."""
+    def about(f: Fact, g: str) -> bool:
+        return normalize(f.head) == normalize(g) or (normalize(f.tail) == normalize(g) and states(f, gap.relations))
+    entities = sum(any(about(f, g) for f in facts) for g in gap.entities)
+    relations = sum(any(states(f, (r,)) for f in facts) for r in gap.relations)
+    return entities + relations, entities
+
+
+def entity_first_rank(evidence: list[Passage], candidates: list[Passage], facts: dict[str, list[Fact]],
+                      anchors: list[str], gap: Gap, k: int) -> list[Passage]:
     """Merge micro-query hits into the evidence and keep the best ``k``; the context never grows.
 
-    Order: the gap first (missing entities and relations a passage states, see :func:`gap_score`), then ledger
-    anchors it names, and only then incumbency (held passages win the remaining ties), then retrieval score. A
-    held passage that fills none of the gap loses its place to a newcomer that fills some: the paper's case where
-    the state-capital page replaces a distractor that only names the university's state."""
+    A passage ranks by its verified facts (``facts``: passage id -> facts that passed the verbatim check): first
+    the gap entities and relations they support (:func:`supported`), then the ledger anchors they name, and only
+    then incumbency (held passages win the remaining ties), then retrieval score. Names the text merely mentions
+    count for nothing: a held passage whose facts fill none of the gap loses its place to a newcomer whose facts
+    fill some -- the paper's case where the state-capital page replaces a distractor."""
     incumbents = {p.id for p in evidence}
 
     def key(p: Passage):
-        return (*gap_score(p, gap), sum(mentions(f"{p.title} {p.text}", a) for a in anchors), p.id in incumbents,
+        own = facts.get(p.id, [])
+        ends = [x for f in own for x in (f.head, f.tail)]
+        return (*supported(own, gap), sum(any(mentions(x, a) for x in ends) for a in anchors), p.id in incumbents,
                 p.score)
 
     return sorted(dedup([*evidence, *candidates]), key=key, reverse=True)[:k]
@@ -210,6 +225,10 @@ class _Run:
     rejected_triples: int = 0
     fetched: set[str] = field(default_factory=set)  # ids of every passage a search returned: the blocklist
     replaced: list[int] = field(default_factory=list)  # per repair, how many held passages ranking replaced
+
+    def blocked(self) -> list[str]:
+        """The blocked/seen terms the gap and micro-query prompts see: queries issued, then titles fetched."""
+        return [*self.queries, *sorted(self.seen_titles - set(self.queries))]
 
     def trace(self, stop_reason: str) -> dict:
         return {"iterations": self.loops_used, "queries": list(self.queries), "stop_reason": stop_reason,
@@ -267,8 +286,9 @@ class SEAL(dspy.Module):
                 stop = "stuck"
                 break
             run.queries.append(query)                                           # exactly one micro-query
-            held = {p.id for p in evidence}
-            evidence = entity_first_rank(evidence, self._search(query, run), run.ledger.linked(question),
+            held, hits = {p.id for p in evidence}, self._search(query, run)
+            self._extract(question, hits, run)                                  # verify the hits' facts first
+            evidence = entity_first_rank(evidence, hits, run.ledger.by_passage, run.ledger.linked(question),
                                          gap, self.k)                           # replace, don't grow
             run.replaced.append(sum(p.id not in held for p in evidence))
             run.loops_used += 1
@@ -297,7 +317,7 @@ class SEAL(dspy.Module):
                 run.parse_failures += 1
                 continue
             facts, rejected = verbatim_facts(triple_lines(out.triples), p, self.max_triples, self.max_chars)
-            run.ledger.add(facts)
+            run.ledger.add(facts, p.id)
             run.rejected_triples += rejected
 
     def _sufficient(self, question: str, facts: list[str], run: _Run) -> bool:
@@ -314,7 +334,7 @@ class SEAL(dspy.Module):
         return not failed
 
     def _gap(self, question: str, facts: list[str], run: _Run) -> Gap:
-        out = lenient(self.gap, question=question, facts=facts)
+        out = lenient(self.gap, question=question, facts=facts, blocked=run.blocked())
         run.parse_failures += out is None
         gap = Gap(_clean(out.missing_entities), _clean(out.missing_relations)) if out else Gap()
         run.gaps.append({"entities": list(gap.entities), "relations": list(gap.relations)})
@@ -326,7 +346,7 @@ class SEAL(dspy.Module):
         proposals = []
         if propose:
             out = lenient(self.micro_query, question=question, missing_entities=list(gap.entities),
-                          missing_relations=list(gap.relations))
+                          missing_relations=list(gap.relations), blocked=run.blocked())
             run.parse_failures += out is None
             proposals += [out.query] if out else []
         options = proposals + pivots(gap, run.ledger.linked(question), run.seen_titles, question)

@@ -103,6 +103,12 @@ def translation_problem(question: str, answer: str, lang: str, en_answer: str) -
     return None
 
 
+def setting_of(article_a: dict, article_b: dict) -> str:
+    """XRAG's setting of an item built from two articles: ``multi`` (multilingual retrieval) for a pair in two
+    languages (an X article and an English one), else ``mono``."""
+    return "multi" if (article_a.get("language") or "en") != (article_b.get("language") or "en") else "mono"
+
+
 def _twice(predict, problem, **inputs):
     """``predict(**inputs)``, sampled once more when ``problem(out)`` names a problem; returns (out, problem)."""
     out = predict(**inputs)
@@ -186,7 +192,7 @@ class XRAGBuilder(dspy.Module):
                 continue
             connection = made.pop("connection")
             items.append(made | {"id": f"{article_a['id']}+{article_b['id']}:{qtype}:{made['language']}",
-                                 "setting": "mono", "type": qtype, "supporting": [article_a, article_b],
+                                 "setting": setting_of(article_a, article_b), "type": qtype, "supporting": [article_a, article_b],
                                  "distracting": [],
                                  "provenance": {"connection": connection, "summaries": [sum_a, sum_b],
                                                 "summary_overlap": [ov_a, ov_b],

@@ -38,7 +38,10 @@ from programs.retrieval import excluded  # noqa: E402
 from programs.writer import Writer  # noqa: E402
 from runtime.metering import metered  # noqa: E402
 
-DEFAULT_PROGRAMS = ("direct", "mono_rag", "multi_rag", "cross_rag", "t_rag", "coral_select", "coral")
+DEFAULT_PROGRAMS = ("direct", "mono_rag", "own_en_rag", "multi_rag", "cross_rag", "t_rag", "coral_select", "coral")
+#: The baselines told the culture's source language with ``--oracle-lang`` (the paper's C_own and C_own + C_en):
+#: with BLEnD's English questions they would otherwise search English only. No other program gets the label.
+ORACLE_PROGRAMS = ("mono_rag", "own_en_rag")
 TIERS = ("low", "mid", "high")
 ENTRY = "scripts/coral_compare.py"
 
@@ -236,8 +239,9 @@ def main(argv=None) -> dict[str, dict]:
     p.add_argument("--balance", metavar="FIELD", help="draw the evaluated questions (as many as the split) evenly "
                                                       "over this example field, e.g. country, from non-train examples")
     p.add_argument("--oracle-lang", action="store_true",
-                   help="tell programs the culture's language (source_lang) instead of the question's language: "
-                        "the paper's oracle own-corpus setting for BLEnD")
+                   help="tell the C_own and C_own + C_en baselines (mono_rag, own_en_rag) the culture's language "
+                        "(source_lang) instead of the question's: the paper's oracle own-corpus rows for BLEnD; "
+                        "every other program, CORAL included, keeps the question's language")
     p.add_argument("--compile", action="store_true", help="also bootstrap coral on train and report it compiled")
     p.add_argument("--demos", type=int, default=2, help="max bootstrapped and labeled demos per predictor")
     p.set_defaults(dataset="demo_culture", split="test")
@@ -249,12 +253,9 @@ def main(argv=None) -> dict[str, dict]:
         examples = balanced([ex for ex in s.bundle.examples if ex.id not in train], args.balance, len(examples),
                             args.seed)
     train = s.splits.train
-    if args.oracle_lang:
-        examples, train = ([ex.copy(lang=ex.get("source_lang") or ex.get("lang")) for ex in exs]
-                           for exs in (examples, train))
+    oracle = s.evaluated([ex.copy(lang=ex.get("source_lang") or ex.get("lang")) for ex in examples])
     examples = s.evaluated(examples)
     metric = next(iter(s.metrics))
-    tag = f"compare{'-oracle' if args.oracle_lang else ''}"
     results = {}
     run_name = f"coral-compare-{args.dataset}-{s.corpus_params()['corpus_source'].split()[0]}"
     with tracking.run(args.experiment, run_name, tags={"entry": ENTRY}) as run:
@@ -263,8 +264,10 @@ def main(argv=None) -> dict[str, dict]:
             "oracle_lang": args.oracle_lang, "compile": args.compile, "eval_ids": [ex.id for ex in examples]})
 
         def run_program(cell: suite.Cell, program) -> None:
+            told = args.oracle_lang and cell.program in ORACLE_PROGRAMS  # told the culture's language
             results[cell.label] = suite.run_cell(s, cell, run.info.run_id, "coral-compare", program=program,
-                                                 examples=examples, stage=tag, entry=ENTRY)
+                                                 examples=oracle if told else examples,
+                                                 stage="compare-oracle" if told else "compare", entry=ENTRY)
 
         evaluated_ids = {ex.get("base_id", ex.id) for ex in examples}
         for name in args.programs:

@@ -4,7 +4,8 @@
 
 For every planner LM and every way of showing it the candidate corpora -- ``listed`` (pool order, names only: what
 the planner saw before issue 13), ``shuffled`` (a seeded order per question) and ``probed`` (shuffled, each with the
-title and score of its top passage for the question; CORAL's default) -- CORAL's first planner call (``select``:
+title and score of its top passage for the question; the ``coral_probe`` variant, not in the paper; CORAL's default
+is ``shuffled``) -- CORAL's first planner call on the question with its options (``select``:
 grammar-constrained names on llama.cpp, validated against the pool) on each evaluated question; no retrieval
 rounds, critic or writer, so a planner costs one call per question. Reports ``coral_compare``'s planner diagnostics
 (recall of the culture's own-language corpus, how often the first-listed candidate is picked and the picks' mean
@@ -38,7 +39,7 @@ def first_choices(coral: CORAL, examples: list) -> list[dict]:
     for ex in examples:
         trace, lang = Trace(), ex.get("lang")
         trace.own = corpus_of(coral.search, lang)
-        corpora = coral.select(ex.question, lang, trace.own, trace)
+        corpora = coral.select(ex.question, lang, trace.own, trace, ex.get("options"))
         records.append({"id": ex.id, "source_lang": ex.get("source_lang"),
                         "trace": {"own": trace.own, "presented": trace.presented, "corpora": [corpora],
                                   "parse_failures": trace.parse_failures, "unknown_corpora": trace.unknown_corpora,

@@ -1,7 +1,9 @@
-"""SEAL-RAG grid: k x loop budget L x {seal, self_rag, crag, rag_cited} on one seeded HotpotQA slice, as a suite run.
+"""SEAL-RAG grid: k x loop budget L x {seal, self_rag, crag, rag_cited} on one seeded multi-hop slice (HotpotQA by
+default), as a suite run.
 
 ``python scripts/seal_grid.py --n 30 --lm local:qwen-0.5b --seed 13 [--judge-lm local:qwen-1.5b]
-[--ks 1 3] [--budgets 0 1 3 5] [--programs seal self_rag crag rag_cited] [--ledger-to-writer] [--corpus bundled]``
+[--ks 1 3] [--budgets 0 1 3 5] [--programs seal self_rag crag rag_cited] [--ledger-to-writer] [--corpus bundled]
+[--dataset musique]``
 
 A thin use of ``evaluate.py --suite`` (``optimizers/suite.py``): the grid is one suite entry (seal against its
 baselines at every (k, L)), so every cell gets its child run, per-question checkpoint and the suite's leaderboard
@@ -97,7 +99,9 @@ def report(results: list, sessions=None) -> str:
 
 def main(argv=None) -> dict:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--n", type=int, default=30, help="questions in the seeded HotpotQA slice")
+    p.add_argument("--dataset", default="hotpotqa", choices=("hotpotqa", "2wiki", "musique"),
+                   help="multi-hop dataset of the seeded slice")
+    p.add_argument("--n", type=int, default=30, help="questions in the seeded slice")
     p.add_argument("--lm", default="local:qwen-0.5b", help="LM for every role but the judge")
     p.add_argument("--judge-lm", help="judge LM (default: --lm)")
     p.add_argument("--seed", type=int, default=13, help="slice seed")
@@ -112,14 +116,14 @@ def main(argv=None) -> dict:
     p.add_argument("--cache", action="store_true", help="reuse cached LM responses (faster, but cells that share "
                                                         "prompts, e.g. seal at L=1 and L=3, then report fewer s/q)")
     args = p.parse_args(argv)
-    flags = ["--suite", "seal-grid", "--dataset", "hotpotqa", "--train", "0", "--dev", str(args.n), "--test", "0",
+    flags = ["--suite", "seal-grid", "--dataset", args.dataset, "--train", "0", "--dev", str(args.n), "--test", "0",
              "--split", "dev", "--seed", str(args.seed), "--lm", args.lm, "--judge", "--experiment", args.experiment,
              "--corpus", args.corpus]
     flags += ["--judge-lm", args.judge_lm] if args.judge_lm else []
     flags += ["--data-dir", args.data_dir] if args.data_dir else []
     flags += [] if args.cache else ["--no-cache"]
     baselines = [n for n in args.programs if n != "seal"] + ([LEDGER] if args.ledger_to_writer else [])
-    entry = suite.Entry("seal", tuple(baselines), ("hotpotqa",), {"k": tuple(args.ks), "loops": tuple(args.budgets)})
+    entry = suite.Entry("seal", tuple(baselines), (args.dataset,), {"k": tuple(args.ks), "loops": tuple(args.budgets)})
     out = suite.run_suite(suite.parser(__doc__.splitlines()[0]).parse_args(flags), custom=(entry,), report=report)
     return {r.cell.label: r.summary | replacements(r.records) for r in out["results"]}
 

@@ -6,9 +6,9 @@
 
 Articles: ``--articles FILE`` (one ``{"id", "title", "text", "date", "language"}`` JSON per line; consecutive
 lines are paired) or, by default, XQuAD: two paragraphs of the same English article form a related pair
-(``--unrelated`` adds pairs across articles, which the relevance check should reject). Distractors: ``--distractors``
-other articles of the collection, preferring the pair's own title. The output reads back through the ``xrag``
-dataset when placed under ``RAG_DATA_DIR/xrag/``."""
+(``--unrelated`` adds pairs across articles, which the relevance check should reject). Distractors: the
+``--distractors`` other articles of the collection BM25 retrieves for the item's question. The output reads back
+through the ``xrag`` dataset when placed under ``RAG_DATA_DIR/xrag/``."""
 from __future__ import annotations
 
 import argparse
@@ -16,12 +16,15 @@ import json
 import random
 import sys
 from collections import Counter
+from datetime import date, timedelta
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import data as datasets  # noqa: E402
 from data.xrag import paragraph, read_xquad  # noqa: E402
+from programs.bm25 import BM25Index  # noqa: E402
+from programs.retrieval import Corpus  # noqa: E402
 from programs.xrag_build import XRAGBuilder  # noqa: E402
 from runtime.lm import make_lm  # noqa: E402
 from runtime.metering import metered  # noqa: E402
@@ -52,14 +55,25 @@ def file_pairs(path: Path, n: int) -> tuple[list[tuple[dict, dict]], list[dict]]
     return [(docs[i], docs[i + 1]) for i in range(0, min(2 * n, len(docs) - 1), 2)], docs
 
 
-def distractors(pair: tuple[dict, dict], pool: list[dict], n: int, rng: random.Random) -> list[dict]:
-    """``n`` other articles, those sharing the pair's title first (topically close, like XRAG's)."""
-    ids = {pair[0]["id"], pair[1]["id"]}
-    same = [d for d in pool if d["id"] not in ids and d["title"] == pair[0]["title"]]
-    rest = [d for d in pool if d["id"] not in ids and d["title"] != pair[0]["title"]]
-    rng.shuffle(same)
-    rng.shuffle(rest)
-    return (same + rest)[:n]
+def distractors(question: str, pair: tuple[dict, dict], index: BM25Index, n: int, rng: random.Random) -> list[dict]:
+    """The ``n`` other articles BM25 ranks highest for the item's (English) question -- retrieved, as XRAG's are,
+    so they look relevant -- topped up at random from the rest of the collection when fewer match. Where the
+    articles are dated, only those published at least two weeks before the pair qualify (so they cannot answer)."""
+    dates = [day(a) for a in pair]
+    cutoff = min(dates) - timedelta(days=14) if None not in dates else None
+
+    def allowed(d: dict) -> bool:
+        return d["id"] not in {pair[0]["id"], pair[1]["id"]} and (cutoff is None or (day(d) or cutoff) <= cutoff)
+    docs = {d["id"]: d for d in index.corpus.docs}
+    hits = [docs[p.id.split(":", 1)[1]] for p in index.search(question, len(docs))]
+    chosen = [d for d in hits if allowed(d)][:n]
+    rest = [d for d in index.corpus.docs if allowed(d) and d not in chosen]
+    return chosen + rng.sample(rest, min(n - len(chosen), len(rest)))
+
+
+def day(article: dict) -> date | None:
+    """An article's publication date (ISO ``YYYY-MM-DD...``), or None."""
+    return date.fromisoformat(str(article["date"])[:10]) if article.get("date") else None
 
 
 def relevance_check(builder: XRAGBuilder, pairs: list[tuple[dict, dict]], n_related: int) -> list[dict]:
@@ -103,6 +117,7 @@ def main(argv=None) -> list[dict]:
     init_dspy(lm)
     builder = XRAGBuilder(types=tuple(args.types), verify_relevance=args.verify_relevance)
     rng, items = random.Random(args.seed), []
+    index = BM25Index.from_corpus(Corpus("articles", pool))
     if args.relevance_only:
         return relevance_check(builder, pairs, n_related=len(pairs) - (0 if args.articles else args.unrelated))
     outcomes = Counter()
@@ -114,7 +129,7 @@ def main(argv=None) -> list[dict]:
             print(f"{a['id']} + {b['id']}: {out.trace['stop_reason']} ({len(out.records)} items"
                   + "".join(f", {n} dropped: {r}" for r, n in dropped.items()) + ")", flush=True)
             for item in out.records:
-                item["distracting"] = distractors((a, b), pool, args.distractors, rng)
+                item["distracting"] = distractors(item["en_question"], (a, b), index, args.distractors, rng)
                 item["provenance"].update(lm=args.lm, pair_related=out.trace["related"])
                 items.append(item)
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -1,7 +1,8 @@
 """XRAG-style tables on the XQuAD settings in one process and one MLflow run: the paper's Table 4 shape
 (monolingual retrieval: accuracy and response-language correctness per question language X and for the
 English-question baseline on the same items, under no retrieval, oracle, full and open retrieval) and Table 5
-shape (multilingual retrieval, full context, per X).
+shape (multilingual retrieval, full context: 1 supporting + 3 distracting paragraphs in X and in English, per X,
+and the En + En_X baseline with the English question).
 
 ``python scripts/xrag_eval.py --n 20 --judge-lm local:qwen-1.5b``
 ``python scripts/xrag_eval.py --n 5 --langs de zh --conditions full open --programs rag coral``
@@ -22,6 +23,7 @@ from __future__ import annotations
 import copy
 import random
 import sys
+from collections import Counter
 from dataclasses import replace
 from pathlib import Path
 
@@ -68,13 +70,13 @@ def cells(args) -> list[tuple[str, str, str, str, int]]:
             progs = ["direct"] if cond == "none" else args.programs
             out += [("mono", cond, name, p, args.k if cond == "open" else FULL_K) for p in progs]
     if args.multi:
-        out += [("multi", "full", f"xrag_multi:{lang}", "rag", FULL_K) for lang in x_langs(args)]
+        out += [("multi", "full", f"xrag_multi:{lang}", "rag", FULL_K) for lang in mono_langs(args)]
     return out
 
 
 def table(results: dict, args, kind: str) -> str:
     """Markdown: one row per (condition, program), columns accuracy / language-correct per language."""
-    langs = mono_langs(args) if kind == "mono" else x_langs(args)
+    langs = mono_langs(args)
     head = "| condition | program | " + " | ".join(f"{lang} acc / lang" for lang in langs) + " | avg X acc |"
     lines = [head, "|" + "---|" * (len(langs) + 3)]
     rows = sorted({(c, p) for (t, c, _, p) in results if t == kind}, key=lambda r: (CONDITIONS.index(r[0]), r[1]))
@@ -146,14 +148,17 @@ def main(argv=None) -> dict:
         failures = sum(j.failures for j in judges if j)
         echoes = sum(j.echoes for j in judges if j)
         stated = sum(j.stated for j in judges if j)
-        mlflow.log_metrics({"judge_failures": failures, "judge_echoes": echoes, "judge_stated": stated})
+        paths = sum((j.language_paths for j in judges if j), Counter())  # who decided each answer's language
+        mlflow.log_metrics({"judge_failures": failures, "judge_echoes": echoes, "judge_stated": stated,
+                            "language_by_lingua": paths["lingua"], "language_by_judges": paths["judges"]})
         mlflow.log_text(f"## Monolingual retrieval\n\n{mono}\n\n## Multilingual retrieval\n\n{multi}\n", "report.md")
     print(f"\n{board.markdown}")
     print("\nMonolingual retrieval (accuracy = judge AND language, % / response-language correct, %)\n" + mono)
     if args.multi:
         print("\nMultilingual retrieval (full context)\n" + multi)
     print(f"\nrun {run.info.run_id}; judge failures: {failures}; without a judge call: {echoes} answers that only "
-          f"repeat the question (wrong), {stated} short sentences stating a gold answer (right)")
+          f"repeat the question (wrong), {stated} short sentences stating a gold answer (right); response language "
+          f"decided by lingua {paths['lingua']}, by the judge panel {paths['judges']} (lingua undecided)")
     return summaries
 
 

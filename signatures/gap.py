@@ -8,5 +8,7 @@ class SpecifyGap(dspy.Signature):
 
     question: str = dspy.InputField()
     facts: list[str] = dspy.InputField(desc="'[source] head | relation | tail' facts found so far")
+    blocked: list[str] = dspy.InputField(desc="queries already searched and titles of pages already read: "
+                                              "name what they did not give")
     missing_entities: list[str] = dspy.OutputField(desc="names the question depends on that the facts do not cover")
     missing_relations: list[str] = dspy.OutputField(desc="attributes or links still unknown, e.g. 'birthplace'")

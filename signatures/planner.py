@@ -8,8 +8,8 @@ class SelectCorpora(dspy.Signature):
 
     question: str = dspy.InputField()
     question_language: str = dspy.InputField()
-    available: list[str] = dspy.InputField(desc="'code: language' of each corpus, in no particular order, "
-                                                 "with its best-matching passage title and score")
+    available: list[str] = dspy.InputField(desc="'code: language' of each corpus, in no particular order "
+                                                 "(some list each corpus's best-matching passage title and score)")
     corpora: list[str] = dspy.OutputField(desc="chosen corpus codes")
 
 
@@ -22,8 +22,8 @@ class ReplanSearch(dspy.Signature):
     previous_query: str = dspy.InputField()
     previous_corpora: list[str] = dspy.InputField()
     reason: str = dspy.InputField(desc="why the evidence was not enough")
-    available: list[str] = dspy.InputField(desc="'code: language' of each corpus, in no particular order, "
-                                                 "with its best-matching passage title and score")
+    available: list[str] = dspy.InputField(desc="'code: language' of each corpus, in no particular order "
+                                                 "(some list each corpus's best-matching passage title and score)")
     corpora: list[str] = dspy.OutputField(desc="corpus codes for the next search")
     query: str = dspy.OutputField(desc="the new search query")
 
@@ -35,8 +35,8 @@ class ReselectCorpora(dspy.Signature):
     question: str = dspy.InputField()
     previous_corpora: list[str] = dspy.InputField()
     reason: str = dspy.InputField(desc="why the evidence was not enough")
-    available: list[str] = dspy.InputField(desc="'code: language' of each corpus, in no particular order, "
-                                                 "with its best-matching passage title and score")
+    available: list[str] = dspy.InputField(desc="'code: language' of each corpus, in no particular order "
+                                                 "(some list each corpus's best-matching passage title and score)")
     corpora: list[str] = dspy.OutputField(desc="corpus codes for the next search")
 
 

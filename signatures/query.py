@@ -9,6 +9,8 @@ class WriteMicroQuery(dspy.Signature):
     question: str = dspy.InputField()
     missing_entities: list[str] = dspy.InputField()
     missing_relations: list[str] = dspy.InputField()
+    blocked: list[str] = dspy.InputField(desc="queries already searched and titles of pages already read: "
+                                              "do not repeat them")
     query: str = dspy.OutputField(desc="4 to 12 keywords")
 
 

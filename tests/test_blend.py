@@ -183,6 +183,10 @@ def test_click_reads_the_culture_category_and_maps_answers_to_letters(blend_dir)
     assert t2.answer == "C" and list(t2.options) == list("ABCDE") and t2.question.startswith("다음 글을 읽고")
     assert (t2.lang, t2.category, t2.tier) == ("ko", "Tradition", "mid")
     assert set(t2.inputs().keys()) == {"question", "options", "lang"} and "ko" in {c.name for c in bundle.corpora}
+    law = root / "click" / "Culture" / "Korean Law"  # blend_kb has nothing on Korean law: only in click_all
+    law.mkdir()
+    (law / "Law_Kedu.json").write_text(json.dumps([dict(rows[0], id="L_1")], ensure_ascii=False), encoding="utf-8")
+    assert len(data.load("click", root).examples) == 3 and len(data.load("click_all", root).examples) == 4
 
 
 # -- the real files -----------------------------------------------------------------------------------------------
@@ -204,6 +208,7 @@ def test_real_blend_matches_the_manifest_and_builds_a_clean_mcq_set():
 def test_real_click_culture_subset():
     root = data.data_dir()
     assert sum(len(json.loads(p.read_text())) for p in (root / "click").glob("**/*.json")) == 1995  # MANIFEST
-    bundle = data.load("click")
+    bundle = data.load("click_all")
     assert len(bundle.examples) == 1345 and len({ex.id for ex in bundle.examples}) == 1345  # as in the CORAL paper
     assert Counter(ex.category for ex in bundle.examples)["Society"] == 309
+    assert {ex.category for ex in data.load("click").examples} == {"Tradition", "Society"}

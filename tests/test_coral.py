@@ -5,8 +5,7 @@ import pytest
 from dspy.utils.dummies import DummyLM
 
 import programs
-from programs.coral import (CORAL, Rated, accumulate, best, forced_change, passes, same_plan,
-                            validate_corpora)
+from programs.coral import CORAL, Rated, accumulate, best, passes, same_plan, validate_corpora
 from programs.mrag import corpus_of, scope_corpora
 from programs.retrieval import Corpus, Passage, Retriever
 from runtime.roles import Roles, assign_roles
@@ -88,13 +87,12 @@ def test_planner_corpora_are_validated_against_the_pool():
     assert validate_corpora(["zz"], LANGS, "ko", 3, require_own=False) == ([], 1)  # nor the own corpus put back
 
 
-def test_forced_change_adds_the_next_untried_corpus():
-    order = ["en", "ko", "es"]
-    assert forced_change(["en"], order, {"en"}, "en", 3) == ["en", "ko"]
-    assert forced_change(["en", "ko"], order, {"en", "ko"}, "en", 2) == ["en", "es"]  # full: drop a non-own one
-    assert forced_change(["en"], order, {"en", "ko", "es"}, "en", 3) is None
+def test_plans_that_differ_by_quotes_or_repetition_are_the_same_plan():
     assert same_plan(["ko", "en"], "Soup  in KOREA", ["en", "ko"], "soup in korea")
+    assert same_plan(["en"], '"seaweed soup" “Korea”', ["en"], "seaweed soup Korea")
+    assert same_plan(["en"], "seaweed soup seaweed soup seaweed soup", ["en"], "seaweed soup")
     assert not same_plan(["en"], "soup", ["en"], "birthday soup")
+    assert not same_plan(["en", "ko"], "soup", ["en"], "soup")
 
 
 def test_scopes_resolve_to_language_corpora(search):
@@ -121,24 +119,39 @@ def test_one_sufficient_round_costs_four_calls(dummy, search):
     assert "Options: A. Cake" in lm.history[1]["messages"][-1]["content"]  # the critic sees the options
 
 
-def test_rounds_accumulate_force_a_change_and_stop_at_the_bound(dummy, search):
+def test_rounds_accumulate_and_stop_at_the_bound(dummy, search):
     lm = scripted(dummy, plan=Queue({"corpora": ["en"]}),
                   batch=Queue(batched(rating(1, 3, 2, 2, 2)), batched(rating(1, 5, 5, 5, 5)),
                               batched(rating(1, 1, 1, 1, 1), rating(2, 1, 1, 1, 1))),
                   enough=Queue({"enough": False, "reason": "nothing Korean"}),
-                  replan=Queue({"corpora": ["en"], "query": QUESTION}, {"corpora": ["en"], "query": QUESTION},
+                  replan=Queue({"corpora": ["en"], "query": QUESTION}, {"corpora": ["en", "ko"], "query": QUESTION},
                                {"corpora": ["ko"], "query": "football kimchi"}),
                   write=Queue({"answer": "C"}))
     pred = CORAL(search, k=1, loops=3, critic_batch=True)(question=QUESTION, options=OPTIONS, lang="en")
     t = pred.trace
     assert t["iterations"] == 3 and t["stop_reason"] == "max_rounds"
-    assert t["corpora"] == [["en"], ["en", "ko"], ["en", "ko"]]  # forced: + next untried; own kept on replan
+    assert t["corpora"] == [["en"], ["en", "ko"], ["en", "ko"]]  # own kept on replan
     assert t["queries"] == [QUESTION, QUESTION, "football kimchi"]
-    assert t["replan_retries"] == 1 and t["forced_changes"] == 1
+    assert t["replan_retries"] == 1 and t["repeated_plans"] == 0
     assert [len(s) for s in t["scores"]] == [1, 2, 2]  # round 2 re-uses e1's score, scores only k1
     assert [x.id for x in pred.passages] == ["ko:k1", "en:e1"]  # kept over rounds, best s_tot first
     assert t["calls"] == {"planner": 1 + 3, "critic": 3, "sufficiency": 2, "writer": 1}  # no check in round 3
     assert "nothing Korean" in lm.history[3]["messages"][-1]["content"]  # the replanner gets the reason
+
+
+def test_two_identical_plans_stop_the_loop_with_the_evidence_kept(dummy, search):
+    lm = scripted(dummy, plan=Queue({"corpora": ["en"]}), batch=Queue(batched(rating(1, 5, 5, 5, 5))),
+                  enough=Queue({"enough": False, "reason": "more"}),
+                  replan=Queue({"corpora": ["en"], "query": f'"{QUESTION}"'},
+                               {"corpora": ["en"], "query": f"{QUESTION} {QUESTION}"}),
+                  write=Queue({"answer": "C"}))
+    pred = CORAL(search, k=1, loops=3, critic_batch=True)(question=QUESTION, options=OPTIONS, lang="en")
+    t = pred.trace
+    assert t["stop_reason"] == "repeated_plan" and t["repeated_plans"] == 1 and t["replan_retries"] == 1
+    assert t["corpora"] == [["en"]] and [x.id for x in pred.passages] == ["en:e1"]  # no corpus added
+    assert t["calls"]["planner"] == 1 + 2
+    replans = [h for h in lm.history if REPLAN in h["messages"][-1]["content"]]
+    assert replans[1]["kwargs"].get("rollout_id") is not None  # the second plan is sampled anew, not cached
 
 
 def test_one_round_budget_skips_the_sufficiency_check(dummy, search):
@@ -206,7 +219,7 @@ def test_select_only_ablation_keeps_the_query_and_stops_when_nothing_is_left(dum
     coral_select = programs.build("coral_select", search=search, k=1, loops=3)
     assert "query" not in coral_select.replanner.signature.output_fields
     t = coral_select(question=QUESTION, options=OPTIONS, lang="en").trace
-    assert t["queries"] == [QUESTION] and t["stop_reason"] == "no_change_possible" and t["forced_changes"] == 0
+    assert t["queries"] == [QUESTION] and t["stop_reason"] == "repeated_plan" and t["repeated_plans"] == 1
 
 
 def test_mcq_letters_are_parsed_and_short_answers_pass_through(dummy, search):
@@ -370,7 +383,7 @@ def test_replan_without_a_valid_name_keeps_the_corpora(dummy, search):
     assert t["planner_fallbacks"] == 1
 
 
-def test_candidate_corpora_are_shown_in_a_seeded_per_question_order_with_probes(dummy, embedder):
+def test_candidate_corpora_are_shown_in_a_seeded_order_with_the_options_and_probes_only_on_request(dummy, embedder):
     langs = ("ar", "de", "el", "en", "es", "ko")
     pool = Retriever([Corpus(lang, [{"id": "1", "title": f"{lang} title", "text": f"{lang} soup birthday"}], lang)
                       for lang in langs], embedder)
@@ -387,6 +400,9 @@ def test_candidate_corpora_are_shown_in_a_seeded_per_question_order_with_probes(
     t = coral(question=questions[0], options=OPTIONS, lang="en").trace
     assert t["presented"] == orders[0]
     prompt = lm.history[0]["messages"][-1]["content"]
+    assert "Options: A. Cake" in prompt and "top match" not in prompt  # the paper's planner: full query, no probe
+    programs.build("coral_probe", search=pool)(question=questions[0], options=OPTIONS, lang="en")
+    prompt = next(h for h in lm.history[1:] if PLAN in h["messages"][-1]["content"])["messages"][-1]["content"]
     shown = [line.split(":")[0].strip('"[ ,') for line in prompt.splitlines() if "top match" in line]
     assert len(shown) == 1 or shown == orders[0]  # one line per corpus in the presented order
     for lang in langs:
@@ -476,3 +492,45 @@ def test_one_set_of_calls_scores_every_mc_mode():
     assert [r["accuracy"] for r in modes["direct [pride]"]] == [1.0, 1.0, 0.0]
     text = modes_table(modes, "accuracy")
     assert "| direct [pride] | 0.667 | 0.000 | B (1/3) |" in text
+
+
+@pytest.mark.parametrize("reply, scored, alone", [
+    ("0 | 5 | 5 | 5 | 5\n1 | 1 | 1 | 1 | 1", {1: 5, 2: 1}, 1),  # counts from 0, last line missing: no shift
+    ("1 | 5 | 5 | 5 | 5\n1 | 1 | 1 | 1 | 1\n3 | 2 | 2 | 2 | 2", {1: 5, 3: 2}, 1),  # a repeated number: doc 2 alone
+    ("2 | 5 | 5 | 5 | 5\n3 | 1 | 1 | 1 | 1", {2: 5, 3: 1}, 1),  # the first line missing
+])
+def test_batched_critic_lines_go_to_the_document_their_number_names(dummy, search, reply, scored, alone):
+    scripted(dummy, batch=Queue({"ratings": reply}))
+    chunk = [Passage(f"p{i}", f"title {i}", f"text {i}") for i in (1, 2, 3)]
+    trace = programs.coral.Trace()
+    out = CORAL(search, critic_batch=True).rate_batch(chunk, QUESTION, trace)
+    assert {pos: r.relevance for pos, r in out.items()} == scored
+    assert all(out[pos].passage is chunk[pos - 1] for pos in out) and trace.critic_missing == alone
+
+
+def test_the_critic_sees_what_the_writer_sees_unless_told(search):
+    assert CORAL(search).critic_chars == 600 and CORAL(search, max_chars=None).critic_chars is None
+    assert CORAL(search, critic_chars=200).critic_chars == 200
+
+
+def test_oracle_lang_tells_only_the_own_corpus_baselines_the_culture(embedder, monkeypatch):
+    import scripts.coral_compare as compare
+    from optimizers import cli
+
+    lm = DummyLM({PLAN: Queue({"corpora": ["en"]}), SINGLE: Queue(rating(0, 4, 4, 4, 4)),
+                  ENOUGH: Queue({"enough": True, "reason": "fine"}), WRITE: Queue({"answer": "A"})})
+    monkeypatch.setattr(cli, "make_lm", lambda *a, **k: lm)
+    monkeypatch.setattr(cli, "Retriever", lambda corpora, *a, **kw: Retriever(corpora, embedder))
+    captured = {}
+    run_cell = compare.suite.run_cell
+
+    def spy(s, cell, *a, examples=None, **kw):
+        captured[cell.program] = [(ex.lang, ex.source_lang) for ex in examples]
+        return run_cell(s, cell, *a, examples=examples, **kw)
+    monkeypatch.setattr(compare.suite, "run_cell", spy)
+    compare.main(["--dataset", "demo_culture", "--programs", "mono_rag", "own_en_rag", "multi_rag", "coral",
+                  "--train", "1", "--dev", "1", "--test", "4", "--balance", "source_lang", "--k", "1", "--loops", "1",
+                  "--oracle-lang"])
+    assert all(lang == source for name in ("mono_rag", "own_en_rag") for lang, source in captured[name])
+    assert any(source != "en" for _, source in captured["coral"])
+    assert all(lang == "en" for name in ("multi_rag", "coral") for lang, _ in captured[name])  # no culture label

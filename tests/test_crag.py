@@ -74,11 +74,28 @@ def test_evidence_writer_parses_citations_and_normalises_refusals():
     passages = [P["Blue Fox"], P["Ana Berg"]]
     assert [p.title for p in cited_passages("Lyon [2, 1] [2] [7]", passages)] == ["Ana Berg", "Blue Fox"]
     assert cited_passages("born 1931", passages) == []  # bare numbers (a year) are not citations
-    assert clean_answer("Lyon [2].") == "Lyon" and clean_answer("I don’t know the answer.") == "I don't know"
+    assert clean_answer("Lyon [2].", 2) == "Lyon" and clean_answer("I don’t know the answer.", 2) == "I don't know"
     lm = routed({ANSWER: {"answer": "I don’t know [1]"}})
     out = EvidenceWriter()(question=Q, passages=passages)
     assert out.answer == "I don't know" and out.citations == []  # a refusal cites nothing
     assert "[2] [Ana Berg]" in lm.history[-1]["messages"][-1]["content"]
+
+
+@pytest.mark.parametrize("raw, cited, answer", [
+    ("Lyon [Passage 2]", ["Ana Berg"], "Lyon"),  # a named citation
+    ("Lyon [passages 1 and 2].", ["Blue Fox", "Ana Berg"], "Lyon"),
+    ("Lyon [1, 2]", ["Blue Fox", "Ana Berg"], "Lyon"),
+    ("Lyon [2][1]", ["Ana Berg", "Blue Fox"], "Lyon"),  # adjacent marks
+    ("in [1990] [1]", ["Blue Fox"], "in [1990]"),  # a bracketed year is part of the answer, not a citation
+    ("[1931]", [], "[1931]"),
+    ("Lyon [1, 1990]", [], "Lyon [1, 1990]"),  # one number out of range: not a citation mark
+    ("Lyon [Doc 7]", [], "Lyon"),  # a named mark with no passage of that number: cut, cites nothing
+    ("Lyon (2)", [], "Lyon (2)"),
+])
+def test_citations_are_bracketed_passage_numbers_only(raw, cited, answer):
+    passages = [P["Blue Fox"], P["Ana Berg"]]
+    assert [p.title for p in cited_passages(raw, passages)] == cited
+    assert clean_answer(raw, len(passages)) == answer
 
 
 @pytest.mark.parametrize("name", ["seal", "self_rag", "crag"])

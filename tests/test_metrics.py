@@ -60,3 +60,18 @@ def test_ndcg_is_binary_gain_over_an_ideal_of_min_gold_k_and_matches_sklearn():
     # sklearn, ranking X, A, three non-gold fillers, then the unretrieved gold B (past the cutoff): the same number
     relevance, scores = [[0, 1, 0, 0, 0, 1]], [[6, 5, 4, 3, 2, 1]]
     assert retrieval_scores(["A", "B"], ps, k=5)["ndcg"] == pytest.approx(ndcg_score(relevance, scores, k=5))
+
+
+def test_judge_lets_a_dead_judge_server_stop_the_run():
+    from dspy.utils.dummies import DummyLM
+
+    from runtime.lm import ServerError
+
+    class DeadServer(DummyLM):
+        def __call__(self, *args, **kwargs):
+            raise ServerError("llama.cpp server for the judge exited with code 1")
+
+    judge = Judge(DeadServer([]))
+    with pytest.raises(ServerError):
+        judge(EX, pred("Paris, France"))
+    assert judge.failures == 0

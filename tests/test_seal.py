@@ -120,35 +120,52 @@ def test_blocklist_excludes_fetched_passages_from_the_search_and_keeps_query_wor
     assert clip("a b c d e", 3) == "a b c"
 
 
-def test_gap_first_ranking_replaces_a_distractor_in_the_papers_bridge_case():
-    """The paper's bridge case (own toy text): the university page is held with two distractors that name the
-    state and the university; the gap is the state's capital. The capital page must replace a distractor, although
-    the held pages name more ledger anchors and are incumbents."""
+def verified(passage, *lines):
+    """{passage id: the facts of ``lines`` that pass the verbatim check against it} (what SEAL ranks by)."""
+    return {passage.id: verbatim_facts(list(lines), passage, 10)[0]}
+
+
+def test_ranking_by_verified_facts_replaces_a_distractor_in_the_papers_bridge_case():
+    """The paper's bridge case (own toy text): the university page is held with two distractors; the gap is the
+    state's capital. The capital page must replace a distractor, although the held pages name more ledger anchors
+    and are incumbents -- and the distractor whose text merely mentions "the state capital" (no verified fact
+    states it) is the one that goes."""
     uni = Passage("m:0", "University of Michigan", "The University of Michigan is a public university in Ann Arbor, "
                   "Michigan.", score=0.9)
     rival = Passage("m:1", "Michigan State University", "Michigan State University is a public university in "
-                    "East Lansing, Michigan, rival of the University of Michigan.", score=0.8)
+                    "Michigan, a short drive from the state capital.", score=0.8)
     arbor = Passage("m:2", "Ann Arbor, Michigan", "Ann Arbor is a city in Michigan, home of the University of "
                     "Michigan.", score=0.7)
     capital = Passage("m:3", "Lansing, Michigan", "Lansing is the capital of the U.S. state of Michigan.", score=0.2)
+    facts = (verified(uni, "University of Michigan | public university in | Ann Arbor")
+             | verified(rival, "Michigan State University | public university in | Michigan",
+                        "Lansing | capital of | Michigan")  # not what this page says: rejected
+             | verified(arbor, "Ann Arbor | city in | Michigan") | verified(capital, "Lansing | capital of | Michigan"))
+    assert [len(f) for f in facts.values()] == [1, 1, 1, 1]
     gap = Gap(("Michigan",), ("state capital",))
     anchors = ["University of Michigan", "Ann Arbor", "Michigan"]
-    ranked = entity_first_rank([uni, rival, arbor], [capital], anchors, gap, k=3)
-    assert ranked[0] == capital and len(ranked) == 3
-    assert arbor not in ranked  # the distractor that fills least of the gap, then names fewest anchors, goes
-    # with the gap's entity alone, which every page names, the anchors and incumbency keep the held pages
-    assert capital not in entity_first_rank([uni, rival, arbor], [capital], anchors, Gap(("Michigan",)), k=3)
+    ranked = entity_first_rank([uni, rival, arbor], [capital], facts, anchors, gap, k=3)
+    assert ranked == [capital, uni, arbor]  # rival's text names the capital, its facts do not
+    # with the gap's entity alone, which every page's facts name, the anchors and incumbency keep the held pages
+    assert capital not in entity_first_rank([uni, rival, arbor], [capital], facts, anchors, Gap(("Michigan",)), k=3)
+    # a newcomer whose facts could not be verified counts for nothing, whatever its text names
+    assert capital not in entity_first_rank([uni, rival, arbor], [capital], {}, anchors, gap, k=3)
 
 
 def test_entity_first_ranking_keeps_exactly_k_and_replaces_distractors():
+    facts = {P[t].id: verbatim_facts([line], P[t], 10)[0] for t, line in [
+        ("Blue Fox", "Blue Fox | directed by | Ana Berg"), ("Ana Berg", "Ana Berg | born in | Lyon"),
+        ("Red Owl", "Red Owl | film about | owl"), ("Green Cat", "Green Cat | film about | cat")]}
     evidence = [P["Blue Fox"], P["Red Owl"], P["Green Cat"]]
-    anchors, gap = ["Blue Fox", "Ana Berg"], Gap(("Ana Berg",))
-    ranked = entity_first_rank(evidence, [P["Grey Elk"], P["Ana Berg"]], anchors, gap, k=3)
+    anchors, gap = ["Blue Fox", "Ana Berg"], Gap(("Ana Berg",), ("birthplace", "born"))
+    ranked = entity_first_rank(evidence, [P["Grey Elk"], P["Ana Berg"]], facts, anchors, gap, k=3)
     assert [p.title for p in ranked] == ["Ana Berg", "Blue Fox", "Red Owl"]  # the weakest distractor goes
-    assert [p.title for p in entity_first_rank([P["Blue Fox"]], [P["Ana Berg"]], anchors, gap, k=1)] == ["Ana Berg"]
+    one = entity_first_rank([P["Blue Fox"]], [P["Ana Berg"]], facts, anchors, gap, k=1)
+    assert [p.title for p in one] == ["Ana Berg"]  # its facts state the missing relation too
     # nothing resolves the gap or anchors the ledger: incumbents stay, even against higher retrieval scores
-    assert entity_first_rank([P["Grey Elk"]], [P["Red Owl"]], [], Gap(), k=1) == [P["Grey Elk"]]
-    assert len(entity_first_rank([P["Red Owl"]], [P["Ana Berg"], P["Grey Elk"], P["Red Owl"]], anchors, gap, 1)) == 1
+    assert entity_first_rank([P["Grey Elk"]], [P["Red Owl"]], facts, [], Gap(), k=1) == [P["Grey Elk"]]
+    assert len(entity_first_rank([P["Red Owl"]], [P["Ana Berg"], P["Grey Elk"], P["Red Owl"]], facts, anchors, gap,
+                                 1)) == 1
 
 
 def test_sufficiency_gate_needs_every_criterion():
@@ -220,7 +237,8 @@ def test_loop_bound_is_respected_and_k_never_grows(loops):
     assert pred.queries == [Q, *(f"{t} facts" for t in titles[:loops])] and len(search.calls) == loops + 1
     assert [p.title for p in pred.passages] == [titles[loops - 1]] and pred.trace["replaced"] == [1] * loops
     assert [k for _, k in search.calls] == [1 + i for i in range(loops + 1)]  # k plus the blocked passages
-    assert calls(lm, QUERY) == calls(lm, ASSESS) == loops and len(pred.ledger) == loops  # last page: not read
+    assert calls(lm, QUERY) == calls(lm, ASSESS) == loops
+    assert len(pred.ledger) == loops + 1  # every hit is read (its facts verified) before ranking, the last one too
 
 
 def test_stuck_query_forces_a_pivot_and_stops_when_no_pivot_is_left():
@@ -240,7 +258,8 @@ def test_malformed_lm_output_is_counted_not_fatal():
             ASSESS: {"coverage": "most"}, GAP: GAP_BERG, QUERY: {"query": "Ana Berg birthplace"},
             ANSWER: {"answer": "Lyon [1]"}})
     pred = SEAL(search, k=2, loops=1)(question=Q)
-    assert pred.answer == "Lyon" and pred.trace["parse_failures"] == 2  # one extraction + the assessment
+    # one extraction, the assessment, and the two repair hits read before ranking (no extraction scripted for them)
+    assert pred.answer == "Lyon" and pred.trace["parse_failures"] == 4
     assert pred.ledger == [{"head": "Red Owl", "relation": "is", "tail": "owl", "title": "Red Owl",
                             "span": TEXTS["Red Owl"]}]
     assert pred.trace["assessments"][0]["failed"] == ["parse_failure"]
@@ -331,3 +350,15 @@ def test_seal_runs_over_the_real_retriever(embedder, dummy):
            ANSWER: {"answer": "Lyon [1]"}})
     pred = programs.build("seal", search=retriever, k=2, loops=1)(question=Q)
     assert pred.answer == "Lyon" and len(pred.passages) == 2 and pred.queries[-1] == "Ana Berg birthplace"
+
+
+def test_gap_and_micro_query_prompts_see_the_blocked_terms():
+    search = ScriptedSearch({"ana berg": ["Ana Berg"], Q: ["Blue Fox"]})
+    lm = routed({ANSWER: {"answer": "Lyon [1]"}, extract("Blue Fox"): FILM_FACTS, extract("Ana Berg"): BERG_FACTS,
+                 "Ana Berg | born in | Lyon": SUFFICIENT, ASSESS: INSUFFICIENT, GAP: GAP_BERG,
+                 QUERY: {"query": "Ana Berg birthplace"}})
+    SEAL(search, k=1, loops=3)(question=Q)
+    for key in (GAP, QUERY):
+        prompt = next(h for h in lm.history if key in h["messages"][-1]["content"])["messages"][-1]["content"]
+        blocked = prompt.split("[[ ## blocked ## ]]")[1].split("[[ ##")[0]
+        assert Q in blocked and "Blue Fox" in blocked  # the query issued and the title already fetched

@@ -80,3 +80,16 @@ def test_grid_runs_every_arm_in_the_pool_and_logs_one_run(pool_dir, embedder, mo
     assert "dev_citation_precision" in children["seal_k2_L1"].data.metrics
     artifacts = {a.path for a in mlflow.MlflowClient().list_artifacts(parent.info.run_id)}
     assert {"leaderboard.md", "report.md"} <= artifacts
+
+
+def test_the_grid_runs_on_the_dataset_asked_for(monkeypatch):
+    import scripts.seal_grid as grid
+
+    seen = {}
+
+    def fake(args, custom, report):
+        seen.update(dataset=args.dataset, entry=custom[0].datasets)
+        return {"results": []}
+    monkeypatch.setattr(grid.suite, "run_suite", fake)
+    grid.main(["--dataset", "musique", "--ks", "3", "--budgets", "0", "1"])
+    assert seen == {"dataset": "musique", "entry": ("musique",)}

@@ -138,3 +138,24 @@ def test_frontier_bars_are_the_bootstrap_ci_of_the_per_question_scores():
     _, low, high = bootstrap_ci(judged)
     assert 0.0 < low < 0.3 < high < 1.0
     assert [tuple(point[1] for point in bar) for bar in bars] == [(low, high), (0.5, 0.5)]
+
+
+def test_each_suite_cell_logs_its_own_judge_failures(dummy):
+    def hook(s):
+        from dspy.utils.dummies import DummyLM
+
+        from optimizers.metrics import Judge, answer_metrics
+        from runtime.roles import Roles, init_dspy
+
+        lm = DummyLM({"": {"reasoning": "because", "answer": "Lyon"}})
+        init_dspy(lm, cache=False)
+        judge = Judge(DummyLM({"": {"verdict": "yes"}}))  # no `same` field: every verdict is unparseable
+        return replace(s, roles=Roles(writer=lm), judge=judge, metrics=answer_metrics(s.bundle.task, judge))
+
+    args = suite_args(["--suite", "cot,direct", "--dataset", "demo", "--train", "0", "--dev", "0", "--test", "3",
+                       "--lm", "openai/unused", "--no-cache", "--judge", "--experiment", "suite-judge"])
+    out = suite.run_suite(args, hook=hook)
+    assert [r.summary["judge_failures"] for r in out["results"]] == [3, 3]
+    mlflow.set_tracking_uri(tracking.tracking_uri())
+    runs = mlflow.search_runs(experiment_names=["suite-judge"])
+    assert sorted(runs["metrics.test_judge_failures"].dropna()) == [3, 3]

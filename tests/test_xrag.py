@@ -15,7 +15,8 @@ from optimizers import cli
 from optimizers.evaluation import evaluate as run_eval
 from optimizers.xlingual import JudgePanel, char3_recall, in_language, language_correct, xrag_metrics
 from programs import build
-from programs.retrieval import Retriever, excluded
+from programs.retrieval import Corpus, Retriever, excluded
+from programs.writer import Writer
 from programs.xrag_build import (XRAGBuilder, entity_names, lexical_overlap, parse_qa_pairs, question_problem,
                                  shared_entities, translation_problem)
 
@@ -53,15 +54,19 @@ def xquad_dir(tmp_path):
     return tmp_path
 
 
-RELEASE_ROWS = [  # the release's own key names, two settings
-    {"id": "r1", "question": "Wer gewann das Rennen am 3. Mai?", "answer": "Lena Ohm", "language": "de",
-     "task": "monolingual", "en_question": "Who won the race on 3 May?", "en_answer": "Lena Ohm",
-     "supporting_articles": [{"title": "Race", "text": "Lena Ohm won the city race on 3 May.", "date": "2024-05-04"},
-                             {"title": "Runner", "text": "Ohm trains in Graz.", "date": "2024-05-06"}],
-     "distracting_articles": [{"title": "Old race", "text": "Tom Berg won in 2023.", "date": "2024-04-01"}]},
-    {"id": "r2", "question": "¿Dónde entrena Ohm?", "answer": "Graz", "language": "es", "task": "multilingual",
-     "supporting_articles": [{"title": "Runner", "text": "Ohm trains in Graz.", "date": "2024-05-06"}],
-     "distracting_articles": [{"text": "Carreras en Madrid.", "date": "2024-04-20", "language": "es"}]},
+RACE = ["Lena Ohm won the city race on 3 May.", "Ohm trains in Graz."] + [  # 2 supporting, then 6 distracting
+    "Tom Berg won the race in 2023.", "The city council met on Tuesday.", "A new bridge opened in Linz.",
+    "Rain is expected over the weekend.", "The museum extends its opening hours.", "Ticket prices rose by 5%."]
+RELEASE_ROWS = [  # an invented row in the public release's layout (its dataset card's keys), then one of ours
+    {"id": "r1", "question": "Wer gewann das Stadtrennen am 3. Mai in diesem Jahr?", "answer": "Lena Ohm",
+     "en_question": "Who won the city race on 3 May this year?", "en_answer": "Lena Ohm", "q_type": "multihop",
+     "a_type": "original", "crossdoc_type": 2, "articles": RACE,
+     "dates": ["2024-05-04", "2024-05-06", "2023-05-04", "2024-04-02", "2024-03-30", "2024-05-01", "2024-04-11",
+               "2024-04-20"]},
+    {"id": "r2", "question": "¿Dónde entrena Ohm?", "answer": "Graz", "language": "es", "setting": "multi",
+     "supporting": [{"title": "Runner", "text": "Ohm trains in Graz.", "date": "2024-05-06"}],
+     "distracting": [{"text": "Las carreras populares de Madrid reúnen a miles de corredores cada primavera.",
+                      "date": "2024-04-20"}]},
 ]
 
 
@@ -72,13 +77,28 @@ def test_release_rows_map_through_one_field_table_and_read_via_datasets(tmp_path
     recs, source = xrag.records(tmp_path)
     assert source.endswith("xrag") and [r["setting"] for r in recs] == ["mono", "multi"]
     first = recs[0]
-    assert first["answers"] == ["Lena Ohm"] and first["language"] == "de"
+    assert first["answers"] == ["Lena Ohm"] and first["language"] == "de"  # read from the question
+    assert [a["text"] for a in first["supporting"]] == RACE[:2] and len(first["distracting"]) == 6
     assert [a["date"] for a in first["supporting"]] == ["2024-05-04", "2024-05-06"]
-    assert recs[1]["distracting"][0]["language"] == "es" and recs[1]["supporting"][0]["language"] == "es"
+    assert first["distracting"][-1]["date"] == "2024-04-20"
+    assert {a["language"] for a in first["supporting"] + first["distracting"]} == {"en"}  # monolingual: English
+    assert recs[1]["distracting"][0]["language"] == "es" and recs[1]["supporting"][0]["language"] == "en"
     b = data.load("xrag", tmp_path)
-    assert b.task == "xrag" and {c.name for c in b.corpora} == {"de", "es"}
-    # the same "Runner" text in two languages' records is one document per language
-    assert sum(len(c) for c in b.corpora) == 5
+    assert b.task == "xrag" and {c.name for c in b.corpora} == {"en", "es"}
+    # the same "Ohm trains in Graz." in two records is one document
+    assert sum(len(c) for c in b.corpora) == 9
+
+
+def test_release_dates_must_match_the_articles():
+    with pytest.raises(ValueError, match="r1 has 2 dates for 8 articles"):
+        xrag.normalize(dict(RELEASE_ROWS[0], dates=["2024-05-04", "2024-05-06"]))
+
+
+def test_two_texts_under_one_article_id_fail_loudly():
+    rows = [dict(RELEASE_ROWS[1], id=f"r{i}", supporting=[{"id": "a1", "text": text}])
+            for i, text in enumerate(["Ohm trains in Graz.", "Berg trains in Linz."])]
+    with pytest.raises(ValueError, match="article id 'a1' .*two different texts"):
+        xrag.bundle("t", [xrag.normalize(r) for r in rows], "full", "fixture")
 
 
 def test_a_release_row_without_a_question_names_the_field_table():
@@ -98,7 +118,7 @@ def visible(bundle, example, embedder, k=20):
         return {p.id for p in search.search(example.question, k)}
 
 
-@pytest.mark.parametrize("context, expect", [("full", 3), ("oracle", 2), ("open", 5)])
+@pytest.mark.parametrize("context, expect", [("full", 8), ("oracle", 2), ("open", 9)])
 def test_context_decides_what_an_item_can_retrieve(tmp_path, embedder, context, expect):
     recs = [xrag.normalize(r) for r in RELEASE_ROWS]
     b = xrag.bundle("t", recs, context, "fixture")
@@ -124,19 +144,16 @@ def test_monolingual_setting_from_xquad(xquad_dir, embedder):
 
 
 def test_multilingual_setting_from_xquad(xquad_dir):
-    zh = data.load("xrag_multi:zh", xquad_dir)
-    assert {c.name for c in zh.corpora} == {"en", "zh"} and zh.groups == ("lang", "support_lang")
-    langs = set()
+    zh, en = data.load("xrag_multi:zh", xquad_dir), data.load("xrag_multi:en", xquad_dir)
+    assert {c.name for c in zh.corpora} == {"en", "zh"} and zh.groups == ("lang",)
     for ex in zh.examples:
         article, par = int(ex.id[1]), int(ex.id[2])  # ids are "q<article><paragraph>@zh"
-        assert ex.supporting == [f"{ex.support_lang}:{article:02d}-{par:02d}"]
-        assert sum(d.startswith("en:") for d in ex.distracting) == 3
-        assert sum(d.startswith("zh:") for d in ex.distracting) == 3
-        assert ex.supporting[0] not in ex.distracting
-        langs.add(ex.support_lang)
-    assert langs == {"en", "zh"}  # seeded per item, both occur
-    with pytest.raises(ValueError, match="non-English question language"):
-        xrag.xquad_records(None, "multi", "en")
+        assert ex.supporting == [f"zh:{article:02d}-{par:02d}", f"en:{article:02d}-{par:02d}"]  # 1 in X, 1 in en
+        zh_d, en_d = [d for d in ex.distracting if d.startswith("zh:")], [d for d in ex.distracting if d[:3] == "en:"]
+        assert len(zh_d) == len(en_d) == 3 and [d[3:] for d in zh_d] == [d[3:] for d in en_d]  # the same in en
+        assert not set(ex.supporting) & set(ex.distracting)
+        twin = next(e for e in en.examples if e.id.split("@")[0] == ex.id.split("@")[0])  # En + En_X baseline
+        assert twin.lang == "en" and twin.supporting == ex.supporting[1:] and twin.distracting == en_d
 
 
 def test_open_setting_pools_every_paragraph_and_hides_nothing(xquad_dir):
@@ -149,7 +166,7 @@ def test_names_are_registered_for_every_language_and_context():
     names = set(data.names())
     assert {"xrag", "xrag_oracle", "xrag_open", "xrag_mono:de", "xrag_mono:en", "xrag_mono_oracle:ar",
             "xrag_mono_open:zh", "xrag_multi:es", "xrag_multi_open:all"} <= names
-    assert "xrag_multi:en" not in names
+    assert "xrag_multi:en" in names  # Table 5's En + En_X baseline
 
 
 # ---------------------------------------------------------------- scoring
@@ -320,7 +337,13 @@ def test_pipeline_builds_translated_items_that_read_back(dummy):
     assert item["language"] == "de" and item["answer"] == "der Hafen" and item["en_answer"] == "the port"
     assert item["type"] == "comparison" and item["provenance"]["connection"] == "both give years"
     rec = xrag.normalize(item)
-    assert [a["date"] for a in rec["supporting"]] == ["2024-06-01", "2024-06-20"]
+    assert [a["date"] for a in rec["supporting"]] == ["2024-06-01", "2024-06-20"] and rec["setting"] == "mono"
+
+
+def test_a_pair_of_an_x_article_and_an_english_one_is_a_multilingual_item():
+    from programs.xrag_build import setting_of
+
+    assert setting_of(ART_A, dict(ART_B, language="de")) == "multi" and setting_of(ART_A, ART_B) == "mono"
 
 
 def test_pipeline_stops_at_a_pair_without_a_shared_entity(dummy):
@@ -424,7 +447,8 @@ def test_eval_script_runs_the_english_baseline_alone_when_asked():
                      baseline=True, k=5)
     assert script.cells(args) == [("mono", "none", "xrag_mono:en", "direct", 8),
                                   ("mono", "open", "xrag_mono_open:en", "rag", 5),
-                                  ("mono", "open", "xrag_mono_open:en", "coral", 5)]
+                                  ("mono", "open", "xrag_mono_open:en", "coral", 5),
+                                  ("multi", "full", "xrag_multi:en", "rag", 8)]  # Table 5's En + En_X
     args.langs = ["zh", "en"]
     assert [c[2] for c in script.cells(args)].count("xrag_multi:zh") == 1
     args.langs, args.conditions, args.multi, args.baseline = ["zh"], ["full"], False, False
@@ -442,7 +466,7 @@ def test_eval_script_prints_both_table_shapes_and_logs_one_run(xquad_dir, embedd
     monkeypatch.setattr(cli, "Retriever", lambda corpora, *a, **kw: Retriever(corpora, embedder))
     results = script.main(["--n", "2", "--langs", "de", "zh", "--data-dir", str(xquad_dir), "--programs", "rag",
                            "direct"])
-    assert len(results) == 3 * 7 + 2  # (de, zh, en) x (none, 3 retrieval conditions x 2 programs) + multi (de, zh)
+    assert len(results) == 3 * 7 + 3  # (de, zh, en) x (none, 3 retrieval conditions x 2 programs) + multi
     assert all(r["n"] == 2 for r in results.values())
     out = capsys.readouterr().out
     assert "| condition | program | de acc / lang | zh acc / lang | en acc / lang | avg X acc |" in out
@@ -450,7 +474,7 @@ def test_eval_script_prints_both_table_shapes_and_logs_one_run(xquad_dir, embedd
     runs = mlflow.search_runs(experiment_names=["agentic-rag"], output_format="list")
     parent = next(r for r in runs if "mlflow.parentRunId" not in r.data.tags)
     children = {(r.data.tags["cell"], r.data.tags["dataset"]): r for r in runs if r != parent}
-    assert len(children) == 23 and "test_lang_ok" in children[("rag_k8_multi_full", "xrag_multi:zh")].data.metrics
+    assert len(children) == 24 and "test_lang_ok" in children[("rag_k8_multi_full", "xrag_multi:zh")].data.metrics
     assert "xrag_mono_open:de_rag_k5_mono_open_vs_direct_mono_open_mcnemar_p" in parent.data.metrics
     assert "xrag_mono_oracle:zh_rag_k8_mono_oracle_vs_direct_mono_oracle_mcnemar_p" in parent.data.metrics
 
@@ -476,14 +500,92 @@ def test_build_script_writes_xrag_jsonl_that_the_loader_reads(xquad_dir, tmp_pat
     lm = DummyLM([{"entities": "number"}, {"entities": "number"}, {"summary": "A port began early."},
                   {"summary": "Boats came later."},
                   {"qa_pairs": "Q: When did the port open? A: 1900"}, {"qa_pairs": "Q: When did boats come? A: 1901"},
-                  {"connection": "years", "question": "Which came first?"}, {"answer": "the port"},
-                  {"entities": "Atlantis"}, {"entities": "Atlantis"}])
+                  {"connection": "years", "question": "Which came first, the mine or the river bridge?"},
+                  {"answer": "the mine"}, {"entities": "Atlantis"}, {"entities": "Atlantis"}])
     monkeypatch.setattr(script, "make_lm", lambda *a, **k: lm)
     out = tmp_path / "xrag" / "built.jsonl"
     items = script.main(["--pairs", "1", "--unrelated", "1", "--types", "comparison", "--data-dir", str(xquad_dir),
                          "--out", str(out)])
     assert len(items) == 1 and len(items[0]["distracting"]) == 6
-    assert items[0]["distracting"][0]["title"] == items[0]["supporting"][0]["title"]  # same-topic first
+    assert items[0]["supporting"][0]["title"] == "Copper Valley"
+    # retrieved for the question: the mine-river-bridge article's other paragraphs first, then a random top-up
+    assert [d["title"] for d in items[0]["distracting"][:3]] == ["Copper Valley"] * 3
     assert items[0]["provenance"]["lm"] == "local:qwen-0.5b"
     b = data.load("xrag", tmp_path)
-    assert len(b.examples) == 1 and b.examples[0].question == "Which came first?"
+    assert len(b.examples) == 1 and b.examples[0].question == "Which came first, the mine or the river bridge?"
+
+
+def test_xrag_sessions_show_whole_passages_with_their_dates(xquad_dir, dummy):
+    def config(name, *flags):
+        args = cli.parser("t").parse_args(["--dataset", name, "--data-dir", str(xquad_dir), "--train", "0", "--dev",
+                                           "0", "--test", "1", "--lm", "openai/unused", *flags])
+        return cli.session(args, needs_search=False).config["max_chars"]
+    assert config("xrag_mono_oracle:de") is None and config("demo") == 600 and config("xrag_mono:de", "--max-chars",
+                                                                                        "300") == 300
+    late = "Filler words about the harbor. " * 30 + "The lighthouse was built in 1902."  # gold past 900 chars
+    passage = Corpus("en", [{"id": "1", "title": "Harbor", "text": late, "date": "2024-05-04"}], "en").passage(0)
+    lm = dummy({"question": {"answer": "1902"}})
+    Writer(use_passages=True, max_chars=None)(question="When was the lighthouse built?", passages=[passage])
+    prompt = lm.history[-1]["messages"][-1]["content"]
+    assert "built in 1902" in prompt and "(published 2024-05-04)" in prompt
+    assert "built in 1902" not in passage.format(600)  # the old cut
+
+
+@pytest.mark.parametrize("answer, votes, ok, path", [
+    ("Graz", (False,), 0.0, "judges"),  # lingua cannot tell: the panel decides (here: not German)
+    ("Graz", (True, False, True), 1.0, "judges"),
+    ("in Graz", (False,), 1.0, "lingua"),  # the gold as it is: no call
+    ("1902", (False,), 1.0, "lingua"),  # digits only: language-neutral, no call
+    ("it was built in the year nineteen hundred", (True,), 0.0, "lingua"),
+])
+def test_an_answer_lingua_cannot_place_goes_to_the_panel(dummy, answer, votes, ok, path):
+    dummy([])
+    readers = [DummyLM([{"in_language": v}]) for v in votes]
+    panel = JudgePanel(readers)
+    e = ex(question="Wo trainiert die Läuferin Ohm?", answers=("in Graz",))
+    assert panel.language(e, pred(answer)) == ok and panel.language_paths == {path: 1}
+    assert all(bool(r.history) == (path == "judges") for r in readers)
+    assert xrag_metrics(panel)["lang_ok"](e, pred(answer)) == ok and panel.language_paths == {path: 1}  # memoised
+
+
+def test_the_judge_rubric_names_the_answer_language():
+    from signatures.judge import JudgeAnswerToQuestion
+
+    assert "in the language the question is asked in" in JudgeAnswerToQuestion.__doc__
+
+
+def test_build_distractors_are_retrieved_for_the_question_not_picked_by_title():
+    import random
+
+    import scripts.xrag_build as script
+    from programs.bm25 import BM25Index
+
+    docs = [{"id": str(i), "title": title, "text": text} for i, (title, text) in enumerate([
+        ("Harbor", "The harbor opened in 1902."), ("Harbor", "A ferry to the harbor started in 1910."),
+        ("Harbor", "Gulls nest on the old pier."), ("Valley", "The ferry timetable changed when the harbor grew."),
+        ("Valley", "Copper was mined in the valley.")])]
+    index = BM25Index.from_corpus(Corpus("articles", docs))
+    got = script.distractors("When did the ferry to the harbor start?", (docs[0], docs[1]), index, 2,
+                             random.Random(0))
+    assert got[0]["id"] == "3" and len(got) == 2  # the other title's passage about the ferry comes first
+
+
+def test_dated_distractors_predate_the_pair_by_two_weeks():
+    import random
+
+    import scripts.xrag_build as script
+    from programs.bm25 import BM25Index
+
+    docs = [{"id": str(i), "title": "Harbor", "text": f"The ferry to the harbor, note {i}.", "date": d}
+            for i, d in enumerate(["2024-06-01", "2024-06-03", "2024-05-25", "2024-05-10", "2024-04-01"])]
+    index = BM25Index.from_corpus(Corpus("articles", docs))
+    got = script.distractors("the ferry to the harbor", (docs[0], docs[1]), index, 3, random.Random(0))
+    assert sorted(d["id"] for d in got) == ["3", "4"]  # 2024-05-25 is within two weeks of the pair: not allowed
+
+
+def test_gold_span_cut_counts_answers_past_the_cut(xquad_dir):
+    from scripts.gold_span_cut import cut_rates
+
+    rates = cut_rates(xquad_dir, "en", [20, 30, 0])  # "The harbor lighthouse ferry number 0 was built in 1900."
+    assert rates[0] == 0.0 and rates[30] == 1.0 and rates[20] == 1.0
+    assert cut_rates(xquad_dir, "en", [200])[200] == 0.0
