@@ -56,7 +56,8 @@ def main(argv=None) -> dict:
             tracking.log_json("calibration.json", s.calibrations[args.program])
         records, summary = evaluate(program, examples, s.metrics, k=args.k if s.retriever else None,
                                     retries=args.retries, checkpoint=s.checkpoint(args.split, args.program, program),
-                                    desc=args.split, groups=s.groups, threads=args.threads)
+                                    desc=args.split, groups=s.groups, threads=args.threads,
+                                    retry_failed=args.retry_failed)
         tracking.log_metrics(summary, args.split)
         tracking.log_jsonl(f"predictions/{args.split}.jsonl", records)
         if s.judge:

@@ -53,7 +53,7 @@ def main(argv=None) -> str:
             examples = s.evaluated(examples)
             records, summary = evaluate(prog, examples, s.metrics, k=k, retries=args.retries,
                                         checkpoint=s.checkpoint(name, args.program, prog), desc=name,
-                                        groups=s.groups)
+                                        groups=s.groups, retry_failed=args.retry_failed)
             tracking.log_metrics(summary, name)
             tracking.log_jsonl(f"predictions/{name}.jsonl", records)
             stages[name] = summary

@@ -144,7 +144,7 @@ def run_cell(s: Session, cell: Cell, parent_run_id: str, suite_name: str, progra
         records, summary = evaluate(program, examples, s.metrics, k=a.k if s.retriever else None,
                                     retries=a.retries, desc=f"{cell.label}/{cell.dataset}", groups=s.groups,
                                     checkpoint=s.checkpoint(stage, cell.label, program),
-                                    threads=a.threads)
+                                    threads=a.threads, retry_failed=a.retry_failed)
         tracking.log_metrics(summary, a.split)
         tracking.log_jsonl(f"predictions/{a.split}.jsonl", records)
     return Result(cell, run.info.run_id, summary, records)

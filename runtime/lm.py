@@ -30,14 +30,20 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import dspy
+from dspy.utils.exceptions import (LMAuthError, LMBillingError, LMRateLimitError, LMServerError, LMTimeoutError,
+                                   LMTransportError)
 
 from runtime import models
 from runtime.paths import server_dir
 from runtime.server_host import live_leases, pid_alive
 
 LOCAL_PREFIX = "local:"
-#: >0 while an evaluation retries an example: LM calls then bypass the cache and sample (temperature 0.7).
+#: >0 while an evaluation retries an example after a parse failure: LM calls then bypass the cache and sample
+#: (temperature 0.7). Endpoint errors are retried greedily (it stays 0).
 ATTEMPT: contextvars.ContextVar[int] = contextvars.ContextVar("lm_attempt", default=0)
+#: The request got no model answer (DSPy wraps LiteLLM's and OpenAI's exceptions into these): connection, timeout,
+#: authentication, billing, rate limit or a server-side error. Asking again later can succeed.
+ENDPOINT_ERRORS = (LMTransportError, LMTimeoutError, LMAuthError, LMBillingError, LMRateLimitError, LMServerError)
 
 
 class ServerError(RuntimeError):
@@ -50,7 +56,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _env_number(name: str, default: float) -> float:
+def env_number(name: str, default: float) -> float:
     value = os.environ.get(name, "")
     try:
         return float(value) if value else default
@@ -68,8 +74,8 @@ class RestartBudget:
 
     @classmethod
     def from_env(cls) -> "RestartBudget":
-        return cls(int(_env_number("RAG_SERVER_RESTARTS", 3)), _env_number("RAG_SERVER_RESTART_WINDOW", 600),
-                   _env_number("RAG_SERVER_RESTART_BACKOFF", 1.0))
+        return cls(int(env_number("RAG_SERVER_RESTARTS", 3)), env_number("RAG_SERVER_RESTART_WINDOW", 600),
+                   env_number("RAG_SERVER_RESTART_BACKOFF", 1.0))
 
     def spend(self) -> float | None:
         """The delay before the next restart, or None when the budget of this window is spent."""
