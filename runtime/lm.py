@@ -40,6 +40,9 @@ from runtime.paths import server_dir
 from runtime.server_host import is_process, live_leases, pid_alive, start_time
 
 LOCAL_PREFIX = "local:"
+#: After a failed call, a server that looks up is checked again this much later (its host notices a death within
+#: ``server_host.POLL_SECONDS``).
+RECHECK_SECONDS = 0.6
 #: >0 while an evaluation retries an example after a parse failure: LM calls then bypass the cache and sample
 #: (temperature 0.7). Endpoint errors are retried greedily (it stays 0).
 ATTEMPT: contextvars.ContextVar[int] = contextvars.ContextVar("lm_attempt", default=0)
@@ -238,7 +241,9 @@ class LlamaServer:
             if self.generation != generation:
                 return True
             if self.alive() and _reachable(self.port):
-                return False
+                time.sleep(RECHECK_SECONDS)  # a server that is exiting may still accept connections for a moment
+                if self.alive() and _reachable(self.port):
+                    return False
             self.restart()
             return True
 

@@ -2,7 +2,7 @@
 
 ``python tests/fault_server.py --port P --log requests.jsonl --malformed 0.1 --die-at 40`` answers
 ``/v1/chat/completions`` in DSPy's chat format (every requested output field filled with ``--answer``; JSON when
-the request asks for a JSON response) and injects faults, drawn per request from ``--seed``: a share of
+the request asks for a JSON response, as DSPy's JSONAdapter does) and injects faults, drawn per request from ``--seed``: a share of
 completions without any field markers (``--malformed``), of HTTP 500s (``--error``) and of answers delayed by
 ``--slow-seconds`` (``--slow``; ``--stall-at N``: the N-th request only). ``--die-at N,M`` exits the process
 abruptly on the N-th and M-th request (counted over restarts through ``--log``), as a crashing server would;
@@ -102,7 +102,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
         fields, answer = requested_fields(messages), self.server.answers.get(question, args.answer)
         if fault == "malformed":
             content = "Sorry, I am not sure what you mean."
-        elif body.get("response_format"):
+        elif body.get("response_format") or "Respond with a JSON object" in str(messages[-1:]):  # JSONAdapter
             content = json.dumps({f: answer for f in fields})
         else:
             content = "".join(f"[[ ## {f} ## ]]\n{answer}\n\n" for f in fields) + "[[ ## completed ## ]]"
