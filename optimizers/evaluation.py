@@ -111,7 +111,7 @@ def evaluate(program: dspy.Module, examples: list[dspy.Example], metrics: dict, 
             try:
                 rec = record(example, pred, metrics, k, groups)
             except ENDPOINT_ERRORS as err:  # a judge metric could not reach its LM
-                pred, error, retryable = None, _describe(err), True
+                error, retryable = _describe(err), True
                 rec = record(example, None, metrics, k, groups)
         rec |= {"error": error, "tries": tries, **({"retryable": True} if retryable else {})} | cost.as_dict()
         with write:

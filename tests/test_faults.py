@@ -241,3 +241,28 @@ def test_two_runs_starting_together_share_a_new_store(tmp_path):
              for _ in range(2)]
     errors = [p.communicate(timeout=120)[1] for p in procs]
     assert [p.returncode for p in procs] == [0, 0], errors
+
+
+def test_a_judge_that_cannot_reach_its_lm_leaves_the_question_retryable(tmp_path, monkeypatch):
+    monkeypatch.setenv("RAG_ENDPOINT_BACKOFF", "0")
+    ckpt = tmp_path / "dev.jsonl"
+
+    def unreachable_judge(example, pred, trace=None):
+        raise LMTransportError("connection refused")
+
+    with pytest.warns(RuntimeWarning, match="ended on LM endpoint errors"):
+        (rec,), _ = evaluate(Scripted(), QUESTIONS[:1], {"judge": unreachable_judge}, checkpoint=ckpt)
+    assert rec["retryable"] and rec["judge"] == 0.0 and load_checkpoint(ckpt)[rec["id"]]["retryable"]
+    program = Scripted()
+    (rec,), _ = evaluate(program, QUESTIONS[:1], {"judge": lambda ex, pred, trace=None: 1.0}, checkpoint=ckpt)
+    assert program.attempts == [0] and rec["judge"] == 1.0  # asked again, not resumed as a zero
+
+
+def test_the_judge_raises_an_endpoint_error_instead_of_scoring_wrong():
+    from optimizers.metrics import Judge
+
+    judge = Judge(ProjectLM("openai/judge", api_base=f"http://127.0.0.1:{_free_port()}/v1", api_key="local",
+                            num_retries=0, cache=False))
+    with pytest.raises(LMTransportError):
+        judge(QUESTIONS[0], dspy.Prediction(answer="affirmative"))
+    assert judge.failures == 0
