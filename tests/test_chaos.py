@@ -5,9 +5,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "chaos_run.py"
 
 
+@pytest.mark.timeout(900)  # 7 evaluation processes, each importing DSPy
 def test_a_disturbed_run_ends_with_the_records_of_an_undisturbed_one(tmp_path):
     # seed 6: requests 1, 20 and 23 of the 12-question schedule are malformed
     done = subprocess.run([sys.executable, str(SCRIPT), "--n", "12", "--seed", "6", "--workdir", str(tmp_path)],

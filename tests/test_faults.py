@@ -198,6 +198,7 @@ def _checkpoint_lines(cache: Path, stage: str) -> list[dict]:
     (3, "evaluate.py", "dev", signal.SIGINT, 130),  # Ctrl-C during the 3rd question of an evaluation
     (4, "optimize.py", "test_before", signal.SIGTERM, 143),  # kill in the compile after 3 test questions
 ], indirect=["fault_endpoint"])
+@pytest.mark.timeout(600)  # two CLI processes, each importing DSPy and MLflow
 def test_an_interrupted_run_is_killed_flushed_and_resumes(fault_endpoint, tmp_path, script, stage, sig, code):
     """The signal lands while the stalled request is in flight."""
     base, log = fault_endpoint
