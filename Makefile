@@ -7,6 +7,8 @@ PY       := $(VENV)/bin/python
 CACHE    ?= $(or $(RAG_CACHE_DIR),$(HOME)/.cache/agentic-rag)
 MODELS   ?= qwen-0.5b
 LLAMA    := 0.3.36
+TORCH    := 2.13.0
+TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 LLAMA_OK := $(CACHE)/wheels/llama-cpp-python-$(LLAMA).ok
 export CMAKE_ARGS := -DLLAVA_BUILD=OFF -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON
 export RAG_CACHE_DIR := $(CACHE)
@@ -21,9 +23,13 @@ $(PY):
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 
+# CPU torch (a plain `torch` from PyPI pulls GBs of CUDA libraries on Linux): the +cpu build from pip's configured
+# indexes and wheel folders if one has it, else from PyTorch's CPU index; macOS wheels are CPU-only and unlabelled.
 $(VENV)/.deps: pyproject.toml | $(PY)
-	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e .
+	$(PY) -m pip install -q "torch==$(TORCH)+cpu" 2>/dev/null \
+	  || $(PY) -m pip install -q "torch==$(TORCH)+cpu" --extra-index-url $(TORCH_INDEX) 2>/dev/null \
+	  || $(PY) -m pip install -q "torch==$(TORCH)" --extra-index-url $(TORCH_INDEX)
+	$(PY) -m pip install -q -e ".[ray]"
 	touch $@
 
 # llama-cpp-python compiles from source (~6 min on 2 cores): build the wheel once into the cache, reuse it after.

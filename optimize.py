@@ -55,7 +55,7 @@ def main(argv=None) -> str:
             examples = s.evaluated(examples)
             records, summary = evaluate(prog, examples, s.metrics, k=k, retries=args.retries,
                                         checkpoint=s.checkpoint(name, args.program, prog), desc=name,
-                                        groups=s.groups, traces=traces)
+                                        groups=s.groups, retry_failed=args.retry_failed, traces=traces)
             tracking.log_evaluation(name, records, summary, s.metrics, s.eval_data(name.split("_")[0], examples))
             stages[name] = summary
             scores[name] = [r[metric_name] for r in records]

@@ -18,6 +18,7 @@ from data import corpora as sources
 from optimizers import tracking
 from optimizers.metrics import ANSWER_METRICS, Judge, answer_metrics
 from optimizers.calibration import calibrate_pride
+from optimizers.evaluation import EndpointDown
 from programs.choice import MODES, MCScoring
 from programs.retrieval import INDEX_TYPES, RETRIEVERS, Retriever
 from programs.writer import mc_state, set_mc_scoring
@@ -73,7 +74,11 @@ def parser(description: str) -> argparse.ArgumentParser:
     p.add_argument("--no-retrieval", action="store_true",
                    help="parametric mode: answer with the closed-book writer (direct, or cot for --program cot) "
                         "on the same examples, in the question's language")
-    p.add_argument("--retries", type=int, default=1, help="retries of an example whose LM output fails")
+    p.add_argument("--retries", type=int, default=1,
+                   help="retries of an example whose LM output fails to parse (sampled) or whose LM endpoint fails "
+                        "(greedy; still failing, it is recorded as retryable and asked again by the next run)")
+    p.add_argument("--retry-failed", action="store_true",
+                   help="ask again the questions the checkpoint records as failed (default: resume them as final)")
     p.add_argument("--circular", action="store_true",
                    help="multiple choice: evaluate each question once per cyclic shift of its options and report "
                         "circular_<metric> (right at every shift), which a letter-position bias cannot inflate; "
@@ -234,10 +239,14 @@ def _interrupt(signum, frame):
 
 
 def interruptible(main):
-    """Wrap an entry point: on Ctrl-C / SIGTERM print how to resume and exit 130 / 143 without a traceback."""
+    """Wrap an entry point: on Ctrl-C / SIGTERM print how to resume and exit 130 / 143 without a traceback; an LM
+    endpoint that keeps failing (:class:`EndpointDown`) is one line and exit 3."""
     def run(argv=None):
         try:
             return main(argv)
+        except EndpointDown as err:
+            print(f"error: {err}", file=sys.stderr)
+            raise SystemExit(3) from None
         except KeyboardInterrupt as err:
             print("\ninterrupted: finished questions are in the checkpoint; run the same command again to resume",
                   file=sys.stderr)

@@ -4,6 +4,7 @@ from __future__ import annotations
 import contextvars
 import json
 import threading
+import time
 import warnings
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from contextlib import nullcontext
@@ -15,27 +16,49 @@ from tqdm.auto import tqdm
 
 from optimizers.metrics import citation_precision, retrieval_scores
 from programs.retrieval import excluded
-from runtime.lm import ATTEMPT, ServerError
+from runtime.lm import ATTEMPT, ENDPOINT_ERRORS, ServerError, env_number
 from runtime.metering import metered
 
 
 def _run(program: dspy.Module, example: dspy.Example, retries: int):
-    """Call the program; on any error retry with cache-bypassing sampling; return (prediction|None, error, tries).
+    """Call the program, retrying up to ``retries`` times; return (prediction|None, error, tries, retryable).
 
-    Documents of the groups in ``example.leave_out`` (if any) are not retrievable during the call."""
-    error = None
-    for attempt in range(retries + 1):
-        token = ATTEMPT.set(attempt)
+    A parse failure is retried with cache-bypassing sampling (``ATTEMPT``); an LM endpoint error (transport,
+    authentication, rate limit, timeout, server error) is retried greedily after a backoff, and when it is the last
+    error the example is ``retryable``: not answered, to be asked again by the next run. Documents of the groups in
+    ``example.leave_out`` (if any) are not retrievable during the call."""
+    error, retryable, sampled = None, False, 0
+    for tries in range(1, retries + 2):
+        token = ATTEMPT.set(sampled)
         try:
             with excluded(example.get("leave_out") or ()):
-                return program(**example.inputs()), None, attempt + 1
+                return program(**example.inputs()), None, tries, False
         except ServerError:
             raise  # the LM server is gone for good: stop the run with its own message
-        except Exception as err:  # parse failures, malformed model output, transient endpoint errors
-            error = f"{type(err).__name__}: {str(err)[:300]}"
+        except ENDPOINT_ERRORS as err:  # the request never got a model answer: ask the same again, greedily
+            error, retryable = _describe(err), True
+            if tries <= retries:
+                time.sleep(endpoint_backoff(err, tries))
+        except Exception as err:  # parse failures, malformed model output: sample another answer
+            error, retryable, sampled = _describe(err), False, sampled + 1
         finally:
             ATTEMPT.reset(token)
-    return None, error, retries + 1
+    return None, error, retries + 1, retryable
+
+
+def _describe(err: Exception) -> str:
+    return f"{type(err).__name__}: {str(err)[:300]}"
+
+
+def endpoint_backoff(err: Exception, tries: int) -> float:
+    """Seconds before retrying an endpoint error: the server's ``retry_after``, else ``RAG_ENDPOINT_BACKOFF``
+    (default 2) doubled per try, at most 30."""
+    base = env_number("RAG_ENDPOINT_BACKOFF", 2.0)
+    return min(30.0, getattr(err, "retry_after", None) or base * 2 ** (tries - 1))
+
+
+class EndpointDown(RuntimeError):
+    """``RAG_ENDPOINT_ERRORS`` (default 5) examples in a row ended on LM endpoint errors: the run stops."""
 
 
 def record(example: dspy.Example, pred, metrics: dict, k: int | None, groups: tuple[str, ...] = ()) -> dict:
@@ -62,33 +85,50 @@ def record(example: dspy.Example, pred, metrics: dict, k: int | None, groups: tu
 
 def evaluate(program: dspy.Module, examples: list[dspy.Example], metrics: dict, *, k: int | None = None,
              retries: int = 1, checkpoint: Path | None = None, desc: str = "eval",
-             groups: tuple[str, ...] = (), threads: int = 1, traces=None) -> tuple[list[dict], dict]:
+             groups: tuple[str, ...] = (), threads: int = 1, retry_failed: bool = False,
+             traces=None) -> tuple[list[dict], dict]:
     """Evaluate ``program`` on ``examples``; resume from ``checkpoint`` (JSONL) when it holds finished examples.
 
+    A record of an example that ended on LM endpoint errors is ``retryable``: it is written but not resumed, so the
+    next run asks it again; ``RAG_ENDPOINT_ERRORS`` (default 5) such examples in a row stop the run
+    (:class:`EndpointDown`). ``retry_failed`` also asks again the examples recorded as failed.
     ``threads`` > 1 evaluates that many examples at once (for endpoints that serve concurrent requests); each
     example's cost is metered on its own and the records come back in input order. ``traces`` (e.g.
     ``tracking.QuestionTraces``): called per example, a context manager around its call that yields a function
     taking the finished record.
-    Returns the per-example records and a summary: mean of every metric, ``failed_examples`` (count), mean
-    ``iterations`` (from ``pred.trace``), cost per question (``lm_calls``, ``prompt_tokens``, ``completion_tokens``,
-    ``seconds``, ``lm_seconds``), for each example field in ``groups`` (e.g. ``lang``) ``<metric>_by_<field>/<value>``,
-    and for circular copies (``data.circular``) ``circular_<metric>``: per question the worst score over its copies."""
-    done = load_checkpoint(checkpoint) if checkpoint else {}
+    Returns the per-example records and a summary: mean of every metric, ``failed_examples`` (count, with
+    ``retryable_examples`` among them when any), mean ``iterations`` (from ``pred.trace``), cost per question
+    (``lm_calls``, ``prompt_tokens``, ``completion_tokens``, ``seconds``, ``lm_seconds``), for each example field in
+    ``groups`` (e.g. ``lang``) ``<metric>_by_<field>/<value>``, and for circular copies (``data.circular``)
+    ``circular_<metric>``: per question the worst score over its copies."""
+    done = {i: r for i, r in (load_checkpoint(checkpoint) if checkpoint else {}).items()
+            if not r.get("retryable") and not (retry_failed and r["failed"])}
     if checkpoint:
         checkpoint.parent.mkdir(parents=True, exist_ok=True)
     sink = open(checkpoint, "a", encoding="utf-8") if checkpoint else None
     write = threading.Lock()
+    limit, streak = int(env_number("RAG_ENDPOINT_ERRORS", 5)), [0]
 
     def one(example: dspy.Example) -> dict:
         with (traces(example) if traces else nullcontext(lambda rec: None)) as finish:
             with metered() as cost:
-                pred, error, tries = _run(program, example, retries)
-            rec = record(example, pred, metrics, k, groups) | {"error": error, "tries": tries} | cost.as_dict()
+                pred, error, tries, retryable = _run(program, example, retries)
+                try:
+                    rec = record(example, pred, metrics, k, groups)
+                except ENDPOINT_ERRORS as err:  # a judge metric could not reach its LM
+                    error, retryable = _describe(err), True
+                    rec = record(example, None, metrics, k, groups)
+            rec |= {"error": error, "tries": tries, **({"retryable": True} if retryable else {})} | cost.as_dict()
             finish(rec)
-        if sink:
-            with write:
+        with write:
+            if sink:
                 sink.write(json.dumps(rec, ensure_ascii=False, default=str) + "\n")
                 sink.flush()
+            streak[0] = streak[0] + 1 if retryable else 0
+            if streak[0] >= limit:
+                raise EndpointDown(f"the LM endpoint failed {limit} questions in a row (last: {error}); finished "
+                                   "questions are in the checkpoint: run the same command again when it is back "
+                                   "(RAG_ENDPOINT_ERRORS sets the limit)")
         return rec
 
     todo = [ex for ex in examples if ex.id not in done]
@@ -112,6 +152,10 @@ def evaluate(program: dspy.Module, examples: list[dspy.Example], metrics: dict, 
         if sink:
             sink.close()
     records = [done.get(ex.id) or fresh[ex.id] for ex in examples]
+    if retry := sum(bool(r.get("retryable")) for r in records):
+        warnings.warn(f"{retry} question(s) ended on LM endpoint errors and are not answered (recorded as "
+                      "retryable, scored 0 here): run the same command again to ask them", RuntimeWarning,
+                      stacklevel=2)
     return records, summarize(records, metrics, groups)
 
 
@@ -144,6 +188,8 @@ def summarize(records: list[dict], metrics: dict, groups: tuple[str, ...] = ()) 
     if not records:
         return {"n": 0}
     summary = {"n": len(records), "failed_examples": sum(r["failed"] for r in records)}
+    if retry := sum(bool(r.get("retryable")) for r in records):
+        summary["retryable_examples"] = retry
     numeric = [*metrics, "title_precision", "title_recall", "title_f1", "recall_any", "all_pass", "ndcg",
                "citation_precision", "lm_calls", "prompt_tokens", "completion_tokens", "seconds", "lm_seconds"]
     for key in numeric:

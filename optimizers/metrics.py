@@ -9,7 +9,7 @@ import dspy
 from dspy.evaluate.metrics import EM, F1
 
 from programs.text import abstained
-from runtime.lm import ServerError
+from runtime.lm import ENDPOINT_ERRORS, ServerError
 from signatures.judge import JudgeAnswer, JudgeAnswerToQuestion
 
 F1_PASS = 0.5  # an F1 at or above this accepts a bootstrapped demo
@@ -35,9 +35,9 @@ class Judge:
     """LLM-judge correctness (its own LM, see ``--judge-lm``). Without a call: "I don't know" and empty answers
     are wrong, an exact match after DSPy normalisation is right (small judges reject even those). The judge
     compares against the references only: shown the question, small judges accept plausible but wrong answers.
-    A judge output that cannot be parsed counts as wrong and is tallied in ``failures``; a dead judge server
-    (``ServerError``) stops the run, as the program's own does, instead of scoring every remaining answer 0.
-    ``with_question`` shows the judge the question too (XRAG's protocol)."""
+    A judge output that cannot be parsed counts as wrong and is tallied in ``failures``; an LM endpoint error is
+    raised (no verdict), and so is a dead judge server (``ServerError``), which stops the run. ``with_question``
+    shows the judge the question too (XRAG's protocol)."""
 
     def __init__(self, lm: dspy.LM | None = None, with_question: bool = False):
         self.with_question = with_question
@@ -57,7 +57,9 @@ class Judge:
                 asked = {"question": example.question} if self.with_question else {}
                 ok = bool(self.predict(**asked, reference_answers=list(example.answers), predicted_answer=answer).same)
             except ServerError:
-                raise
+                raise  # the embedded judge server is gone for good: the run stops, as for the program's own
+            except ENDPOINT_ERRORS:
+                raise  # no verdict: the evaluation records the example as retryable, not as wrong
             except Exception:
                 with self._lock:
                     self.failures += 1

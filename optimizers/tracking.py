@@ -12,7 +12,7 @@ import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import unquote, urlparse
+from urllib.parse import parse_qsl, unquote, urlencode, urlparse, urlsplit, urlunsplit
 
 import mlflow
 
@@ -71,11 +71,22 @@ def run(experiment: str, run_name: str, tags: dict | None = None):
             mlflow.flush_trace_async_logging()  # the run's question traces are in the store when it ends
 
 
+def redact(text: str) -> str:
+    """``text`` without credentials if it is a URL: ``user:password@`` and every query value become ``***``."""
+    parts = urlsplit(text)
+    if parts.scheme not in ("http", "https") or not ("@" in parts.netloc or parts.query):
+        return text
+    netloc = "***@" + parts.netloc.rsplit("@", 1)[1] if "@" in parts.netloc else parts.netloc
+    query = urlencode([(k, "***") for k, _ in parse_qsl(parts.query, keep_blank_values=True)], safe="*")
+    return urlunsplit(parts._replace(netloc=netloc, query=query))
+
+
 def log_params(params: dict) -> None:
-    """Log flat params; values too long for an MLflow param are logged as JSON artifacts instead."""
+    """Log flat params, URLs without their credentials (:func:`redact`, e.g. an ``--api-base`` with a key); values
+    too long for an MLflow param are logged as JSON artifacts instead."""
     flat = {}
     for key, value in params.items():
-        text = value if isinstance(value, str) else json.dumps(value, default=str)
+        text = redact(value) if isinstance(value, str) else json.dumps(value, default=str)
         if len(text) > MAX_PARAM:
             log_json(f"params/{key}.json", value)
             text = f"see artifact params/{key}.json"

@@ -2,7 +2,9 @@
 
 ``make_lm("local:qwen-0.5b")`` uses one ``llama_cpp.server`` per machine and model on 127.0.0.1: the first
 process starts it (under ``runtime.server_host``), later ones find it through a port file and attach, every user
-holds a lease file, and the server stops when the last lease is gone (a killed user's lease dies with it). All of
+holds a lease file, and the server stops when the last lease is gone (a killed user's lease dies with it). The
+port file names the host by pid and start time, so a pid since reused by another process is never attached to
+nor signalled. All of
 this lives in ``$RAG_SERVER_DIR`` (default ``$RAG_CACHE_DIR/servers``), guarded by a file lock. A server that dies
 mid-run is restarted with exponential backoff, at most ``RAG_SERVER_RESTARTS`` (default 3) times per
 ``RAG_SERVER_RESTART_WINDOW`` seconds (default 600); past that the run stops with the server's log tail.
@@ -30,14 +32,23 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import dspy
+from dspy.utils.exceptions import (LMAuthError, LMBillingError, LMRateLimitError, LMServerError, LMTimeoutError,
+                                   LMTransportError)
 
 from runtime import models
 from runtime.paths import server_dir
-from runtime.server_host import live_leases, pid_alive
+from runtime.server_host import is_process, live_leases, pid_alive, start_time
 
 LOCAL_PREFIX = "local:"
-#: >0 while an evaluation retries an example: LM calls then bypass the cache and sample (temperature 0.7).
+#: After a failed call, a server that looks up is checked again this much later (its host notices a death within
+#: ``server_host.POLL_SECONDS``).
+RECHECK_SECONDS = 0.6
+#: >0 while an evaluation retries an example after a parse failure: LM calls then bypass the cache and sample
+#: (temperature 0.7). Endpoint errors are retried greedily (it stays 0).
 ATTEMPT: contextvars.ContextVar[int] = contextvars.ContextVar("lm_attempt", default=0)
+#: The request got no model answer (DSPy wraps LiteLLM's and OpenAI's exceptions into these): connection, timeout,
+#: authentication, billing, rate limit or a server-side error. Asking again later can succeed.
+ENDPOINT_ERRORS = (LMTransportError, LMTimeoutError, LMAuthError, LMBillingError, LMRateLimitError, LMServerError)
 
 
 class ServerError(RuntimeError):
@@ -50,7 +61,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _env_number(name: str, default: float) -> float:
+def env_number(name: str, default: float) -> float:
     value = os.environ.get(name, "")
     try:
         return float(value) if value else default
@@ -68,8 +79,8 @@ class RestartBudget:
 
     @classmethod
     def from_env(cls) -> "RestartBudget":
-        return cls(int(_env_number("RAG_SERVER_RESTARTS", 3)), _env_number("RAG_SERVER_RESTART_WINDOW", 600),
-                   _env_number("RAG_SERVER_RESTART_BACKOFF", 1.0))
+        return cls(int(env_number("RAG_SERVER_RESTARTS", 3)), env_number("RAG_SERVER_RESTART_WINDOW", 600),
+                   env_number("RAG_SERVER_RESTART_BACKOFF", 1.0))
 
     def spend(self) -> float | None:
         """The delay before the next restart, or None when the budget of this window is spent."""
@@ -103,9 +114,14 @@ def _running(pid: int | None) -> bool:
     return pid_alive(pid)
 
 
+def _ours(pid: int | None, started: str | None) -> bool:
+    """Whether ``pid`` runs and is the process that started at ``started`` (None: unknown, so not provably ours)."""
+    return _running(pid) and is_process(pid, started)
+
+
 class LlamaServer:
     """The machine's ``llama_cpp.server`` for one model, shared through ``home`` (lock, ``server.json`` with the
-    host's pid and port, ``leases/``, ``server.log``); bound to 127.0.0.1."""
+    host's pid, its start time and the port, ``leases/``, ``server.log``); bound to 127.0.0.1."""
 
     def __init__(self, model: str, n_ctx: int = 8192, n_threads: int | None = None, startup_timeout: float = 300,
                  shared: bool | None = None, budget: RestartBudget | None = None):
@@ -118,6 +134,7 @@ class LlamaServer:
         self.budget = budget or RestartBudget.from_env()
         self.port: int | None = None
         self.pid: int | None = None  # the server host's pid (started by this process or another one)
+        self.pid_start: str | None = None  # and its start time (``server_host.start_time``): its identity
         self.proc: subprocess.Popen | None = None  # the host, when this process started it
         self.lease: Path | None = None
         self.generation = 0  # bumped by every restart, so concurrent callers restart once
@@ -160,7 +177,7 @@ class LlamaServer:
             if self.lease is None:
                 self.lease = self.home / "leases" / f"{os.getpid()}-{uuid.uuid4().hex[:8]}.lease"
                 self.lease.parent.mkdir(exist_ok=True)
-                self.lease.touch()
+                self.lease.write_text(start_time(os.getpid()) or "")
             try:
                 self._attach_or_launch()
             except BaseException:
@@ -171,11 +188,13 @@ class LlamaServer:
 
     def _attach_or_launch(self) -> None:
         rec = self._record()
-        if rec and rec["pid"] != self.pid and _running(rec["pid"]) and _reachable(rec["port"]):
-            self.port, self.pid = rec["port"], rec["pid"]
+        # a record without a start time, or whose pid now names another process, is stale: never attach or signal
+        ours = bool(rec) and _ours(rec["pid"], rec.get("pid_start"))
+        if ours and rec["pid"] != self.pid and _reachable(rec["port"]):
+            self.port, self.pid, self.pid_start = rec["port"], rec["pid"], rec["pid_start"]
             return
-        if rec and _running(rec["pid"]):  # a host that no longer answers: replace it
-            self._terminate(rec["pid"])
+        if ours:  # a host that no longer answers: replace it
+            self._terminate(rec["pid"], rec["pid_start"])
         for _ in range(50):  # a dying server may hold the port for a moment
             if not _reachable(self.port):
                 break
@@ -187,10 +206,11 @@ class LlamaServer:
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(host + self.command(), stdout=log, stderr=subprocess.STDOUT,
                                          stdin=subprocess.DEVNULL, start_new_session=True, env=server_env())
-        self.pid = self.proc.pid
+        self.pid, self.pid_start = self.proc.pid, start_time(self.proc.pid)
         self._wait_ready()
         tmp = self.home / f"server.json.{os.getpid()}"
-        tmp.write_text(json.dumps({"pid": self.pid, "port": self.port, "model": self.model, "started": time.time()}))
+        tmp.write_text(json.dumps({"pid": self.pid, "pid_start": self.pid_start, "port": self.port,
+                                   "model": self.model, "started": time.time()}))
         tmp.replace(self.home / "server.json")
 
     def _wait_ready(self) -> None:
@@ -205,14 +225,14 @@ class LlamaServer:
                         return
             except OSError:
                 time.sleep(0.5)
-        self._terminate(self.pid)
+        self._terminate(self.pid, self.pid_start)
         raise ServerError(f"llama.cpp server for {self.model} not ready after {self.startup_timeout:.0f}s; "
                           f"log {self.log_path}:\n{self.log_tail()}")
 
     def alive(self) -> bool:
         if self.proc is not None and self.proc.pid == self.pid:
             return self.proc.poll() is None  # reaps our own dead host
-        return _running(self.pid)
+        return _ours(self.pid, self.pid_start)
 
     def recover(self, generation: int) -> bool:
         """After a failed call made at ``generation``: False if the server is up (the error is the caller's to
@@ -221,7 +241,9 @@ class LlamaServer:
             if self.generation != generation:
                 return True
             if self.alive() and _reachable(self.port):
-                return False
+                time.sleep(RECHECK_SECONDS)  # a server that is exiting may still accept connections for a moment
+                if self.alive() and _reachable(self.port):
+                    return False
             self.restart()
             return True
 
@@ -240,7 +262,8 @@ class LlamaServer:
             self._attach_or_launch()
         self.generation += 1
 
-    def _terminate(self, pid: int | None) -> None:
+    def _terminate(self, pid: int | None, started: str | None) -> None:
+        """Stop the host ``pid`` that started at ``started``; a pid now naming another process is left alone."""
         if self.proc is not None and self.proc.pid == pid:
             if self.proc.poll() is None:
                 self.proc.terminate()
@@ -250,11 +273,11 @@ class LlamaServer:
                     self.proc.kill()
                     self.proc.wait()
             return
-        if not _running(pid):
+        if not _ours(pid, started):
             return
         os.kill(pid, signal.SIGTERM)
         for _ in range(100):
-            if not _running(pid):
+            if not _ours(pid, started):
                 return
             time.sleep(0.1)
 
@@ -268,8 +291,8 @@ class LlamaServer:
             if live_leases(self.home / "leases"):
                 return  # other processes still use it
             rec = self._record()
-            self._terminate(self.pid)
-            if rec and rec["pid"] == self.pid:
+            self._terminate(self.pid, self.pid_start)
+            if rec and rec["pid"] == self.pid and rec.get("pid_start") == self.pid_start:
                 (self.home / "server.json").unlink(missing_ok=True)
         if not self.shared:
             shutil.rmtree(self.home, ignore_errors=True)  # a private server's folder has no later user

@@ -60,10 +60,18 @@ def dummy():
     return make
 
 
+#: Seconds a real-LM test may take (pyproject's ``timeout`` bounds the others): a 2-core CPU runs a 0.5B model.
+REAL_LM_TIMEOUT = 1800
+
+
 def pytest_collection_modifyitems(config, items):
     """The embedded-model tier runs only when asked for (``make test`` sets RAG_REAL_LM=1): a plain ``pytest``
-    stays fast and never starts an LM server."""
+    stays fast and never starts an LM server. Each real-LM test gets :data:`REAL_LM_TIMEOUT` (unless it sets its
+    own ``timeout`` mark)."""
     if os.environ.get("RAG_REAL_LM") == "1":
+        for item in items:
+            if "real_lm" in item.keywords and item.get_closest_marker("timeout") is None:
+                item.add_marker(pytest.mark.timeout(REAL_LM_TIMEOUT))
         return
     skip = pytest.mark.skip(reason="real-LM tier: set RAG_REAL_LM=1 (make test does)")
     for item in items:

@@ -2,12 +2,14 @@
 
 ``python tests/fault_server.py --port P --log requests.jsonl --malformed 0.1 --die-at 40`` answers
 ``/v1/chat/completions`` in DSPy's chat format (every requested output field filled with ``--answer``; JSON when
-the request asks for a JSON response) and injects faults, drawn per request from ``--seed``: a share of
+the request asks for a JSON response, as DSPy's JSONAdapter does) and injects faults, drawn per request from ``--seed``: a share of
 completions without any field markers (``--malformed``), of HTTP 500s (``--error``) and of answers delayed by
-``--slow-seconds`` (``--slow``; ``--stall-at N``: the N-th request only). ``--die-at N,M`` exits the process abruptly on the N-th and M-th request
-(counted over restarts through ``--log``), as a crashing server would. Every request is appended to ``--log`` as
-one JSON line (``n``, the ``question`` field of the prompt, the number of messages, the fault), which is how tests count calls. Bounded:
-it exits after ``--max-requests`` requests or ``--max-seconds`` seconds.
+``--slow-seconds`` (``--slow``; ``--stall-at N``: the N-th request only). ``--die-at N,M`` exits the process
+abruptly on the N-th and M-th request (counted over restarts through ``--log``), as a crashing server would;
+``--outage N:M`` answers requests N to M with HTTP 503, as an endpoint that is down. ``--answers FILE`` (a JSON
+object question -> answer) picks the answer by the prompt's question. Every request is appended to ``--log`` as
+one JSON line (``n``, the ``question`` field of the prompt, the number of messages, the temperature, the fault),
+which is how tests count calls. Bounded: it exits after ``--max-requests`` requests or ``--max-seconds`` seconds.
 """
 from __future__ import annotations
 
@@ -54,20 +56,25 @@ class FaultServer(http.server.ThreadingHTTPServer):
         self.log = Path(args.log)
         self.n = len(self.log.read_text().splitlines()) if self.log.exists() else 0
         self.die_at = {int(x) for x in args.die_at.split(",") if x}
+        first, _, last = args.outage.partition(":")
+        self.outage = range(int(first), int(last or first) + 1) if first else range(0)
+        self.answers = json.loads(Path(args.answers).read_text()) if args.answers else {}
 
-    def draw(self, question: str, messages: int) -> tuple[int, str]:
-        """The request's number and fault (``ok | malformed | error | slow | die``); logged before answering."""
+    def draw(self, question: str, messages: int, temperature) -> tuple[int, str]:
+        """The request's number and fault (``ok | malformed | error | slow | die | outage``); logged before
+        answering."""
         with self.lock:
             self.n += 1
             rng, a = random.Random(f"{self.args.seed}:{self.n}"), self.args
             roll = rng.random()
-            fault = ("die" if self.n in self.die_at else "slow" if self.n == a.stall_at
+            fault = ("die" if self.n in self.die_at else "outage" if self.n in self.outage
+                     else "slow" if self.n == a.stall_at
                      else "malformed" if roll < a.malformed
                      else "error" if roll < a.malformed + a.error else "slow" if roll < a.malformed + a.error + a.slow
                      else "ok")
             with open(self.log, "a") as fh:
-                fh.write(json.dumps({"n": self.n, "question": question, "messages": messages, "fault": fault,
-                                     "pid": os.getpid()}) + "\n")
+                fh.write(json.dumps({"n": self.n, "question": question, "messages": messages,
+                                     "temperature": temperature, "fault": fault, "pid": os.getpid()}) + "\n")
             return self.n, fault
 
 
@@ -80,22 +87,25 @@ class Handler(http.server.BaseHTTPRequestHandler):
     def do_POST(self):
         body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
         messages = body.get("messages", [])
-        n, fault = self.server.draw(question_of(messages), len(messages))
+        question = question_of(messages)
+        n, fault = self.server.draw(question, len(messages), body.get("temperature"))
         args = self.server.args
         if fault == "die":
             print(f"fault server: dying abruptly at request {n}", file=sys.stderr, flush=True)
             os._exit(1)
         if fault == "error":
             return self.reply(500, b'{"error": {"message": "injected server error"}}')
+        if fault == "outage":
+            return self.reply(503, b'{"error": {"message": "injected outage: service unavailable"}}')
         if fault == "slow":
             time.sleep(args.slow_seconds)
-        fields = requested_fields(messages)
+        fields, answer = requested_fields(messages), self.server.answers.get(question, args.answer)
         if fault == "malformed":
             content = "Sorry, I am not sure what you mean."
-        elif body.get("response_format"):
-            content = json.dumps({f: args.answer for f in fields})
+        elif body.get("response_format") or "Respond with a JSON object" in str(messages[-1:]):  # JSONAdapter
+            content = json.dumps({f: answer for f in fields})
         else:
-            content = "".join(f"[[ ## {f} ## ]]\n{args.answer}\n\n" for f in fields) + "[[ ## completed ## ]]"
+            content = "".join(f"[[ ## {f} ## ]]\n{answer}\n\n" for f in fields) + "[[ ## completed ## ]]"
         self.reply(200, completion(content))
         if n >= args.max_requests:
             threading.Thread(target=self.server.shutdown, daemon=True).start()
@@ -125,6 +135,8 @@ def parse(argv=None) -> argparse.Namespace:
     p.add_argument("--slow-seconds", type=float, default=5.0)
     p.add_argument("--stall-at", type=int, default=0, help="request number answered after --slow-seconds")
     p.add_argument("--die-at", default="", help="request numbers at which the process exits abruptly")
+    p.add_argument("--outage", default="", help="N:M -- requests N to M get HTTP 503")
+    p.add_argument("--answers", help="JSON file: question -> answer (default --answer)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--max-requests", type=int, default=5000)
     p.add_argument("--max-seconds", type=float, default=300)

@@ -14,39 +14,27 @@ import dspy
 import mlflow
 import pytest
 
+from dspy.utils.exceptions import LMRateLimitError, LMTransportError
+
 import programs
-from optimizers.evaluation import evaluate
+from fault_host import FAULT_SERVER, FaultHost, comparable
+from optimizers.evaluation import EndpointDown, evaluate, load_checkpoint
 from optimizers.metrics import exact_match
-from runtime.lm import LlamaServer, ProjectLM, RestartBudget, ServerError, _free_port, _reachable
+from runtime.lm import ATTEMPT, ProjectLM, ServerError, _free_port, _reachable
 from runtime.roles import init_dspy
 
 ROOT = Path(__file__).resolve().parent.parent
-FAULT_SERVER = Path(__file__).with_name("fault_server.py")
 QUESTIONS = [dspy.Example(id=f"q{i:02d}", question=f"Is {i} a number?", answer="yes", answers=["yes"])
              .with_inputs("question") for i in range(50)]
 
 
-class Faulty(LlamaServer):
-    """The embedded-server machinery around the fault server instead of llama.cpp."""
-
-    def __init__(self, log: Path, *flags, restarts: int = 3):
-        super().__init__("qwen-0.5b", startup_timeout=30, budget=RestartBudget(restarts, 600, backoff=0.05))
-        self.request_log, self.flags = log, [str(f) for f in flags]
-
-    def command(self):
-        return [sys.executable, str(FAULT_SERVER), "--port", str(self.port), "--log", str(self.request_log),
-                "--max-seconds", "120", *self.flags]
-
-    def requests(self) -> list[dict]:
-        return [json.loads(line) for line in self.request_log.read_text().splitlines()]
-
-
 @pytest.fixture
-def faulty(tmp_path):
+def faulty(tmp_path, monkeypatch):
     servers = []
+    monkeypatch.setenv("RAG_ENDPOINT_BACKOFF", "0.01")
 
     def start(*flags, restarts: int = 3, timeout: float = 5.0):
-        server = Faulty(tmp_path / "requests.jsonl", *flags, restarts=restarts).start()
+        server = FaultHost(tmp_path / "requests.jsonl", *flags, restarts=restarts).start()
         servers.append(server)
         lm = ProjectLM("openai/fault", api_base=server.api_base, api_key="local", num_retries=0, cache=False,
                        max_tokens=64, timeout=timeout)
@@ -119,6 +107,71 @@ def test_past_the_restart_budget_the_run_stops_with_the_server_log(faulty):
         run(QUESTIONS[:10])
 
 
+def test_an_outage_stops_the_run_and_a_rerun_gives_the_records_of_a_run_without_it(faulty, tmp_path):
+    """Requests 28-37 get HTTP 503: the questions they hit are recorded as retryable, five in a row stop the run,
+    and the re-run asks exactly the unfinished questions, greedily, ending with the undisturbed run's records."""
+    answers = tmp_path / "answers.json"  # some right, some wrong, so the scores differ by question
+    answers.write_text(json.dumps({ex.question: "yes" if i % 3 else "no" for i, ex in enumerate(QUESTIONS)}))
+    server = faulty("--answers", answers, "--outage", "28:37")
+    calm, calm_summary = run(QUESTIONS[:20], tmp_path / "calm.jsonl")  # requests 1-20: before the outage
+    ckpt = tmp_path / "dev.jsonl"
+    with pytest.raises(EndpointDown, match=r"failed 5 questions in a row \(last: LMServerError"):
+        run(QUESTIONS[:20], ckpt)  # q00-q06 answered (21-27), q07-q11 hit the outage twice each (28-37)
+    lines = [json.loads(line) for line in ckpt.read_text().splitlines()]
+    assert [r["id"] for r in lines if r.get("retryable")] == ["q07", "q08", "q09", "q10", "q11"]
+    assert set(load_checkpoint(ckpt)) == {ex.id for ex in QUESTIONS[:12]}
+    outage = [r for r in server.requests() if r["fault"] == "outage"]
+    assert len(outage) == 10 and all(r["temperature"] in (None, 0, 0.0) for r in outage)  # retried greedily
+    asked = len(server.requests())
+
+    records, summary = run(QUESTIONS[:20], ckpt)
+    again = [r["question"] for r in server.requests()[asked:]]
+    assert again == [ex.question for ex in QUESTIONS[7:20]]  # each unfinished question once, no finished one
+    assert [comparable(r) for r in records] == [comparable(r) for r in calm]
+    assert comparable(summary) == comparable(calm_summary) and 0 < summary["em"] < 1
+    assert "retryable_examples" not in summary and summary["failed_examples"] == 0
+
+
+class Scripted(dspy.Module):
+    """Raises the queued errors, one per call, then answers; records the retry attempt each call saw."""
+
+    def __init__(self, *errors):
+        super().__init__()
+        self.errors, self.attempts = list(errors), []
+
+    def forward(self, question):
+        self.attempts.append(ATTEMPT.get())
+        if self.errors:
+            raise self.errors.pop(0)
+        return dspy.Prediction(answer="yes", passages=[])
+
+
+def test_endpoint_errors_are_retried_greedily_and_parse_failures_sampled(monkeypatch):
+    monkeypatch.setenv("RAG_ENDPOINT_BACKOFF", "0")
+    program = Scripted(LMTransportError("connection refused"), LMRateLimitError("slow down"))
+    (rec,), summary = evaluate(program, QUESTIONS[:1], {"em": exact_match}, retries=2)
+    assert rec["answer"] == "yes" and program.attempts == [0, 0, 0]  # greedy: no sampling for a transport error
+    program = Scripted(ValueError("garbled output"), LMTransportError("reset"), LMTransportError("reset"))
+    with pytest.warns(RuntimeWarning, match="1 question.* ended on LM endpoint errors"):
+        (rec,), summary = evaluate(program, QUESTIONS[:1], {"em": exact_match}, retries=2)
+    assert program.attempts == [0, 1, 1]  # the parse failure samples; the transport errors keep that attempt
+    assert rec["retryable"] and rec["failed"] and rec["error"].startswith("LMTransportError")
+    assert summary["retryable_examples"] == 1 and summary["failed_examples"] == 1
+
+
+def test_retry_failed_asks_the_recorded_failures_again(tmp_path):
+    ckpt = tmp_path / "dev.jsonl"
+    broken = Scripted(*[ValueError("unparseable")] * 6)
+    records, _ = evaluate(broken, QUESTIONS[:3], {"em": exact_match}, retries=1, checkpoint=ckpt)
+    assert [r["failed"] for r in records] == [True] * 3 and not any(r.get("retryable") for r in records)
+    fixed = Scripted()
+    evaluate(fixed, QUESTIONS[:3], {"em": exact_match}, checkpoint=ckpt)
+    assert fixed.attempts == []  # a parse failure is final: resumed as it is
+    records, summary = evaluate(fixed, QUESTIONS[:3], {"em": exact_match}, checkpoint=ckpt, retry_failed=True)
+    assert len(fixed.attempts) == 3 and summary["em"] == 1.0 and summary["failed_examples"] == 0
+    assert evaluate(Scripted(), QUESTIONS[:3], {"em": exact_match}, checkpoint=ckpt)[0] == records
+
+
 @pytest.fixture
 def fault_endpoint(tmp_path, request):
     """A fault server of its own for a CLI run in a subprocess: request number ``request.param`` stalls (60 s),
@@ -145,6 +198,7 @@ def _checkpoint_lines(cache: Path, stage: str) -> list[dict]:
     (3, "evaluate.py", "dev", signal.SIGINT, 130),  # Ctrl-C during the 3rd question of an evaluation
     (4, "optimize.py", "test_before", signal.SIGTERM, 143),  # kill in the compile after 3 test questions
 ], indirect=["fault_endpoint"])
+@pytest.mark.timeout(600)  # two CLI processes, each importing DSPy and MLflow
 def test_an_interrupted_run_is_killed_flushed_and_resumes(fault_endpoint, tmp_path, script, stage, sig, code):
     """The signal lands while the stalled request is in flight."""
     base, log = fault_endpoint
@@ -188,3 +242,28 @@ def test_two_runs_starting_together_share_a_new_store(tmp_path):
              for _ in range(2)]
     errors = [p.communicate(timeout=120)[1] for p in procs]
     assert [p.returncode for p in procs] == [0, 0], errors
+
+
+def test_a_judge_that_cannot_reach_its_lm_leaves_the_question_retryable(tmp_path, monkeypatch):
+    monkeypatch.setenv("RAG_ENDPOINT_BACKOFF", "0")
+    ckpt = tmp_path / "dev.jsonl"
+
+    def unreachable_judge(example, pred, trace=None):
+        raise LMTransportError("connection refused")
+
+    with pytest.warns(RuntimeWarning, match="ended on LM endpoint errors"):
+        (rec,), _ = evaluate(Scripted(), QUESTIONS[:1], {"judge": unreachable_judge}, checkpoint=ckpt)
+    assert rec["retryable"] and rec["judge"] == 0.0 and load_checkpoint(ckpt)[rec["id"]]["retryable"]
+    program = Scripted()
+    (rec,), _ = evaluate(program, QUESTIONS[:1], {"judge": lambda ex, pred, trace=None: 1.0}, checkpoint=ckpt)
+    assert program.attempts == [0] and rec["judge"] == 1.0  # asked again, not resumed as a zero
+
+
+def test_the_judge_raises_an_endpoint_error_instead_of_scoring_wrong():
+    from optimizers.metrics import Judge
+
+    judge = Judge(ProjectLM("openai/judge", api_base=f"http://127.0.0.1:{_free_port()}/v1", api_key="local",
+                            num_retries=0, cache=False))
+    with pytest.raises(LMTransportError):
+        judge(QUESTIONS[0], dspy.Prediction(answer="affirmative"))
+    assert judge.failures == 0

@@ -1,6 +1,7 @@
 import http.server
 import json
 import os
+import socket
 import subprocess
 import sys
 import threading
@@ -11,6 +12,7 @@ from types import SimpleNamespace
 import pytest
 
 from runtime import lm as lm_mod
+from runtime import server_host
 from runtime.lm import LlamaServer, RestartBudget, ServerError, _reachable, _running, make_lm
 
 # A stand-in for llama_cpp.server: answers GET /v1/models on the given port.
@@ -94,6 +96,46 @@ def test_a_dead_owners_port_file_is_detected_and_replaced():
         assert json.loads((server.home / "server.json").read_text())["pid"] == server.pid != dead.pid
     finally:
         server.stop()
+
+
+@pytest.mark.parametrize("answering", [True, False])
+@pytest.mark.parametrize("identity", [{}, {"pid_start": "1"}])  # an older record; a pid since reused
+def test_a_port_file_naming_an_unrelated_live_process_is_neither_attached_nor_signalled(answering, identity):
+    """A stale ``server.json`` whose pid now names someone else's process (a ``sleep``), on a port that answers or
+    not: the server is started afresh and the process is left alone."""
+    unrelated = subprocess.Popen(["sleep", "60"])
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1] if answering else lm_mod._free_port()
+    server = fake()
+    server.home.mkdir(parents=True)
+    (server.home / "server.json").write_text(json.dumps({"pid": unrelated.pid, "port": port, **identity}))
+    try:
+        server.start()
+        assert server.pid != unrelated.pid and server.proc is not None and server.port != port
+        server.stop()
+        assert unrelated.poll() is None  # never signalled
+    finally:
+        listener.close()
+        unrelated.kill()
+        unrelated.wait()
+
+
+def test_a_pid_we_may_not_signal_is_not_ours_and_a_reused_lease_pid_is_stale(monkeypatch, tmp_path):
+    unrelated = subprocess.Popen(["sleep", "60"])
+    try:
+        (tmp_path / f"{unrelated.pid}-x.lease").write_text("1")  # its owner started at another time
+        (tmp_path / f"{os.getpid()}-y.lease").write_text(server_host.start_time(os.getpid()))
+        assert [p.name for p in server_host.live_leases(tmp_path)] == [f"{os.getpid()}-y.lease"]
+
+        def denied(pid, sig):
+            raise PermissionError(1, "Operation not permitted")
+
+        with monkeypatch.context() as m:
+            m.setattr(os, "kill", denied)  # another user's process
+            assert not server_host.pid_alive(unrelated.pid)
+    finally:
+        unrelated.kill()
+        unrelated.wait()
 
 
 def test_the_shared_server_outlives_its_starter_while_another_process_uses_it():

