@@ -1,5 +1,5 @@
-"""What a run leaves in MLflow for the UI: dataset inputs that tell runs on different data apart, and the
-per-question records as a table the artifact viewer shows."""
+"""What a run leaves in MLflow for the UI: dataset inputs that tell runs on different data apart, the
+per-question records as a table, a trace per question, compiled prompts -- and never an --api-base credential."""
 from __future__ import annotations
 
 import json
