@@ -7,6 +7,7 @@ implied by the chosen tier-2 types (and tier-2 types implied by tier-3 labels) a
 """
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass, field
 
 import dspy
@@ -14,25 +15,31 @@ import dspy
 from programs.evidence import lenient
 from programs.retrieval import Passage
 from programs.taxonomy import Taxonomy, load_taxonomy, snap, split_labels
-from programs.text import words
+from programs.text import APOSTROPHES
 from signatures.critic import CritiqueAnswer
 
 CORRECT, ERROR = "Correct", "Error"
 
 
 def parse_verdict(text: str | None) -> str | None:
-    """"Correct" or "Error" from the first verdict word of a judgement ("Error.", "incorrect", "not correct",
-    "no errors", "The answer is correct"); None when there is none."""
-    ws = words(text or "")
-    for i, w in enumerate(ws):
-        if w in _CORRECT_WORDS or w in _ERROR_WORDS:
-            negated = i > 0 and ws[i - 1] in ("not", "no", "t", "never")
-            return CORRECT if (w in _CORRECT_WORDS) != negated else ERROR
-    return None
+    """"Correct" only when the reply clearly says so: a correct-word ("Correct", "The answer is accurate", "no
+    errors") and no error-word, negation or hedge anywhere ("not entirely correct", "isn't fully correct",
+    "Partially correct", "Yes, there is an error", "the passages are correct but the answer is wrong" are Error);
+    "Error" for any other reply with a verdict word; None when there is none (callers treat None as Error).
+    The critic's and Self-Refine's one Correct/Error decision."""
+    text = _NO_ERRORS.sub(" correct ", (text or "").translate(APOSTROPHES).lower())
+    ws = set(re.findall(r"[a-z]+", text.replace("n't", " not ")))
+    if ws & _ERROR_WORDS or (ws & _CORRECT_WORDS and ws & _HEDGES):
+        return ERROR
+    return CORRECT if ws & _CORRECT_WORDS else None
 
 
-_CORRECT_WORDS = frozenset({"correct", "right", "true", "yes", "accurate"})
-_ERROR_WORDS = frozenset({"error", "errors", "incorrect", "wrong", "false", "inaccurate"})
+_NO_ERRORS = re.compile(r"\b(?:no|without|free of)\s+(?:errors?|mistakes?|issues?|problems?)\b")
+_CORRECT_WORDS = frozenset({"correct", "right", "accurate", "true"})
+_ERROR_WORDS = frozenset({"error", "errors", "incorrect", "wrong", "false", "inaccurate", "mistake", "mistakes",
+                          "incomplete", "unsupported", "partially", "partly", "partial"})
+_HEDGES = frozenset({"not", "no", "never", "nor", "but", "however", "although", "though", "except", "mostly",
+                     "largely", "somewhat", "almost", "nearly", "half", "may", "might", "unclear", "uncertain"})
 
 
 @dataclass

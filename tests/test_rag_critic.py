@@ -97,7 +97,13 @@ def test_labels_snap_to_the_nearest_valid_one_or_are_dropped(taxonomy):
 
 @pytest.mark.parametrize("text, verdict", [("Correct", "Correct"), ("Error.", "Error"), ("incorrect", "Error"),
                                            ("The answer is not correct", "Error"), ("no errors", "Correct"),
-                                           ("maybe", None)])
+                                           ("maybe", None), ("The answer is correct.", "Correct"),
+                                           ("not entirely correct", "Error"), ("isn't fully correct", "Error"),
+                                           ("isn\u2019t fully correct", "Error"), ("Partially correct", "Error"),
+                                           ("Yes, there is an error", "Error"), ("Yes", None),
+                                           ("the passages are correct but the answer is wrong", "Error"),
+                                           ("It doesn\u2019t look correct", "Error"), ("Correct, no mistakes.", "Correct"),
+                                           ("mostly correct", "Error"), ("No, there is an error.", "Error")])
 def test_verdicts(text, verdict):
     assert parse_verdict(text) == verdict
 
