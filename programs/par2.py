@@ -27,12 +27,17 @@ import dspy
 from programs.evidence import retried
 from programs.rerank import get_reranker
 from programs.retrieval import Passage, Retriever, dedup
-from programs.text import content_words, normalize
+from programs.text import APOSTROPHES, content_words, normalize
 from programs.writer import Writer
 from signatures.esc import DecideNextStep
 from signatures.planner import PlanSearches
 
 BULLET = re.compile(r"^(?:[-*\u2022]|\d+[.):]|(?:search|query)\s*\d*\s*:)\s*", re.I)
+KEYED = re.compile(r'^"?([a-z_ ]{1,20})"?\s*:\s*(.*)$', re.I)  # a JSON/YAML-style 'key: value' line
+QUERY_KEYS = frozenset({"query", "search", "search terms", "search_terms", "terms"})
+PREAMBLE = re.compile(r"^(?:here (?:is|are)|sure|okay|ok|the following|below (?:is|are)|i (?:will|would))\b", re.I)
+FORMAT_ECHO = frozenset({"search terms", "search terms reason", "search terms why it is needed"})
+NEGATED = re.compile(r"(?:\bnot|n't|\bno need to|\bnever)\s+(?:\w+\s+)?$", re.I)
 
 
 @dataclass(frozen=True)
@@ -43,19 +48,36 @@ class SubQuery:
 
 def plan_lines(text: str, m: int) -> list[SubQuery] | None:
     """The first ``m`` distinct searches of the planner's 'search terms | reason' lines (bullets, numbering and
-    quotes stripped; a line without '|' is all query); None when no line has a content word."""
+    quotes stripped; a line without '|' is all query); None when no line has a content word. Preambles, headings
+    (a line ending in ':'), the echoed format line and JSON keys other than a query are not searches."""
     plan: dict[str, SubQuery] = {}
-    for line in (text or "").splitlines():
-        query, _, reason = BULLET.sub("", line.strip().strip('[]{},"\'`').strip()).partition("|")
+    for line in (text or "").translate(APOSTROPHES).splitlines():
+        if re.fullmatch(r"'{3}\w*", line.strip()):
+            continue  # a code fence (its backticks read as apostrophes)
+        line = BULLET.sub("", line.strip().strip('[]{},"\'`').strip())
+        if keyed := KEYED.match(line):
+            if keyed.group(1).strip().lower() not in QUERY_KEYS:
+                continue  # "reason": ..., "searches": [ ...
+            value = keyed.group(2).strip()
+            quoted = re.match(r'"([^"]*)"', value)  # {"query": "...", "reason": "..."} on one line
+            line = quoted.group(1) if quoted else value.strip('[]{},"\'`')
+        if line.endswith(":") or PREAMBLE.match(line):
+            continue
+        query, _, reason = line.partition("|")
         query = query.strip().strip('"\'').strip()
-        if content_words(query) and normalize(query) not in plan:
+        if content_words(query) and normalize(query) not in plan and normalize(query) not in FORMAT_ECHO:
             plan[normalize(query)] = SubQuery(query, reason.strip())
     return list(plan.values())[:m] or None
 
 
 def esc_decision(text: str) -> str | None:
-    """STOP or CONTINUE when the reply names exactly one of them (any case), else None."""
-    said = {word for word in ("STOP", "CONTINUE") if re.search(rf"\b{word}\b", text or "", re.I)}
+    """STOP or CONTINUE when the reply names exactly one of them (any case), else None. A negated word means the
+    other ("Don't continue" is STOP, "do not stop" is CONTINUE). The controller's one decision."""
+    text = (text or "").translate(APOSTROPHES)
+    said = set()
+    for match in re.finditer(r"\b(STOP|CONTINUE)\b", text, re.I):
+        word = match.group(1).upper()
+        said.add(({"STOP": "CONTINUE", "CONTINUE": "STOP"}[word]) if NEGATED.search(text[:match.start()]) else word)
     return said.pop() if len(said) == 1 else None
 
 

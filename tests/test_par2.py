@@ -3,6 +3,7 @@ import pytest
 from dspy.utils.dummies import DummyLM
 
 import programs
+from programs.iterative import first_sentence
 from programs.par2 import esc_decision, interleave, plan_lines
 from programs.retrieval import Corpus, Retriever
 from tests.dummies import Queue, routed
@@ -60,10 +61,35 @@ def test_plan_lines_strip_bullets_split_reasons_drop_repeats_and_cap_m():
     assert plan_lines("", 5) is None and plan_lines("the of\n - \n", 5) is None
 
 
+def test_plan_lines_skip_preambles_echoed_format_lines_and_json_keys():
+    text = """Here are 3 searches for the question:
+search terms | why it is needed
+```json
+{
+  "searches": [
+    {"query": "Blue Fox film director", "reason": "Identify the director"},
+    {
+      "query": "Ana Berg birthplace",
+      "reason": "Identify where she was born"
+    }
+  ]
+}
+```"""
+    assert [s.query for s in plan_lines(text, 5)] == ["Blue Fox film director", "Ana Berg birthplace"]
+    assert [s.query for s in plan_lines("Sure, here they are.\nSearches:\n1. Blue Fox | film", 5)] == ["Blue Fox"]
+
+
 def test_esc_decision_is_a_closed_set():
     assert esc_decision("STOP") == "STOP" and esc_decision("continue.") == "CONTINUE"
     assert esc_decision("STOP or CONTINUE") is None and esc_decision("unstoppable") is None
     assert esc_decision("") is None
+
+
+@pytest.mark.parametrize("text, decision", [("Don't continue", "STOP"), ("Don\u2019t CONTINUE.", "STOP"),
+                                            ("do not continue; STOP", "STOP"), ("no need to continue", "STOP"),
+                                            ("Do not stop", "CONTINUE"), ("CONTINUE, not stop", "CONTINUE")])
+def test_a_negated_decision_is_the_other_one(text, decision):
+    assert esc_decision(text) == decision
 
 
 def test_interleave_takes_each_lists_best_first_and_keeps_each_passage_once():
@@ -209,6 +235,26 @@ def test_ircot_searches_each_thought_until_one_states_the_answer():
     assert pred.trace["stop_reason"] == "answered" and pred.trace["iterations"] == 2
     assert pred.answer == "Lyon" and calls(lm, ANSWER) == 1
     assert [p.title for p in pred.passages] == ["Blue Fox", "Red Owl", "Ana Berg"]  # newest hits first
+
+
+@pytest.mark.parametrize("text, sentence", [
+    ("The U.S. President in 1931 was Hoover. Next.", "The U.S. President in 1931 was Hoover."),
+    ("Dr. Ana Berg directed it. She was born in Lyon.", "Dr. Ana Berg directed it."),
+    ("J. R. R. Tolkien wrote it! Then more.", "J. R. R. Tolkien wrote it!"),
+    ("So the answer is: U.S.", "So the answer is: U.S."), ("No period here", "No period here")])
+def test_ircot_thoughts_are_not_cut_at_abbreviations(text, sentence):
+    assert first_sentence(text) == sentence
+
+
+def test_react_on_multiple_choice_records_the_agents_steps_and_no_parse_failure():
+    lm = routed({REACT: Queue({"next_thought": "Find the director.", "next_tool_name": "search",
+                               "next_tool_args": '{"query": "Blue Fox director"}'},
+                              {"next_thought": "Done.", "next_tool_name": "finish", "next_tool_args": "{}"}),
+                 EXTRACT: {"reasoning": "Ana Berg was born in Lyon.", "answer": "Lyon"}, ANSWER: {"answer": "A"}})
+    pred = programs.build("react", search=ScriptedSearch(ROUTES), k=2, loops=4)(
+        question=Q, options={"A": "Lyon", "B": "Paris"})
+    assert pred.answer == "A" and pred.trace["stop_reason"] == "finish" and pred.trace["tools"] == ["search", "finish"]
+    assert pred.trace["parse_failures"] == 0
 
 
 def test_ircot_respects_the_budget_and_counts_unusable_thoughts():
