@@ -3,8 +3,9 @@ model (the paper's executor), never ``exec``/``eval``.
 
 State: ``question``, ``documents`` (the retrieved passages) and each step's named output; the *evidence* list
 (the documents, indexed from 0 as the planner saw them) grows with Retrieval and is edited by RefineDoc. A step
-whose LM output cannot be parsed, or whose ``doc_index`` is out of range, is logged as failed and leaves the
-state unchanged. If the plan does not end with GenerateAnswer, one on the current evidence is added.
+whose LM output cannot be parsed, whose ``doc_index`` or index is out of range, or which reads a name an earlier
+failed step left unassigned, is logged as failed and leaves the state unchanged. If no GenerateAnswer of the plan
+produced an answer (none at the end, or it failed), one on the current evidence is added.
 """
 from __future__ import annotations
 
@@ -57,29 +58,34 @@ class PlanExecutor(dspy.Module):
         """Run ``plan``; the answer is the last GenerateAnswer's (None if every answer step failed)."""
         run = _Run({"question": question, "documents": list(passages)}, list(passages), options)
         answer, log = None, []
-        steps = list(plan.steps)
-        if steps[-1].call.function != "GenerateAnswer":
-            steps.append(Step(call=GenerateAnswer()))
-        for i, step in enumerate(steps):
-            entry = {"step": i, "function": step.call.function, "output": step.output,
-                     "added": i >= len(plan.steps)}
-            try:
-                value = HANDLERS[step.call.function](self, run, step.call)
-                entry |= {"ok": value is not None, "result": _preview(value)}
-            except StepError as err:
-                value, entry = None, entry | {"ok": False, "error": str(err)}
-            if step.output and value is not None:
-                run.state[step.output] = value
+        for i, step in enumerate(plan.steps):
+            value = self._run_step(run, step, i, log)
             if step.call.function == "GenerateAnswer" and value is not None:
                 answer = value
-            log.append(entry)
+        if answer is None or plan.steps[-1].call.function != "GenerateAnswer":  # the fallback answer step
+            answer = self._run_step(run, Step(call=GenerateAnswer()), len(plan.steps), log, True) or answer
         return dspy.Prediction(answer=answer, passages=run.used or run.current, steps=log, queries=run.queries)
+
+    def _run_step(self, run: _Run, step: Step, i: int, log: list[dict], added: bool = False):
+        """Run one step (``added``: not the planner's), log it, assign its output; its value, or None if it failed."""
+        entry = {"step": i, "function": step.call.function, "output": step.output, "added": added}
+        try:
+            value = HANDLERS[step.call.function](self, run, step.call)
+            entry |= {"ok": value is not None, "result": _preview(value)}
+        except StepError as err:
+            value, entry = None, entry | {"ok": False, "error": str(err)}
+        if step.output and value is not None:
+            run.state[step.output] = value
+        log.append(entry)
+        return value
 
     # --- argument resolution ---------------------------------------------------------------------------------
 
     @staticmethod
     def _lookup(run: _Run, ref: Ref):
-        value = run.state[ref.name]  # the plan validator guarantees the name was assigned before
+        if ref.name not in run.state:  # the plan assigns it, but the step that does failed
+            raise StepError(f"'{ref.name}' has no value: the step that assigns it failed")
+        value = run.state[ref.name]
         if ref.index is None:
             return value
         if not isinstance(value, list) or not -len(value) <= ref.index < len(value):

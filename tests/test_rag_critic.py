@@ -187,6 +187,29 @@ def test_executor_edits_evidence_adds_a_final_answer_and_logs_bad_indices():
     assert "[Red Owl]" not in prompts(lm, INSTRUCTED, WRITER)[0] and out.answer == "Ana Berg"
 
 
+def test_a_name_left_unassigned_by_a_failed_step_is_a_step_error_and_the_fallback_answers():
+    search = ScriptedSearch()
+    lm = routed({REWRITE: {"nothing": "parseable"}, INSTRUCTED: {"answer": "Lyon"}})
+    plan, _ = parse_plan("qs = RewriteQuery(query=question, instruction='expand')\n"
+                         "found = Retrieval(query=qs[0], topk=2)\n"
+                         "a = GenerateAnswer(query=question, docs=found, additional_instruction='Name a city.')")
+    out = PlanExecutor(search)(plan=plan, question=Q, passages=[P["Blue Fox"], P["Red Owl"]])
+    assert [s["ok"] for s in out.steps] == [False, False, False, True] and search.calls == []
+    assert "'qs' has no value" in out.steps[1]["error"] and "'found' has no value" in out.steps[2]["error"]
+    assert out.steps[-1]["added"] and out.answer == "Lyon"                      # the fallback: all current evidence
+    assert [p.title for p in out.passages] == ["Blue Fox", "Red Owl"]
+
+
+def test_an_index_out_of_range_is_a_step_error_inside_the_program(taxonomy):
+    plan = ("queries = DecomposeQuery(query=question)\nfound = Retrieval(query=queries[2], topk=2)\n"
+            "answer = GenerateAnswer(query=question, docs=found, additional_instruction='x')")
+    routed({CRITIC: ERROR, PLAN: {"plan": plan}, "`[[ ## sub_questions ## ]]`": {"sub_questions": "Who?\nWhere?"},
+            INSTRUCTED: {"answer": "Lyon"}, WRITER: {"answer": "Blue Fox"}})
+    pred = build(taxonomy)(question=Q)
+    assert pred.answer == "Lyon" and [s["ok"] for s in pred.steps] == [True, False, False, True]
+    assert "queries[2] is out of range" in pred.steps[1]["error"]
+
+
 # --- the program ----------------------------------------------------------------------------------------------
 
 def build(taxonomy, search=None, **config):
