@@ -162,17 +162,39 @@ def grammar(max_steps: int) -> tuple[str, str]:
 
 
 def parse_plan(text: str, max_steps: int = 5) -> tuple[Plan, bool]:
-    """The validated plan in ``text`` and whether it was cut to ``max_steps`` steps; :class:`PlanError` if the
-    text is not a plan. Code fences and prose lines around the calls are ignored."""
+    """The validated plan in ``text`` and whether it was cut to ``max_steps`` steps (the first ``max_steps - 1`` and
+    the final GenerateAnswer, whose references to cut outputs fall back to the question and all current
+    evidence); :class:`PlanError` if the text is not a plan. Code fences and prose lines around the calls are
+    ignored; a call may span several lines."""
     module = _module(text)
     steps = [_step(stmt, i) for i, stmt in enumerate(module.body, 1)]
     if not steps:
         raise PlanError("no function calls found")
     truncated = len(steps) > max_steps
+    if truncated:
+        steps = _cut(steps, max_steps)
     try:
-        return Plan(steps=steps[:max_steps]), truncated
+        return Plan(steps=steps), truncated
     except ValidationError as err:
         raise PlanError(_first_error(err)) from None
+
+
+def _cut(steps: list[Step], max_steps: int) -> list[Step]:
+    """The first ``max_steps`` steps, or the first ``max_steps - 1`` and the plan's final GenerateAnswer (its
+    arguments that name an output of a dropped step reset to their defaults)."""
+    last = steps[-1]
+    if last.call.function != "GenerateAnswer":
+        return steps[:max_steps]
+    kept = steps[:max_steps - 1]
+    assigned = set(BUILTINS) | {s.output for s in kept if s.output}
+
+    def dangling(value) -> bool:
+        refs = value if isinstance(value, list) else [value]
+        return any(isinstance(r, Ref) and r.name not in assigned for r in refs)
+
+    reset = {k for k, v in last.call if dangling(v)}
+    call = last.call.model_copy(update={k: GenerateAnswer.model_fields[k].default for k in reset})
+    return [*kept, last.model_copy(update={"call": call})]
 
 
 def _module(text: str) -> ast.Module:
@@ -182,11 +204,26 @@ def _module(text: str) -> ast.Module:
     try:
         return ast.parse(body)
     except SyntaxError:
-        calls = "\n".join(line.strip() for line in body.splitlines() if _CALL_LINE.match(line))
         try:
-            return ast.parse(calls)
+            return ast.parse("\n".join(_call_lines(body)))
         except SyntaxError as err:
             raise PlanError(f"not a sequence of calls (line {err.lineno}: {err.msg})") from None
+
+
+def _call_lines(body: str) -> list[str]:
+    """The lines of ``body`` that hold calls, each call joined onto one line (continuation lines kept until its
+    parentheses close); prose lines between calls dropped."""
+    out, depth = [], 0
+    for line in body.splitlines():
+        if depth > 0:
+            out[-1] += " " + line.strip()
+        elif _CALL_LINE.match(line):
+            out.append(line.strip())
+        else:
+            continue
+        bare = re.sub(r"\"[^\"]*\"|'[^']*'", "", line)  # parentheses inside strings do not count
+        depth = max(depth + bare.count("(") + bare.count("[") - bare.count(")") - bare.count("]"), 0)
+    return out
 
 
 def _step(stmt: ast.stmt, i: int) -> Step:

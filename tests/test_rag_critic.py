@@ -158,6 +158,31 @@ def test_plans_are_cut_at_the_step_cap():
     assert len(plan.steps) == 3 and truncated
 
 
+def test_a_cut_plan_keeps_its_final_answer_step_and_its_instruction():
+    text = ("q0 = DecomposeQuery(question)\nq1 = DecomposeQuery(question)\nfound = Retrieval(query=q1[0])\n"
+            "answer = GenerateAnswer(query=question, docs=found, additional_instruction='Name a city.')")
+    plan, truncated = parse_plan(text, max_steps=3)
+    assert truncated and [s.call.function for s in plan.steps] == ["DecomposeQuery", "DecomposeQuery",
+                                                                   "GenerateAnswer"]
+    answer = plan.steps[-1].call
+    assert answer.additional_instruction == "Name a city." and answer.docs is None  # 'found' was cut: all evidence
+
+
+def test_the_fallback_parser_keeps_continuation_lines_of_a_multi_line_call():
+    text = """I will search for the director first.
+found = Retrieval(query="Blue Fox director",
+                  topk=2)
+Then I answer (with care):
+answer = GenerateAnswer(query=question,
+    docs=[found, documents],
+    additional_instruction="Name a city.")
+This should fix it."""
+    plan, _ = parse_plan(text)
+    assert plan.lines() == ["found = Retrieval(query='Blue Fox director', topk=2)",
+                            "answer = GenerateAnswer(query=question, docs=[found, documents], "
+                            "additional_instruction='Name a city.')"]
+
+
 # --- dispatcher -----------------------------------------------------------------------------------------------
 
 def test_executor_runs_steps_in_order_and_resolves_references():
