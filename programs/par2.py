@@ -2,18 +2,20 @@
 
 Coverage Anchor: a planner writes ``subqueries`` (m) searches, each with a reason; each is run, reranked to its best
 ``k`` and deduplicated, and the hits are merged, round robin, into the anchor context.
-Iterative Chain: for t = 1..``loops`` (H) the writer drafts an answer r_t from the question and the context C_t;
-the evidence-sufficiency controller (ESC) then says STOP, or CONTINUE with one reformulated query whose top ``k``
-extend C_t. The answer is the last draft.
+Iterative Chain: for t = 1..``loops`` (H) the writer writes a step response r_t (its reasoning and a short answer)
+from the question and the whole context C_t (up to ``context_tokens``); the evidence-sufficiency controller (ESC)
+judges r_t over the same context and says STOP, or CONTINUE with one reformulated query whose top ``k`` extend C_t
+(C_{t+1} = C_t ∪ E_{t+1}). The answer is the last step's short answer. The prediction's ``retrieved`` is all of
+C_t in order of first retrieval (what retrieval is scored on); ``passages`` is what the writer last saw.
 
 Ablations: ``anchor=False`` (Iterative Chain only: C_1 is the question's own top ``k``) and ``chain=False``
 (Coverage Anchor only: one write over the anchor). Parse failures never crash: an unusable plan is asked for once
 more, then the question itself is the only sub-query; an unusable ESC reply is asked for once more, then means
 STOP. Both are counted in the trace.
 
-Reranking: every search goes through the retriever, which applies its own second stage where it has one. ``rerank``
-(a :mod:`programs.rerank` name, default ``none``) adds one in the program: each search then fetches ``depth``
-candidates and the reranker keeps the best ``k`` for that search. ``embed`` scores by cosine under the retriever's
+Reranking: every search goes through the retriever, which applies its own second stage where it has one.
+``search_rerank`` (a :mod:`programs.rerank` name, default ``none``) adds one in the program: each search then fetches
+``search_depth`` candidates and the reranker keeps the best ``k`` for that search. ``embed`` scores by cosine under the retriever's
 own embedder, so over the dense retriever it keeps the retriever's order.
 """
 from __future__ import annotations
@@ -27,7 +29,7 @@ import dspy
 from programs.evidence import retried
 from programs.rerank import get_reranker
 from programs.retrieval import Passage, Retriever, dedup
-from programs.text import APOSTROPHES, content_words, normalize
+from programs.text import APOSTROPHES, approx_tokens, content_words, normalize
 from programs.writer import Writer
 from signatures.esc import DecideNextStep
 from signatures.planner import PlanSearches
@@ -81,91 +83,122 @@ def esc_decision(text: str) -> str | None:
     return said.pop() if len(said) == 1 else None
 
 
+def step_response(out: dspy.Prediction) -> str:
+    """r_t as the controller reads it: the writer's reasoning, then its answer."""
+    reasoning = " ".join((out.get("reasoning") or "").split())
+    return f"{reasoning} So the answer is: {out.answer}" if reasoning else out.answer
+
+
 def interleave(lists: list[list[Passage]]) -> list[Passage]:
     """Round robin over ranked lists (every list's best first), each passage once."""
     return dedup([p for p in flatten.from_iterable(zip_longest(*lists)) if p is not None])
+
+
+def within_budget(ranked: list[Passage], budget: int, max_chars: int) -> list[Passage]:
+    """The leading passages of ``ranked`` whose prompt text fits ``budget`` tokens (estimated, see
+    :func:`approx_tokens`); the first passage always."""
+    shown, used = [], 0
+    for p in ranked:
+        used += approx_tokens(p.format(max_chars))
+        if shown and used > budget:
+            break
+        shown.append(p)
+    return shown
 
 
 @dataclass
 class _Run:
     """One question's bookkeeping; ``trace()`` is what the Prediction reports."""
 
-    context: list[Passage] = field(default_factory=list)  # C_t, in the order passages arrived
-    latest: list[Passage] = field(default_factory=list)   # the hits of the newest search
+    searches: list[list[Passage]] = field(default_factory=list)  # every search's ranked hits, in search order
     plan: list[SubQuery] = field(default_factory=list)
     queries: list[str] = field(default_factory=list)
     steps: list[dict] = field(default_factory=list)
     fallbacks: dict = field(default_factory=lambda: {"plan": 0, "esc": 0})
     parse_failures: int = 0
 
-    def extend(self, hits: list[Passage]) -> int:
+    @property
+    def context(self) -> list[Passage]:
+        """C_t, deduplicated, in order of first retrieval (the anchor's searches round robin, then each chain
+        search's hits)."""
+        anchor = len(self.plan) or 1
+        return dedup([*interleave(self.searches[:anchor]), *flatten.from_iterable(self.searches[anchor:])])
+
+    def extend(self, hits: list[list[Passage]]) -> int:
         """C_{t+1} = C_t ∪ hits; returns how many passages were new."""
         before = len(self.context)
-        self.context = dedup([*self.context, *hits])
-        self.latest = hits
+        self.searches += hits
         return len(self.context) - before
 
-    def shown(self, limit: int) -> list[Passage]:
-        """The writer's and the ESC's view of C_t: the newest hits first, then the rest in arrival order."""
-        return dedup([*self.latest, *self.context])[:limit]
+    def ranked(self) -> list[Passage]:
+        """The whole C_t ordered by rank within its search, round robin over all searches (every search's best
+        first): cutting its tail drops the lowest-ranked passages of every search, never one search wholesale."""
+        return interleave(self.searches)
 
-    def trace(self, stop_reason: str) -> dict:
+    def trace(self, stop_reason: str, budget: int) -> dict:
         return {"iterations": len(self.steps), "queries": list(self.queries), "stop_reason": stop_reason,
                 "plan": [asdict(s) for s in self.plan], "steps": self.steps, "fallbacks": dict(self.fallbacks),
-                "parse_failures": self.parse_failures}
+                "parse_failures": self.parse_failures, "context_tokens": budget, "context_size": len(self.context),
+                "continued": any(s.get("action") == "CONTINUE" for s in self.steps)}
 
 
 class PAR2(dspy.Module):
-    """PAR2-RAG with m = ``subqueries``, k = ``k`` passages per search after reranking, H = ``loops``.
+    """PAR2-RAG with m = ``subqueries``, k = ``k`` passages per search after reranking, H = ``loops`` (the paper's
+    defaults: m = H = k = 5). The writer and the ESC see the whole context C_t up to ``context_tokens`` tokens of
+    passage text (see :meth:`_Run.ranked` for what a cut drops). Each step response r_t is the writer's reasoning
+    with its answer, which the ESC judges; the short answer is what is scored.
 
     ``lang`` (passed by multilingual datasets) is accepted and unused."""
 
     ROLES = {"planner": "planner", "esc": "critic"}
 
-    def __init__(self, search: Retriever, k: int = 5, loops: int = 5, subqueries: int = 5, rerank: str = "none",
-                 depth: int = 20, max_passages: int = 8, max_chars: int = 600, anchor: bool = True,
-                 chain: bool = True):
+    def __init__(self, search: Retriever, k: int = 5, loops: int = 5, subqueries: int = 5,
+                 search_rerank: str = "none", search_depth: int = 20, context_tokens: int = 3000,
+                 max_chars: int = 600, anchor: bool = True, chain: bool = True):
         super().__init__()
-        if loops < 1 or subqueries < 1 or k < 1:
-            raise ValueError(f"PAR2 needs loops, subqueries and k >= 1 (got {loops}, {subqueries}, {k})")
+        if loops < 1 or subqueries < 1 or k < 1 or context_tokens < 1:
+            raise ValueError(f"PAR2 needs loops, subqueries, k and context_tokens >= 1 (got {loops}, {subqueries}, "
+                             f"{k}, {context_tokens})")
         self.search, self.k, self.loops, self.subqueries = search, k, loops, subqueries
-        self.depth = max(depth, k) if rerank != "none" else k
-        self.max_passages, self.max_chars = max_passages, max_chars
+        self.depth = max(search_depth, k) if search_rerank != "none" else k
+        self.context_tokens, self.max_chars = context_tokens, max_chars
         self.use_anchor, self.use_chain = anchor, chain
-        self.reranker = get_reranker(rerank, search)
+        self.reranker = get_reranker(search_rerank, search)
         self.planner = dspy.Predict(PlanSearches)
         self.esc = dspy.Predict(DecideNextStep)
-        self.writer = Writer(use_passages=True, max_chars=max_chars)
+        self.writer = Writer(use_passages=True, reasoning=True, max_chars=max_chars)
 
     def forward(self, question: str, options: dict[str, str] | None = None,
                 lang: str | None = None) -> dspy.Prediction:
         run = _Run()
         if self.use_anchor:                                                     # Stage 1: Coverage Anchor
             run.plan = self._plan(question, run)                                # {q_i} <- P(q)
-            run.extend(interleave(self._retrieve([s.query for s in run.plan], run)))  # C_anchor
-            run.latest = []
+            run.extend(self._retrieve([s.query for s in run.plan], run))       # C_anchor
         else:
-            run.extend(self._retrieve([question], run)[0])                     # chain only: C_1 = R(q)
+            run.extend(self._retrieve([question], run))                        # chain only: C_1 = R(q)
         stop, answer = "loop_budget", ""
         hops = self.loops if self.use_chain else 1
         for t in range(1, hops + 1):                                            # Stage 2: Iterative Chain
-            shown = run.shown(self.max_passages)
-            answer = self.writer(question=question, passages=shown, options=options).answer  # r_t <- G(q, C_t)
-            step = {"t": t, "answer": answer}
+            shown = within_budget(run.ranked(), self.context_tokens, self.max_chars)
+            out = self.writer(question=question, passages=shown, options=options)  # r_t <- G(q, C_t)
+            answer, response = out.answer, step_response(out)
+            step = {"t": t, "answer": answer, "response": response, "context": len(run.context),
+                    "shown": len(shown)}
             run.steps.append(step)
             if t == hops:  # no write would follow, so the controller's decision could not change the answer
                 stop = "loop_budget" if self.use_chain else "single_write"
                 break
-            action, query = self._decide(question, shown, answer, run)          # (action, q*_{t+1}) <- E(q, r_t, C_t)
+            action, query = self._decide(question, shown, response, run)        # (action, q*_{t+1}) <- E(q, r_t, C_t)
             step.update(action=action, query=query)
             if action == "STOP":
                 stop = "esc_stop"
                 break
-            if not run.extend(self._retrieve([query], run)[0]):                # C_{t+1} <- C_t ∪ R(q*_{t+1})
+            if not run.extend(self._retrieve([query], run)):                   # C_{t+1} <- C_t ∪ R(q*_{t+1})
                 stop = "no_new_evidence"  # same question and context would give the same draft again
                 break
-        passages = dedup([*run.shown(self.max_passages), *run.context])
-        return dspy.Prediction(answer=answer, passages=passages, trace=run.trace(stop))
+        shown = within_budget(run.ranked(), self.context_tokens, self.max_chars)
+        return dspy.Prediction(answer=answer, passages=shown, retrieved=run.context,
+                               trace=run.trace(stop, self.context_tokens))
 
     def _plan(self, question: str, run: _Run) -> list[SubQuery]:
         plan, failed = retried(self.planner, lambda out: plan_lines(out.searches, self.subqueries),
@@ -184,7 +217,7 @@ class PAR2(dspy.Module):
         hits = many(queries, self.depth) if many else [self.search.search(q, self.depth) for q in queries]
         return [self.reranker.rerank(q, h, self.k) for q, h in zip(queries, hits)]
 
-    def _decide(self, question: str, shown: list[Passage], answer: str, run: _Run) -> tuple[str, str]:
+    def _decide(self, question: str, shown: list[Passage], response: str, run: _Run) -> tuple[str, str]:
         def parse(out):
             action = esc_decision(out.decision)
             query = " ".join((out.next_query or "").split())
@@ -192,7 +225,7 @@ class PAR2(dspy.Module):
                 return None  # asked to search but gave nothing to search for
             return (action, query) if action else None
 
-        decided, failed = retried(self.esc, parse, question=question, draft_answer=answer,
+        decided, failed = retried(self.esc, parse, question=question, draft_answer=response,
                                   passages=[p.format(self.max_chars) for p in shown])
         run.parse_failures += failed
         if decided is None:
