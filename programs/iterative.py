@@ -4,6 +4,8 @@
   search for that sentence, until a sentence states the answer or ``loops`` sentences; a reader then answers
   from the collected paragraphs.
 - ``ReAct``: DSPy's ``dspy.ReAct`` agent with one search tool and at most ``loops`` steps.
+
+Both return ``retrieved``: every passage retrieved, in order of first retrieval (what retrieval is scored on).
 """
 from __future__ import annotations
 
@@ -79,7 +81,7 @@ class IRCoT(dspy.Module):
         answer = self.writer(question=question, passages=shown, options=options).answer
         trace = {"iterations": len(thoughts), "queries": queries, "stop_reason": stop, "thoughts": thoughts,
                  "fallbacks": {"thought": failures}, "parse_failures": failures}
-        return dspy.Prediction(answer=answer, passages=dedup([*shown, *collected]), trace=trace)
+        return dspy.Prediction(answer=answer, passages=dedup([*shown, *collected]), retrieved=collected, trace=trace)
 
 
 _CALLS: ContextVar[list | None] = ContextVar("react_search_calls", default=None)
@@ -142,4 +144,4 @@ class ReAct(dspy.Module):
         trace = {"iterations": len(calls), "queries": [q for q, _ in calls], "stop_reason": stop, "tools": tools,
                  "tool_errors": errors, "fallbacks": fallbacks,
                  "parse_failures": fallbacks["answer"] + (stop == "invalid_step") + errors}
-        return dspy.Prediction(answer=answer, passages=passages, trace=trace)
+        return dspy.Prediction(answer=answer, passages=passages, retrieved=passages, trace=trace)
