@@ -140,7 +140,8 @@ def summarize(records: list[dict], metrics: dict, groups: tuple[str, ...] = ()) 
         return {"n": 0}
     summary = {"n": len(records), "failed_examples": sum(r["failed"] for r in records)}
     numeric = [*metrics, "title_precision", "title_recall", "title_f1", "recall_any", "all_pass", "ndcg",
-               *ALL_RETRIEVED, "retrieved_n", "citation_precision", "lm_calls", "prompt_tokens", "completion_tokens", "seconds", "lm_seconds"]
+               *ALL_RETRIEVED, "retrieved_n", "citation_precision", "lm_calls", "prompt_tokens", "completion_tokens",
+               "seconds", "lm_seconds"]
     for key in numeric:
         values = [r[key] for r in records if r.get(key) is not None]
         if values:

@@ -24,8 +24,8 @@ ANSWERED = re.compile(r"\banswer is\b", re.I)
 
 
 #: A period after one of these ends an abbreviation, not a sentence ("U.S. President", "Dr. Berg", "St. Louis").
-ABBREVIATION = re.compile(r"(?:\b[A-Za-z]|\b(?:Mr|Mrs|Ms|Dr|Prof|St|Mt|Ft|Jr|Sr|Gen|Col|Lt|Capt|Sgt|Rev|Gov|Sen|"
-                          r"Rep|Pres|Inc|Ltd|Co|Corp|No|vs|approx|Jan|Feb|Mar|Apr|Jun|Jul|Aug|Sep|Sept|Oct|Nov|Dec))\.$")
+ABBREVIATION = re.compile(r"(?:\b[A-Za-z]|\b(?:Mr|Mrs|Ms|Dr|Prof|St|Mt|Ft|Jr|Sr|Gen|Col|Lt|Capt|Sgt|Rev|Gov|Sen|Rep|"
+                          r"Pres|Inc|Ltd|Co|Corp|No|vs|approx|Jan|Feb|Mar|Apr|Jun|Jul|Aug|Sep|Sept|Oct|Nov|Dec))\.$")
 
 
 def first_sentence(text: str) -> str:

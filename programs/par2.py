@@ -15,8 +15,8 @@ STOP. Both are counted in the trace.
 
 Reranking: every search goes through the retriever, which applies its own second stage where it has one.
 ``search_rerank`` (a :mod:`programs.rerank` name, default ``none``) adds one in the program: each search then fetches
-``search_depth`` candidates and the reranker keeps the best ``k`` for that search. ``embed`` scores by cosine under the retriever's
-own embedder, so over the dense retriever it keeps the retriever's order.
+``search_depth`` candidates and the reranker keeps the best ``k`` for that search. ``embed`` scores by cosine under the
+retriever's own embedder, so over the dense retriever it keeps the retriever's order.
 """
 from __future__ import annotations
 

@@ -9,7 +9,8 @@ judge, retrieval, LM calls, tokens and seconds per question; every program paire
 McNemar with bootstrap CIs and Holm). The parent's report.md adds PAR2's own measures: Recall (any gold paragraph),
 NDCG and All-Pass over everything a program retrieved (by paragraph identity; @k: its first k distinct paragraphs by
 rank of first retrieval), passages retrieved, fallbacks per question and the questions with a CONTINUE, for
-``--programs`` at H=``--loops`` and, with ``--budgets``, for ``--budget-programs`` at every H, each paired with par2 at the same H by a paired t-test on Recall@k.
+``--programs`` at H=``--loops`` and, with ``--budgets``, for ``--budget-programs`` at every H, each paired with par2
+at the same H by a paired t-test on Recall@k.
 ``--compile`` also bootstraps par2's demos on the train split and reports the compiled program next to the uncompiled.
 """
 from __future__ import annotations
@@ -120,7 +121,7 @@ def main(argv=None) -> dict[str, dict]:
             ref = next((c for c in cells if c.program == REFERENCE and not c.variant), None)
             pairs += [p for p in suite.against(ref, cells) if p not in pairs] if ref else []
             text, metrics = paired([results[c] for c in cells], results[ref] if ref else None)
-            report += [f"### programs at H={h}", text]
+            report += [f"### programs at H={h if h is not None else 'each method default (par2: 5, others: 3)'}", text]
             sig |= metrics
         board = suite.log_leaderboard(list(results.values()), pairs, title)
         text = "\n\n".join(report) + "\n"

@@ -102,7 +102,8 @@ def test_labels_snap_to_the_nearest_valid_one_or_are_dropped(taxonomy):
                                            ("isn\u2019t fully correct", "Error"), ("Partially correct", "Error"),
                                            ("Yes, there is an error", "Error"), ("Yes", None),
                                            ("the passages are correct but the answer is wrong", "Error"),
-                                           ("It doesn\u2019t look correct", "Error"), ("Correct, no mistakes.", "Correct"),
+                                           ("It doesn\u2019t look correct", "Error"),
+                                           ("Correct, no mistakes.", "Correct"),
                                            ("mostly correct", "Error"), ("No, there is an error.", "Error")])
 def test_verdicts(text, verdict):
     assert parse_verdict(text) == verdict
