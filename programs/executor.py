@@ -2,7 +2,8 @@
 model (the paper's executor), never ``exec``/``eval``.
 
 State: ``question``, ``documents`` (the retrieved passages) and each step's named output; the *evidence* list
-(the documents, indexed from 0 as the planner saw them) grows with Retrieval and is edited by RefineDoc. A step
+(the documents, then what Retrieval found) grows with Retrieval and is edited by RefineDoc, which addresses a
+document by its index in ``documents`` or in a Retrieval's output. A step
 whose LM output cannot be parsed, whose ``doc_index`` or index is out of range, or which reads a name an earlier
 failed step left unassigned, is logged as failed and leaves the state unchanged. If no GenerateAnswer of the plan
 produced an answer (none at the end, or it failed), one on the current evidence is added.
@@ -128,17 +129,22 @@ class PlanExecutor(dspy.Module):
         return _lines(out.sub_questions)[:4] or [query]
 
     def _refine_doc(self, run: _Run, call) -> str:
-        if call.doc_index >= len(run.evidence) or run.evidence[call.doc_index] is None:
-            raise StepError(f"no document {call.doc_index} (evidence has {len(run.evidence)})")
-        doc = run.evidence[call.doc_index]
+        docs = self._lookup(run, call.docs)
+        if call.doc_index >= len(docs):
+            raise StepError(f"no document {call.doc_index} in {call.docs.name} (it has {len(docs)})")
+        target = docs[call.doc_index].id
+        slot = next((i for i, p in enumerate(run.evidence) if p is not None and p.id == target), None)
+        if slot is None:
+            raise StepError(f"document {call.doc_index} of {call.docs.name} was deleted")
+        doc = run.evidence[slot]
         if call.instruction == "delete":
-            run.evidence[call.doc_index] = None
+            run.evidence[slot] = None
             return f"deleted {doc.title}"
         out = lenient(self.refine, query=self._text(run, call.query), document=doc.format(self.max_chars),
                       instruction=REFINE_INSTRUCTIONS[call.instruction])
         if out is None or not out.rewritten.strip():
             raise StepError("refined document not parsed")
-        run.evidence[call.doc_index] = dataclasses.replace(doc, text=out.rewritten.strip())
+        run.evidence[slot] = dataclasses.replace(doc, text=out.rewritten.strip())
         return out.rewritten.strip()
 
     def _generate_answer(self, run: _Run, call) -> str:

@@ -15,6 +15,8 @@ from typing import Annotated, Literal, Union
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator, model_validator
 
 MAX_TOPK = 10
+#: RefineDoc's instructions: the paper's six ways of rewriting retrieved knowledge (its Table 12).
+REFINE_OPTIONS = ("explain", "refine", "correct", "delete", "examples", "summarize")
 #: Names a plan may use without assigning them: the question and the retrieved documents.
 BUILTINS = {"question": "text", "documents": "docs"}
 
@@ -62,10 +64,13 @@ class DecomposeQuery(_Call):
 
 
 class RefineDoc(_Call):
+    """Edit document ``doc_index`` of ``docs`` (the retrieved documents, or a Retrieval's found ones)."""
+
     function: Literal["RefineDoc"] = "RefineDoc"
     query: Text = QUESTION
     doc_index: int = Field(ge=0)
-    instruction: Literal["explain", "summarize", "correct", "delete"] = "summarize"
+    instruction: Literal[*REFINE_OPTIONS] = "summarize"
+    docs: Ref = Ref(name="documents")
 
 
 class GenerateAnswer(_Call):
@@ -141,22 +146,23 @@ def grammar(max_steps: int) -> tuple[str, str]:
     ``answer``) and the rules track which kinds exist so far, so a reference can only name an output already
     assigned, of the kind the argument takes (rule ``plan-QF-n``: Q/F = queries/found assigned, n = lines left)."""
     rules = ['plan-str ::= "\\"" [^"\\\\\\n]{1,120} "\\""',
-             'plan-edit ::= "explain" | "summarize" | "correct" | "delete"']
+             "plan-edit ::= " + " | ".join(f'"{o}"' for o in REFINE_OPTIONS)]
     for q in (0, 1):
         rules += [f'plan-text{q} ::= plan-str | "question"' + (' | "queries[" [0-2] "]"' if q else ""),
-                  f'plan-docs{q} ::= "documents"' + (' | "found"' if q else ""),
+                  f'plan-docs{q} ::= "documents"' + (' | "found" | "[documents, found]"' if q else ""),
                   f'plan-retrieval{q} ::= "found = Retrieval(query=" plan-text{q} ", topk=" [1-5] ")\\n"',
                   f'plan-queries{q} ::= "queries = " ("RewriteQuery(query=" plan-text{q} ", instruction=\\"" '
-                  f'("clarify" | "expand") "\\")" | "DecomposeQuery(query=" plan-text{q} ")") "\\n"',
-                  f'plan-refine{q} ::= "fixed = RefineDoc(query=" plan-text{q} ", doc_index=" [0-9] '
-                  f'", instruction=\\"" plan-edit "\\")\\n"']
+                  f'("clarify" | "expand") "\\")" | "DecomposeQuery(query=" plan-text{q} ")") "\\n"']
     for q in (0, 1):
         for f in (0, 1):
+            found = '(", docs=found")? ' if f else ""  # RefineDoc edits a found document once there are some
+            rules.append(f'plan-refine{q}{f} ::= "fixed = RefineDoc(query=" plan-text{q} ", doc_index=" [0-9] '
+                         f'", instruction=\\"" plan-edit "\\"" {found}")\\n"')
             rules.append(f'plan-answer{q}{f} ::= "answer = GenerateAnswer(query=" plan-text{q} ", docs=" '
                          f'plan-docs{f} ", additional_instruction=" plan-str ")"')
             for n in range(1, max_steps + 1):
                 more = [f"plan-retrieval{q} plan-{q}1-{n - 1}", f"plan-queries{q} plan-1{f}-{n - 1}",
-                        f"plan-refine{q} plan-{q}{f}-{n - 1}"] if n > 1 else []
+                        f"plan-refine{q}{f} plan-{q}{f}-{n - 1}"] if n > 1 else []
                 rules.append(f"plan-{q}{f}-{n} ::= " + " | ".join([f"plan-answer{q}{f}", *more]))
     return f"plan-00-{max_steps}", "\n".join(rules)
 

@@ -1,5 +1,6 @@
 """RAG-Critic: taxonomy, critic label snapping, typed plans and their rejection, the dispatcher, the program and
 its Self-Refine baseline, and the error profile -- on DummyLM with a scripted search and a made-up taxonomy."""
+import re
 from pathlib import Path
 
 import mlflow
@@ -12,12 +13,13 @@ from optimizers import cli
 from optimizers import error_profile as ep
 from programs.error_critic import ErrorCritic, parse_verdict
 from programs.executor import PlanExecutor
-from programs.plan import PlanError, parse_plan
+from programs.plan import REFINE_OPTIONS, PlanError, grammar, parse_plan
 from programs.rag_critic import RAGCritic
 from programs.retrieval import Passage
 from programs.self_refine import SelfRefine
 from programs.taxonomy import load_taxonomy, snap, split_labels
 from runtime.roles import Roles, assign_roles
+from signatures.planner import ERROR_ACTIONS, FUNCTIONS
 from tests.dummies import Queue, routed
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -236,6 +238,38 @@ def test_an_index_out_of_range_is_a_step_error_inside_the_program(taxonomy):
     assert "queries[2] is out of range" in pred.steps[1]["error"]
 
 
+def test_a_plan_adds_found_evidence_to_the_originals_and_refines_a_found_document():
+    search = ScriptedSearch({"Ana Berg": ("Ana Berg", "Grey Elk")})
+    lm = routed({REFINE: {"rewritten": "For example, Ana Berg was born in Lyon."}, INSTRUCTED: {"answer": "Lyon"}})
+    # the grammar's own spelling of supplementary retrieval and of a RefineDoc on found documents
+    plan, _ = parse_plan('found = Retrieval(query="Ana Berg", topk=2)\n'
+                         'fixed = RefineDoc(query=question, doc_index=0, instruction="examples", docs=found)\n'
+                         'answer = GenerateAnswer(query=question, docs=[documents, found], additional_instruction="x")')
+    out = PlanExecutor(search)(plan=plan, question=Q, passages=[P["Blue Fox"], P["Red Owl"]])
+    assert all(s["ok"] for s in out.steps) and out.answer == "Lyon"
+    assert [p.title for p in out.passages] == ["Blue Fox", "Red Owl", "Ana Berg", "Grey Elk"]   # originals + found
+    assert out.passages[2].text == "For example, Ana Berg was born in Lyon."                     # the found one, refined
+    assert "concrete examples" in prompts(lm, REFINE)[0]
+    value, rules = grammar(3)
+    assert 'plan-docs1 ::= "documents" | "found" | "[documents, found]"' in rules
+    assert '(", docs=found")?' in rules and '"examples"' in rules and '"refine"' in rules
+
+
+def test_the_error_action_table_follows_the_papers_rows_in_the_plan_language():
+    rows = {"Incomplete Information": ("RewriteQuery expand", "docs=[documents, found]", "RefineDoc refine"),
+            "Irrelevant Information": ("Retrieval", "docs=found", "RefineDoc correct"),
+            "Erroneous Information": ("RefineDoc correct", "GenerateAnswer"),
+            "Incomplete Response": ("Retrieval", "docs=[documents, found]", "RefineDoc examples"),
+            "Inaccurate Response": ("GenerateAnswer", "RefineDoc explain"),
+            "Off-Topic Response": ("RewriteQuery clarify", "docs=found", "DecomposeQuery"),
+            "Overly Verbose Response": ("RefineDoc refine", "without relying on the previous answer")}
+    assert set(ERROR_ACTIONS) == set(rows)
+    for category, actions in rows.items():
+        assert all(a in ERROR_ACTIONS[category] for a in actions), category
+    for instruction in re.findall(r"RefineDoc (\w+)", " ".join(ERROR_ACTIONS.values())):
+        assert instruction in REFINE_OPTIONS and instruction in FUNCTIONS
+
+
 # --- the program ----------------------------------------------------------------------------------------------
 
 def build(taxonomy, search=None, **config):
@@ -262,7 +296,7 @@ def test_flagged_answer_is_corrected_by_the_executed_plan(taxonomy):
     assert pred.tags["tier1"] == ["Incomplete Information", "Inaccurate Response"]
     assert pred.trace["labels_snapped"] == 1 and pred.trace["labels_dropped"] == 1
     planner_prompt = prompts(lm, PLAN)[0]
-    assert "Incomplete Information: search again" in planner_prompt and "Off-Topic Response:" not in planner_prompt
+    assert "Incomplete Information: rewrite the query" in planner_prompt and "Off-Topic Response:" not in planner_prompt
 
 
 def test_invalid_plan_falls_back_to_one_answer_on_the_original_evidence(taxonomy):
