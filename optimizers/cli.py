@@ -59,6 +59,8 @@ def parser(description: str) -> argparse.ArgumentParser:
                    help="par2: the program's own reranker over each search's --search-depth candidates (default "
                         "none; the paper reranks 100 to 5)")
     p.add_argument("--search-depth", type=int, help="par2: candidates per search for --search-rerank (default 20)")
+    p.add_argument("--rounds", type=int, help="rag_critic, self_refine: critique/correct rounds at most (default: "
+                                              "rag_critic 1, self_refine 3, each stopping early once judged correct)")
     p.add_argument("--max-chars", type=int, default=600, help="characters of each passage shown to the LM")
     p.add_argument("--lm", default="local:qwen-0.5b", help="local:qwen-0.5b | local:qwen-1.5b | DSPy/LiteLLM model")
     p.add_argument("--api-base", help="OpenAI-compatible base URL for --lm (vLLM, llama.cpp, Ollama, ...)")
@@ -116,7 +118,7 @@ class Session:
         a = self.args
         return {"k": a.k, "loops": a.loops, "max_chars": a.max_chars,
                 **{key: getattr(a, key, None) for key in ("subqueries", "context_tokens", "search_rerank",
-                                                          "search_depth")},
+                                                          "search_depth", "rounds")},
                 **({"ledger_to_writer": True} if getattr(self.args, "ledger_to_writer", False) else {})}
 
     @property

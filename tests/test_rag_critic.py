@@ -343,6 +343,27 @@ def test_self_refine_revises_on_its_own_feedback_and_stops_when_satisfied():
     assert "Give the birthplace." in prompts(lm, REVISE)[0] and len(lm.history) == 4
 
 
+def test_self_refine_runs_rounds_until_its_feedback_finds_no_error_within_the_budget():
+    lm = routed({FEEDBACK: Queue({"verdict": "Error", "feedback": "Give the birthplace."},
+                                 {"verdict": "It is not entirely correct", "feedback": "Name the city."},
+                                 {"verdict": "Correct", "feedback": "none"}),
+                 REVISE: Queue({"answer": "France"}, {"answer": "Lyon"}), WRITER: {"answer": "Blue Fox"}})
+    pred = SelfRefine(ScriptedSearch(), k=2)(question=Q)                                   # the default budget
+    assert pred.answer == "Lyon" and pred.trace["stop_reason"] == "self_correct" and pred.trace["iterations"] == 3
+    routed({FEEDBACK: {"verdict": "Error", "feedback": "Fix it."}, REVISE: {"answer": "Paris"},
+            WRITER: {"answer": "Blue Fox"}})
+    pred = SelfRefine(ScriptedSearch(), k=2)(question=Q)
+    assert pred.answer == "Paris" and pred.trace["stop_reason"] == "unchanged" and pred.trace["iterations"] == 2
+    args = cli.parser("x").parse_args(["--program", "self_refine", "--rounds", "5"])
+    assert programs.accepted_config("self_refine", cli.Session(args, None, None, None, None, {}, None).config)["rounds"] == 5
+
+
+def test_self_refine_on_multiple_choice_makes_no_feedback_call():
+    lm = routed({FEEDBACK: {"verdict": "Error", "feedback": "x"}, WRITER: {"answer": "A"}})
+    pred = SelfRefine(ScriptedSearch(), k=2)(question=Q, options={"A": "Lyon", "B": "Paris"})
+    assert pred.answer == "A" and not prompts(lm, FEEDBACK) and pred.trace["stop_reason"] == "multiple_choice"
+
+
 # --- error profile --------------------------------------------------------------------------------------------
 
 def records():
