@@ -56,7 +56,8 @@ class PlanExecutor(dspy.Module):
 
     def forward(self, plan: Plan, question: str, passages: list[Passage],
                 options: dict[str, str] | None = None) -> dspy.Prediction:
-        """Run ``plan``; the answer is the last GenerateAnswer's (None if every answer step failed)."""
+        """Run ``plan``; the answer is the last GenerateAnswer's (None if every answer step failed);
+        ``supplementary``: the answer read original documents and documents a Retrieval added."""
         run = _Run({"question": question, "documents": list(passages)}, list(passages), options)
         answer, log = None, []
         for i, step in enumerate(plan.steps):
@@ -65,7 +66,10 @@ class PlanExecutor(dspy.Module):
                 answer = value
         if answer is None or plan.steps[-1].call.function != "GenerateAnswer":  # the fallback answer step
             answer = self._run_step(run, Step(call=GenerateAnswer()), len(plan.steps), log, True) or answer
-        return dspy.Prediction(answer=answer, passages=run.used or run.current, steps=log, queries=run.queries)
+        used, original = run.used or run.current, {p.id for p in passages}
+        supplementary = any(p.id in original for p in used) and any(p.id not in original for p in used)
+        return dspy.Prediction(answer=answer, passages=used, steps=log, queries=run.queries,
+                               supplementary=supplementary)
 
     def _run_step(self, run: _Run, step: Step, i: int, log: list[dict], added: bool = False):
         """Run one step (``added``: not the planner's), log it, assign its output; its value, or None if it failed."""

@@ -63,7 +63,8 @@ class RAGCritic(dspy.Module):
                 plan = fallback_plan(critique.analysis)
             record["plan"] = plan.lines()
             out = self.executor(plan=plan, question=question, passages=passages, options=options)  # execute
-            record["steps"] = out.steps
+            record["steps"], record["supplementary"] = out.steps, out.supplementary
+            record["step_errors"] = sum(not s["ok"] for s in out.steps)
             queries += out.queries
             if out.answer:
                 answer, passages = out.answer, out.passages
@@ -73,6 +74,8 @@ class RAGCritic(dspy.Module):
                  "plans": sum("plan_valid" in r for r in rounds),
                  "plans_valid": sum(r.get("plan_valid", False) for r in rounds),
                  "fallbacks": sum(r.get("plan_valid") is False for r in rounds),
+                 "plans_supplementary": sum(r.get("supplementary", False) for r in rounds),
+                 "plans_clean": sum(r.get("plan_valid", False) and r["step_errors"] == 0 for r in rounds),
                  "labels_snapped": sum(r["critique"]["snapped"] for r in rounds),
                  "labels_dropped": sum(r["critique"]["dropped"] for r in rounds)}
         tags = {tier: last["critique"][tier] for tier in ("tier1", "tier2", "tier3")}

@@ -7,6 +7,8 @@ A thin use of ``evaluate.py --suite`` (takes every flag of evaluate.py): the fir
 others in the suite's leaderboard (EM, F1, judge, LM calls, tokens and seconds per question, McNemar with CIs and
 Holm), one child run per program, checkpointed per question (an interrupted run resumes). Added in the parent run's
 report.md: the share of answers the critic (self-feedback for self_refine) flagged, the share of valid plans, the
+plans whose answer read original plus newly found documents (supplementary retrieval) and the valid plans that ran
+without a step error, the
 critic's identification of wrong first answers (F1 < 0.5) from each critic program's own trace, and with
 ``--error-profile PROGRAM...`` those programs' wrong answers labelled by the error critic on the judge LM
 (``--judge-lm``).
@@ -35,7 +37,9 @@ def behaviour(records: list[dict]) -> dict:
     out = {"flagged": sum(t["flagged"] for t in traces) / len(traces)}
     plans = sum(t.get("plans", 0) for t in traces)
     if "plans" in traces[0]:
-        out |= {"plans": plans, "plans_valid": sum(t["plans_valid"] for t in traces) / plans if plans else math.nan}
+        out |= {"plans": plans, "plans_valid": sum(t["plans_valid"] for t in traces) / plans if plans else math.nan,
+                "plans_supplementary": sum(t.get("plans_supplementary", 0) for t in traces),
+                "plans_clean": sum(t.get("plans_clean", 0) for t in traces)}
     return out
 
 
@@ -50,12 +54,14 @@ def critic_identification(records: list[dict]) -> dict:
 def report(args, taxonomy):
     """The parent run's report.md: critic/planner behaviour per program, critic identification, error profiles."""
     def make(results: list, sessions: dict) -> str:
-        lines = ["| program | flagged | plans | plans valid |", "|---|---|---|---|"]
+        lines = ["| program | flagged | plans | plans valid | supplementary retrieval | valid, no step error |",
+                 "|---|---|---|---|---|---|"]
         for r in results:
             b = behaviour(r.records)
             if b:
                 lines.append(f"| {r.cell.label} | {fmt(b['flagged'], '{:.2f}')} | {b.get('plans', '-')} | "
-                             f"{fmt(b.get('plans_valid'), '{:.2f}')} |")
+                             f"{fmt(b.get('plans_valid'), '{:.2f}')} | {b.get('plans_supplementary', '-')} | "
+                             f"{b.get('plans_clean', '-')} |")
                 mlflow.log_metrics({f"{r.cell.label}_{k}": v for k, v in b.items() if not math.isnan(v)})
         out = ["### What the critics did", "", *lines]
         for r in results:

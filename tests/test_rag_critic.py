@@ -293,6 +293,7 @@ def test_flagged_answer_is_corrected_by_the_executed_plan(taxonomy):
     assert [s["function"] for s in pred.steps] == ["Retrieval", "GenerateAnswer"]
     assert [p.title for p in pred.passages] == ["Ana Berg", "Blue Fox", "Red Owl"]
     assert pred.trace["queries"] == [Q, "Ana Berg birthplace"]
+    assert pred.trace["plans_supplementary"] == 1 and pred.trace["plans_clean"] == 1  # originals + found, no error
     assert pred.tags["tier1"] == ["Incomplete Information", "Inaccurate Response"]
     assert pred.trace["labels_snapped"] == 1 and pred.trace["labels_dropped"] == 1
     planner_prompt = prompts(lm, PLAN)[0]
@@ -307,6 +308,7 @@ def test_invalid_plan_falls_back_to_one_answer_on_the_original_evidence(taxonomy
     assert pred.answer == "Lyon" and pred.trace["fallbacks"] == 1 and pred.trace["plans_valid"] == 0
     assert "unknown function Search" in pred.trace["rounds"][0]["plan_error"]
     assert [s["function"] for s in pred.steps] == ["GenerateAnswer"] and len(search.calls) == 1
+    assert pred.trace["plans_supplementary"] == 0 and pred.trace["plans_clean"] == 0
     assert "It names the film" in prompts(lm, INSTRUCTED, WRITER)[0]                       # the critique guides it
 
 
@@ -447,14 +449,15 @@ def test_compare_script_reads_flags_plans_and_critic_accuracy_from_traces():
     import critic_eval
     import rag_critic_compare
 
-    def rec(first, verdict, valid, tier1=()):
+    def rec(first, verdict, valid, tier1=(), supplementary=0):
         rounds = [{"answer_in": first, "passages_in": [], "critique": {"verdict": verdict, "tier1": list(tier1)}}]
         return {"id": first, "question": Q, "gold": "Lyon", "trace": {
             "flagged": verdict != "Correct", "plans": int(valid is not None), "plans_valid": int(bool(valid)),
-            "rounds": rounds}}
+            "plans_supplementary": supplementary, "plans_clean": int(bool(valid)), "rounds": rounds}}
     recs = [rec("Lyon", "Correct", None), rec("Paris", "Error", True, ["Inaccurate Response"]),
-            rec("Rome", "Error", False), rec("Lyon city", "Error", True)]
-    assert rag_critic_compare.behaviour(recs) == {"flagged": 0.75, "plans": 3, "plans_valid": pytest.approx(2 / 3)}
+            rec("Rome", "Error", False), rec("Lyon city", "Error", True, supplementary=1)]
+    assert rag_critic_compare.behaviour(recs) == {"flagged": 0.75, "plans": 3, "plans_valid": pytest.approx(2 / 3),
+                                                  "plans_supplementary": 1, "plans_clean": 2}
     ident = rag_critic_compare.critic_identification(recs)
     assert ident["error_recall"] == 1.0 and ident["correct_recall"] == 0.5 and ident["n_wrong"] == 2
     items = critic_eval.first_rounds(recs)
