@@ -39,18 +39,20 @@ class RAGCritic(dspy.Module):
         if rounds < 1:
             raise ValueError(f"rag_critic needs rounds >= 1 (got {rounds}); rounds=0 is the plain `rag` program")
         self.search, self.k, self.max_chars, self.rounds, self.max_steps = search, k, max_chars, rounds, max_steps
-        self.writer = Writer(use_passages=True, max_chars=max_chars)
-        self.critic = ErrorCritic(taxonomy, max_chars)
+        self.writer = Writer(use_passages=True, reasoning=True, max_chars=max_chars)  # the critic reads its reasoning
+        self.critic = ErrorCritic(taxonomy, max_chars, embedder=getattr(search, "embedder", None))
         self.planner = dspy.Predict(PlanCorrection)
         self.executor = PlanExecutor(search, max_chars)
 
     def forward(self, question: str, options: dict[str, str] | None = None,
                 lang: str | None = None) -> dspy.Prediction:
         passages = self.search.search(question, self.k)
-        answer = self.writer(question=question, passages=passages, options=options).answer       # generate
+        draft = self.writer(question=question, passages=passages, options=options)                # generate
+        answer, reasoning = draft.answer, draft.get("reasoning") or ""
         rounds, stop, queries = [], "round_budget", [question]
         for _ in range(self.rounds):
-            critique = self.critic(question=question, passages=passages, prediction=answer)       # critic
+            critique = self.critic(question=question, passages=passages, prediction=answer,       # critic
+                                   reasoning=reasoning)
             record = {"answer_in": answer, "passages_in": [p.id for p in passages], "critique": critique.as_dict()}
             rounds.append(record)
             if not critique.flagged:
@@ -67,7 +69,7 @@ class RAGCritic(dspy.Module):
             record["step_errors"] = sum(not s["ok"] for s in out.steps)
             queries += out.queries
             if out.answer:
-                answer, passages = out.answer, out.passages
+                answer, passages, reasoning = out.answer, out.passages, ""
         last = rounds[-1]
         trace = {"iterations": len(rounds), "queries": queries, "stop_reason": stop, "rounds": rounds,
                  "flagged": rounds[0]["critique"]["verdict"] != "Correct",

@@ -17,7 +17,7 @@ from programs.plan import REFINE_OPTIONS, PlanError, grammar, parse_plan
 from programs.rag_critic import RAGCritic
 from programs.retrieval import Passage
 from programs.self_refine import SelfRefine
-from programs.taxonomy import load_taxonomy, snap, split_labels
+from programs.taxonomy import load_taxonomy, snap
 from runtime.roles import Roles, assign_roles
 from signatures.planner import ERROR_ACTIONS, FUNCTIONS
 from tests.dummies import Queue, routed
@@ -54,12 +54,18 @@ def prompts(lm, *markers):
 INSTRUCTED, CRITIC, PLAN, REWRITE, REFINE = ("[[ ## instruction ## ]]\n", "`[[ ## judgement ## ]]`",
                                              "`[[ ## plan ## ]]`", "`[[ ## queries ## ]]`", "`[[ ## rewritten ## ]]`")
 REVISE, FEEDBACK, WRITER = "[[ ## previous_answer ## ]]", "`[[ ## verdict ## ]]`", "`[[ ## answer ## ]]`"
+def said(answer):
+    """A writer reply with its reasoning (rag_critic's writer reasons; the critic reads it)."""
+    return {"reasoning": f"The passages point to {answer}.", "answer": answer}
+
+
 CORRECT = {"judgement": "Correct", "analysis": "none", "categories": "none", "error_types": "none",
            "specifics": "none"}
-ERROR = {"judgement": "Error", "analysis": "It names the film, not the birthplace of its director.",
-         "categories": "Incomplete Information\nInaccurate Respons",            # typo: snapped
-         "error_types": "Wrong Entity\nMade Up Label Xyz",                      # second: dropped
-         "specifics": "Second Hop Missing"}
+ERROR = {"judgement": "Error", "analysis": "It names the film, not the birthplace of its director."}
+T1, T2, T3 = (f"[[ ## level ## ]]\n{level}" for level in ErrorCritic.LEVELS)  # the critic's label calls, by tier
+LABELS = {T1: {"picks": "5\nIncomplete Informaton"},                          # by number; a typo: snapped
+          T2: {"picks": "Wrong Entity\nMade Up Label Xyz"},                    # second: dropped
+          T3: {"picks": "2"}}
 
 
 @pytest.fixture
@@ -93,8 +99,6 @@ def test_labels_snap_to_the_nearest_valid_one_or_are_dropped(taxonomy):
     assert snap("wrong  entity.", taxonomy.tier2) == "Wrong Entity"
     assert snap("Inaccurate Respons", taxonomy.tier1) == "Inaccurate Response"
     assert snap("Banana", taxonomy.tier1) is None
-    assert split_labels("- Inaccurate Response: Wrong Entity\n2. Bad Inference, none") == ["Wrong Entity",
-                                                                                          "Bad Inference"]
 
 
 @pytest.mark.parametrize("text, verdict", [("Correct", "Correct"), ("Error.", "Error"), ("incorrect", "Error"),
@@ -111,14 +115,40 @@ def test_verdicts(text, verdict):
     assert parse_verdict(text) == verdict
 
 
-def test_critic_keeps_only_valid_labels_and_counts_the_rest(taxonomy):
-    routed({CRITIC: ERROR})
-    c = ErrorCritic(taxonomy)(question=Q, passages=[P["Blue Fox"]], prediction="Blue Fox")
-    assert c.verdict == "Error" and c.flagged
-    assert c.tier3 == ["Second Hop Missing"]
-    assert c.tier2 == ["Wrong Entity", "Missing Evidence"]                          # + parent of the tier-3 label
-    assert c.tier1 == ["Incomplete Information", "Inaccurate Response"]
-    assert (c.snapped, c.dropped) == (1, 1)
+def test_the_critic_labels_coarse_to_fine_among_each_tiers_children(taxonomy):
+    lm = routed({CRITIC: ERROR, **LABELS})
+    c = ErrorCritic(taxonomy)(question=Q, passages=[P["Blue Fox"]], prediction="Blue Fox",
+                              reasoning="Blue Fox is the film in the first passage.")
+    assert c.verdict == "Error" and c.flagged and "Blue Fox is the film in the first passage." in prompts(lm, CRITIC)[0]
+    assert c.tier1 == ["Inaccurate Response", "Incomplete Information"] and (c.snapped, c.dropped) == (1, 1)
+    tier2 = prompts(lm, T2)[0]                                  # only the chosen categories' error types
+    assert all(t in tier2 for t in ("Wrong Entity", "Bad Inference", "Missing Evidence")) and "Rambling" not in tier2
+    assert c.tier2 == ["Wrong Entity"]
+    tier3 = prompts(lm, T3)[0]                                  # only the chosen type's labels; nothing propagates up
+    assert "Confused Two People" in tier3 and "Second Hop Missing" not in tier3 and c.tier3 == ["Wrong Date"]
+
+
+def test_a_correct_verdict_asks_for_no_labels_and_a_single_option_needs_no_call(taxonomy):
+    lm = routed({CRITIC: CORRECT, **LABELS})
+    assert ErrorCritic(taxonomy)(question=Q, passages=[], prediction="Lyon").tier1 == [] and len(lm.history) == 1
+    lm = routed({CRITIC: ERROR, T1: {"picks": "Overly Verbose Response"}})
+    c = ErrorCritic(taxonomy)(question=Q, passages=[], prediction="Lyon, which is a city in France, ...")
+    assert (c.tier1, c.tier2, c.tier3) == (["Overly Verbose Response"], ["Rambling Answer"], ["Too Long"])
+    assert len(lm.history) == 2                                 # verdict + tier 1; tiers 2 and 3 had one option
+
+
+def test_labels_with_commas_and_colons_stay_whole_and_tier3_is_shortlisted_by_similarity():
+    from programs.taxonomy import Taxonomy
+
+    labels = ["Misreading dates, names or numbers", "Ratio: wrong units", *(f"Filler label {i}" for i in range(12))]
+    tax = Taxonomy.from_entries([{"idx": 0, "tag1": "Inaccurate Response", "tag2": "Wrong Entity", "tag3": labels},
+                                 {"idx": 1, "tag1": "Off-Topic Response", "tag2": "Other", "tag3": ["X"]}])
+    lm = routed({CRITIC: {"judgement": "Error", "analysis": "It misreads the dates and names in the passage."},
+                 T1: {"picks": "1"}, T3: {"picks": "Misreading dates, names or numbers\nRatio: wrong units"}})
+    c = ErrorCritic(tax, shortlist=4)(question=Q, passages=[], prediction="1931")
+    assert c.tier3 == ["Misreading dates, names or numbers", "Ratio: wrong units"] and c.dropped == 0
+    assert "Misreading dates, names or numbers" in prompts(lm, T3)[0]
+    assert sum(f"Filler label {i}" in prompts(lm, T3)[0] for i in range(12)) == 2   # 4 of the 14 shown
 
 
 # --- plans ----------------------------------------------------------------------------------------------------
@@ -232,7 +262,7 @@ def test_an_index_out_of_range_is_a_step_error_inside_the_program(taxonomy):
     plan = ("queries = DecomposeQuery(query=question)\nfound = Retrieval(query=queries[2], topk=2)\n"
             "answer = GenerateAnswer(query=question, docs=found, additional_instruction='x')")
     routed({CRITIC: ERROR, PLAN: {"plan": plan}, "`[[ ## sub_questions ## ]]`": {"sub_questions": "Who?\nWhere?"},
-            INSTRUCTED: {"answer": "Lyon"}, WRITER: {"answer": "Blue Fox"}})
+            INSTRUCTED: {"answer": "Lyon"}, WRITER: said("Blue Fox")})
     pred = build(taxonomy)(question=Q)
     assert pred.answer == "Lyon" and [s["ok"] for s in pred.steps] == [True, False, False, True]
     assert "queries[2] is out of range" in pred.steps[1]["error"]
@@ -277,7 +307,7 @@ def build(taxonomy, search=None, **config):
 
 
 def test_correct_verdict_skips_planning_and_execution(taxonomy):
-    lm = routed({CRITIC: CORRECT, PLAN: {"plan": "a = GenerateAnswer(question)"}, WRITER: {"answer": "Lyon"}})
+    lm = routed({CRITIC: CORRECT, PLAN: {"plan": "a = GenerateAnswer(question)"}, WRITER: said("Lyon")})
     pred = build(taxonomy)(question=Q)
     assert pred.answer == "Lyon" and pred.plan is None and pred.steps == []
     assert pred.trace["stop_reason"] == "critic_correct" and not pred.trace["flagged"]
@@ -287,14 +317,15 @@ def test_correct_verdict_skips_planning_and_execution(taxonomy):
 def test_flagged_answer_is_corrected_by_the_executed_plan(taxonomy):
     search = ScriptedSearch({"Ana Berg": ("Ana Berg",)})
     plan = "found = Retrieval(query='Ana Berg birthplace', topk=1)\nanswer = GenerateAnswer(question, [found, documents])"
-    lm = routed({CRITIC: ERROR, PLAN: {"plan": plan}, INSTRUCTED: {"answer": "Lyon"}, WRITER: {"answer": "Blue Fox"}})
+    lm = routed({CRITIC: ERROR, **LABELS, PLAN: {"plan": plan}, INSTRUCTED: {"answer": "Lyon"},
+                 WRITER: said("Blue Fox")})
     pred = build(taxonomy, search)(question=Q)
     assert pred.answer == "Lyon" and pred.trace["flagged"] and pred.trace["plans_valid"] == 1
     assert [s["function"] for s in pred.steps] == ["Retrieval", "GenerateAnswer"]
     assert [p.title for p in pred.passages] == ["Ana Berg", "Blue Fox", "Red Owl"]
     assert pred.trace["queries"] == [Q, "Ana Berg birthplace"]
     assert pred.trace["plans_supplementary"] == 1 and pred.trace["plans_clean"] == 1  # originals + found, no error
-    assert pred.tags["tier1"] == ["Incomplete Information", "Inaccurate Response"]
+    assert pred.tags["tier1"] == ["Inaccurate Response", "Incomplete Information"]
     assert pred.trace["labels_snapped"] == 1 and pred.trace["labels_dropped"] == 1
     planner_prompt = prompts(lm, PLAN)[0]
     assert "Incomplete Information: rewrite the query" in planner_prompt and "Off-Topic Response:" not in planner_prompt
@@ -303,7 +334,7 @@ def test_flagged_answer_is_corrected_by_the_executed_plan(taxonomy):
 def test_invalid_plan_falls_back_to_one_answer_on_the_original_evidence(taxonomy):
     search = ScriptedSearch()
     lm = routed({CRITIC: ERROR, PLAN: {"plan": "x = Search(query=question)"}, INSTRUCTED: {"answer": "Lyon"},
-                 WRITER: {"answer": "Blue Fox"}})
+                 WRITER: said("Blue Fox")})
     pred = build(taxonomy, search)(question=Q)
     assert pred.answer == "Lyon" and pred.trace["fallbacks"] == 1 and pred.trace["plans_valid"] == 0
     assert "unknown function Search" in pred.trace["rounds"][0]["plan_error"]
@@ -314,7 +345,7 @@ def test_invalid_plan_falls_back_to_one_answer_on_the_original_evidence(taxonomy
 
 def test_second_round_critiques_the_corrected_answer(taxonomy):
     lm = routed({CRITIC: Queue(ERROR, CORRECT), PLAN: {"plan": "a = GenerateAnswer(question)"},
-                 INSTRUCTED: {"answer": "Lyon"}, WRITER: {"answer": "Blue Fox"}})
+                 INSTRUCTED: {"answer": "Lyon"}, WRITER: said("Blue Fox")})
     pred = build(taxonomy, rounds=2)(question=Q)
     assert pred.trace["iterations"] == 2 and pred.trace["stop_reason"] == "critic_correct"
     assert [r["answer_in"] for r in pred.trace["rounds"]] == ["Blue Fox", "Lyon"] and len(prompts(lm, CRITIC)) == 2
@@ -325,8 +356,8 @@ def test_critic_and_planner_predictors_take_their_role_lms(taxonomy):
     writer, critic, planner = DummyLM([]), DummyLM([]), DummyLM([])
     assign_roles(program, Roles(writer=writer, critic=critic, planner=planner))
     lms = {name: p.lm for name, p in program.named_predictors()}
-    assert lms["critic.judge"] is critic and lms["planner"] is planner
-    assert lms["writer.short"] is writer and lms["executor.generate"] is writer
+    assert lms["critic.judge"] is critic and lms["critic.label"] is critic and lms["planner"] is planner
+    assert lms["writer.short.predict"] is writer and lms["executor.generate"] is writer
 
 
 def test_registry_builds_rag_critic_and_self_refine(taxonomy):
@@ -339,7 +370,7 @@ def test_registry_builds_rag_critic_and_self_refine(taxonomy):
 def test_self_refine_revises_on_its_own_feedback_and_stops_when_satisfied():
     lm = routed({FEEDBACK: Queue({"verdict": "Error", "feedback": "Give the birthplace."},
                                  {"verdict": "Correct", "feedback": "none"}),
-                 REVISE: {"answer": "Lyon"}, WRITER: {"answer": "Blue Fox"}})
+                 REVISE: {"answer": "Lyon"}, WRITER: said("Blue Fox")})
     pred = SelfRefine(ScriptedSearch(), k=2, rounds=3)(question=Q)
     assert pred.answer == "Lyon" and pred.trace["stop_reason"] == "self_correct" and pred.trace["iterations"] == 2
     assert "Give the birthplace." in prompts(lm, REVISE)[0] and len(lm.history) == 4
@@ -349,11 +380,11 @@ def test_self_refine_runs_rounds_until_its_feedback_finds_no_error_within_the_bu
     lm = routed({FEEDBACK: Queue({"verdict": "Error", "feedback": "Give the birthplace."},
                                  {"verdict": "It is not entirely correct", "feedback": "Name the city."},
                                  {"verdict": "Correct", "feedback": "none"}),
-                 REVISE: Queue({"answer": "France"}, {"answer": "Lyon"}), WRITER: {"answer": "Blue Fox"}})
+                 REVISE: Queue({"answer": "France"}, {"answer": "Lyon"}), WRITER: said("Blue Fox")})
     pred = SelfRefine(ScriptedSearch(), k=2)(question=Q)                                   # the default budget
     assert pred.answer == "Lyon" and pred.trace["stop_reason"] == "self_correct" and pred.trace["iterations"] == 3
     routed({FEEDBACK: {"verdict": "Error", "feedback": "Fix it."}, REVISE: {"answer": "Paris"},
-            WRITER: {"answer": "Blue Fox"}})
+            WRITER: said("Blue Fox")})
     pred = SelfRefine(ScriptedSearch(), k=2)(question=Q)
     assert pred.answer == "Paris" and pred.trace["stop_reason"] == "unchanged" and pred.trace["iterations"] == 2
     args = cli.parser("x").parse_args(["--program", "self_refine", "--rounds", "5"])
@@ -361,7 +392,7 @@ def test_self_refine_runs_rounds_until_its_feedback_finds_no_error_within_the_bu
 
 
 def test_self_refine_on_multiple_choice_makes_no_feedback_call():
-    lm = routed({FEEDBACK: {"verdict": "Error", "feedback": "x"}, WRITER: {"answer": "A"}})
+    lm = routed({FEEDBACK: {"verdict": "Error", "feedback": "x"}, WRITER: said("A")})
     pred = SelfRefine(ScriptedSearch(), k=2)(question=Q, options={"A": "Lyon", "B": "Paris"})
     assert pred.answer == "A" and not prompts(lm, FEEDBACK) and pred.trace["stop_reason"] == "multiple_choice"
 
@@ -378,11 +409,11 @@ def records():
 
 
 def test_error_profile_counts_labels_of_wrong_answers_only(taxonomy, tmp_path):
-    lm = routed({CRITIC: ERROR})
+    lm = routed({CRITIC: ERROR, **LABELS})
     recs = records()
     lookup = {p.id: p for p in P.values()}
     result = ep.profile(recs, ErrorCritic(taxonomy), lookup)
-    assert result["n_wrong"] == 1 and len(lm.history) == 1
+    assert result["n_wrong"] == 1 and len(lm.history) == 4                        # verdict + one call per tier
     assert "[Red Owl]" in lm.history[0]["messages"][-1]["content"]                 # evidence rebuilt from ids
     assert result["tier1"] == {"Incomplete Information": 1, "Inaccurate Response": 1}
     md = ep.table(result, taxonomy)
@@ -393,7 +424,8 @@ def test_error_profile_counts_labels_of_wrong_answers_only(taxonomy, tmp_path):
 
 
 def test_evaluate_error_profile_logs_table_and_chart(taxonomy, monkeypatch):
-    lm = DummyLM({"`[[ ## judgement ## ]]`": ERROR, "question": {"answer": "Paris"}})
+    lm = DummyLM({"`[[ ## judgement ## ]]`": ERROR, "`[[ ## picks ## ]]`": {"picks": "5"},
+                  "question": {"answer": "Paris"}})
     monkeypatch.setattr(cli, "make_lm", lambda *a, **k: lm)
     evaluate.main(["--program", "rag", "--dataset", "demo", "--dev", "2", "--k", "2", "--error-profile"])
     run = mlflow.search_runs(output_format="list")[0]
@@ -408,7 +440,8 @@ def test_compare_script_runs_the_suite_and_profiles_the_named_program(taxonomy, 
     sys.path.insert(0, str(Path(__file__).parent.parent / "scripts"))
     import rag_critic_compare
 
-    lm = DummyLM({"`[[ ## judgement ## ]]`": ERROR, "question": {"answer": "Paris"}})
+    lm = DummyLM({"`[[ ## judgement ## ]]`": ERROR, "`[[ ## picks ## ]]`": {"picks": "5"},
+                  "question": {"answer": "Paris"}})
     monkeypatch.setattr(cli, "make_lm", lambda *a, **k: lm)
     summaries = rag_critic_compare.main(["--dataset", "demo", "--train", "0", "--dev", "0", "--test", "2", "--k", "2",
                                          "--programs", "rag", "direct", "--error-profile", "rag"])
