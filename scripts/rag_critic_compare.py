@@ -9,7 +9,8 @@ Holm), one child run per program, checkpointed per question (an interrupted run 
 report.md: the share of answers the critic (self-feedback for self_refine) flagged, the share of valid plans, the
 plans whose answer read original plus newly found documents (supplementary retrieval) and the valid plans that ran
 without a step error, the
-critic's identification of wrong first answers (F1 < 0.5) from each critic program's own trace, and with
+critic's identification of wrong first answers (F1 < 0.5) from each critic program's own trace, with ``--judge``
+the critic's confusion matrix against the judge's verdict on each first answer, and with
 ``--error-profile PROGRAM...`` those programs' wrong answers labelled by the error critic on the judge LM
 (``--judge-lm``).
 """
@@ -21,6 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import dspy  # noqa: E402
 import mlflow  # noqa: E402
 
 import evaluate as evaluate_cli  # noqa: E402
@@ -51,6 +53,21 @@ def critic_identification(records: list[dict]) -> dict:
                           [answer_is_wrong(c["answer_in"], gold) for c, gold in rounds]) if rounds else {}
 
 
+def judge_confusion(records: list[dict], session) -> dict:
+    """The first-round critic flag against the judge's verdict on that first answer (``session.judge``, the same
+    judge as the leaderboard): counts of flagged/unflagged wrong/right first answers."""
+    examples = {ex.id: ex for split in (session.splits.train, session.splits.dev, session.splits.test) for ex in split}
+    out = {"flagged_wrong": 0, "flagged_right": 0, "passed_wrong": 0, "passed_right": 0}
+    for r in records:
+        first = ((r.get("trace") or {}).get("rounds") or [{}])[0]
+        if "critique" not in first or r["id"] not in examples:
+            continue
+        right = session.judge(examples[r["id"]], dspy.Prediction(answer=first["answer_in"])) == 1.0
+        flagged = first["critique"]["verdict"] != "Correct"
+        out[f"{'flagged' if flagged else 'passed'}_{'right' if right else 'wrong'}"] += 1
+    return out
+
+
 def report(args, taxonomy):
     """The parent run's report.md: critic/planner behaviour per program, critic identification, error profiles."""
     def make(results: list, sessions: dict) -> str:
@@ -65,6 +82,12 @@ def report(args, taxonomy):
                 mlflow.log_metrics({f"{r.cell.label}_{k}": v for k, v in b.items() if not math.isnan(v)})
         out = ["### What the critics did", "", *lines]
         for r in results:
+            s = sessions.get(r.cell.dataset)
+            if s is not None and s.judge is not None and (confusion := judge_confusion(r.records, s)) and any(
+                    confusion.values()):
+                mlflow.log_metrics({f"{r.cell.label}_critic_{k}": v for k, v in confusion.items()})
+                out += ["", f"{r.cell.label} critic vs the judge on its first answer: "
+                        + ", ".join(f"{k}={v}" for k, v in confusion.items())]
             if ident := critic_identification(r.records):
                 mlflow.log_metrics({f"{r.cell.label}_critic_{k}": v for k, v in ident.items() if not math.isnan(v)})
                 out += ["", f"{r.cell.label} critic vs gold correctness of its first answer (F1 < 0.5 = wrong): "

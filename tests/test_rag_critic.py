@@ -3,6 +3,7 @@ its Self-Refine baseline, and the error profile -- on DummyLM with a scripted se
 import re
 from pathlib import Path
 
+import dspy
 import mlflow
 import pytest
 from dspy.utils.dummies import DummyLM
@@ -453,6 +454,23 @@ def test_compare_script_runs_the_suite_and_profiles_the_named_program(taxonomy, 
     assert parent.data.metrics["error_profile_n_wrong"] == 2 and len(runs) == 3
     artifacts = {a.path for a in mlflow.MlflowClient().list_artifacts(parent.info.run_id)}
     assert {"leaderboard.md", "report.md", "error_profile"} <= artifacts
+
+
+def test_compare_script_counts_the_critics_confusion_against_the_judge_on_first_answers():
+    import sys
+    from types import SimpleNamespace
+    sys.path.insert(0, str(Path(__file__).parent.parent / "scripts"))
+    import rag_critic_compare
+
+    def rec(qid, first, verdict):
+        return {"id": qid, "trace": {"rounds": [{"answer_in": first, "critique": {"verdict": verdict}}]}}
+    examples = [dspy.Example(id=str(i), question=Q, answers=["Lyon"]).with_inputs("question") for i in range(4)]
+    session = SimpleNamespace(splits=SimpleNamespace(train=[], dev=[], test=examples),
+                              judge=lambda ex, pred: float(pred.answer == "Lyon"))
+    recs = [rec("0", "Lyon", "Correct"), rec("1", "Paris", "Error"), rec("2", "Lyon", "Error"),
+            rec("3", "Rome", "Correct"), {"id": "4", "trace": {}}]
+    assert rag_critic_compare.judge_confusion(recs, session) == {"flagged_wrong": 1, "flagged_right": 1,
+                                                                 "passed_wrong": 1, "passed_right": 1}
 
 
 def test_error_profile_without_taxonomy_stops_before_evaluating(tmp_path, monkeypatch, capsys):
