@@ -85,8 +85,9 @@ def test_each_method_takes_its_own_default_budgets_and_par2_flags_reach_it_and_a
     given = config("--loops", "2", "--subqueries", "3", "--context-tokens", "800", "--search-rerank", "embed",
                    "--search-depth", "40")
     assert given["ircot"]["loops"] == 2
-    assert {k: given["par2"][k] for k in ("loops", "subqueries", "context_tokens", "search_rerank", "search_depth")} == {
-        "loops": 2, "subqueries": 3, "context_tokens": 800, "search_rerank": "embed", "search_depth": 40}
+    keys = ("loops", "subqueries", "context_tokens", "search_rerank", "search_depth")
+    assert {k: given["par2"][k] for k in keys} == {"loops": 2, "subqueries": 3, "context_tokens": 800,
+                                                   "search_rerank": "embed", "search_depth": 40}
 
 
 def test_a_larger_slice_asks_only_the_questions_a_smaller_one_did_not(monkeypatch):

@@ -279,7 +279,7 @@ def test_a_plan_adds_found_evidence_to_the_originals_and_refines_a_found_documen
     out = PlanExecutor(search)(plan=plan, question=Q, passages=[P["Blue Fox"], P["Red Owl"]])
     assert all(s["ok"] for s in out.steps) and out.answer == "Lyon"
     assert [p.title for p in out.passages] == ["Blue Fox", "Red Owl", "Ana Berg", "Grey Elk"]   # originals + found
-    assert out.passages[2].text == "For example, Ana Berg was born in Lyon."                     # the found one, refined
+    assert out.passages[2].text == "For example, Ana Berg was born in Lyon."            # the found one, refined
     assert "concrete examples" in prompts(lm, REFINE)[0]
     value, rules = grammar(3)
     assert 'plan-docs1 ::= "documents" | "found" | "[documents, found]"' in rules
@@ -389,7 +389,8 @@ def test_self_refine_runs_rounds_until_its_feedback_finds_no_error_within_the_bu
     pred = SelfRefine(ScriptedSearch(), k=2)(question=Q)
     assert pred.answer == "Paris" and pred.trace["stop_reason"] == "unchanged" and pred.trace["iterations"] == 2
     args = cli.parser("x").parse_args(["--program", "self_refine", "--rounds", "5"])
-    assert programs.accepted_config("self_refine", cli.Session(args, None, None, None, None, {}, None).config)["rounds"] == 5
+    config = cli.Session(args, None, None, None, None, {}, None).config
+    assert programs.accepted_config("self_refine", config)["rounds"] == 5
 
 
 def test_self_refine_on_multiple_choice_makes_no_feedback_call():
