@@ -82,8 +82,9 @@ def error_profile(s, records: list[dict], taxonomy, title: str) -> str:
     from optimizers import error_profile as ep
     from programs.error_critic import ErrorCritic
 
-    critic = ErrorCritic(taxonomy, s.max_chars)
-    critic.judge.lm = s.roles.lm("judge")
+    critic = ErrorCritic(taxonomy, s.max_chars, embedder=s.retriever.embedder if s.retriever else None)
+    for predictor in critic.predictors():
+        predictor.lm = s.roles.lm("judge")
     ids = {p["id"] for r in records for p in r.get("passages") or []}
     result = ep.profile(records, critic, ep.passage_lookup(s.bundle.corpora, ids))
     return ep.log(result, taxonomy, title)

@@ -12,26 +12,33 @@ from programs.retrieval import Corpus
 FILES = ("musique/musique_ans_dev_sample.jsonl", "musique/musique_ans_v1.0_dev.jsonl")
 
 
-def pooled_corpus(records, name: str = "musique") -> Corpus:
+def _key(para: dict) -> tuple[str, str]:
+    return para["title"], para["paragraph_text"].strip()
+
+
+def paragraphs(records) -> dict[tuple[str, str], dict]:
     """One document per distinct (title, text) paragraph across all records: MuSiQue often holds several
     paragraphs of one article, so titles alone would merge different passages."""
     docs: dict[tuple[str, str], dict] = {}
     for rec in records:
         for para in rec["paragraphs"]:
-            key = (para["title"], para["paragraph_text"].strip())
+            key = _key(para)
             if key not in docs:
                 docs[key] = {"id": f"{len(docs):05d}", "title": key[0], "text": key[1]}
-    return Corpus(name, list(docs.values()), "en")
+    return docs
 
 
 def load(root: Path | None) -> Bundle:
     path = require_file(root, *FILES)
     records = read_json(path)
+    docs = paragraphs(records)
     examples = [
         dspy.Example(id=rec["id"], question=rec["question"], answer=rec["answer"],
                      answers=[rec["answer"], *rec["answer_aliases"]],
                      gold_titles=sorted({p["title"] for p in rec["paragraphs"] if p["is_supporting"]}),
+                     gold_ids=sorted({f"musique:{docs[_key(p)]['id']}" for p in rec["paragraphs"]
+                                      if p["is_supporting"]}),  # paragraph identity: titles repeat
                      type=rec["id"].split("__")[0]).with_inputs("question")
         for rec in records
     ]
-    return Bundle("musique", examples, [pooled_corpus(records)], "short", str(path))
+    return Bundle("musique", examples, [Corpus("musique", list(docs.values()), "en")], "short", str(path))

@@ -52,7 +52,18 @@ def parser(description: str) -> argparse.ArgumentParser:
     p.add_argument("--test", type=int, help="test size (default per dataset)")
     p.add_argument("--seed", type=int, default=13, help="split seed")
     p.add_argument("--k", type=int, default=5, help="passages per search")
-    p.add_argument("--loops", type=int, default=3, help="loop budget for iterative programs")
+    p.add_argument("--loops", type=int, help="loop budget for iterative programs (default: the method's own, H=5 "
+                                              "for par2 and its ablations as in the paper, else 3)")
+    p.add_argument("--subqueries", type=int, help="par2: sub-queries m the planner writes (default 5, the paper's)")
+    p.add_argument("--context-tokens", type=int,
+                   help="par2: estimated tokens of passage text the writer and the controller see of the context "
+                        "(default 3000); a longer context loses each search's lowest-ranked passages first")
+    p.add_argument("--search-rerank", metavar="none|embed|cross|lm",
+                   help="par2: the program's own reranker over each search's --search-depth candidates (default "
+                        "none; the paper reranks 100 to 5)")
+    p.add_argument("--search-depth", type=int, help="par2: candidates per search for --search-rerank (default 20)")
+    p.add_argument("--rounds", type=int, help="rag_critic, self_refine: critique/correct rounds at most (default: "
+                                              "rag_critic 1, self_refine 3, each stopping early once judged correct)")
     p.add_argument("--max-chars", type=int, help="characters of each passage shown to the LM (default: 600; "
                                                  "XRAG datasets: whole passages, so the oracle holds the answer)")
     p.add_argument("--lm", default="local:qwen-0.5b", help="local:qwen-0.5b | local:qwen-1.5b | DSPy/LiteLLM model")
@@ -115,7 +126,10 @@ class Session:
 
     @property
     def config(self) -> dict:
-        return {"k": self.args.k, "loops": self.args.loops, "max_chars": self.max_chars,
+        a = self.args
+        return {"k": a.k, "loops": a.loops, "max_chars": self.max_chars,
+                **{key: getattr(a, key, None) for key in ("subqueries", "context_tokens", "search_rerank",
+                                                          "search_depth", "rounds")},
                 **({"ledger_to_writer": True} if getattr(self.args, "ledger_to_writer", False) else {})}
 
     @property

@@ -14,7 +14,7 @@ from statistics import mean
 import dspy
 from tqdm.auto import tqdm
 
-from optimizers.metrics import citation_precision, retrieval_scores
+from optimizers.metrics import ALL_RETRIEVED, citation_precision, retrieval_record
 from programs.retrieval import excluded
 from runtime.lm import ATTEMPT, ENDPOINT_ERRORS, ServerError, env_number
 from runtime.metering import metered
@@ -70,8 +70,8 @@ def record(example: dspy.Example, pred, metrics: dict, k: int | None, groups: tu
     for name, fn in metrics.items():
         rec[name] = float(fn(example, pred)) if pred is not None else 0.0
     passages = list(getattr(pred, "passages", None) or [])
-    if k is not None and "gold_titles" in example:
-        rec.update(retrieval_scores(example.gold_titles, passages, k))
+    if k is not None and "gold_titles" in example:  # scored on everything retrieved, where the program says
+        rec.update(retrieval_record(example, list(getattr(pred, "retrieved", None) or passages), k))
     rec["passages"] = [{"id": p.id, "title": p.title, "score": round(p.score, 4)} for p in passages]
     cited = getattr(pred, "citations", None)
     if cited is not None:  # an answer with cited passage ids (the evidence writer)
@@ -191,7 +191,8 @@ def summarize(records: list[dict], metrics: dict, groups: tuple[str, ...] = ()) 
     if retry := sum(bool(r.get("retryable")) for r in records):
         summary["retryable_examples"] = retry
     numeric = [*metrics, "title_precision", "title_recall", "title_f1", "recall_any", "all_pass", "ndcg",
-               "citation_precision", "lm_calls", "prompt_tokens", "completion_tokens", "seconds", "lm_seconds"]
+               *ALL_RETRIEVED, "retrieved_n", "citation_precision", "lm_calls", "prompt_tokens", "completion_tokens",
+               "seconds", "lm_seconds"]
     for key in numeric:
         values = [r[key] for r in records if r.get(key) is not None]
         if values:

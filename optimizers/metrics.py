@@ -3,6 +3,7 @@ a float when evaluating, a bool when ``trace`` is set (bootstrapping a demo)."""
 from __future__ import annotations
 
 import math
+import re
 import threading
 
 import dspy
@@ -67,28 +68,55 @@ class Judge:
         return ok if trace is not None else float(ok)
 
 
-def retrieval_scores(gold_titles, passages, k: int | None = None) -> dict[str, float]:
-    """Gold-title metrics over the first ``k`` distinct titles of ``passages`` (binary relevance).
+def retrieval_scores(gold, passages, k: int | None = None, key=lambda p: p.title) -> dict[str, float]:
+    """Gold metrics over the first ``k`` distinct ``key``s of ``passages`` (binary relevance); ``gold`` holds keys
+    (titles by default, or paragraph ids with ``key=lambda p: paragraph_id(p.id)``).
 
-    title_precision/recall/f1 = overlap with the gold titles; recall_any = at least one gold title retrieved;
-    all_pass = every gold title retrieved; ndcg = binary-relevance NDCG@k, whose ideal ranking puts
-    min(|gold|, k) gold titles first (fewer than k retrieved titles do not shrink the ideal)."""
-    gold = set(gold_titles)
-    titles = list(dict.fromkeys(p.title for p in passages))[:k]
-    hits = [t in gold for t in titles]
+    title_precision/recall/f1 = overlap with the gold keys; recall_any = at least one gold key retrieved;
+    all_pass = every gold key retrieved; ndcg = binary-relevance NDCG@k, whose ideal ranking puts
+    min(|gold|, k) gold keys first (fewer than k retrieved keys do not shrink the ideal)."""
+    gold = set(gold)
+    keys = list(dict.fromkeys(key(p) for p in passages))[:k]
+    hits = [t in gold for t in keys]
     n_hit = sum(hits)
-    precision = n_hit / len(titles) if titles else 0.0
+    precision = n_hit / len(keys) if keys else 0.0
     recall = n_hit / len(gold) if gold else 0.0
-    ideal = sum(1 / math.log2(i + 2) for i in range(min(len(gold), len(titles) if k is None else k)))
+    ideal = sum(1 / math.log2(i + 2) for i in range(min(len(gold), len(keys) if k is None else k)))
     dcg = sum(1 / math.log2(i + 2) for i, hit in enumerate(hits) if hit)
     return {
         "title_precision": precision,
         "title_recall": recall,
         "title_f1": 2 * precision * recall / (precision + recall) if n_hit else 0.0,
         "recall_any": float(n_hit > 0),
-        "all_pass": float(bool(gold) and gold <= set(titles)),
+        "all_pass": float(bool(gold) and gold <= set(keys)),
         "ndcg": dcg / ideal if ideal else 0.0,
     }
+
+
+#: The ``_all`` measures :func:`retrieval_record` adds: over everything retrieved, not the first k.
+ALL_RETRIEVED = ("recall_all", "recall_any_all", "all_pass_all", "ndcg_all")
+
+
+def paragraph_id(passage_id: str) -> str:
+    """The source paragraph of a passage id: a sentence window (``#w<n>``) is its paragraph, and a multihop-pool id
+    (``pool_en:<source>/<id>``) is its source corpus's id (``<source>:<id>``)."""
+    base = re.sub(r"#w\d+$", "", passage_id)
+    corpus, _, rest = base.partition(":")
+    return rest.replace("/", ":", 1) if corpus == "pool_en" else base
+
+
+def retrieval_record(example, retrieved, k: int) -> dict[str, float]:
+    """Retrieval measures of one prediction over ``retrieved``, everything the program retrieved in order of
+    first retrieval: by paragraph identity where the example has ``gold_ids`` (MuSiQue: several paragraphs share a
+    title), else by title. The @k measures (:func:`retrieval_scores`) take the first ``k`` distinct paragraphs; the
+    ``_all`` ones (:data:`ALL_RETRIEVED`) all of them, as the PAR2 paper scores; ``retrieved_n`` counts them."""
+    gold_ids = example.get("gold_ids")
+    key = (lambda p: paragraph_id(p.id)) if gold_ids else (lambda p: p.title)
+    gold = gold_ids or example.gold_titles
+    every = retrieval_scores(gold, retrieved, None, key)
+    return {**retrieval_scores(gold, retrieved, k, key), "recall_all": every["title_recall"],
+            "recall_any_all": every["recall_any"], "all_pass_all": every["all_pass"], "ndcg_all": every["ndcg"],
+            "retrieved_n": len({key(p) for p in retrieved})}
 
 
 def citation_precision(gold_titles, cited_titles) -> float | None:

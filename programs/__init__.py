@@ -26,6 +26,7 @@ class ProgramSpec:
     cls: type[dspy.Module]
     description: str
     fixed: dict = field(default_factory=dict)  # constructor arguments that define this variant
+    defaults: dict = field(default_factory=dict)  # the method's own defaults (its paper's), where a flag is unset
 
     @property
     def params(self) -> list[str]:
@@ -41,6 +42,11 @@ class ProgramSpec:
     def needs_search(self) -> bool:
         return "search" in inspect.signature(self.cls.__init__).parameters
 
+
+#: Defaults of config keys a program takes but whose method sets none of its own (``--loops`` when not given).
+SHARED_DEFAULTS = {"loops": 3}
+#: PAR2-RAG's step and sub-query budgets in its paper: H = m = 5.
+PAR2_PAPER = {"loops": 5, "subqueries": 5}
 
 REGISTRY: dict[str, ProgramSpec] = {
     "direct": ProgramSpec(Direct, "closed-book answer, no retrieval"),
@@ -74,10 +80,12 @@ REGISTRY: dict[str, ProgramSpec] = {
     "seal_ledger": ProgramSpec(SEAL, "seal whose writer also sees the verified ledger facts",
                                {"ledger_to_writer": True}),
     "self_rag": ProgramSpec(SelfRAG, "Self-RAG-style loop: draft, critique, retrieve again or stop (SEAL baseline)"),
-    "par2": ProgramSpec(PAR2, "PAR2-RAG: planned sub-queries anchor the context, then ESC-gated draft/search steps"),
-    "par2_anchor": ProgramSpec(PAR2, "PAR2-RAG ablation: Coverage Anchor, then one write", {"chain": False}),
+    "par2": ProgramSpec(PAR2, "PAR2-RAG: planned sub-queries anchor the context, then ESC-gated draft/search steps",
+                        defaults=PAR2_PAPER),
+    "par2_anchor": ProgramSpec(PAR2, "PAR2-RAG ablation: Coverage Anchor, then one write", {"chain": False},
+                               PAR2_PAPER),
     "par2_chain": ProgramSpec(PAR2, "PAR2-RAG ablation: Iterative Chain from the question's own hits",
-                              {"anchor": False}),
+                              {"anchor": False}, PAR2_PAPER),
     "react": ProgramSpec(ReAct, "dspy.ReAct agent with a search tool, loops steps (PAR2 baseline)"),
     "ircot": ProgramSpec(IRCoT, "IRCoT: one chain-of-thought sentence, one search, repeat (PAR2 baseline)"),
     "crag": ProgramSpec(CRAG, "CRAG-style: grade the top-k, then keep, refine or re-search with a rewritten query "
@@ -100,9 +108,13 @@ def spec(name: str) -> ProgramSpec:
 
 
 def accepted_config(name: str, config: dict) -> dict:
-    """The subset of ``config`` that program ``name`` takes (this is what gets logged as its config)."""
-    params = spec(name).params
-    return {k: v for k, v in config.items() if k in params}
+    """The subset of ``config`` that program ``name`` takes (this is what gets logged as its config); a None value
+    (a flag not given) becomes the program's default: its method's (``ProgramSpec.defaults``), else
+    :data:`SHARED_DEFAULTS`, else its constructor's."""
+    s = spec(name)
+    params = inspect.signature(s.cls.__init__).parameters
+    return {k: (s.defaults.get(k, SHARED_DEFAULTS.get(k, params[k].default)) if v is None else v)
+            for k, v in config.items() if k in s.params}
 
 
 def build(name: str, search=None, **config) -> dspy.Module:

@@ -1,38 +1,46 @@
-"""RAG-Critic's error critic: judges a predicted answer from the question and its passages (no gold answer) and
-labels errors with the three-tier taxonomy, keeping only valid labels (a closed set).
-
-Labels are written as plain lines and parsed here (small models follow that better than typed lists). A label
-not in the taxonomy is snapped to the most similar valid one or dropped; both are counted. Tier-1 categories
-implied by the chosen tier-2 types (and tier-2 types implied by tier-3 labels) are added.
+"""RAG-Critic's error critic, prompted coarse to fine as the paper's critic is trained: it first decides Correct or
+Error for a predicted answer from the question, its passages and the generator's reasoning (no gold answer); an
+Error is then labelled with the three-tier taxonomy one tier at a time -- tier-1 categories, tier-2 types among the
+chosen categories' children, tier-3 labels among the chosen types' labels, shortlisted by similarity to the
+critic's analysis (embedding cosine when an embedder is given, else shared content words). Every tier is a closed
+set: a written label that is not an option is snapped to the most similar option or dropped (both counted); a tier
+with a single option takes it without a call.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass, field
 
 import dspy
 
 from programs.evidence import lenient
 from programs.retrieval import Passage
-from programs.taxonomy import Taxonomy, load_taxonomy, snap, split_labels
-from programs.text import words
-from signatures.critic import CritiqueAnswer
+from programs.taxonomy import Taxonomy, load_taxonomy, snap
+from programs.text import APOSTROPHES, jaccard, mentions, normalize
+from signatures.critic import CheckAnswer, PickErrorLabels
 
 CORRECT, ERROR = "Correct", "Error"
 
 
 def parse_verdict(text: str | None) -> str | None:
-    """"Correct" or "Error" from the first verdict word of a judgement ("Error.", "incorrect", "not correct",
-    "no errors", "The answer is correct"); None when there is none."""
-    ws = words(text or "")
-    for i, w in enumerate(ws):
-        if w in _CORRECT_WORDS or w in _ERROR_WORDS:
-            negated = i > 0 and ws[i - 1] in ("not", "no", "t", "never")
-            return CORRECT if (w in _CORRECT_WORDS) != negated else ERROR
-    return None
+    """"Correct" only when the reply clearly says so: a correct-word ("Correct", "The answer is accurate", "no
+    errors") and no error-word, negation or hedge anywhere ("not entirely correct", "isn't fully correct",
+    "Partially correct", "Yes, there is an error", "the passages are correct but the answer is wrong" are Error);
+    "Error" for any other reply with a verdict word; None when there is none (callers treat None as Error).
+    The critic's and Self-Refine's one Correct/Error decision."""
+    text = _NO_ERRORS.sub(" correct ", (text or "").translate(APOSTROPHES).lower())
+    ws = set(re.findall(r"[a-z]+", text.replace("n't", " not ")))
+    if ws & _ERROR_WORDS or (ws & _CORRECT_WORDS and ws & _HEDGES):
+        return ERROR
+    return CORRECT if ws & _CORRECT_WORDS else None
 
 
-_CORRECT_WORDS = frozenset({"correct", "right", "true", "yes", "accurate"})
-_ERROR_WORDS = frozenset({"error", "errors", "incorrect", "wrong", "false", "inaccurate"})
+_NO_ERRORS = re.compile(r"\b(?:no|without|free of)\s+(?:errors?|mistakes?|issues?|problems?)\b")
+_CORRECT_WORDS = frozenset({"correct", "right", "accurate", "true"})
+_ERROR_WORDS = frozenset({"error", "errors", "incorrect", "wrong", "false", "inaccurate", "mistake", "mistakes",
+                          "incomplete", "unsupported", "partially", "partly", "partial"})
+_HEDGES = frozenset({"not", "no", "never", "nor", "but", "however", "although", "though", "except", "mostly",
+                     "largely", "somewhat", "almost", "nearly", "half", "may", "might", "unclear", "uncertain"})
 
 
 @dataclass
@@ -58,43 +66,83 @@ class Critique:
         return asdict(self)
 
 
-class ErrorCritic(dspy.Module):
-    """question + passages + prediction -> :class:`Critique` (one LM call)."""
+def chosen(text: str | None, options: list[str], critique: Critique) -> list[str]:
+    """The options a label reply picks, in its order: by number ("2", "1. ..."), by whole label (commas and colons
+    inside a label stay: only whole option texts are matched), else the line snapped to its nearest option or
+    dropped (counted in ``critique``)."""
+    picked = []
+    for line in (text or "").replace(";", "\n").splitlines():
+        line = line.strip().strip("-*•[]\"'` ").strip()
+        if not line or normalize(line) in ("none", "n a"):
+            continue
+        if numbers := re.fullmatch(r"\d+(?:\s*[,.)]\s*\d+)*[.)]?", line):
+            found = [options[int(n) - 1] for n in re.findall(r"\d+", numbers.group()) if 0 < int(n) <= len(options)]
+        elif lead := re.match(r"(\d+)[.)]\s+", line):  # "2. Wrong Entity": the number says which
+            n = int(lead.group(1))
+            found = [options[n - 1]] if 0 < n <= len(options) else []
+        else:
+            named = [o for o in options if mentions(line, o)]
+            found = [o for o in named if not any(o != other and mentions(other, o) for other in named)]
+        if not found:
+            valid = snap(line, tuple(options))
+            if valid is None:
+                critique.dropped += 1
+                continue
+            critique.snapped += 1
+            found = [valid]
+        picked += [o for o in found if o not in picked]
+    return picked
 
-    def __init__(self, taxonomy: Taxonomy | None = None, max_chars: int = 600):
+
+class ErrorCritic(dspy.Module):
+    """question + passages + prediction (+ the generator's reasoning) -> :class:`Critique`: one verdict call, then
+    at most one call per tier for an Error. ``max_labels`` labels are kept per tier, tier-3 picks among the
+    ``shortlist`` labels most similar to the analysis, ``embedder`` (a :class:`runtime.embedders.Embedder`)
+    measures that similarity."""
+
+    LEVELS = ("error category", "error type", "specific mistake")
+
+    def __init__(self, taxonomy: Taxonomy | None = None, max_chars: int = 600, embedder=None, shortlist: int = 8,
+                 max_labels: int = 2):
         super().__init__()
         self.taxonomy = taxonomy or load_taxonomy()
-        self.max_chars = max_chars
-        self.judge = dspy.Predict(CritiqueAnswer)
+        self.max_chars, self.embedder, self.shortlist, self.max_labels = max_chars, embedder, shortlist, max_labels
+        self.judge = dspy.Predict(CheckAnswer)
+        self.label = dspy.Predict(PickErrorLabels)
 
-    def forward(self, question: str, passages: list[Passage], prediction: str) -> Critique:
+    def forward(self, question: str, passages: list[Passage], prediction: str, reasoning: str = "") -> Critique:
         out = lenient(self.judge, question=question,
                       passages=[f"[{i}] {p.format(self.max_chars)}" for i, p in enumerate(passages)],
-                      prediction=prediction or "(no answer)", error_menu=self.taxonomy.tier2_lines())
+                      reasoning=reasoning or "", prediction=prediction or "(no answer)")
         if out is None:
             return Critique(verdict=None, analysis="critic output not parsed")
         critique = Critique(verdict=parse_verdict(out.judgement), analysis=(out.analysis or "").strip())
         if critique.verdict == CORRECT:
             return critique
         tax = self.taxonomy
-        critique.tier3 = self._snap(out.specifics, tax.tier3, critique)
-        critique.tier2 = self._snap(out.error_types, tax.tier2, critique)
-        critique.tier2 += [t for t in dict.fromkeys(tax.tier3_parent[t] for t in critique.tier3)
-                           if t not in critique.tier2]
-        critique.tier1 = self._snap(out.categories, tax.tier1, critique)
-        critique.tier1 += [t for t in dict.fromkeys(tax.parent[t] for t in critique.tier2)
-                           if t not in critique.tier1]
+        ask = {"question": question, "prediction": prediction or "(no answer)", "critique": critique}
+        critique.tier1 = self._pick(self.LEVELS[0], list(tax.tier1), **ask)
+        critique.tier2 = self._pick(self.LEVELS[1], [t2 for t1 in critique.tier1 for t2 in tax.tier2_of(t1)], **ask)
+        labels = [t3 for t2 in critique.tier2 for t3 in tax.children[t2]]
+        critique.tier3 = self._pick(self.LEVELS[2], self._closest(critique.analysis or prediction, labels), **ask)
         return critique
 
-    @staticmethod
-    def _snap(text: str, choices: tuple[str, ...], critique: Critique) -> list[str]:
-        kept = []
-        for label in split_labels(text):
-            valid = snap(label, choices)
-            if valid is None:
-                critique.dropped += 1
-                continue
-            critique.snapped += valid.lower() != label.lower()
-            if valid not in kept:
-                kept.append(valid)
-        return kept
+    def _pick(self, level: str, options: list[str], question: str, prediction: str, critique: Critique) -> list[str]:
+        options = list(dict.fromkeys(options))
+        if len(options) <= 1:
+            return options
+        out = lenient(self.label, question=question, prediction=prediction, analysis=critique.analysis or "none",
+                      level=level, options=[f"{i}. {o}" for i, o in enumerate(options, 1)])
+        return chosen(out.picks if out is not None else "", options, critique)[:self.max_labels]
+
+    def _closest(self, analysis: str, labels: list[str]) -> list[str]:
+        """The ``shortlist`` labels most similar to ``analysis`` (all of them when there are no more)."""
+        labels = list(dict.fromkeys(labels))
+        if len(labels) <= self.shortlist:
+            return labels
+        if self.embedder is not None:
+            scores = (self.embedder.encode_passages(labels) @ self.embedder.encode_queries([analysis])[0]).tolist()
+        else:
+            scores = [jaccard(analysis, label) for label in labels]
+        ranked = sorted(range(len(labels)), key=lambda i: -scores[i])  # stable: file order breaks ties
+        return [labels[i] for i in ranked[:self.shortlist]]

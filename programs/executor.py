@@ -2,9 +2,11 @@
 model (the paper's executor), never ``exec``/``eval``.
 
 State: ``question``, ``documents`` (the retrieved passages) and each step's named output; the *evidence* list
-(the documents, indexed from 0 as the planner saw them) grows with Retrieval and is edited by RefineDoc. A step
-whose LM output cannot be parsed, or whose ``doc_index`` is out of range, is logged as failed and leaves the
-state unchanged. If the plan does not end with GenerateAnswer, one on the current evidence is added.
+(the documents, then what Retrieval found) grows with Retrieval and is edited by RefineDoc, which addresses a
+document by its index in ``documents`` or in a Retrieval's output. A step
+whose LM output cannot be parsed, whose ``doc_index`` or index is out of range, or which reads a name an earlier
+failed step left unassigned, is logged as failed and leaves the state unchanged. If no GenerateAnswer of the plan
+produced an answer (none at the end, or it failed), one on the current evidence is added.
 """
 from __future__ import annotations
 
@@ -54,32 +56,41 @@ class PlanExecutor(dspy.Module):
 
     def forward(self, plan: Plan, question: str, passages: list[Passage],
                 options: dict[str, str] | None = None) -> dspy.Prediction:
-        """Run ``plan``; the answer is the last GenerateAnswer's (None if every answer step failed)."""
+        """Run ``plan``; the answer is the last GenerateAnswer's (None if every answer step failed);
+        ``supplementary``: the answer read original documents and documents a Retrieval added."""
         run = _Run({"question": question, "documents": list(passages)}, list(passages), options)
         answer, log = None, []
-        steps = list(plan.steps)
-        if steps[-1].call.function != "GenerateAnswer":
-            steps.append(Step(call=GenerateAnswer()))
-        for i, step in enumerate(steps):
-            entry = {"step": i, "function": step.call.function, "output": step.output,
-                     "added": i >= len(plan.steps)}
-            try:
-                value = HANDLERS[step.call.function](self, run, step.call)
-                entry |= {"ok": value is not None, "result": _preview(value)}
-            except StepError as err:
-                value, entry = None, entry | {"ok": False, "error": str(err)}
-            if step.output and value is not None:
-                run.state[step.output] = value
+        for i, step in enumerate(plan.steps):
+            value = self._run_step(run, step, i, log)
             if step.call.function == "GenerateAnswer" and value is not None:
                 answer = value
-            log.append(entry)
-        return dspy.Prediction(answer=answer, passages=run.used or run.current, steps=log, queries=run.queries)
+        if answer is None or plan.steps[-1].call.function != "GenerateAnswer":  # the fallback answer step
+            answer = self._run_step(run, Step(call=GenerateAnswer()), len(plan.steps), log, True) or answer
+        used, original = run.used or run.current, {p.id for p in passages}
+        supplementary = any(p.id in original for p in used) and any(p.id not in original for p in used)
+        return dspy.Prediction(answer=answer, passages=used, steps=log, queries=run.queries,
+                               supplementary=supplementary)
+
+    def _run_step(self, run: _Run, step: Step, i: int, log: list[dict], added: bool = False):
+        """Run one step (``added``: not the planner's), log it, assign its output; its value, or None if it failed."""
+        entry = {"step": i, "function": step.call.function, "output": step.output, "added": added}
+        try:
+            value = HANDLERS[step.call.function](self, run, step.call)
+            entry |= {"ok": value is not None, "result": _preview(value)}
+        except StepError as err:
+            value, entry = None, entry | {"ok": False, "error": str(err)}
+        if step.output and value is not None:
+            run.state[step.output] = value
+        log.append(entry)
+        return value
 
     # --- argument resolution ---------------------------------------------------------------------------------
 
     @staticmethod
     def _lookup(run: _Run, ref: Ref):
-        value = run.state[ref.name]  # the plan validator guarantees the name was assigned before
+        if ref.name not in run.state:  # the plan assigns it, but the step that does failed
+            raise StepError(f"'{ref.name}' has no value: the step that assigns it failed")
+        value = run.state[ref.name]
         if ref.index is None:
             return value
         if not isinstance(value, list) or not -len(value) <= ref.index < len(value):
@@ -122,17 +133,22 @@ class PlanExecutor(dspy.Module):
         return _lines(out.sub_questions)[:4] or [query]
 
     def _refine_doc(self, run: _Run, call) -> str:
-        if call.doc_index >= len(run.evidence) or run.evidence[call.doc_index] is None:
-            raise StepError(f"no document {call.doc_index} (evidence has {len(run.evidence)})")
-        doc = run.evidence[call.doc_index]
+        docs = self._lookup(run, call.docs)
+        if call.doc_index >= len(docs):
+            raise StepError(f"no document {call.doc_index} in {call.docs.name} (it has {len(docs)})")
+        target = docs[call.doc_index].id
+        slot = next((i for i, p in enumerate(run.evidence) if p is not None and p.id == target), None)
+        if slot is None:
+            raise StepError(f"document {call.doc_index} of {call.docs.name} was deleted")
+        doc = run.evidence[slot]
         if call.instruction == "delete":
-            run.evidence[call.doc_index] = None
+            run.evidence[slot] = None
             return f"deleted {doc.title}"
         out = lenient(self.refine, query=self._text(run, call.query), document=doc.format(self.max_chars),
                       instruction=REFINE_INSTRUCTIONS[call.instruction])
         if out is None or not out.rewritten.strip():
             raise StepError("refined document not parsed")
-        run.evidence[call.doc_index] = dataclasses.replace(doc, text=out.rewritten.strip())
+        run.evidence[slot] = dataclasses.replace(doc, text=out.rewritten.strip())
         return out.rewritten.strip()
 
     def _generate_answer(self, run: _Run, call) -> str:

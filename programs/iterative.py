@@ -4,6 +4,8 @@
   search for that sentence, until a sentence states the answer or ``loops`` sentences; a reader then answers
   from the collected paragraphs.
 - ``ReAct``: DSPy's ``dspy.ReAct`` agent with one search tool and at most ``loops`` steps.
+
+Both return ``retrieved``: every passage retrieved, in order of first retrieval (what retrieval is scored on).
 """
 from __future__ import annotations
 
@@ -21,11 +23,20 @@ from signatures.reasoning import SEARCH_TOOL, AnswerWithSearch, NextThought
 ANSWERED = re.compile(r"\banswer is\b", re.I)
 
 
+#: A period after one of these ends an abbreviation, not a sentence ("U.S. President", "Dr. Berg", "St. Louis").
+ABBREVIATION = re.compile(r"(?:\b[A-Za-z]|\b(?:Mr|Mrs|Ms|Dr|Prof|St|Mt|Ft|Jr|Sr|Gen|Col|Lt|Capt|Sgt|Rev|Gov|Sen|Rep|"
+                          r"Pres|Inc|Ltd|Co|Corp|No|vs|approx|Jan|Feb|Mar|Apr|Jun|Jul|Aug|Sep|Sept|Oct|Nov|Dec))\.$")
+
+
 def first_sentence(text: str) -> str:
-    """The first sentence of ``text`` on one line (a model asked for one sentence may write more)."""
+    """The first sentence of ``text`` on one line (a model asked for one sentence may write more); a period after
+    an initial or a common abbreviation does not end it."""
     text = " ".join((text or "").split())
-    match = re.match(r"(.+?[.!?])(?:\s|$)", text)
-    return (match.group(1) if match else text).strip()
+    for end in re.finditer(r"[.!?](?=\s|$)", text):
+        head = text[:end.end()]
+        if end.end() == len(text) or not (end.group() == "." and ABBREVIATION.search(head)):
+            return head.strip()
+    return text.strip()
 
 
 def newest_first(latest: list[Passage], collected: list[Passage], limit: int) -> list[Passage]:
@@ -70,7 +81,7 @@ class IRCoT(dspy.Module):
         answer = self.writer(question=question, passages=shown, options=options).answer
         trace = {"iterations": len(thoughts), "queries": queries, "stop_reason": stop, "thoughts": thoughts,
                  "fallbacks": {"thought": failures}, "parse_failures": failures}
-        return dspy.Prediction(answer=answer, passages=dedup([*shown, *collected]), trace=trace)
+        return dspy.Prediction(answer=answer, passages=dedup([*shown, *collected]), retrieved=collected, trace=trace)
 
 
 _CALLS: ContextVar[list | None] = ContextVar("react_search_calls", default=None)
@@ -121,18 +132,16 @@ class ReAct(dspy.Module):
         finally:
             _CALLS.reset(token)
         passages = dedup([p for _, hits in calls for p in hits])
-        fallbacks = {"answer": 0}
+        fallbacks = {"answer": int(out is None)}
+        tools = [v for key, v in out.trajectory.items() if key.startswith("tool_name_")] if out is not None else []
         if options or out is None:  # multiple choice goes through the writer's letter parsing
-            fallbacks["answer"] = int(out is None)
             answer = self.writer(question=question, passages=passages[:self.max_passages], options=options).answer
-            tools = []
         else:
             answer = (out.answer or "").strip()
-            tools = [v for key, v in out.trajectory.items() if key.startswith("tool_name_")]
-        stop = ("finish" if tools and tools[-1] == "finish" else
+        stop = ("agent_unparsed" if out is None else "finish" if tools and tools[-1] == "finish" else
                 "loop_budget" if len(tools) >= self.loops else "invalid_step")
         errors = tool_errors(out.trajectory) if out is not None else 0
         trace = {"iterations": len(calls), "queries": [q for q, _ in calls], "stop_reason": stop, "tools": tools,
                  "tool_errors": errors, "fallbacks": fallbacks,
                  "parse_failures": fallbacks["answer"] + (stop == "invalid_step") + errors}
-        return dspy.Prediction(answer=answer, passages=passages, trace=trace)
+        return dspy.Prediction(answer=answer, passages=passages, retrieved=passages, trace=trace)

@@ -15,6 +15,8 @@ from typing import Annotated, Literal, Union
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator, model_validator
 
 MAX_TOPK = 10
+#: RefineDoc's instructions: the paper's six ways of rewriting retrieved knowledge (its Table 12).
+REFINE_OPTIONS = ("explain", "refine", "correct", "delete", "examples", "summarize")
 #: Names a plan may use without assigning them: the question and the retrieved documents.
 BUILTINS = {"question": "text", "documents": "docs"}
 
@@ -62,10 +64,13 @@ class DecomposeQuery(_Call):
 
 
 class RefineDoc(_Call):
+    """Edit document ``doc_index`` of ``docs`` (the retrieved documents, or a Retrieval's found ones)."""
+
     function: Literal["RefineDoc"] = "RefineDoc"
     query: Text = QUESTION
     doc_index: int = Field(ge=0)
-    instruction: Literal["explain", "summarize", "correct", "delete"] = "summarize"
+    instruction: Literal[*REFINE_OPTIONS] = "summarize"
+    docs: Ref = Ref(name="documents")
 
 
 class GenerateAnswer(_Call):
@@ -141,38 +146,61 @@ def grammar(max_steps: int) -> tuple[str, str]:
     ``answer``) and the rules track which kinds exist so far, so a reference can only name an output already
     assigned, of the kind the argument takes (rule ``plan-QF-n``: Q/F = queries/found assigned, n = lines left)."""
     rules = ['plan-str ::= "\\"" [^"\\\\\\n]{1,120} "\\""',
-             'plan-edit ::= "explain" | "summarize" | "correct" | "delete"']
+             "plan-edit ::= " + " | ".join(f'"{o}"' for o in REFINE_OPTIONS)]
     for q in (0, 1):
         rules += [f'plan-text{q} ::= plan-str | "question"' + (' | "queries[" [0-2] "]"' if q else ""),
-                  f'plan-docs{q} ::= "documents"' + (' | "found"' if q else ""),
+                  f'plan-docs{q} ::= "documents"' + (' | "found" | "[documents, found]"' if q else ""),
                   f'plan-retrieval{q} ::= "found = Retrieval(query=" plan-text{q} ", topk=" [1-5] ")\\n"',
                   f'plan-queries{q} ::= "queries = " ("RewriteQuery(query=" plan-text{q} ", instruction=\\"" '
-                  f'("clarify" | "expand") "\\")" | "DecomposeQuery(query=" plan-text{q} ")") "\\n"',
-                  f'plan-refine{q} ::= "fixed = RefineDoc(query=" plan-text{q} ", doc_index=" [0-9] '
-                  f'", instruction=\\"" plan-edit "\\")\\n"']
+                  f'("clarify" | "expand") "\\")" | "DecomposeQuery(query=" plan-text{q} ")") "\\n"']
     for q in (0, 1):
         for f in (0, 1):
+            found = '(", docs=found")? ' if f else ""  # RefineDoc edits a found document once there are some
+            rules.append(f'plan-refine{q}{f} ::= "fixed = RefineDoc(query=" plan-text{q} ", doc_index=" [0-9] '
+                         f'", instruction=\\"" plan-edit "\\"" {found}")\\n"')
             rules.append(f'plan-answer{q}{f} ::= "answer = GenerateAnswer(query=" plan-text{q} ", docs=" '
                          f'plan-docs{f} ", additional_instruction=" plan-str ")"')
             for n in range(1, max_steps + 1):
                 more = [f"plan-retrieval{q} plan-{q}1-{n - 1}", f"plan-queries{q} plan-1{f}-{n - 1}",
-                        f"plan-refine{q} plan-{q}{f}-{n - 1}"] if n > 1 else []
+                        f"plan-refine{q}{f} plan-{q}{f}-{n - 1}"] if n > 1 else []
                 rules.append(f"plan-{q}{f}-{n} ::= " + " | ".join([f"plan-answer{q}{f}", *more]))
     return f"plan-00-{max_steps}", "\n".join(rules)
 
 
 def parse_plan(text: str, max_steps: int = 5) -> tuple[Plan, bool]:
-    """The validated plan in ``text`` and whether it was cut to ``max_steps`` steps; :class:`PlanError` if the
-    text is not a plan. Code fences and prose lines around the calls are ignored."""
+    """The validated plan in ``text`` and whether it was cut to ``max_steps`` steps (the first ``max_steps - 1`` and
+    the final GenerateAnswer, whose references to cut outputs fall back to the question and all current
+    evidence); :class:`PlanError` if the text is not a plan. Code fences and prose lines around the calls are
+    ignored; a call may span several lines."""
     module = _module(text)
     steps = [_step(stmt, i) for i, stmt in enumerate(module.body, 1)]
     if not steps:
         raise PlanError("no function calls found")
     truncated = len(steps) > max_steps
+    if truncated:
+        steps = _cut(steps, max_steps)
     try:
-        return Plan(steps=steps[:max_steps]), truncated
+        return Plan(steps=steps), truncated
     except ValidationError as err:
         raise PlanError(_first_error(err)) from None
+
+
+def _cut(steps: list[Step], max_steps: int) -> list[Step]:
+    """The first ``max_steps`` steps, or the first ``max_steps - 1`` and the plan's final GenerateAnswer (its
+    arguments that name an output of a dropped step reset to their defaults)."""
+    last = steps[-1]
+    if last.call.function != "GenerateAnswer":
+        return steps[:max_steps]
+    kept = steps[:max_steps - 1]
+    assigned = set(BUILTINS) | {s.output for s in kept if s.output}
+
+    def dangling(value) -> bool:
+        refs = value if isinstance(value, list) else [value]
+        return any(isinstance(r, Ref) and r.name not in assigned for r in refs)
+
+    reset = {k for k, v in last.call if dangling(v)}
+    call = last.call.model_copy(update={k: GenerateAnswer.model_fields[k].default for k in reset})
+    return [*kept, last.model_copy(update={"call": call})]
 
 
 def _module(text: str) -> ast.Module:
@@ -182,11 +210,26 @@ def _module(text: str) -> ast.Module:
     try:
         return ast.parse(body)
     except SyntaxError:
-        calls = "\n".join(line.strip() for line in body.splitlines() if _CALL_LINE.match(line))
         try:
-            return ast.parse(calls)
+            return ast.parse("\n".join(_call_lines(body)))
         except SyntaxError as err:
             raise PlanError(f"not a sequence of calls (line {err.lineno}: {err.msg})") from None
+
+
+def _call_lines(body: str) -> list[str]:
+    """The lines of ``body`` that hold calls, each call joined onto one line (continuation lines kept until its
+    parentheses close); prose lines between calls dropped."""
+    out, depth = [], 0
+    for line in body.splitlines():
+        if depth > 0:
+            out[-1] += " " + line.strip()
+        elif _CALL_LINE.match(line):
+            out.append(line.strip())
+        else:
+            continue
+        bare = re.sub(r"\"[^\"]*\"|'[^']*'", "", line)  # parentheses inside strings do not count
+        depth = max(depth + bare.count("(") + bare.count("[") - bare.count(")") - bare.count("]"), 0)
+    return out
 
 
 def _step(stmt: ast.stmt, i: int) -> Step:

@@ -39,18 +39,20 @@ class RAGCritic(dspy.Module):
         if rounds < 1:
             raise ValueError(f"rag_critic needs rounds >= 1 (got {rounds}); rounds=0 is the plain `rag` program")
         self.search, self.k, self.max_chars, self.rounds, self.max_steps = search, k, max_chars, rounds, max_steps
-        self.writer = Writer(use_passages=True, max_chars=max_chars)
-        self.critic = ErrorCritic(taxonomy, max_chars)
+        self.writer = Writer(use_passages=True, reasoning=True, max_chars=max_chars)  # the critic reads its reasoning
+        self.critic = ErrorCritic(taxonomy, max_chars, embedder=getattr(search, "embedder", None))
         self.planner = dspy.Predict(PlanCorrection)
         self.executor = PlanExecutor(search, max_chars)
 
     def forward(self, question: str, options: dict[str, str] | None = None,
                 lang: str | None = None) -> dspy.Prediction:
         passages = self.search.search(question, self.k)
-        answer = self.writer(question=question, passages=passages, options=options).answer       # generate
+        draft = self.writer(question=question, passages=passages, options=options)                # generate
+        answer, reasoning = draft.answer, draft.get("reasoning") or ""
         rounds, stop, queries = [], "round_budget", [question]
         for _ in range(self.rounds):
-            critique = self.critic(question=question, passages=passages, prediction=answer)       # critic
+            critique = self.critic(question=question, passages=passages, prediction=answer,       # critic
+                                   reasoning=reasoning)
             record = {"answer_in": answer, "passages_in": [p.id for p in passages], "critique": critique.as_dict()}
             rounds.append(record)
             if not critique.flagged:
@@ -63,16 +65,19 @@ class RAGCritic(dspy.Module):
                 plan = fallback_plan(critique.analysis)
             record["plan"] = plan.lines()
             out = self.executor(plan=plan, question=question, passages=passages, options=options)  # execute
-            record["steps"] = out.steps
+            record["steps"], record["supplementary"] = out.steps, out.supplementary
+            record["step_errors"] = sum(not s["ok"] for s in out.steps)
             queries += out.queries
             if out.answer:
-                answer, passages = out.answer, out.passages
+                answer, passages, reasoning = out.answer, out.passages, ""
         last = rounds[-1]
         trace = {"iterations": len(rounds), "queries": queries, "stop_reason": stop, "rounds": rounds,
                  "flagged": rounds[0]["critique"]["verdict"] != "Correct",
                  "plans": sum("plan_valid" in r for r in rounds),
                  "plans_valid": sum(r.get("plan_valid", False) for r in rounds),
                  "fallbacks": sum(r.get("plan_valid") is False for r in rounds),
+                 "plans_supplementary": sum(r.get("supplementary", False) for r in rounds),
+                 "plans_clean": sum(r.get("plan_valid", False) and r["step_errors"] == 0 for r in rounds),
                  "labels_snapped": sum(r["critique"]["snapped"] for r in rounds),
                  "labels_dropped": sum(r["critique"]["dropped"] for r in rounds)}
         tags = {tier: last["critique"][tier] for tier in ("tier1", "tier2", "tier3")}

@@ -1,6 +1,8 @@
 """Self-Refine baseline for RAG-Critic (Madaan et al., 2023): the writer drafts from the top-k passages, reviews
-its own answer and revises it on that feedback, for at most ``rounds`` rounds (RAG-Critic's budget), stopping
-when its own verdict is Correct. No retrieval beyond the first search and no separate critic or planner model.
+its own answer and revises it on that feedback, round after round until its feedback finds no error (its verdict is
+Correct) or the revision changes nothing, within ``rounds`` rounds (``--rounds``). No retrieval beyond the first
+search and no separate critic or planner model. Multiple choice is answered by the letter writer alone: the
+revision has no letter form, so a feedback call could not change the answer.
 """
 from __future__ import annotations
 
@@ -14,8 +16,10 @@ from signatures.revise import GiveFeedback, ReviseAnswer
 
 
 class SelfRefine(dspy.Module):
-    def __init__(self, search: Retriever, k: int = 5, max_chars: int = 600, rounds: int = 1):
+    def __init__(self, search: Retriever, k: int = 5, max_chars: int = 600, rounds: int = 3):
         super().__init__()
+        if rounds < 1:
+            raise ValueError(f"self_refine needs rounds >= 1 (got {rounds}); rounds=0 is the plain `rag` program")
         self.search, self.k, self.max_chars, self.rounds = search, k, max_chars, rounds
         self.writer = Writer(use_passages=True, max_chars=max_chars)
         self.feedback = dspy.Predict(GiveFeedback)
@@ -27,20 +31,22 @@ class SelfRefine(dspy.Module):
         context = [p.format(self.max_chars) for p in passages]
         answer = self.writer(question=question, passages=passages, options=options).answer          # draft
         rounds, stop = [], "round_budget"
-        for _ in range(self.rounds):
+        for _ in range(0 if options else self.rounds):
             fb = lenient(self.feedback, passages=context, question=question, answer=answer)           # feedback
             verdict = parse_verdict(fb.verdict) if fb else None
             rounds.append({"answer_in": answer, "verdict": verdict, "feedback": fb.feedback if fb else None})
             if fb is None or verdict == CORRECT:
                 stop = "feedback_unparsed" if fb is None else "self_correct"
                 break
-            if options:  # multiple choice: revise through the letter writer, which has no feedback field
-                break
             out = lenient(self.revise, passages=context, question=question, previous_answer=answer,
                           feedback=fb.feedback)                                                      # refine
-            if out is not None and out.answer.strip():
-                answer = out.answer.strip()
-            rounds[-1]["revised"] = answer
+            revised = out.answer.strip() if out is not None and out.answer.strip() else answer
+            rounds[-1]["revised"] = revised
+            if revised == answer:  # the same answer would get the same feedback
+                stop = "unchanged"
+                break
+            answer = revised
+        stop = "multiple_choice" if options else stop
         trace = {"iterations": len(rounds), "queries": [question], "stop_reason": stop, "rounds": rounds,
                  "flagged": bool(rounds) and rounds[0]["verdict"] != CORRECT}
         return dspy.Prediction(answer=answer, passages=passages, trace=trace)

@@ -83,16 +83,3 @@ def snap(label: str, choices: tuple[str, ...], cutoff: float = SNAP_CUTOFF) -> s
         return keys[key]
     close = difflib.get_close_matches(key, list(keys), n=1, cutoff=cutoff)
     return keys[close[0]] if close else None
-
-
-def split_labels(text: str) -> list[str]:
-    """Labels written one per line (or comma/semicolon separated), with bullets, numbers, quotes and a
-    ``tier-1:`` prefix (from the ``tier-1: tier-2`` menu) stripped."""
-    out = []
-    for line in (text or "").replace(";", "\n").replace(",", "\n").splitlines():
-        line = line.strip().lstrip("-*•0123456789.) ").strip("[]\"'` ")
-        if ":" in line:
-            line = line.rsplit(":", 1)[1].strip()
-        if line and line.lower() not in ("none", "n/a"):
-            out.append(line)
-    return out

@@ -33,6 +33,11 @@ def words(text: str) -> list[str]:
     return re.findall(r"\w+", (text or "").lower())
 
 
+def approx_tokens(text: str) -> int:
+    """An estimate of the tokens ``text`` takes in a prompt: about four characters per token (English, BPE)."""
+    return len(text or "") // 4 + 1
+
+
 def normalize(text: str) -> str:
     return " ".join(words(text))
 

@@ -6,9 +6,11 @@
 A thin use of the suite machinery (``optimizers/suite.py``): every (program, H) cell is a child run of one parent
 run, checkpointed per question (an interrupted run resumes), and the parent holds the suite's leaderboard (EM, F1,
 judge, retrieval, LM calls, tokens and seconds per question; every program paired with par2 at the same H by exact
-McNemar with bootstrap CIs and Holm). The parent's report.md adds PAR2's own measures: Recall@k (any gold title),
-NDCG@k, All-Pass@k and fallbacks per question for ``--programs`` at H=``--loops`` and, with ``--budgets``, for
-``--budget-programs`` at every H, each paired with par2 at the same H by a paired t-test on Recall@k.
+McNemar with bootstrap CIs and Holm). The parent's report.md adds PAR2's own measures: Recall (any gold paragraph),
+NDCG and All-Pass over everything a program retrieved (by paragraph identity; @k: its first k distinct paragraphs by
+rank of first retrieval), passages retrieved, fallbacks per question and the questions with a CONTINUE, for
+``--programs`` at H=``--loops`` and, with ``--budgets``, for ``--budget-programs`` at every H, each paired with par2
+at the same H by a paired t-test on Recall@k.
 ``--compile`` also bootstraps par2's demos on the train split and reports the compiled program next to the uncompiled.
 """
 from __future__ import annotations
@@ -33,13 +35,20 @@ DEFAULT_PROGRAMS = ("direct", "cot", "rag", "react", "ircot", "par2_anchor", "pa
 BUDGET_PROGRAMS = ("par2", "par2_chain", "ircot")
 REFERENCE = "par2"
 ENTRY = "scripts/par2_compare.py"
-COLUMNS = (("recall_any", "Recall@k"), ("ndcg", "NDCG@k"), ("all_pass", "All-Pass@k"), ("fallbacks", "fallbacks/q"))
+COLUMNS = (("recall_any", "Recall@k"), ("ndcg", "NDCG@k"), ("all_pass", "All-Pass@k"),
+           ("recall_any_all", "Recall"), ("ndcg_all", "NDCG"), ("all_pass_all", "All-Pass"),
+           ("retrieved_n", "retrieved/q"), ("fallbacks", "fallbacks/q"), ("continued", "CONTINUE>=1"))
 
 
 def fallbacks(records: list[dict]) -> float:
     """Mean per question of the fallbacks a program counted in its trace (plan, ESC, thought, answer)."""
     counts = [sum(((r.get("trace") or {}).get("fallbacks") or {}).values()) for r in records]
     return sum(counts) / len(counts) if counts else math.nan
+
+
+def continued(records: list[dict]) -> int:
+    """Questions on which the controller said CONTINUE at least once (PAR2's trace)."""
+    return sum(bool((r.get("trace") or {}).get("continued")) for r in records)
 
 
 def paired(results: list, reference=None) -> tuple[str, dict]:
@@ -52,7 +61,8 @@ def paired(results: list, reference=None) -> tuple[str, dict]:
     ref = {r["id"]: r for r in reference.records} if reference else {}
     for result in results:
         mine = {r["id"]: r for r in result.records}
-        values = [fallbacks(result.records) if key == "fallbacks" else result.summary.get(key) for key, _ in COLUMNS]
+        special = {"fallbacks": fallbacks, "continued": continued}
+        values = [special[key](result.records) if key in special else result.summary.get(key) for key, _ in COLUMNS]
         p = math.nan
         if reference and result is not reference:
             ids = [i for i in ref if i in mine]
@@ -111,7 +121,7 @@ def main(argv=None) -> dict[str, dict]:
             ref = next((c for c in cells if c.program == REFERENCE and not c.variant), None)
             pairs += [p for p in suite.against(ref, cells) if p not in pairs] if ref else []
             text, metrics = paired([results[c] for c in cells], results[ref] if ref else None)
-            report += [f"### programs at H={h}", text]
+            report += [f"### programs at H={h if h is not None else 'each method default (par2: 5, others: 3)'}", text]
             sig |= metrics
         board = suite.log_leaderboard(list(results.values()), pairs, title)
         text = "\n\n".join(report) + "\n"

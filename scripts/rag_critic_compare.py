@@ -7,7 +7,10 @@ A thin use of ``evaluate.py --suite`` (takes every flag of evaluate.py): the fir
 others in the suite's leaderboard (EM, F1, judge, LM calls, tokens and seconds per question, McNemar with CIs and
 Holm), one child run per program, checkpointed per question (an interrupted run resumes). Added in the parent run's
 report.md: the share of answers the critic (self-feedback for self_refine) flagged, the share of valid plans, the
-critic's identification of wrong first answers (F1 < 0.5) from each critic program's own trace, and with
+plans whose answer read original plus newly found documents (supplementary retrieval) and the valid plans that ran
+without a step error, the
+critic's identification of wrong first answers (F1 < 0.5) from each critic program's own trace, with ``--judge``
+the critic's confusion matrix against the judge's verdict on each first answer, and with
 ``--error-profile PROGRAM...`` those programs' wrong answers labelled by the error critic on the judge LM
 (``--judge-lm``).
 """
@@ -19,6 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import dspy  # noqa: E402
 import mlflow  # noqa: E402
 
 import evaluate as evaluate_cli  # noqa: E402
@@ -35,7 +39,9 @@ def behaviour(records: list[dict]) -> dict:
     out = {"flagged": sum(t["flagged"] for t in traces) / len(traces)}
     plans = sum(t.get("plans", 0) for t in traces)
     if "plans" in traces[0]:
-        out |= {"plans": plans, "plans_valid": sum(t["plans_valid"] for t in traces) / plans if plans else math.nan}
+        out |= {"plans": plans, "plans_valid": sum(t["plans_valid"] for t in traces) / plans if plans else math.nan,
+                "plans_supplementary": sum(t.get("plans_supplementary", 0) for t in traces),
+                "plans_clean": sum(t.get("plans_clean", 0) for t in traces)}
     return out
 
 
@@ -47,18 +53,41 @@ def critic_identification(records: list[dict]) -> dict:
                           [answer_is_wrong(c["answer_in"], gold) for c, gold in rounds]) if rounds else {}
 
 
+def judge_confusion(records: list[dict], session) -> dict:
+    """The first-round critic flag against the judge's verdict on that first answer (``session.judge``, the same
+    judge as the leaderboard): counts of flagged/unflagged wrong/right first answers."""
+    examples = {ex.id: ex for split in (session.splits.train, session.splits.dev, session.splits.test) for ex in split}
+    out = {"flagged_wrong": 0, "flagged_right": 0, "passed_wrong": 0, "passed_right": 0}
+    for r in records:
+        first = ((r.get("trace") or {}).get("rounds") or [{}])[0]
+        if "critique" not in first or r["id"] not in examples:
+            continue
+        right = session.judge(examples[r["id"]], dspy.Prediction(answer=first["answer_in"])) == 1.0
+        flagged = first["critique"]["verdict"] != "Correct"
+        out[f"{'flagged' if flagged else 'passed'}_{'right' if right else 'wrong'}"] += 1
+    return out
+
+
 def report(args, taxonomy):
     """The parent run's report.md: critic/planner behaviour per program, critic identification, error profiles."""
     def make(results: list, sessions: dict) -> str:
-        lines = ["| program | flagged | plans | plans valid |", "|---|---|---|---|"]
+        lines = ["| program | flagged | plans | plans valid | supplementary retrieval | valid, no step error |",
+                 "|---|---|---|---|---|---|"]
         for r in results:
             b = behaviour(r.records)
             if b:
                 lines.append(f"| {r.cell.label} | {fmt(b['flagged'], '{:.2f}')} | {b.get('plans', '-')} | "
-                             f"{fmt(b.get('plans_valid'), '{:.2f}')} |")
+                             f"{fmt(b.get('plans_valid'), '{:.2f}')} | {b.get('plans_supplementary', '-')} | "
+                             f"{b.get('plans_clean', '-')} |")
                 mlflow.log_metrics({f"{r.cell.label}_{k}": v for k, v in b.items() if not math.isnan(v)})
         out = ["### What the critics did", "", *lines]
         for r in results:
+            s = sessions.get(r.cell.dataset)
+            if s is not None and s.judge is not None and (confusion := judge_confusion(r.records, s)) and any(
+                    confusion.values()):
+                mlflow.log_metrics({f"{r.cell.label}_critic_{k}": v for k, v in confusion.items()})
+                out += ["", f"{r.cell.label} critic vs the judge on its first answer: "
+                        + ", ".join(f"{k}={v}" for k, v in confusion.items())]
             if ident := critic_identification(r.records):
                 mlflow.log_metrics({f"{r.cell.label}_critic_{k}": v for k, v in ident.items() if not math.isnan(v)})
                 out += ["", f"{r.cell.label} critic vs gold correctness of its first answer (F1 < 0.5 = wrong): "

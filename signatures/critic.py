@@ -65,18 +65,26 @@ class GradeRetrieval(dspy.Signature):
     question: str = dspy.InputField()
     passage: str = dspy.InputField()
     grade: Literal["correct", "ambiguous", "incorrect"] = dspy.OutputField()
-class CritiqueAnswer(dspy.Signature):
+class CheckAnswer(dspy.Signature):
     """You check answers written from retrieved passages; no reference answer is available. Decide whether the
-    predicted answer correctly answers the question given the passages. If it does not, explain the mistake and
-    label it: pick categories and error types from the menu, and name the specific mistake in a few words."""
+    predicted answer correctly answers the question given the passages and the reasoning that led to it. If it
+    does not, explain the mistake."""
 
     question: str = dspy.InputField()
     passages: list[str] = dspy.InputField(desc="retrieved passages, numbered from 0")
+    reasoning: str = dspy.InputField(desc="how the answer was reached; may be empty")
     prediction: str = dspy.InputField(desc="the answer to check")
-    error_menu: list[str] = dspy.InputField(desc="valid labels, one 'category: error type' per entry")
     judgement: str = dspy.OutputField(desc="exactly one word: Correct or Error")
     analysis: str = dspy.OutputField(desc="one or two sentences on what is wrong and why; none if correct")
-    categories: str = dspy.OutputField(desc="categories (left of the colon in the menu), one per line; none if correct")
-    error_types: str = dspy.OutputField(desc="error types (right of the colon in the menu), one per line; none if "
-                                             "correct")
-    specifics: str = dspy.OutputField(desc="the specific mistakes, 2-5 words each, one per line; none if correct")
+
+
+class PickErrorLabels(dspy.Signature):
+    """A checker found the predicted answer wrong, for the reason given. Pick the options that name this mistake
+    at the requested level of detail, most fitting first. Use only the listed options."""
+
+    question: str = dspy.InputField()
+    prediction: str = dspy.InputField(desc="the wrong answer")
+    analysis: str = dspy.InputField(desc="why the answer is wrong")
+    level: str = dspy.InputField(desc="what kind of label to pick")
+    options: list[str] = dspy.InputField(desc="the valid labels, numbered")
+    picks: str = dspy.OutputField(desc="the numbers of the 1 or 2 fitting options, one per line")

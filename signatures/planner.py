@@ -64,9 +64,11 @@ FUNCTIONS = """\
 Retrieval(query, topk) -> documents: search the corpus; the documents are added to the evidence.
 RewriteQuery(query, instruction) -> queries: instruction "clarify" (more specific) or "expand" (more terms).
 DecomposeQuery(query) -> queries: split a multi-step question into sub-questions.
-RefineDoc(query, doc_index, instruction) -> text: change evidence document number doc_index; instruction
-  "explain", "summarize", "correct" (fix it against the other documents) or "delete" (drop an off-topic one).
-GenerateAnswer(query, docs, additional_instruction) -> answer: answer from docs (default: all evidence),
+RefineDoc(query, doc_index, instruction, docs) -> text: change document number doc_index of docs (documents, the
+  default, or the output of a Retrieval); instruction "explain", "refine" (keep what the query needs), "correct"
+  (fix it against the other documents), "delete" (drop an off-topic one), "examples" or "summarize".
+GenerateAnswer(query, docs, additional_instruction) -> answer: answer from docs: documents (the original ones),
+  found (a Retrieval's output: replacement retrieval) or [documents, found] (both: supplementary retrieval),
   following additional_instruction (what to fix in the previous answer).
 Values: quoted strings, integers, names assigned on earlier lines (queries[0] is the first query).
 Predefined names: question (the question), documents (the retrieved documents)."""
@@ -74,25 +76,29 @@ Predefined names: question (the question), documents (the retrieved documents)."
 PLAN_EXAMPLE = """\
 queries = RewriteQuery(query=question, instruction="expand")
 found = Retrieval(query=queries[0], topk=3)
-answer = GenerateAnswer(query=question, docs=found, additional_instruction="Name the person, not the film.")"""
+answer = GenerateAnswer(query=question, docs=[documents, found], additional_instruction="Name the person.")"""
 
-#: Tier-1 error category -> suggested corrective actions (function calls named as in FUNCTIONS).
+#: Tier-1 error category -> suggested corrective actions (function calls named as in FUNCTIONS), row by row after
+#: the paper's error -> action table (its Table 11), with supplementary retrieval as docs=[documents, found] and
+#: replacement retrieval as docs=found.
 ERROR_ACTIONS = {
-    "Incomplete Information": ("search again with an expanded query (RewriteQuery expand, then Retrieval) to add "
-                               "the missing facts; summarize long documents (RefineDoc summarize)"),
-    "Irrelevant Information": ("search again for the question itself to replace the off-topic documents "
-                               "(Retrieval); drop or correct documents that do not concern the question (RefineDoc "
-                               "delete or correct)"),
-    "Erroneous Information": ("fix the document that states something false (RefineDoc correct); answer again "
-                              "with an instruction that names the faulty reasoning (GenerateAnswer)"),
-    "Incomplete Response": ("search again for the question to add evidence (Retrieval); explain the documents "
-                            "(RefineDoc explain) and answer again covering every part of the question"),
+    "Incomplete Information": ("rewrite the query and search to add the missing facts (RewriteQuery expand, "
+                               "Retrieval, then GenerateAnswer with docs=[documents, found]); refine the retrieved "
+                               "documents (RefineDoc refine)"),
+    "Irrelevant Information": ("search again for the question itself and answer from what it finds instead "
+                               "(Retrieval, then GenerateAnswer with docs=found); correct the retrieved documents "
+                               "(RefineDoc correct)"),
+    "Erroneous Information": ("correct the document that states something false (RefineDoc correct); answer again "
+                              "with an instruction that corrects the faulty reasoning (GenerateAnswer)"),
+    "Incomplete Response": ("search again for the question to add evidence (Retrieval, then GenerateAnswer with "
+                            "docs=[documents, found]); give examples of the key documents (RefineDoc examples)"),
     "Inaccurate Response": ("answer again with an instruction that names the wrong step (GenerateAnswer); explain "
                             "the key documents first (RefineDoc explain)"),
-    "Off-Topic Response": ("split the question into sub-questions (DecomposeQuery) or clarify it (RewriteQuery "
-                           "clarify) and search for them (Retrieval), replacing the off-topic evidence"),
-    "Overly Verbose Response": ("summarize the documents (RefineDoc summarize); answer again briefly, without "
-                                "reusing the previous answer (GenerateAnswer)"),
+    "Off-Topic Response": ("rewrite the query and answer from what it finds instead (RewriteQuery clarify, "
+                           "Retrieval, then GenerateAnswer with docs=found); or split the question into "
+                           "sub-questions (DecomposeQuery)"),
+    "Overly Verbose Response": ("refine the documents (RefineDoc refine); answer again briefly, without relying on "
+                                "the previous answer (GenerateAnswer)"),
 }
 
 

@@ -21,8 +21,10 @@ class DecomposeQuestion(dspy.Signature):
 
 REFINE_INSTRUCTIONS = {
     "explain": "explain what the document says that bears on the query",
-    "summarize": "summarize the document in two sentences, keeping the facts the query needs",
+    "refine": "rewrite the document keeping only the facts the query needs, stated plainly",
     "correct": "rewrite the document keeping only statements that fit the query and the other evidence",
+    "examples": "restate the document's facts that bear on the query as concrete examples",
+    "summarize": "summarize the document in two sentences, keeping the facts the query needs",
 }
 
 

@@ -72,6 +72,24 @@ def test_multilingual_programs_default_to_the_multilingual_demo_set():
     assert programs.spec("rag").default_dataset == "demo" and programs.spec("mono_rag").default_dataset == "demo_culture"
 
 
+def test_each_method_takes_its_own_default_budgets_and_par2_flags_reach_it_and_are_logged():
+    def config(*argv):
+        args = cli.parser("x").parse_args(["--program", "par2", *argv])
+        s = cli.Session(args, None, None, None, None, {}, None)
+        return {name: programs.accepted_config(name, s.config) for name in ("par2", "par2_chain", "ircot", "rag")}
+
+    default = config()
+    assert default["par2"]["loops"] == default["par2_chain"]["loops"] == 5 and default["par2"]["subqueries"] == 5
+    assert default["ircot"]["loops"] == 3 and "loops" not in default["rag"]
+    assert default["par2"]["context_tokens"] == 3000 and default["par2"]["search_rerank"] == "none"
+    given = config("--loops", "2", "--subqueries", "3", "--context-tokens", "800", "--search-rerank", "embed",
+                   "--search-depth", "40")
+    assert given["ircot"]["loops"] == 2
+    keys = ("loops", "subqueries", "context_tokens", "search_rerank", "search_depth")
+    assert {k: given["par2"][k] for k in keys} == {"loops": 2, "subqueries": 3, "context_tokens": 800,
+                                                   "search_rerank": "embed", "search_depth": 40}
+
+
 def test_a_larger_slice_asks_only_the_questions_a_smaller_one_did_not(monkeypatch):
     lm = DummyLM({"question": {"answer": "Paris"}})
     monkeypatch.setattr(cli, "make_lm", lambda *a, **k: lm)

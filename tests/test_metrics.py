@@ -1,7 +1,9 @@
+import math
+
 import dspy
 import pytest
 
-from optimizers.metrics import Judge, accuracy, exact_match, f1, retrieval_scores
+from optimizers.metrics import Judge, accuracy, exact_match, f1, paragraph_id, retrieval_scores
 from programs.retrieval import Passage
 
 EX = dspy.Example(question="Capital of France?", answer="Paris", answers=["Paris", "City of Paris"])
@@ -75,3 +77,26 @@ def test_judge_lets_a_dead_judge_server_stop_the_run():
     with pytest.raises(ServerError):
         judge(EX, pred("Paris, France"))
     assert judge.failures == 0
+
+
+def test_retrieval_is_scored_by_paragraph_over_everything_retrieved_in_order_of_first_retrieval():
+    from optimizers.evaluation import record
+
+    para = {n: Passage(f"musique:0000{n}", "Kel Ora" if n < 3 else f"T{n}", f"text {n}") for n in range(1, 7)}
+    example = dspy.Example(id="q", question="?", answer="x", answers=["x"], gold_titles=["Kel Ora", "T5"],
+                           gold_ids=["musique:00001", "musique:00005"]).with_inputs("question")
+    # the writer last saw only a non-gold "Kel Ora" paragraph (same title as the gold one) and T6
+    pred = dspy.Prediction(answer="x", passages=[para[2], para[6]],
+                           retrieved=[para[2], para[3], para[1], para[4], para[6], para[5]])
+    rec = record(example, pred, {}, k=2)
+    assert rec["recall_any"] == 0.0 and rec["all_pass"] == 0.0       # @2: paragraphs 2 and 3, neither gold
+    assert rec["recall_all"] == 1.0 and rec["all_pass_all"] == 1.0 and rec["recall_any_all"] == 1.0
+    assert rec["ndcg_all"] == pytest.approx((1 / math.log2(4) + 1 / math.log2(7)) / (1 + 1 / math.log2(3)))
+    assert rec["retrieved_n"] == 6
+    by_title = record(example.copy(gold_ids=None), pred, {}, k=2)    # without paragraph ids: titles
+    assert by_title["recall_any"] == 1.0
+
+
+def test_paragraph_ids_fold_windows_and_pool_ids_into_their_source_paragraph():
+    assert paragraph_id("pool_en:musique/00012#w1") == "musique:00012" == paragraph_id("musique:00012")
+    assert paragraph_id("hotpotqa:Blue Fox") == "hotpotqa:Blue Fox"

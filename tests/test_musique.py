@@ -47,6 +47,8 @@ def test_musique_pools_paragraphs_once_per_title_and_text(tmp_path):
         ("Moss Bay", "Moss Bay is a lagoon."), ("Tova Lind", "Tova Lind was born in Kel Ora.")]
     first = next(ex for ex in bundle.examples if ex.id == "2hop__11_22")
     assert first.gold_titles == ["Kel Ora", "Tova Lind"]
+    ids = {d["text"]: f"musique:{d['id']}" for d in corpus.docs}  # gold by paragraph: the fair paragraph is not
+    assert first.gold_ids == sorted([ids["Tova Lind was born in Kel Ora."], ids["Kel Ora is a town in Norvania."]])
     assert first.answers == ["Norvania", "Republic of Norvania"] and first.type == "2hop"
     assert set(first.inputs().keys()) == {"question"}
     assert DEFAULT_SPLITS["musique"] == (20, 30, 50)

@@ -3,8 +3,10 @@ import pytest
 from dspy.utils.dummies import DummyLM
 
 import programs
+from programs.iterative import first_sentence
 from programs.par2 import esc_decision, interleave, plan_lines
-from programs.retrieval import Corpus, Retriever
+from programs.retrieval import Corpus, Passage, Retriever
+from programs.text import approx_tokens
 from tests.dummies import Queue, routed
 from tests.test_seal import P, Q, TEXTS  # the shared made-up toy world
 
@@ -47,7 +49,12 @@ TWO_SEARCHES = {"searches": "1. Blue Fox film | find the film\n- director of Blu
 
 
 def build(name, search, **config):
-    return programs.build(name, search=search, rerank="none", **config)
+    return programs.build(name, search=search, search_rerank="none", **config)
+
+
+def said(answer):
+    """A PAR2 step response: the writer's reasoning and its short answer."""
+    return {"reasoning": f"The passages lead to {answer}.", "answer": answer}
 
 
 # --- parsing ------------------------------------------------------------------------------------------------------
@@ -60,10 +67,35 @@ def test_plan_lines_strip_bullets_split_reasons_drop_repeats_and_cap_m():
     assert plan_lines("", 5) is None and plan_lines("the of\n - \n", 5) is None
 
 
+def test_plan_lines_skip_preambles_echoed_format_lines_and_json_keys():
+    text = """Here are 3 searches for the question:
+search terms | why it is needed
+```json
+{
+  "searches": [
+    {"query": "Blue Fox film director", "reason": "Identify the director"},
+    {
+      "query": "Ana Berg birthplace",
+      "reason": "Identify where she was born"
+    }
+  ]
+}
+```"""
+    assert [s.query for s in plan_lines(text, 5)] == ["Blue Fox film director", "Ana Berg birthplace"]
+    assert [s.query for s in plan_lines("Sure, here they are.\nSearches:\n1. Blue Fox | film", 5)] == ["Blue Fox"]
+
+
 def test_esc_decision_is_a_closed_set():
     assert esc_decision("STOP") == "STOP" and esc_decision("continue.") == "CONTINUE"
     assert esc_decision("STOP or CONTINUE") is None and esc_decision("unstoppable") is None
     assert esc_decision("") is None
+
+
+@pytest.mark.parametrize("text, decision", [("Don't continue", "STOP"), ("Don\u2019t CONTINUE.", "STOP"),
+                                            ("do not continue; STOP", "STOP"), ("no need to continue", "STOP"),
+                                            ("Do not stop", "CONTINUE"), ("CONTINUE, not stop", "CONTINUE")])
+def test_a_negated_decision_is_the_other_one(text, decision):
+    assert esc_decision(text) == decision
 
 
 def test_interleave_takes_each_lists_best_first_and_keeps_each_passage_once():
@@ -74,7 +106,7 @@ def test_interleave_takes_each_lists_best_first_and_keeps_each_passage_once():
 # --- PAR2 ---------------------------------------------------------------------------------------------------------
 
 def test_stop_ends_the_chain_after_one_write_and_the_anchor_is_deduplicated():
-    lm = routed({PLAN: TWO_SEARCHES, ESC: {"decision": "STOP", "next_query": ""}, ANSWER: {"answer": "Lyon"}})
+    lm = routed({PLAN: TWO_SEARCHES, ESC: {"decision": "STOP", "next_query": ""}, ANSWER: said("Lyon")})
     search = ScriptedSearch(ROUTES)
     pred = build("par2", search, k=2, loops=5)(question=Q)
     assert pred.answer == "Lyon" and search.calls == ["Blue Fox film", "director of Blue Fox"]
@@ -90,27 +122,80 @@ def test_the_hop_budget_caps_writes_and_each_continue_extends_the_context():
                 {"decision": "CONTINUE", "next_query": "Grey Elk painting"},
                 {"decision": "CONTINUE", "next_query": "Green Cat"})
     lm = routed({PLAN: {"searches": "Blue Fox film | film"}, ESC: esc,
-                 ANSWER: Queue({"answer": "1931"}, {"answer": "Ana Berg"}, {"answer": "Lyon"})})
+                 ANSWER: Queue(said("1931"), said("Ana Berg"), said("Lyon"))})
     search = ScriptedSearch({**ROUTES, "grey elk": ["Grey Elk"], "green cat": ["Green Cat"]})
     pred = build("par2", search, k=2, loops=3)(question=Q)
     assert (calls(lm, ANSWER), calls(lm, ESC)) == (3, 2)  # the last write is not followed by a decision
     assert pred.answer == "Lyon" and pred.trace["stop_reason"] == "loop_budget"
     assert search.calls == ["Blue Fox film", "Ana Berg birthplace", "Grey Elk painting"]
     assert [s["answer"] for s in pred.trace["steps"]] == ["1931", "Ana Berg", "Lyon"]
-    # the newest hits lead the context the writer sees; the anchor passages stay in it
-    assert [p.title for p in pred.passages] == ["Grey Elk", "Blue Fox", "Red Owl", "Ana Berg"]
+    # the writer sees all of C_t, every search's best first; retrieval is scored on C_t by first retrieval
+    assert [p.title for p in pred.passages] == ["Blue Fox", "Ana Berg", "Grey Elk", "Red Owl"]
+    assert [p.title for p in pred.retrieved] == ["Blue Fox", "Red Owl", "Ana Berg", "Grey Elk"]
+    assert [s["context"] for s in pred.trace["steps"]] == [2, 3, 4] and pred.trace["continued"]
+
+
+class ManySearch:
+    """Distinct made-up passages for every query: '<query> #<rank>' (so no two searches share a passage)."""
+
+    def __init__(self):
+        self.calls = []
+
+    def search(self, query, k, corpora=None):
+        self.calls.append(query)
+        return [Passage(f"toy:{query}:{i}", f"{query} #{i}", f"{query} fact {i}. " + "filler " * 40, corpus="toy")
+                for i in range(1, k + 1)]
+
+
+def prompts(lm, key):
+    return [h["messages"][-1]["content"] for h in lm.history if key in h["messages"][-1]["content"]]
+
+
+FIVE = {"searches": "\n".join(f"topic{i} | part {i}" for i in range(1, 6))}
+
+
+def test_writer_and_controller_see_the_whole_anchor_and_every_continue_adds_to_it():
+    lm = routed({PLAN: FIVE, ESC: Queue({"decision": "CONTINUE", "next_query": "bridge fact"},
+                                        {"decision": "STOP", "next_query": ""}), ANSWER: said("Lyon")})
+    pred = build("par2", ManySearch(), k=5, loops=5, subqueries=5, context_tokens=100_000)(question=Q)
+    first, second = prompts(lm, ANSWER)
+    assert all(f"[topic{i} #{r}]" in first for i in range(1, 6) for r in range(1, 6))      # all 25, not 8
+    assert all(f"[topic{i} #{r}]" in second for i in range(1, 6) for r in range(1, 6)) and "[bridge fact #5]" in second
+    assert all(f"[topic{i} #5]" in prompts(lm, ESC)[1] for i in range(1, 6))
+    assert pred.trace["context_size"] == 30 and pred.trace["context_tokens"] == 100_000
+    assert [s["shown"] for s in pred.trace["steps"]] == [25, 30]
+
+
+def test_the_context_budget_drops_the_lowest_ranked_passages_of_every_search_first():
+    lm = routed({PLAN: FIVE, ESC: Queue({"decision": "CONTINUE", "next_query": "bridge fact"},
+                                        {"decision": "STOP", "next_query": ""}), ANSWER: said("Lyon")})
+    per_passage = approx_tokens(ManySearch().search("topic1", 1)[0].format(600))
+    pred = build("par2", ManySearch(), k=5, subqueries=5, context_tokens=8 * per_passage)(question=Q)
+    second = prompts(lm, ANSWER)[1]
+    assert all(f"[topic{i} #1]" in second for i in range(1, 6)) and "[bridge fact #1]" in second  # every search's best
+    assert "[topic1 #3]" not in second and "[bridge fact #2]" not in second                   # ranks 3+ cut
+    assert pred.trace["steps"][0]["shown"] == 8 and pred.trace["context_size"] == 30
+
+
+def test_the_controller_judges_the_step_response_and_the_short_answer_is_scored():
+    lm = routed({PLAN: TWO_SEARCHES, ESC: {"decision": "STOP", "next_query": ""},
+                 ANSWER: {"reasoning": "Blue Fox was directed by Ana Berg, who was born in Lyon.", "answer": "Lyon"}})
+    pred = build("par2", ScriptedSearch(ROUTES), k=2)(question=Q)
+    assert pred.answer == "Lyon"
+    assert "Blue Fox was directed by Ana Berg, who was born in Lyon. So the answer is: Lyon" in prompts(lm, ESC)[0]
+    assert pred.trace["steps"][0]["response"].startswith("Blue Fox was directed by Ana Berg")
 
 
 def test_a_search_that_adds_nothing_new_ends_the_chain():
     lm = routed({PLAN: TWO_SEARCHES, ESC: {"decision": "CONTINUE", "next_query": "Blue Fox film again"},
-                 ANSWER: {"answer": "Lyon"}})
+                 ANSWER: said("Lyon")})
     pred = build("par2", ScriptedSearch(ROUTES), k=2, loops=5)(question=Q)
     assert pred.trace["stop_reason"] == "no_new_evidence" and calls(lm, ANSWER) == 1
 
 
 def test_unreadable_plan_is_retried_then_the_question_is_the_only_subquery():
     lm = routed({PLAN: {"searches": "the of\n-"}, ESC: {"decision": "STOP", "next_query": ""},
-                 ANSWER: {"answer": "Lyon"}})
+                 ANSWER: said("Lyon")})
     search = ScriptedSearch(ROUTES)
     pred = build("par2", search, k=2)(question=Q)
     assert calls(lm, PLAN) == 2 and search.calls == [Q]
@@ -121,14 +206,14 @@ def test_unreadable_plan_is_retried_then_the_question_is_the_only_subquery():
 def test_unreadable_esc_is_retried_then_means_stop():
     lm = routed({PLAN: TWO_SEARCHES, ESC: Queue({"decision": "maybe", "next_query": "x"},
                                                  {"decision": "CONTINUE", "next_query": "the"}),
-                 ANSWER: {"answer": "Lyon"}})
+                 ANSWER: said("Lyon")})
     pred = build("par2", ScriptedSearch(ROUTES), k=2, loops=4)(question=Q)
     assert calls(lm, ESC) == 2 and calls(lm, ANSWER) == 1  # CONTINUE without a searchable query is unreadable
     assert pred.trace["fallbacks"] == {"plan": 0, "esc": 1} and pred.trace["stop_reason"] == "esc_stop"
 
 
 def test_anchor_ablation_writes_once_and_chain_ablation_starts_from_the_question():
-    lm = routed({PLAN: TWO_SEARCHES, ESC: {"decision": "STOP", "next_query": ""}, ANSWER: {"answer": "Lyon"}})
+    lm = routed({PLAN: TWO_SEARCHES, ESC: {"decision": "STOP", "next_query": ""}, ANSWER: said("Lyon")})
     search = ScriptedSearch(ROUTES)
     pred = build("par2_anchor", search, k=2, loops=5)(question=Q)
     assert (calls(lm, PLAN), calls(lm, ANSWER), calls(lm, ESC)) == (1, 1, 0)
@@ -136,7 +221,7 @@ def test_anchor_ablation_writes_once_and_chain_ablation_starts_from_the_question
 
     lm = routed({PLAN: TWO_SEARCHES, ESC: Queue({"decision": "CONTINUE", "next_query": "Red Owl"},
                                                  {"decision": "STOP", "next_query": ""}),
-                 ANSWER: {"answer": "Lyon"}})
+                 ANSWER: said("Lyon")})
     search = ScriptedSearch(ROUTES)
     pred = build("par2_chain", search, k=2, loops=5)(question=Q)
     assert calls(lm, PLAN) == 0 and search.calls == [Q, "Red Owl"]
@@ -144,7 +229,7 @@ def test_anchor_ablation_writes_once_and_chain_ablation_starts_from_the_question
 
 
 def test_subqueries_go_to_search_many_in_one_batch_when_the_retriever_has_it():
-    routed({PLAN: TWO_SEARCHES, ESC: {"decision": "STOP", "next_query": ""}, ANSWER: {"answer": "Lyon"}})
+    routed({PLAN: TWO_SEARCHES, ESC: {"decision": "STOP", "next_query": ""}, ANSWER: said("Lyon")})
     search = BatchSearch(ROUTES)
     build("par2", search, k=2)(question=Q)
     assert search.batches == [["Blue Fox film", "director of Blue Fox"]]
@@ -153,11 +238,11 @@ def test_subqueries_go_to_search_many_in_one_batch_when_the_retriever_has_it():
 def test_par2_runs_on_the_real_retriever_with_the_embedding_reranker(embedder):
     docs = [{"id": str(i), "title": t, "text": x} for i, (t, x) in enumerate(TEXTS.items())]
     search = Retriever([Corpus("toy", docs)], embedder=embedder)
-    lm = routed({PLAN: TWO_SEARCHES, ESC: {"decision": "STOP", "next_query": ""}, ANSWER: {"answer": "Lyon"}})
-    pred = programs.build("par2", search=search, k=2, depth=4, rerank="embed")(question=Q)
+    lm = routed({PLAN: TWO_SEARCHES, ESC: {"decision": "STOP", "next_query": ""}, ANSWER: said("Lyon")})
+    pred = programs.build("par2", search=search, k=2, search_depth=4, search_rerank="embed")(question=Q)
     assert pred.answer == "Lyon" and len({p.id for p in pred.passages}) == len(pred.passages) <= 4
     assert "Blue Fox" in [p.title for p in pred.passages] and calls(lm, ESC) == 1
-    with pytest.raises(ValueError, match="loops, subqueries and k >= 1"):
+    with pytest.raises(ValueError, match="loops, subqueries, k and context_tokens >= 1"):
         programs.build("par2", search=search, loops=0)
 
 
@@ -209,6 +294,27 @@ def test_ircot_searches_each_thought_until_one_states_the_answer():
     assert pred.trace["stop_reason"] == "answered" and pred.trace["iterations"] == 2
     assert pred.answer == "Lyon" and calls(lm, ANSWER) == 1
     assert [p.title for p in pred.passages] == ["Blue Fox", "Red Owl", "Ana Berg"]  # newest hits first
+    assert [p.title for p in pred.retrieved] == ["Ana Berg", "Blue Fox", "Red Owl"]  # by first retrieval
+
+
+@pytest.mark.parametrize("text, sentence", [
+    ("The U.S. President in 1931 was Hoover. Next.", "The U.S. President in 1931 was Hoover."),
+    ("Dr. Ana Berg directed it. She was born in Lyon.", "Dr. Ana Berg directed it."),
+    ("J. R. R. Tolkien wrote it! Then more.", "J. R. R. Tolkien wrote it!"),
+    ("So the answer is: U.S.", "So the answer is: U.S."), ("No period here", "No period here")])
+def test_ircot_thoughts_are_not_cut_at_abbreviations(text, sentence):
+    assert first_sentence(text) == sentence
+
+
+def test_react_on_multiple_choice_records_the_agents_steps_and_no_parse_failure():
+    lm = routed({REACT: Queue({"next_thought": "Find the director.", "next_tool_name": "search",
+                               "next_tool_args": '{"query": "Blue Fox director"}'},
+                              {"next_thought": "Done.", "next_tool_name": "finish", "next_tool_args": "{}"}),
+                 EXTRACT: {"reasoning": "Ana Berg was born in Lyon.", "answer": "Lyon"}, ANSWER: {"answer": "A"}})
+    pred = programs.build("react", search=ScriptedSearch(ROUTES), k=2, loops=4)(
+        question=Q, options={"A": "Lyon", "B": "Paris"})
+    assert pred.answer == "A" and pred.trace["stop_reason"] == "finish" and pred.trace["tools"] == ["search", "finish"]
+    assert pred.trace["parse_failures"] == 0
 
 
 def test_ircot_respects_the_budget_and_counts_unusable_thoughts():
@@ -236,8 +342,8 @@ def test_paired_recall_test_against_par2():
     text, metrics = paired([ref, other], ref)
     # differences: four 0s and four 1s (mean 0.5, sd 0.535): t = 2.65 on 7 df, two-sided p = 0.033
     assert metrics["rag_vs_par2_ttest_recall_p"] == pytest.approx(0.0331, abs=1e-3)
-    assert "| rag | 8 | 0.500 | - | - | 1.000 | 0.033 |" in text  # one ESC fallback per question
-    assert "| par2 | 8 | 1.000 | - | - | 0.000 | - |" in text
+    assert "| rag | 8 | 0.500 | - | - | - | - | - | - | 1.000 | 0 | 0.033 |" in text  # one ESC fallback per question
+    assert "| par2 | 8 | 1.000 | - | - | - | - | - | - | 0.000 | 0 | - |" in text
 
 
 def test_compare_script_runs_programs_and_budgets_in_one_run(monkeypatch, capsys, embedder):

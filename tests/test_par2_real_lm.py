@@ -18,7 +18,7 @@ def test_par2_plans_anchors_and_stops_within_its_budget_on_the_demo(monkeypatch)
     init_dspy(make_lm("local:qwen-0.5b", cache=False), cache=False)
     bundle = data.load("demo")
     examples = data.split(bundle.examples, 0, 2, 0, seed=13).dev
-    program = programs.build("par2", search=Retriever(bundle.corpora), k=2, loops=2, subqueries=2, max_passages=4)
+    program = programs.build("par2", search=Retriever(bundle.corpora), k=2, loops=2, subqueries=2, context_tokens=600)
     records, summary = evaluate(program, examples, answer_metrics(bundle.task), k=4)
     assert summary["failed_examples"] == 0 and summary["prompt_tokens"] > 0
     for r in records:

@@ -1,7 +1,9 @@
 """RAG-Critic: taxonomy, critic label snapping, typed plans and their rejection, the dispatcher, the program and
 its Self-Refine baseline, and the error profile -- on DummyLM with a scripted search and a made-up taxonomy."""
+import re
 from pathlib import Path
 
+import dspy
 import mlflow
 import pytest
 from dspy.utils.dummies import DummyLM
@@ -12,12 +14,13 @@ from optimizers import cli
 from optimizers import error_profile as ep
 from programs.error_critic import ErrorCritic, parse_verdict
 from programs.executor import PlanExecutor
-from programs.plan import PlanError, parse_plan
+from programs.plan import REFINE_OPTIONS, PlanError, grammar, parse_plan
 from programs.rag_critic import RAGCritic
 from programs.retrieval import Passage
 from programs.self_refine import SelfRefine
-from programs.taxonomy import load_taxonomy, snap, split_labels
+from programs.taxonomy import load_taxonomy, snap
 from runtime.roles import Roles, assign_roles
+from signatures.planner import ERROR_ACTIONS, FUNCTIONS
 from tests.dummies import Queue, routed
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -52,12 +55,18 @@ def prompts(lm, *markers):
 INSTRUCTED, CRITIC, PLAN, REWRITE, REFINE = ("[[ ## instruction ## ]]\n", "`[[ ## judgement ## ]]`",
                                              "`[[ ## plan ## ]]`", "`[[ ## queries ## ]]`", "`[[ ## rewritten ## ]]`")
 REVISE, FEEDBACK, WRITER = "[[ ## previous_answer ## ]]", "`[[ ## verdict ## ]]`", "`[[ ## answer ## ]]`"
+def said(answer):
+    """A writer reply with its reasoning (rag_critic's writer reasons; the critic reads it)."""
+    return {"reasoning": f"The passages point to {answer}.", "answer": answer}
+
+
 CORRECT = {"judgement": "Correct", "analysis": "none", "categories": "none", "error_types": "none",
            "specifics": "none"}
-ERROR = {"judgement": "Error", "analysis": "It names the film, not the birthplace of its director.",
-         "categories": "Incomplete Information\nInaccurate Respons",            # typo: snapped
-         "error_types": "Wrong Entity\nMade Up Label Xyz",                      # second: dropped
-         "specifics": "Second Hop Missing"}
+ERROR = {"judgement": "Error", "analysis": "It names the film, not the birthplace of its director."}
+T1, T2, T3 = (f"[[ ## level ## ]]\n{level}" for level in ErrorCritic.LEVELS)  # the critic's label calls, by tier
+LABELS = {T1: {"picks": "5\nIncomplete Informaton"},                          # by number; a typo: snapped
+          T2: {"picks": "Wrong Entity\nMade Up Label Xyz"},                    # second: dropped
+          T3: {"picks": "2"}}
 
 
 @pytest.fixture
@@ -91,25 +100,56 @@ def test_labels_snap_to_the_nearest_valid_one_or_are_dropped(taxonomy):
     assert snap("wrong  entity.", taxonomy.tier2) == "Wrong Entity"
     assert snap("Inaccurate Respons", taxonomy.tier1) == "Inaccurate Response"
     assert snap("Banana", taxonomy.tier1) is None
-    assert split_labels("- Inaccurate Response: Wrong Entity\n2. Bad Inference, none") == ["Wrong Entity",
-                                                                                          "Bad Inference"]
 
 
 @pytest.mark.parametrize("text, verdict", [("Correct", "Correct"), ("Error.", "Error"), ("incorrect", "Error"),
                                            ("The answer is not correct", "Error"), ("no errors", "Correct"),
-                                           ("maybe", None)])
+                                           ("maybe", None), ("The answer is correct.", "Correct"),
+                                           ("not entirely correct", "Error"), ("isn't fully correct", "Error"),
+                                           ("isn\u2019t fully correct", "Error"), ("Partially correct", "Error"),
+                                           ("Yes, there is an error", "Error"), ("Yes", None),
+                                           ("the passages are correct but the answer is wrong", "Error"),
+                                           ("It doesn\u2019t look correct", "Error"),
+                                           ("Correct, no mistakes.", "Correct"),
+                                           ("mostly correct", "Error"), ("No, there is an error.", "Error")])
 def test_verdicts(text, verdict):
     assert parse_verdict(text) == verdict
 
 
-def test_critic_keeps_only_valid_labels_and_counts_the_rest(taxonomy):
-    routed({CRITIC: ERROR})
-    c = ErrorCritic(taxonomy)(question=Q, passages=[P["Blue Fox"]], prediction="Blue Fox")
-    assert c.verdict == "Error" and c.flagged
-    assert c.tier3 == ["Second Hop Missing"]
-    assert c.tier2 == ["Wrong Entity", "Missing Evidence"]                          # + parent of the tier-3 label
-    assert c.tier1 == ["Incomplete Information", "Inaccurate Response"]
-    assert (c.snapped, c.dropped) == (1, 1)
+def test_the_critic_labels_coarse_to_fine_among_each_tiers_children(taxonomy):
+    lm = routed({CRITIC: ERROR, **LABELS})
+    c = ErrorCritic(taxonomy)(question=Q, passages=[P["Blue Fox"]], prediction="Blue Fox",
+                              reasoning="Blue Fox is the film in the first passage.")
+    assert c.verdict == "Error" and c.flagged and "Blue Fox is the film in the first passage." in prompts(lm, CRITIC)[0]
+    assert c.tier1 == ["Inaccurate Response", "Incomplete Information"] and (c.snapped, c.dropped) == (1, 1)
+    tier2 = prompts(lm, T2)[0]                                  # only the chosen categories' error types
+    assert all(t in tier2 for t in ("Wrong Entity", "Bad Inference", "Missing Evidence")) and "Rambling" not in tier2
+    assert c.tier2 == ["Wrong Entity"]
+    tier3 = prompts(lm, T3)[0]                                  # only the chosen type's labels; nothing propagates up
+    assert "Confused Two People" in tier3 and "Second Hop Missing" not in tier3 and c.tier3 == ["Wrong Date"]
+
+
+def test_a_correct_verdict_asks_for_no_labels_and_a_single_option_needs_no_call(taxonomy):
+    lm = routed({CRITIC: CORRECT, **LABELS})
+    assert ErrorCritic(taxonomy)(question=Q, passages=[], prediction="Lyon").tier1 == [] and len(lm.history) == 1
+    lm = routed({CRITIC: ERROR, T1: {"picks": "Overly Verbose Response"}})
+    c = ErrorCritic(taxonomy)(question=Q, passages=[], prediction="Lyon, which is a city in France, ...")
+    assert (c.tier1, c.tier2, c.tier3) == (["Overly Verbose Response"], ["Rambling Answer"], ["Too Long"])
+    assert len(lm.history) == 2                                 # verdict + tier 1; tiers 2 and 3 had one option
+
+
+def test_labels_with_commas_and_colons_stay_whole_and_tier3_is_shortlisted_by_similarity():
+    from programs.taxonomy import Taxonomy
+
+    labels = ["Misreading dates, names or numbers", "Ratio: wrong units", *(f"Filler label {i}" for i in range(12))]
+    tax = Taxonomy.from_entries([{"idx": 0, "tag1": "Inaccurate Response", "tag2": "Wrong Entity", "tag3": labels},
+                                 {"idx": 1, "tag1": "Off-Topic Response", "tag2": "Other", "tag3": ["X"]}])
+    lm = routed({CRITIC: {"judgement": "Error", "analysis": "It misreads the dates and names in the passage."},
+                 T1: {"picks": "1"}, T3: {"picks": "Misreading dates, names or numbers\nRatio: wrong units"}})
+    c = ErrorCritic(tax, shortlist=4)(question=Q, passages=[], prediction="1931")
+    assert c.tier3 == ["Misreading dates, names or numbers", "Ratio: wrong units"] and c.dropped == 0
+    assert "Misreading dates, names or numbers" in prompts(lm, T3)[0]
+    assert sum(f"Filler label {i}" in prompts(lm, T3)[0] for i in range(12)) == 2   # 4 of the 14 shown
 
 
 # --- plans ----------------------------------------------------------------------------------------------------
@@ -152,6 +192,31 @@ def test_plans_are_cut_at_the_step_cap():
     assert len(plan.steps) == 3 and truncated
 
 
+def test_a_cut_plan_keeps_its_final_answer_step_and_its_instruction():
+    text = ("q0 = DecomposeQuery(question)\nq1 = DecomposeQuery(question)\nfound = Retrieval(query=q1[0])\n"
+            "answer = GenerateAnswer(query=question, docs=found, additional_instruction='Name a city.')")
+    plan, truncated = parse_plan(text, max_steps=3)
+    assert truncated and [s.call.function for s in plan.steps] == ["DecomposeQuery", "DecomposeQuery",
+                                                                   "GenerateAnswer"]
+    answer = plan.steps[-1].call
+    assert answer.additional_instruction == "Name a city." and answer.docs is None  # 'found' was cut: all evidence
+
+
+def test_the_fallback_parser_keeps_continuation_lines_of_a_multi_line_call():
+    text = """I will search for the director first.
+found = Retrieval(query="Blue Fox director",
+                  topk=2)
+Then I answer (with care):
+answer = GenerateAnswer(query=question,
+    docs=[found, documents],
+    additional_instruction="Name a city.")
+This should fix it."""
+    plan, _ = parse_plan(text)
+    assert plan.lines() == ["found = Retrieval(query='Blue Fox director', topk=2)",
+                            "answer = GenerateAnswer(query=question, docs=[found, documents], "
+                            "additional_instruction='Name a city.')"]
+
+
 # --- dispatcher -----------------------------------------------------------------------------------------------
 
 def test_executor_runs_steps_in_order_and_resolves_references():
@@ -181,6 +246,61 @@ def test_executor_edits_evidence_adds_a_final_answer_and_logs_bad_indices():
     assert "[Red Owl]" not in prompts(lm, INSTRUCTED, WRITER)[0] and out.answer == "Ana Berg"
 
 
+def test_a_name_left_unassigned_by_a_failed_step_is_a_step_error_and_the_fallback_answers():
+    search = ScriptedSearch()
+    lm = routed({REWRITE: {"nothing": "parseable"}, INSTRUCTED: {"answer": "Lyon"}})
+    plan, _ = parse_plan("qs = RewriteQuery(query=question, instruction='expand')\n"
+                         "found = Retrieval(query=qs[0], topk=2)\n"
+                         "a = GenerateAnswer(query=question, docs=found, additional_instruction='Name a city.')")
+    out = PlanExecutor(search)(plan=plan, question=Q, passages=[P["Blue Fox"], P["Red Owl"]])
+    assert [s["ok"] for s in out.steps] == [False, False, False, True] and search.calls == []
+    assert "'qs' has no value" in out.steps[1]["error"] and "'found' has no value" in out.steps[2]["error"]
+    assert out.steps[-1]["added"] and out.answer == "Lyon"                      # the fallback: all current evidence
+    assert [p.title for p in out.passages] == ["Blue Fox", "Red Owl"]
+
+
+def test_an_index_out_of_range_is_a_step_error_inside_the_program(taxonomy):
+    plan = ("queries = DecomposeQuery(query=question)\nfound = Retrieval(query=queries[2], topk=2)\n"
+            "answer = GenerateAnswer(query=question, docs=found, additional_instruction='x')")
+    routed({CRITIC: ERROR, PLAN: {"plan": plan}, "`[[ ## sub_questions ## ]]`": {"sub_questions": "Who?\nWhere?"},
+            INSTRUCTED: {"answer": "Lyon"}, WRITER: said("Blue Fox")})
+    pred = build(taxonomy)(question=Q)
+    assert pred.answer == "Lyon" and [s["ok"] for s in pred.steps] == [True, False, False, True]
+    assert "queries[2] is out of range" in pred.steps[1]["error"]
+
+
+def test_a_plan_adds_found_evidence_to_the_originals_and_refines_a_found_document():
+    search = ScriptedSearch({"Ana Berg": ("Ana Berg", "Grey Elk")})
+    lm = routed({REFINE: {"rewritten": "For example, Ana Berg was born in Lyon."}, INSTRUCTED: {"answer": "Lyon"}})
+    # the grammar's own spelling of supplementary retrieval and of a RefineDoc on found documents
+    plan, _ = parse_plan('found = Retrieval(query="Ana Berg", topk=2)\n'
+                         'fixed = RefineDoc(query=question, doc_index=0, instruction="examples", docs=found)\n'
+                         'answer = GenerateAnswer(query=question, docs=[documents, found], additional_instruction="x")')
+    out = PlanExecutor(search)(plan=plan, question=Q, passages=[P["Blue Fox"], P["Red Owl"]])
+    assert all(s["ok"] for s in out.steps) and out.answer == "Lyon"
+    assert [p.title for p in out.passages] == ["Blue Fox", "Red Owl", "Ana Berg", "Grey Elk"]   # originals + found
+    assert out.passages[2].text == "For example, Ana Berg was born in Lyon."            # the found one, refined
+    assert "concrete examples" in prompts(lm, REFINE)[0]
+    value, rules = grammar(3)
+    assert 'plan-docs1 ::= "documents" | "found" | "[documents, found]"' in rules
+    assert '(", docs=found")?' in rules and '"examples"' in rules and '"refine"' in rules
+
+
+def test_the_error_action_table_follows_the_papers_rows_in_the_plan_language():
+    rows = {"Incomplete Information": ("RewriteQuery expand", "docs=[documents, found]", "RefineDoc refine"),
+            "Irrelevant Information": ("Retrieval", "docs=found", "RefineDoc correct"),
+            "Erroneous Information": ("RefineDoc correct", "GenerateAnswer"),
+            "Incomplete Response": ("Retrieval", "docs=[documents, found]", "RefineDoc examples"),
+            "Inaccurate Response": ("GenerateAnswer", "RefineDoc explain"),
+            "Off-Topic Response": ("RewriteQuery clarify", "docs=found", "DecomposeQuery"),
+            "Overly Verbose Response": ("RefineDoc refine", "without relying on the previous answer")}
+    assert set(ERROR_ACTIONS) == set(rows)
+    for category, actions in rows.items():
+        assert all(a in ERROR_ACTIONS[category] for a in actions), category
+    for instruction in re.findall(r"RefineDoc (\w+)", " ".join(ERROR_ACTIONS.values())):
+        assert instruction in REFINE_OPTIONS and instruction in FUNCTIONS
+
+
 # --- the program ----------------------------------------------------------------------------------------------
 
 def build(taxonomy, search=None, **config):
@@ -188,7 +308,7 @@ def build(taxonomy, search=None, **config):
 
 
 def test_correct_verdict_skips_planning_and_execution(taxonomy):
-    lm = routed({CRITIC: CORRECT, PLAN: {"plan": "a = GenerateAnswer(question)"}, WRITER: {"answer": "Lyon"}})
+    lm = routed({CRITIC: CORRECT, PLAN: {"plan": "a = GenerateAnswer(question)"}, WRITER: said("Lyon")})
     pred = build(taxonomy)(question=Q)
     assert pred.answer == "Lyon" and pred.plan is None and pred.steps == []
     assert pred.trace["stop_reason"] == "critic_correct" and not pred.trace["flagged"]
@@ -198,32 +318,35 @@ def test_correct_verdict_skips_planning_and_execution(taxonomy):
 def test_flagged_answer_is_corrected_by_the_executed_plan(taxonomy):
     search = ScriptedSearch({"Ana Berg": ("Ana Berg",)})
     plan = "found = Retrieval(query='Ana Berg birthplace', topk=1)\nanswer = GenerateAnswer(question, [found, documents])"
-    lm = routed({CRITIC: ERROR, PLAN: {"plan": plan}, INSTRUCTED: {"answer": "Lyon"}, WRITER: {"answer": "Blue Fox"}})
+    lm = routed({CRITIC: ERROR, **LABELS, PLAN: {"plan": plan}, INSTRUCTED: {"answer": "Lyon"},
+                 WRITER: said("Blue Fox")})
     pred = build(taxonomy, search)(question=Q)
     assert pred.answer == "Lyon" and pred.trace["flagged"] and pred.trace["plans_valid"] == 1
     assert [s["function"] for s in pred.steps] == ["Retrieval", "GenerateAnswer"]
     assert [p.title for p in pred.passages] == ["Ana Berg", "Blue Fox", "Red Owl"]
     assert pred.trace["queries"] == [Q, "Ana Berg birthplace"]
-    assert pred.tags["tier1"] == ["Incomplete Information", "Inaccurate Response"]
+    assert pred.trace["plans_supplementary"] == 1 and pred.trace["plans_clean"] == 1  # originals + found, no error
+    assert pred.tags["tier1"] == ["Inaccurate Response", "Incomplete Information"]
     assert pred.trace["labels_snapped"] == 1 and pred.trace["labels_dropped"] == 1
     planner_prompt = prompts(lm, PLAN)[0]
-    assert "Incomplete Information: search again" in planner_prompt and "Off-Topic Response:" not in planner_prompt
+    assert "Incomplete Information: rewrite the query" in planner_prompt and "Off-Topic Response:" not in planner_prompt
 
 
 def test_invalid_plan_falls_back_to_one_answer_on_the_original_evidence(taxonomy):
     search = ScriptedSearch()
     lm = routed({CRITIC: ERROR, PLAN: {"plan": "x = Search(query=question)"}, INSTRUCTED: {"answer": "Lyon"},
-                 WRITER: {"answer": "Blue Fox"}})
+                 WRITER: said("Blue Fox")})
     pred = build(taxonomy, search)(question=Q)
     assert pred.answer == "Lyon" and pred.trace["fallbacks"] == 1 and pred.trace["plans_valid"] == 0
     assert "unknown function Search" in pred.trace["rounds"][0]["plan_error"]
     assert [s["function"] for s in pred.steps] == ["GenerateAnswer"] and len(search.calls) == 1
+    assert pred.trace["plans_supplementary"] == 0 and pred.trace["plans_clean"] == 0
     assert "It names the film" in prompts(lm, INSTRUCTED, WRITER)[0]                       # the critique guides it
 
 
 def test_second_round_critiques_the_corrected_answer(taxonomy):
     lm = routed({CRITIC: Queue(ERROR, CORRECT), PLAN: {"plan": "a = GenerateAnswer(question)"},
-                 INSTRUCTED: {"answer": "Lyon"}, WRITER: {"answer": "Blue Fox"}})
+                 INSTRUCTED: {"answer": "Lyon"}, WRITER: said("Blue Fox")})
     pred = build(taxonomy, rounds=2)(question=Q)
     assert pred.trace["iterations"] == 2 and pred.trace["stop_reason"] == "critic_correct"
     assert [r["answer_in"] for r in pred.trace["rounds"]] == ["Blue Fox", "Lyon"] and len(prompts(lm, CRITIC)) == 2
@@ -234,8 +357,8 @@ def test_critic_and_planner_predictors_take_their_role_lms(taxonomy):
     writer, critic, planner = DummyLM([]), DummyLM([]), DummyLM([])
     assign_roles(program, Roles(writer=writer, critic=critic, planner=planner))
     lms = {name: p.lm for name, p in program.named_predictors()}
-    assert lms["critic.judge"] is critic and lms["planner"] is planner
-    assert lms["writer.short"] is writer and lms["executor.generate"] is writer
+    assert lms["critic.judge"] is critic and lms["critic.label"] is critic and lms["planner"] is planner
+    assert lms["writer.short.predict"] is writer and lms["executor.generate"] is writer
 
 
 def test_registry_builds_rag_critic_and_self_refine(taxonomy):
@@ -248,10 +371,32 @@ def test_registry_builds_rag_critic_and_self_refine(taxonomy):
 def test_self_refine_revises_on_its_own_feedback_and_stops_when_satisfied():
     lm = routed({FEEDBACK: Queue({"verdict": "Error", "feedback": "Give the birthplace."},
                                  {"verdict": "Correct", "feedback": "none"}),
-                 REVISE: {"answer": "Lyon"}, WRITER: {"answer": "Blue Fox"}})
+                 REVISE: {"answer": "Lyon"}, WRITER: said("Blue Fox")})
     pred = SelfRefine(ScriptedSearch(), k=2, rounds=3)(question=Q)
     assert pred.answer == "Lyon" and pred.trace["stop_reason"] == "self_correct" and pred.trace["iterations"] == 2
     assert "Give the birthplace." in prompts(lm, REVISE)[0] and len(lm.history) == 4
+
+
+def test_self_refine_runs_rounds_until_its_feedback_finds_no_error_within_the_budget():
+    lm = routed({FEEDBACK: Queue({"verdict": "Error", "feedback": "Give the birthplace."},
+                                 {"verdict": "It is not entirely correct", "feedback": "Name the city."},
+                                 {"verdict": "Correct", "feedback": "none"}),
+                 REVISE: Queue({"answer": "France"}, {"answer": "Lyon"}), WRITER: said("Blue Fox")})
+    pred = SelfRefine(ScriptedSearch(), k=2)(question=Q)                                   # the default budget
+    assert pred.answer == "Lyon" and pred.trace["stop_reason"] == "self_correct" and pred.trace["iterations"] == 3
+    routed({FEEDBACK: {"verdict": "Error", "feedback": "Fix it."}, REVISE: {"answer": "Paris"},
+            WRITER: said("Blue Fox")})
+    pred = SelfRefine(ScriptedSearch(), k=2)(question=Q)
+    assert pred.answer == "Paris" and pred.trace["stop_reason"] == "unchanged" and pred.trace["iterations"] == 2
+    args = cli.parser("x").parse_args(["--program", "self_refine", "--rounds", "5"])
+    config = cli.Session(args, None, None, None, None, {}, None).config
+    assert programs.accepted_config("self_refine", config)["rounds"] == 5
+
+
+def test_self_refine_on_multiple_choice_makes_no_feedback_call():
+    lm = routed({FEEDBACK: {"verdict": "Error", "feedback": "x"}, WRITER: said("A")})
+    pred = SelfRefine(ScriptedSearch(), k=2)(question=Q, options={"A": "Lyon", "B": "Paris"})
+    assert pred.answer == "A" and not prompts(lm, FEEDBACK) and pred.trace["stop_reason"] == "multiple_choice"
 
 
 # --- error profile --------------------------------------------------------------------------------------------
@@ -266,11 +411,11 @@ def records():
 
 
 def test_error_profile_counts_labels_of_wrong_answers_only(taxonomy, tmp_path):
-    lm = routed({CRITIC: ERROR})
+    lm = routed({CRITIC: ERROR, **LABELS})
     recs = records()
     lookup = {p.id: p for p in P.values()}
     result = ep.profile(recs, ErrorCritic(taxonomy), lookup)
-    assert result["n_wrong"] == 1 and len(lm.history) == 1
+    assert result["n_wrong"] == 1 and len(lm.history) == 4                        # verdict + one call per tier
     assert "[Red Owl]" in lm.history[0]["messages"][-1]["content"]                 # evidence rebuilt from ids
     assert result["tier1"] == {"Incomplete Information": 1, "Inaccurate Response": 1}
     md = ep.table(result, taxonomy)
@@ -281,7 +426,8 @@ def test_error_profile_counts_labels_of_wrong_answers_only(taxonomy, tmp_path):
 
 
 def test_evaluate_error_profile_logs_table_and_chart(taxonomy, monkeypatch):
-    lm = DummyLM({"`[[ ## judgement ## ]]`": ERROR, "question": {"answer": "Paris"}})
+    lm = DummyLM({"`[[ ## judgement ## ]]`": ERROR, "`[[ ## picks ## ]]`": {"picks": "5"},
+                  "question": {"answer": "Paris"}})
     monkeypatch.setattr(cli, "make_lm", lambda *a, **k: lm)
     evaluate.main(["--program", "rag", "--dataset", "demo", "--dev", "2", "--k", "2", "--error-profile"])
     run = mlflow.search_runs(output_format="list")[0]
@@ -296,7 +442,8 @@ def test_compare_script_runs_the_suite_and_profiles_the_named_program(taxonomy, 
     sys.path.insert(0, str(Path(__file__).parent.parent / "scripts"))
     import rag_critic_compare
 
-    lm = DummyLM({"`[[ ## judgement ## ]]`": ERROR, "question": {"answer": "Paris"}})
+    lm = DummyLM({"`[[ ## judgement ## ]]`": ERROR, "`[[ ## picks ## ]]`": {"picks": "5"},
+                  "question": {"answer": "Paris"}})
     monkeypatch.setattr(cli, "make_lm", lambda *a, **k: lm)
     summaries = rag_critic_compare.main(["--dataset", "demo", "--train", "0", "--dev", "0", "--test", "2", "--k", "2",
                                          "--programs", "rag", "direct", "--error-profile", "rag"])
@@ -308,6 +455,23 @@ def test_compare_script_runs_the_suite_and_profiles_the_named_program(taxonomy, 
     assert parent.data.metrics["error_profile_n_wrong"] == 2 and len(runs) == 3
     artifacts = {a.path for a in mlflow.MlflowClient().list_artifacts(parent.info.run_id)}
     assert {"leaderboard.md", "report.md", "error_profile"} <= artifacts
+
+
+def test_compare_script_counts_the_critics_confusion_against_the_judge_on_first_answers():
+    import sys
+    from types import SimpleNamespace
+    sys.path.insert(0, str(Path(__file__).parent.parent / "scripts"))
+    import rag_critic_compare
+
+    def rec(qid, first, verdict):
+        return {"id": qid, "trace": {"rounds": [{"answer_in": first, "critique": {"verdict": verdict}}]}}
+    examples = [dspy.Example(id=str(i), question=Q, answers=["Lyon"]).with_inputs("question") for i in range(4)]
+    session = SimpleNamespace(splits=SimpleNamespace(train=[], dev=[], test=examples),
+                              judge=lambda ex, pred: float(pred.answer == "Lyon"))
+    recs = [rec("0", "Lyon", "Correct"), rec("1", "Paris", "Error"), rec("2", "Lyon", "Error"),
+            rec("3", "Rome", "Correct"), {"id": "4", "trace": {}}]
+    assert rag_critic_compare.judge_confusion(recs, session) == {"flagged_wrong": 1, "flagged_right": 1,
+                                                                 "passed_wrong": 1, "passed_right": 1}
 
 
 def test_error_profile_without_taxonomy_stops_before_evaluating(tmp_path, monkeypatch, capsys):
@@ -337,14 +501,15 @@ def test_compare_script_reads_flags_plans_and_critic_accuracy_from_traces():
     import critic_eval
     import rag_critic_compare
 
-    def rec(first, verdict, valid, tier1=()):
+    def rec(first, verdict, valid, tier1=(), supplementary=0):
         rounds = [{"answer_in": first, "passages_in": [], "critique": {"verdict": verdict, "tier1": list(tier1)}}]
         return {"id": first, "question": Q, "gold": "Lyon", "trace": {
             "flagged": verdict != "Correct", "plans": int(valid is not None), "plans_valid": int(bool(valid)),
-            "rounds": rounds}}
+            "plans_supplementary": supplementary, "plans_clean": int(bool(valid)), "rounds": rounds}}
     recs = [rec("Lyon", "Correct", None), rec("Paris", "Error", True, ["Inaccurate Response"]),
-            rec("Rome", "Error", False), rec("Lyon city", "Error", True)]
-    assert rag_critic_compare.behaviour(recs) == {"flagged": 0.75, "plans": 3, "plans_valid": pytest.approx(2 / 3)}
+            rec("Rome", "Error", False), rec("Lyon city", "Error", True, supplementary=1)]
+    assert rag_critic_compare.behaviour(recs) == {"flagged": 0.75, "plans": 3, "plans_valid": pytest.approx(2 / 3),
+                                                  "plans_supplementary": 1, "plans_clean": 2}
     ident = rag_critic_compare.critic_identification(recs)
     assert ident["error_recall"] == 1.0 and ident["correct_recall"] == 0.5 and ident["n_wrong"] == 2
     items = critic_eval.first_rounds(recs)
