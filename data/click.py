@@ -7,12 +7,11 @@ question. Questions are Korean: ``lang`` = ``source_lang`` = ``ko`` (mid resourc
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import dspy
 
-from data import Bundle, require_file
+from data import Bundle, read_json, require_file
 
 LETTERS = "ABCDEFGH"
 
@@ -42,7 +41,7 @@ def load(root: Path | None) -> Bundle:
     folder = require_file(root, "click/Culture")
     examples, skipped = [], 0
     for path in sorted(folder.glob("**/*.json")):
-        for record in json.loads(path.read_text(encoding="utf-8")):
+        for record in read_json(path):
             example = to_example(path, record)
             if example is None:
                 skipped += 1
