@@ -4,6 +4,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import logging
 import os
 import random
 from collections import Counter
@@ -96,15 +97,22 @@ def read_jsonl(path: Path, required: tuple[str, ...] = ()) -> Iterator[dict]:
             yield row
 
 
-def read_json(path: Path):
-    """A whole JSON file; not UTF-8 or not JSON is a one-line ``ValueError`` naming the file and line."""
+def utf8_text(path: Path) -> str:
+    """The text of a UTF-8 file; other bytes are a one-line ``ValueError`` naming the file and line."""
     raw = Path(path).read_bytes()
     try:
-        return json.loads(raw.decode("utf-8-sig"))
+        return raw.decode("utf-8-sig")
     except UnicodeDecodeError as err:
         line = raw[:err.start].count(b"\n") + 1
         raise ValueError(f"{path} line {line}: not UTF-8 text (byte {raw[err.start]:#04x}); re-save the file as "
                          "UTF-8") from None
+
+
+def read_json(path: Path):
+    """A whole JSON file; not UTF-8 or not JSON is a one-line ``ValueError`` naming the file and line."""
+    text = utf8_text(path)
+    try:
+        return json.loads(text)
     except json.JSONDecodeError as err:
         raise ValueError(f"{path} line {err.lineno}: not valid JSON ({err.msg} at column {err.colno}); the file is "
                          "damaged: fix it or fetch it again") from None
@@ -112,12 +120,18 @@ def read_json(path: Path):
 
 def load_records(files: list[Path]):
     """The rows of JSON/JSONL (or parquet) release files through HF ``datasets``, Arrow-cached in the project. A
-    JSON file it cannot read is read again with :func:`read_jsonl` / :func:`read_json` to name the bad line."""
+    JSON file it cannot read is read again with :func:`read_jsonl` / :func:`read_json` to name the bad line; JSON
+    files are checked to be UTF-8 first (Arrow would load other bytes and fail later, on reading the row)."""
     from datasets import load_dataset
 
     from runtime.paths import project_cache
 
     kind = "parquet" if files[0].suffix == ".parquet" else "json"
+    for path in files if kind == "json" else ():
+        utf8_text(path)
+    quiet = logging.getLogger("datasets")  # its error log of a failed read (a traceback) is said below in one line
+    level = quiet.level
+    quiet.setLevel(logging.CRITICAL)
     try:
         return load_dataset(kind, data_files=[str(f) for f in files], split="train",
                             cache_dir=str(project_cache() / "hf"))
@@ -128,6 +142,8 @@ def load_records(files: list[Path]):
                     pass
         first = (str(err).strip().splitlines() or [type(err).__name__])[0]
         raise ValueError(f"cannot read {', '.join(map(str, files))} ({first}); check the files' format") from None
+    finally:
+        quiet.setLevel(level)
 
 
 def _loaders() -> dict[str, Callable[[Path | None], Bundle]]:

@@ -166,14 +166,16 @@ class Session:
             slice_ = self.splits.train[:self.args.mc_calibration]
             # kept like a checkpoint: a re-run reuses the prior, so its evaluation checkpoint (keyed by it) resumes
             saved = self.checkpoint("pride", program_name, program, tuple(ex.id for ex in slice_)).with_suffix(".json")
-            reused = saved.exists()
+            info = saved_calibration(saved)
+            reused = info is not None
             if reused:
-                info = json.loads(saved.read_text())
                 set_mc_scoring(program, MCScoring("pride", prior=info["prior"]))
             else:
                 info = calibrate_pride(program, slice_, self.args.retries)
                 saved.parent.mkdir(parents=True, exist_ok=True)
-                saved.write_text(json.dumps(info))
+                tmp = saved.with_suffix(".tmp")
+                tmp.write_text(json.dumps(info), encoding="utf-8")
+                tmp.replace(saved)
             self.calibrations[program_name] = info
             print(f"pride calibration of {program_name} on {len(info['used'])}/{len(slice_)} train questions "
                   f"({', '.join(info['used'])}): prior " + " ".join(f"{k}={v:.3f}" for k, v in info["prior"].items())
@@ -195,6 +197,23 @@ class Session:
                           *([list(pooled)] if pooled else []), code_version()],
                          default=str, sort_keys=True)
         return project_cache() / "evals" / f"{stage}-{hashlib.sha256(key.encode()).hexdigest()[:20]}.jsonl"
+
+
+def saved_calibration(path: Path) -> dict | None:
+    """The PriDe calibration an earlier run saved at ``path``; None when there is none, or when it is unreadable
+    (then one warning line: it is computed again)."""
+    if not path.exists():
+        return None
+    try:
+        info = json.loads(path.read_text(encoding="utf-8"))
+        prior = info["prior"]
+        if prior and all(isinstance(v, (int, float)) for v in prior.values()) and isinstance(info["used"], list):
+            return info
+        problem = "no prior in it"
+    except (ValueError, KeyError, TypeError, AttributeError) as err:  # not JSON, not UTF-8, not a calibration
+        problem = f"{type(err).__name__}: {str(err)[:80]}"
+    print(f"warning: saved PriDe prior {path} is unreadable ({problem}); calibrating again", file=sys.stderr)
+    return None
 
 
 #: The code that writes and scores the answers a checkpoint holds: a change to any of it starts new checkpoints.

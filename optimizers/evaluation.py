@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import contextvars
 import json
+import sys
 import threading
 import warnings
 from concurrent.futures import ThreadPoolExecutor, as_completed
@@ -15,7 +16,7 @@ from tqdm.auto import tqdm
 
 from optimizers.metrics import citation_precision, retrieval_scores
 from programs.retrieval import excluded
-from runtime.lm import ATTEMPT, ServerError
+from runtime.lm import ATTEMPT, ContextOverflow, ServerError
 from runtime.metering import metered
 
 
@@ -112,8 +113,16 @@ def evaluate(program: dspy.Module, examples: list[dspy.Example], metrics: dict, 
         bar.close()
         if sink:
             sink.close()
+    report_overflows(fresh.values())
     records = [done.get(ex.id) or fresh[ex.id] for ex in examples]
     return records, summarize(records, metrics, groups)
+
+
+def report_overflows(records) -> None:
+    """One line per question whose prompt did not fit the model's context window (its record says by how much)."""
+    for rec in records:
+        if (rec.get("error") or "").startswith(ContextOverflow.__name__):
+            print(f"warning: question {rec['id']} failed: {rec['error']}", file=sys.stderr)
 
 
 def answered(done: dict[str, dict], examples: list[dspy.Example], path: Path | None) -> dict[str, dict]:

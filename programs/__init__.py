@@ -183,9 +183,17 @@ def read_artifact(path_or_run_id: str) -> dict:
     if not path.exists():
         if path.suffix == ".json" or "/" in path_or_run_id:
             raise FileNotFoundError(f"compiled program not found: {path}; pass a program.json path or an MLflow run id")
-        from optimizers.tracking import download
+        from mlflow.exceptions import MlflowException
 
-        path = download(path_or_run_id, "program.json")
+        from optimizers.tracking import download, tracking_uri
+
+        try:
+            path = download(path_or_run_id, "program.json")
+        except (MlflowException, OSError) as err:  # no such run, or a run without a compiled program
+            cause = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
+            raise FileNotFoundError(f"compiled program not found: '{path_or_run_id}' is no file, and no run of the "
+                                    f"MLflow store {tracking_uri()} with a program.json ({cause}); pass a program.json "
+                                    "path or the run id optimize.py printed") from None
     try:
         artifact = json.loads(path.read_text(encoding="utf-8"))
     except (ValueError, UnicodeDecodeError) as err:
