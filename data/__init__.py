@@ -35,7 +35,8 @@ class Bundle:
         corpus flags)."""
         digest = hashlib.sha256()
         for ex in sorted(self.examples, key=lambda ex: str(ex.id)):
-            digest.update(json.dumps([ex.toDict(), sorted(getattr(ex, "_input_keys", None) or ())], sort_keys=True,
+            fields = dict(ex.items(include_dspy=True))  # serialised by json's C encoder (``toDict`` is 5x slower)
+            digest.update(json.dumps([fields, sorted(getattr(ex, "_input_keys", None) or ())], sort_keys=True,
                                      ensure_ascii=False, default=str).encode() + b"\n")
         for corpus in self.corpora:
             digest.update(f"{corpus.name}\0{corpus.lang}\0{corpus.fingerprint}\n".encode())

@@ -209,7 +209,7 @@ def saved_calibration(path: Path) -> dict | None:
         prior = info["prior"]
         if prior and all(isinstance(v, (int, float)) for v in prior.values()) and isinstance(info["used"], list):
             return info
-        problem = "no prior in it"
+        problem = "no numeric prior in it"
     except (ValueError, KeyError, TypeError, AttributeError) as err:  # not JSON, not UTF-8, not a calibration
         problem = f"{type(err).__name__}: {str(err)[:80]}"
     print(f"warning: saved PriDe prior {path} is unreadable ({problem}); calibrating again", file=sys.stderr)

@@ -14,6 +14,14 @@ from tests.fake_openai import FakeOpenAI
 from tests.test_choice import LetterBiasLM
 from tests.test_xrag import RELEASE_ROWS, xquad_file
 
+@pytest.fixture(autouse=True)
+def no_local_model(monkeypatch):
+    """A run that gets past the bad input answers through a DummyLM, never the embedded model."""
+    real = cli.make_lm
+    monkeypatch.setattr(cli, "make_lm", lambda name, *a, **k: DummyLM({"question": {"answer": "Paris"}})
+                        if name.startswith("local:") else real(name, *a, **k))
+
+
 DOC = '{"id": "a", "title": "Paris", "text": "Paris is the capital of France."}'
 
 
