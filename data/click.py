@@ -41,8 +41,12 @@ def load(root: Path | None) -> Bundle:
     folder = require_file(root, "click/Culture")
     examples, skipped = [], 0
     for path in sorted(folder.glob("**/*.json")):
-        for record in read_json(path):
-            example = to_example(path, record)
+        for n, record in enumerate(read_json(path)):
+            try:
+                example = to_example(path, record)
+            except (KeyError, TypeError) as err:  # a record without its fields, or no record at all
+                raise ValueError(f"{path} record {n}: not a question with id, question, choices and answer "
+                                 f"({type(err).__name__}: {err}); fix the file or fetch it again") from None
             if example is None:
                 skipped += 1
             else:

@@ -152,3 +152,13 @@ def test_an_interrupted_suite_ends_its_child_run_killed_like_a_single_run():
     mlflow.set_tracking_uri(tracking.tracking_uri())
     runs = mlflow.search_runs(experiment_names=["interrupted"], output_format="list")
     assert len(runs) == 2 and {r.info.status for r in runs} == {"KILLED"}
+
+
+def test_a_click_record_without_its_fields_names_file_and_record(tmp_path, capsys):
+    folder = tmp_path / "click" / "Culture" / "Korean History"
+    folder.mkdir(parents=True)
+    (folder / "History_KIIP.json").write_text(json.dumps([{"id": 1, "question": "q?", "choices": ["a", "b"],
+                                                           "answer": "a"}, {"id": 2, "question": "q2?"}]))
+    line = one_line_error(["--program", "direct", "--dataset", "click", "--data-dir", str(tmp_path)], capsys)
+    assert f"{folder / 'History_KIIP.json'} record 1: not a question with id, question, choices and answer " \
+           "(KeyError: 'choices'); fix the file" in line
