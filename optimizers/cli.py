@@ -134,8 +134,7 @@ class Session:
         a, sizes = self.args, {k: len(v) for k, v in self.splits.ids().items()}
         return {"program": program_name, "program_config": programs.accepted_config(program_name, self.config),
                 "dataset": a.dataset, "data_source": self.bundle.source, "data_fingerprint": self.bundle.fingerprint,
-                "task": self.bundle.task,
-                "split_seed": a.seed, **{f"n_{k}": v for k, v in sizes.items()},
+                "task": self.bundle.task, "split_seed": a.seed, **{f"n_{k}": v for k, v in sizes.items()},
                 "split_ids": self.splits.ids(), "embedder": self.retriever.embedder.id if self.retriever else "",
                 "index": a.index, **retrieval_options(a), "corpora": {c.name: len(c) for c in self.bundle.corpora},
                 "judge": a.judge, "judge_lms": a.judge_lms or "", "no_retrieval": a.no_retrieval,
@@ -186,11 +185,13 @@ class Session:
     def checkpoint(self, stage: str, program_name: str, program: dspy.Module, pooled: tuple[str, ...] = ()) -> Path:
         """Per-example results file keyed by everything that changes them (the dataset and what its examples and
         corpora hold, settings, prompts and demos, the answer code's :func:`code_version`), so an interrupted run
-        resumes and a changed one starts afresh. The slice is not part of the key: records are looked up by question id, so a larger ``--test`` reuses the
-        questions a smaller one answered, and a smaller one reads its subset. ``pooled``: the ids of questions that
-        the whole file depends on (PriDe's calibration prior), which are keyed."""
+        resumes and a changed one starts afresh. The slice is not part of the key: records are looked up by question
+        id (and used only for the question and gold they answered, ``evaluation.answered``), so a larger ``--test``
+        reuses the questions a smaller one answered, and a smaller one reads its subset. ``pooled``: the ids of
+        questions that the whole file depends on (PriDe's calibration prior), which are keyed."""
         retrieval = retrieval_options(self.args)  # left out at its defaults, so earlier checkpoints stay valid
-        key = json.dumps([stage, program_name, self.args.dataset, self.bundle.fingerprint, self.lm_ids(), self.args.embedder, self.args.index, self.config,
+        key = json.dumps([stage, program_name, self.args.dataset, self.bundle.fingerprint, self.lm_ids(),
+                          self.args.embedder, self.args.index, self.config,
                           *([] if retrieval == DEFAULT_RETRIEVAL else [retrieval]),
                           self.args.judge, self.corpus_params(), programs.portable_state(program),
                           *([mc_state(program)] if self.args.mc_scoring != "generate" else []),
