@@ -1,8 +1,14 @@
 """Dataset registry: ``load(name, data_dir)`` -> :class:`Bundle` (examples + retrieval corpora), and seeded splits."""
 from __future__ import annotations
 
+import functools
+import hashlib
+import json
+import logging
 import os
 import random
+from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -20,6 +26,21 @@ class Bundle:
     task: str  # "short" (free-form answer) or "mcq" (options in, letter out)
     source: str  # what was read, for provenance in MLflow
     groups: tuple[str, ...] = ()  # example fields to break metrics down by (e.g. "lang", "tier")
+
+    @functools.cached_property
+    def fingerprint(self) -> str:
+        """SHA-256 of what the bundle holds: every field of every example (and which are inputs) and every corpus
+        (:attr:`Corpus.fingerprint`), not where it was read from. Results depend on it, so result checkpoints are
+        keyed by it. Computed once, on first use, when the bundle is final (``data.corpora.load`` has applied the
+        corpus flags)."""
+        digest = hashlib.sha256()
+        for ex in sorted(self.examples, key=lambda ex: str(ex.id)):
+            fields = dict(ex.items(include_dspy=True))  # serialised by json's C encoder (``toDict`` is 5x slower)
+            digest.update(json.dumps([fields, sorted(getattr(ex, "_input_keys", None) or ())], sort_keys=True,
+                                     ensure_ascii=False, default=str).encode() + b"\n")
+        for corpus in self.corpora:
+            digest.update(f"{corpus.name}\0{corpus.lang}\0{corpus.fingerprint}\n".encode())
+        return digest.hexdigest()
 
 
 @dataclass
@@ -49,6 +70,83 @@ def require_file(root: Path | None, *candidates: str) -> Path:
                             "at the benchmark data folder")
 
 
+JSON_TYPES = {list: "array", str: "string", int: "number", float: "number", bool: "boolean", type(None): "null"}
+
+
+def read_jsonl(path: Path, required: tuple[str, ...] = ()) -> Iterator[dict]:
+    """The JSON objects of a JSONL file, one per non-blank line, read lazily. A line that is not UTF-8, not JSON,
+    not an object or lacks a ``required`` key stops the read with a one-line ``ValueError`` naming file and line."""
+    with open(path, "rb") as fh:
+        for n, raw in enumerate(fh, 1):
+            if not raw.strip():
+                continue
+            try:
+                row = json.loads(raw.decode("utf-8-sig"))
+            except UnicodeDecodeError as err:
+                raise ValueError(f"{path} line {n}: not UTF-8 text (byte {raw[err.start]:#04x} at column "
+                                 f"{err.start + 1}); re-save the file as UTF-8") from None
+            except json.JSONDecodeError as err:
+                raise ValueError(f"{path} line {n}: not valid JSON ({err.msg} at column {err.colno}); fix or delete "
+                                 "that line") from None
+            if not isinstance(row, dict):
+                raise ValueError(f"{path} line {n}: a JSON {JSON_TYPES.get(type(row), type(row).__name__)} where an "
+                                 "object {...} was expected; each line must be one object")
+            missing = [key for key in required if key not in row]
+            if missing:
+                raise ValueError(f"{path} line {n}: lacks {', '.join(missing)}; each line needs "
+                                 f"{', '.join(required)}")
+            yield row
+
+
+def utf8_text(path: Path) -> str:
+    """The text of a UTF-8 file; other bytes are a one-line ``ValueError`` naming the file and line."""
+    raw = Path(path).read_bytes()
+    try:
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError as err:
+        line = raw[:err.start].count(b"\n") + 1
+        raise ValueError(f"{path} line {line}: not UTF-8 text (byte {raw[err.start]:#04x}); re-save the file as "
+                         "UTF-8") from None
+
+
+def read_json(path: Path):
+    """A whole JSON file; not UTF-8 or not JSON is a one-line ``ValueError`` naming the file and line."""
+    text = utf8_text(path)
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{path} line {err.lineno}: not valid JSON ({err.msg} at column {err.colno}); the file is "
+                         "damaged: fix it or fetch it again") from None
+
+
+def load_records(files: list[Path]):
+    """The rows of JSON/JSONL (or parquet) release files through HF ``datasets``, Arrow-cached in the project. A
+    JSON file it cannot read is read again with :func:`read_jsonl` / :func:`read_json` to name the bad line; JSON
+    files are checked to be UTF-8 first (Arrow would load other bytes and fail later, on reading the row)."""
+    from datasets import load_dataset
+
+    from runtime.paths import project_cache
+
+    kind = "parquet" if files[0].suffix == ".parquet" else "json"
+    for path in files if kind == "json" else ():
+        utf8_text(path)
+    quiet = logging.getLogger("datasets")  # its error log of a failed read (a traceback) is said below in one line
+    level = quiet.level
+    quiet.setLevel(logging.CRITICAL)
+    try:
+        return load_dataset(kind, data_files=[str(f) for f in files], split="train",
+                            cache_dir=str(project_cache() / "hf"))
+    except Exception as err:
+        if kind == "json":
+            for path in files:
+                for _ in (read_jsonl(path) if path.suffix == ".jsonl" else [read_json(path)]):
+                    pass
+        first = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        raise ValueError(f"cannot read {', '.join(map(str, files))} ({first}); check the files' format") from None
+    finally:
+        quiet.setLevel(level)
+
+
 def _loaders() -> dict[str, Callable[[Path | None], Bundle]]:
     from data import blend, click, demo, hotpotqa, musique, twowiki, xrag
 
@@ -70,7 +168,16 @@ def load(name: str, data_dir_: str | Path | None = None) -> Bundle:
 
 
 def split(examples: list[dspy.Example], n_train: int, n_dev: int, n_test: int, seed: int = 13) -> Splits:
-    """Seeded, disjoint train/dev/test: sort by id, shuffle with ``random.Random(seed)``, cut in that order."""
+    """Seeded, disjoint train/dev/test: sort by id, shuffle with ``random.Random(seed)``, cut in that order.
+    Negative sizes and repeated ids (which would put one question in two splits, and in one checkpoint record) are
+    refused."""
+    negative = [f"--{name} {n}" for name, n in (("train", n_train), ("dev", n_dev), ("test", n_test)) if n < 0]
+    if negative:
+        raise ValueError(f"split sizes cannot be negative ({', '.join(negative)}); give 0 or more")
+    repeated = sorted(i for i, n in Counter(str(ex.id) for ex in examples).items() if n > 1)
+    if repeated:
+        raise ValueError(f"the dataset repeats example ids ({', '.join(repeated[:3])}"
+                         f"{', ...' if len(repeated) > 3 else ''}); ids must be unique: fix its loader or data")
     need = n_train + n_dev + n_test
     if need > len(examples):
         raise ValueError(f"asked for {n_train}+{n_dev}+{n_test}={need} examples but the dataset has {len(examples)}; "

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import dspy
 
-from data import Bundle, require_file
+from data import Bundle, read_json, require_file
 
 # country -> (source language, resource tier). Tiers follow the CORAL paper (Sec. 5.1): Joshi et al. (2020)
 # classes 1-2 low, 3-4 mid, 5 high; the language sets match its tier averages (Table 1 vs. per-language Table 8).
@@ -45,8 +45,7 @@ def country_name(country: str) -> str:
 
 def read_annotations(root: Path | None, countries=COUNTRIES) -> dict[str, dict]:
     """``{country: {question id: record}}`` for every country."""
-    return {c: json.loads(require_file(root, f"blend/annotations/{c}_data.json").read_text(encoding="utf-8"))
-            for c in countries}
+    return {c: read_json(require_file(root, f"blend/annotations/{c}_data.json")) for c in countries}
 
 
 def read_topics(root: Path | None, country: str) -> dict[str, str]:

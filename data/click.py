@@ -13,12 +13,11 @@ categories; ``click_all`` is all eight, for a ``--corpus jsonl:DIR`` that covers
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import dspy
 
-from data import Bundle, require_file
+from data import Bundle, read_json, require_file
 
 LETTERS = "ABCDEFGH"
 SERVED = ("Tradition", "Society")  # the CLIcK Culture categories blend_kb has documents for
@@ -52,8 +51,12 @@ def load(root: Path | None, categories: tuple[str, ...] | None = SERVED) -> Bund
     for path in sorted(folder.glob("**/*.json")):
         if categories is not None and path.parent.name.removeprefix("Korean ") not in categories:
             continue
-        for record in json.loads(path.read_text(encoding="utf-8")):
-            example = to_example(path, record)
+        for n, record in enumerate(read_json(path)):
+            try:
+                example = to_example(path, record)
+            except (KeyError, TypeError) as err:  # a record without its fields, or no record at all
+                raise ValueError(f"{path} record {n}: not a question with id, question, choices and answer "
+                                 f"({type(err).__name__}: {err}); fix the file or fetch it again") from None
             if example is None:
                 skipped += 1
             else:

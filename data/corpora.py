@@ -25,13 +25,12 @@
 from __future__ import annotations
 
 import argparse
-import json
 import re
 from itertools import islice
 from pathlib import Path
 
 import data as datasets
-from data import Bundle, require_file
+from data import Bundle, read_json, read_jsonl, require_file
 from programs.retrieval import Corpus
 
 SOURCES = ("bundled", "xquad", "blend_kb", "multihop_pool", "multihop_windows", "jsonl:DIR", "wikipedia:LANGS")
@@ -129,8 +128,7 @@ def jsonl(folder: Path, max_chars: int = 1500, max_docs: int | None = None) -> l
         raise FileNotFoundError(f"no <lang>.jsonl files in {folder}")
     corpora = []
     for path in files:
-        with open(path, encoding="utf-8") as fh:
-            docs = [json.loads(line) for line in islice(filter(str.strip, fh), max_docs)]
+        docs = list(islice(read_jsonl(path, ("id", "title", "text")), max_docs))
         corpora.append(Corpus(path.stem, chunked(docs, max_chars), path.stem))
     return corpora
 
@@ -157,7 +155,7 @@ def xquad(root: Path | None, langs=XQUAD_LANGS) -> list[Corpus]:
     """The distinct XQuAD paragraphs of each language, titled by their article."""
     corpora = []
     for lang in langs:
-        release = json.loads(require_file(root, f"xquad/xquad.{lang}.json").read_text(encoding="utf-8"))
+        release = read_json(require_file(root, f"xquad/xquad.{lang}.json"))
         docs, seen = [], set()
         for a, article in enumerate(release["data"]):
             for p, paragraph in enumerate(article["paragraphs"]):

@@ -1,25 +1,19 @@
 """The bundled demo sets in ``data/demo/`` (hand-written for this project; no data dir needed)."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import dspy
 
-from data import Bundle
+from data import Bundle, read_jsonl
 from programs.retrieval import Corpus
 
 DEMO_DIR = Path(__file__).resolve().parent / "demo"
 
 
-def _jsonl(path: Path) -> list[dict]:
-    with open(path, encoding="utf-8") as fh:
-        return [json.loads(line) for line in fh if line.strip()]
-
-
 def load_multihop(_root: Path | None = None) -> Bundle:
     """English two-hop questions over one small English corpus."""
-    rows = _jsonl(DEMO_DIR / "multihop.jsonl")
+    rows = list(read_jsonl(DEMO_DIR / "multihop.jsonl"))
     examples = [dspy.Example(id=r["id"], question=r["question"], answer=r["answer"], answers=[r["answer"]],
                              gold_titles=r["gold_titles"], type=r["type"]).with_inputs("question") for r in rows]
     corpus = Corpus.from_jsonl(DEMO_DIR / "multihop_corpus.jsonl", name="demo_en", lang="en")
@@ -29,7 +23,7 @@ def load_multihop(_root: Path | None = None) -> Bundle:
 def load_culture(_root: Path | None = None) -> Bundle:
     """Culturally grounded multiple-choice questions with one corpus per language. The questions are English
     (``lang``, a program input); ``source_lang`` is the language of the culture they ask about."""
-    rows = _jsonl(DEMO_DIR / "culture.jsonl")
+    rows = list(read_jsonl(DEMO_DIR / "culture.jsonl"))
     examples = [dspy.Example(id=r["id"], question=r["question"], options=r["options"], answer=r["answer"],
                              answers=[r["answer"]], country=r["country"], lang="en", source_lang=r["lang"]
                              ).with_inputs("question", "options", "lang")

@@ -4,18 +4,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import dspy
-from datasets import load_dataset
-
-from data import Bundle, require_file
+from data import Bundle, load_records, require_file
 from programs.retrieval import Corpus
-from runtime.paths import project_cache
 
 FILES = ("hotpotqa/dev_distractor_sample.json", "hotpotqa/hotpot_dev_distractor_v1.json")
-
-
-def read_json(path: Path):
-    """Read an original-format JSON/JSONL release through HF ``datasets`` (offline, cached in the project)."""
-    return load_dataset("json", data_files=str(path), split="train", cache_dir=str(project_cache() / "hf"))
 
 
 def pooled_corpus(records, name: str) -> Corpus:
@@ -30,7 +22,7 @@ def pooled_corpus(records, name: str) -> Corpus:
 
 def load(root: Path | None) -> Bundle:
     path = require_file(root, *FILES)
-    records = read_json(path)
+    records = load_records([path])
     examples = [
         dspy.Example(id=rec["_id"], question=rec["question"], answer=rec["answer"], answers=[rec["answer"]],
                      gold_titles=sorted({title for title, _ in rec["supporting_facts"]}), type=rec["type"],

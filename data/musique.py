@@ -5,8 +5,7 @@ from pathlib import Path
 
 import dspy
 
-from data import Bundle, require_file
-from data.hotpotqa import read_json
+from data import Bundle, load_records, require_file
 from programs.retrieval import Corpus
 
 FILES = ("musique/musique_ans_dev_sample.jsonl", "musique/musique_ans_v1.0_dev.jsonl")
@@ -30,7 +29,7 @@ def paragraphs(records) -> dict[tuple[str, str], dict]:
 
 def load(root: Path | None) -> Bundle:
     path = require_file(root, *FILES)
-    records = read_json(path)
+    records = load_records([path])
     docs = paragraphs(records)
     examples = [
         dspy.Example(id=rec["id"], question=rec["question"], answer=rec["answer"],

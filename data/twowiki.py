@@ -5,8 +5,8 @@ from pathlib import Path
 
 import dspy
 
-from data import Bundle, require_file
-from data.hotpotqa import pooled_corpus, read_json
+from data import Bundle, load_records, require_file
+from data.hotpotqa import pooled_corpus
 
 FILES = ("2wikimultihopqa/dev_sample.json", "2wikimultihopqa/dev.json")
 
@@ -18,7 +18,7 @@ def _spaced(record) -> dict:
 
 def load(root: Path | None) -> Bundle:
     path = require_file(root, *FILES)
-    records = read_json(path)
+    records = load_records([path])
     examples = [
         dspy.Example(id=rec["_id"], question=rec["question"], answer=rec["answer"], answers=[rec["answer"]],
                      gold_titles=sorted({title for title, _ in rec["supporting_facts"]}),

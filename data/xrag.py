@@ -34,14 +34,13 @@ articles. The settings test cross-lingual reading and answer language, not cross
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import random
 from pathlib import Path
 
 import dspy
 
-from data import Bundle, require_file
+from data import Bundle, load_records, read_json, require_file
 from programs.retrieval import Corpus
 
 HUB_ID = "AmazonScience/XRAG"
@@ -151,8 +150,7 @@ def records(root: Path | None) -> tuple[list[dict], str]:
     folder = root / "xrag" if root else None
     files = sorted(folder.glob("*.jsonl")) + sorted(folder.glob("*.parquet")) if folder and folder.is_dir() else []
     if files:
-        kind = "parquet" if files[0].suffix == ".parquet" else "json"
-        rows = load_dataset(kind, data_files=[str(f) for f in files if f.suffix == files[0].suffix], split="train")
+        rows = load_records([f for f in files if f.suffix == files[0].suffix])
         source = str(folder)
     elif os.environ.get("HF_HUB_OFFLINE") != "1":
         try:
@@ -221,7 +219,7 @@ def load_release(context: str):
 
 def read_xquad(root: Path | None, lang: str) -> list[dict]:
     """XQuAD articles of ``lang``: ``[{"title", "paragraphs": [{"context", "qas"}]}]``."""
-    return json.loads(require_file(root, f"xquad/xquad.{lang}.json").read_text(encoding="utf-8"))["data"]
+    return read_json(require_file(root, f"xquad/xquad.{lang}.json"))["data"]
 
 
 def paragraph(articles: list[dict], lang: str, a: int, p: int) -> dict:

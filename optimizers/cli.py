@@ -162,8 +162,8 @@ class Session:
     def params(self, program_name: str) -> dict:
         a, sizes = self.args, {k: len(v) for k, v in self.splits.ids().items()}
         return {"program": program_name, "program_config": programs.accepted_config(program_name, self.config),
-                "dataset": a.dataset, "data_source": self.bundle.source, "task": self.bundle.task,
-                "split_seed": a.seed, **{f"n_{k}": v for k, v in sizes.items()},
+                "dataset": a.dataset, "data_source": self.bundle.source, "data_fingerprint": self.bundle.fingerprint,
+                "task": self.bundle.task, "split_seed": a.seed, **{f"n_{k}": v for k, v in sizes.items()},
                 "split_ids": self.splits.ids(), "embedder": self.retriever.embedder.id if self.retriever else "",
                 "index": a.index, **retrieval_options(a), "corpora": {c.name: len(c) for c in self.bundle.corpora},
                 "judge": a.judge, "judge_lms": a.judge_lms or "", "no_retrieval": a.no_retrieval,
@@ -194,14 +194,16 @@ class Session:
             slice_ = self.splits.train[:self.args.mc_calibration]
             # kept like a checkpoint: a re-run reuses the prior, so its evaluation checkpoint (keyed by it) resumes
             saved = self.checkpoint("pride", program_name, program, tuple(ex.id for ex in slice_)).with_suffix(".json")
-            reused = saved.exists()
+            info = saved_calibration(saved)
+            reused = info is not None
             if reused:
-                info = json.loads(saved.read_text())
                 set_mc_scoring(program, MCScoring("pride", prior=info["prior"]))
             else:
                 info = calibrate_pride(program, slice_, self.args.retries)
                 saved.parent.mkdir(parents=True, exist_ok=True)
-                saved.write_text(json.dumps(info))
+                tmp = saved.with_suffix(".tmp")
+                tmp.write_text(json.dumps(info), encoding="utf-8")
+                tmp.replace(saved)
             self.calibrations[program_name] = info
             print(f"pride calibration of {program_name} on {len(info['used'])}/{len(slice_)} train questions "
                   f"({', '.join(info['used'])}): prior " + " ".join(f"{k}={v:.3f}" for k, v in info["prior"].items())
@@ -210,19 +212,38 @@ class Session:
         return program
 
     def checkpoint(self, stage: str, program_name: str, program: dspy.Module, pooled: tuple[str, ...] = ()) -> Path:
-        """Per-example results file keyed by everything that changes them (settings, prompts and demos, the
-        answer code's :func:`code_version`), so an interrupted run resumes and a changed one starts afresh. The
-        slice is not part of the key: records are looked up by question id, so a larger ``--test`` reuses the
-        questions a smaller one answered, and a smaller one reads its subset. ``pooled``: the ids of questions that
-        the whole file depends on (PriDe's calibration prior), which are keyed."""
+        """Per-example results file keyed by everything that changes them (the dataset and what its examples and
+        corpora hold, settings, prompts and demos, the answer code's :func:`code_version`), so an interrupted run
+        resumes and a changed one starts afresh. The slice is not part of the key: records are looked up by question
+        id (and used only for the question and gold they answered, ``evaluation.answered``), so a larger ``--test``
+        reuses the questions a smaller one answered, and a smaller one reads its subset. ``pooled``: the ids of
+        questions that the whole file depends on (PriDe's calibration prior), which are keyed."""
         retrieval = retrieval_options(self.args)  # left out at its defaults, so earlier checkpoints stay valid
-        key = json.dumps([stage, program_name, self.lm_ids(), self.args.embedder, self.args.index, self.config,
+        key = json.dumps([stage, program_name, self.args.dataset, self.bundle.fingerprint, self.lm_ids(),
+                          self.args.embedder, self.args.index, self.config,
                           *([] if retrieval == DEFAULT_RETRIEVAL else [retrieval]),
                           self.args.judge, self.corpus_params(), programs.portable_state(program),
                           *([mc_state(program)] if self.args.mc_scoring != "generate" else []),
                           *([list(pooled)] if pooled else []), code_version()],
                          default=str, sort_keys=True)
         return project_cache() / "evals" / f"{stage}-{hashlib.sha256(key.encode()).hexdigest()[:20]}.jsonl"
+
+
+def saved_calibration(path: Path) -> dict | None:
+    """The PriDe calibration an earlier run saved at ``path``; None when there is none, or when it is unreadable
+    (then one warning line: it is computed again)."""
+    if not path.exists():
+        return None
+    try:
+        info = json.loads(path.read_text(encoding="utf-8"))
+        prior = info["prior"]
+        if prior and all(isinstance(v, (int, float)) for v in prior.values()) and isinstance(info["used"], list):
+            return info
+        problem = "no numeric prior in it"
+    except (ValueError, KeyError, TypeError, AttributeError) as err:  # not JSON, not UTF-8, not a calibration
+        problem = f"{type(err).__name__}: {str(err)[:80]}"
+    print(f"warning: saved PriDe prior {path} is unreadable ({problem}); calibrating again", file=sys.stderr)
+    return None
 
 
 #: The code that writes and scores the answers a checkpoint holds: a change to any of it starts new checkpoints.

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import contextvars
 import json
+import sys
 import threading
 import time
 import warnings
@@ -16,7 +17,7 @@ from tqdm.auto import tqdm
 
 from optimizers.metrics import ALL_RETRIEVED, citation_precision, retrieval_record
 from programs.retrieval import excluded
-from runtime.lm import ATTEMPT, ENDPOINT_ERRORS, ServerError, env_number
+from runtime.lm import ATTEMPT, ENDPOINT_ERRORS, ContextOverflow, ServerError, env_number
 from runtime.metering import metered
 
 
@@ -131,6 +132,7 @@ def evaluate(program: dspy.Module, examples: list[dspy.Example], metrics: dict, 
                                    "(RAG_ENDPOINT_ERRORS sets the limit)")
         return rec
 
+    done = answered(done, examples, checkpoint)
     todo = [ex for ex in examples if ex.id not in done]
     fresh: dict[str, dict] = {}
     bar = tqdm(total=len(examples), initial=len(examples) - len(todo), desc=desc, unit="q")
@@ -151,6 +153,7 @@ def evaluate(program: dspy.Module, examples: list[dspy.Example], metrics: dict, 
         bar.close()
         if sink:
             sink.close()
+    report_overflows(fresh.values())
     records = [done.get(ex.id) or fresh[ex.id] for ex in examples]
     if retry := sum(bool(r.get("retryable")) for r in records):
         warnings.warn(f"{retry} question(s) ended on LM endpoint errors and are not answered (recorded as "
@@ -159,22 +162,42 @@ def evaluate(program: dspy.Module, examples: list[dspy.Example], metrics: dict, 
     return records, summarize(records, metrics, groups)
 
 
+def report_overflows(records) -> None:
+    """One line per question whose prompt did not fit the model's context window (its record says by how much)."""
+    for rec in records:
+        if (rec.get("error") or "").startswith(ContextOverflow.__name__):
+            print(f"warning: question {rec['id']} failed: {rec['error']}", file=sys.stderr)
+
+
+def answered(done: dict[str, dict], examples: list[dspy.Example], path: Path | None) -> dict[str, dict]:
+    """The records of ``done`` that answered these very examples: a record whose question or gold differs from its
+    example's (the data changed under the same id) is dropped with one warning, so that question runs again."""
+    stale = {ex.id for ex in examples if ex.id in done
+             and [done[ex.id].get("question"), done[ex.id].get("gold")]
+             != json.loads(json.dumps([ex.question, ex.answer], ensure_ascii=False, default=str))}
+    if stale:
+        warnings.warn(f"checkpoint {path}: {len(stale)} record(s) answered another question or gold under the same "
+                      "id (the data changed); asking them again", RuntimeWarning, stacklevel=3)
+    return {key: rec for key, rec in done.items() if key not in stale}
+
+
 def load_checkpoint(path: Path) -> dict[str, dict]:
-    """The finished records of a checkpoint by id. A line that does not parse (a kill mid-write) is dropped with
-    a warning, and the file is rewritten without it, so its question runs again and later appends stay whole."""
+    """The finished records of a checkpoint by id. A line that does not parse (a kill mid-write, bytes that are not
+    UTF-8) is dropped with a warning, and the file is rewritten without it, so its question runs again and later
+    appends stay whole. Lines are split at newline bytes only and decoded strictly: an answer holding U+2028 stays
+    one record, and no damaged text is read back as an answer."""
     if not path.exists():
         return {}
     done, bad = {}, 0
     raw = path.read_bytes()
-    lines = raw.decode("utf-8", errors="replace").splitlines()
-    for line in filter(str.strip, lines):
+    for line in filter(bytes.strip, raw.split(b"\n")):
         try:
-            rec = json.loads(line)
+            rec = json.loads(line.decode("utf-8"))
             done[rec["id"]] = rec
-        except (ValueError, TypeError, KeyError):
+        except (ValueError, TypeError, KeyError):  # UnicodeDecodeError is a ValueError
             bad += 1
     if bad:
-        warnings.warn(f"checkpoint {path}: skipped {bad} unreadable line(s) (an interrupted write); "
+        warnings.warn(f"checkpoint {path}: skipped {bad} unreadable line(s) (an interrupted write, or not UTF-8); "
                       "those questions run again", RuntimeWarning, stacklevel=3)
     if bad or (raw and not raw.endswith(b"\n")):
         tmp = path.with_suffix(path.suffix + ".tmp")

@@ -133,10 +133,9 @@ def run_cell(s: Session, cell: Cell, parent_run_id: str, suite_name: str, progra
     examples = s.evaluated(getattr(s.splits, a.split)) if examples is None else examples
     stage = stage or a.split
     tracking.setup(a.experiment)
-    with mlflow.start_run(run_name=f"{cell.label}-{cell.dataset}", parent_run_id=parent_run_id,
-                          nested=mlflow.active_run() is not None,
-                          tags={"git_commit": tracking.git_commit(), "entry": entry,
-                                "suite": suite_name, "cell": cell.label, "dataset": cell.dataset}) as run:
+    with tracking.run(a.experiment, f"{cell.label}-{cell.dataset}", parent_run_id=parent_run_id,
+                      nested=mlflow.active_run() is not None,
+                      tags={"entry": entry, "suite": suite_name, "cell": cell.label, "dataset": cell.dataset}) as run:
         tracking.log_params(s.params(cell.program) | {"split": a.split, "threads": a.threads, "cell": cell.label,
                                                       "eval_ids": [ex.id for ex in examples]})
         failed_before = s.judge.failures if s.judge else 0

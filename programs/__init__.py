@@ -129,6 +129,14 @@ def build(name: str, search=None, **config) -> dspy.Module:
 
 
 ARTIFACT_FORMAT = "agentic-rag-dspy/1"
+#: ``data`` keys of an artifact: what rebuilds its retriever (written by optimize.py).
+DATA_KEYS = ("dataset", "embedder", "index", "corpus", "leave_question_out", "max_docs", "retriever", "rerank",
+             "rerank_depth", "fuse_depth", "rrf_k")
+#: A predictor's saved state: demos, instructions and field texts, DSPy's decision-field settings and bookkeeping;
+#: no LM (roles bind LMs at load time). Anything else would be set as an attribute by ``load_state``: a per-call
+#: ``config`` can send every request to another ``api_base``.
+PREDICTOR_STATE = {"demos": [dict], "traces": list, "train": list, "fields": dict, "lm": None,
+                   "signature": {"instructions": str, "fields": [{"prefix": str, "description": str}]}}
 
 
 def portable_state(program: dspy.Module) -> dict:
@@ -161,15 +169,46 @@ def save_compiled(program: dspy.Module, path, name: str, config: dict, data: dic
     return artifact
 
 
+def strays(value, schema, path: str = "") -> list[str]:
+    """The paths in ``value`` that ``schema`` does not allow. A schema is a dict (allowed keys -> their schema), a
+    one-item list (a list of that schema), None (only null) or a type (any value of it)."""
+    if schema is None or isinstance(schema, type):
+        return [] if (value is None if schema is None else isinstance(value, schema)) else [path]
+    if isinstance(schema, list):
+        if not isinstance(value, list):
+            return [path]
+        return [p for i, item in enumerate(value) for p in strays(item, schema[0], f"{path}[{i}]")]
+    if not isinstance(value, dict):
+        return [path]
+    paths = {key: f"{path}[{key!r}]" if path else str(key) for key in value}
+    return [p for key, item in value.items()
+            for p in (strays(item, schema[key], paths[key]) if key in schema else [paths[key]])]
+
+
+def artifact_schema(name: str, program: dspy.Module) -> dict:
+    """Everything a compiled ``program`` (of registered program ``name``) may hold: see :func:`strays`."""
+    return {"format": str, "program": str, "program_version": str, "source": str,
+            "config": dict.fromkeys(spec(name).params, object), "data": dict.fromkeys(DATA_KEYS, object),
+            "state": {predictor: PREDICTOR_STATE for predictor, _ in program.named_predictors()}}
+
+
 def read_artifact(path_or_run_id: str) -> dict:
     """The JSON of a compiled program, from a path or an MLflow run id of this project's store."""
     path = Path(path_or_run_id)
     if not path.exists():
         if path.suffix == ".json" or "/" in path_or_run_id:
             raise FileNotFoundError(f"compiled program not found: {path}; pass a program.json path or an MLflow run id")
-        from optimizers.tracking import download
+        from mlflow.exceptions import MlflowException
 
-        path = download(path_or_run_id, "program.json")
+        from optimizers.tracking import download, tracking_uri
+
+        try:
+            path = download(path_or_run_id, "program.json")
+        except (MlflowException, OSError) as err:  # no such run, or a run without a compiled program
+            cause = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
+            raise FileNotFoundError(f"compiled program not found: '{path_or_run_id}' is no file, and no run of the "
+                                    f"MLflow store {tracking_uri()} with a program.json ({cause}); pass a program.json "
+                                    "path or the run id optimize.py printed") from None
     try:
         artifact = json.loads(path.read_text(encoding="utf-8"))
     except (ValueError, UnicodeDecodeError) as err:
@@ -208,6 +247,12 @@ def load_compiled(path_or_run_id: str | dict, search=None, data_dir=None, roles=
     if saved and saved != current:
         raise ValueError(f"{source} holds {name} version {saved}, but this checkout builds {name} version "
                          f"{current} (its predictors or fields changed); recompile: python optimize.py --program {name}")
+    unexpected = strays(artifact, artifact_schema(name, program))
+    if unexpected:
+        more = f" (and {len(unexpected) - 1} more)" if len(unexpected) > 1 else ""
+        raise ValueError(f"{source}: unexpected key {unexpected[0]}{more} in a compiled program, which holds only "
+                         "demos, instructions, field texts, config and data (a stray key could redirect LM calls); "
+                         "not loaded: recompile it with optimize.py")
     try:
         program.load_state(artifact["state"])
     except (KeyError, TypeError, ValueError, AttributeError) as err:

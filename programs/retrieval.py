@@ -7,6 +7,7 @@
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -92,12 +93,12 @@ class Corpus:
 
     @classmethod
     def from_jsonl(cls, path: str | Path, name: str | None = None, lang: str = "en") -> "Corpus":
+        from data import read_jsonl  # data imports this module
+
         path = Path(path)
         if not path.exists():
             raise FileNotFoundError(f"corpus file not found: {path}")
-        with open(path, encoding="utf-8") as fh:
-            docs = [json.loads(line) for line in fh if line.strip()]
-        return cls(name or path.stem, docs, lang)
+        return cls(name or path.stem, list(read_jsonl(path, ("id", "title", "text"))), lang)
 
     @property
     def content_hash(self) -> str:
@@ -107,6 +108,13 @@ class Corpus:
                 digest.update(json.dumps([str(d["id"]), d["title"], d["text"]], ensure_ascii=False).encode())
             self._hash = digest.hexdigest()
         return self._hash
+
+    @functools.cached_property
+    def fingerprint(self) -> str:
+        """SHA-256 of every field of every document (``content_hash`` covers only what the index embeds; a
+        document's ``group`` or ``date`` changes results too)."""
+        return hashlib.sha256(json.dumps(self.docs, sort_keys=True, ensure_ascii=False, default=str).encode()
+                              ).hexdigest()
 
     def passage(self, row: int, score: float = 0.0) -> Passage:
         d = self.docs[row]

@@ -18,6 +18,7 @@ import contextvars
 import fcntl
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -32,8 +33,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import dspy
-from dspy.utils.exceptions import (LMAuthError, LMBillingError, LMRateLimitError, LMServerError, LMTimeoutError,
-                                   LMTransportError)
+from dspy.utils.exceptions import (ContextWindowExceededError, LMAuthError, LMBillingError, LMRateLimitError,
+                                   LMServerError, LMTimeoutError, LMTransportError)
 
 from runtime import models
 from runtime.paths import server_dir
@@ -53,6 +54,24 @@ ENDPOINT_ERRORS = (LMTransportError, LMTimeoutError, LMAuthError, LMBillingError
 
 class ServerError(RuntimeError):
     pass
+
+
+class ContextOverflow(ValueError):
+    """The prompt, with the answer's token budget, does not fit the model's context window."""
+
+
+def context_overflow(err: Exception, model: str) -> ContextOverflow:
+    """``err`` (DSPy's ``ContextWindowExceededError``) as one line naming the token budget and the fix."""
+    text = " ".join(str(err).split())
+    found = re.search(r"maximum context length is (\d+) tokens.*?requested (\d+) tokens"
+                      r"(?: \((\d+) in the messages, (\d+) in the completion\))?", text)
+    if found:
+        window, asked, prompt, answer = found.groups()
+        budget = f"{asked} tokens" + (f" ({prompt} prompt + {answer} answer)" if prompt else "") + f" > {window}"
+    else:
+        budget = text[:200]
+    return ContextOverflow(f"the prompt does not fit {model}'s context window: {budget}; lower --k, --max-chars or "
+                           "--loops, or serve the model with a longer context")
 
 
 def _free_port() -> int:
@@ -338,6 +357,8 @@ class ProjectLM(dspy.LM):
                 self.kwargs["api_base"] = self.server.api_base  # a restart elsewhere may have moved the port
             try:
                 return super().__call__(prompt, messages=messages, **kwargs)
+            except ContextWindowExceededError as err:  # asking again cannot help
+                raise context_overflow(err, self.model) from None
             except Exception:
                 if self.server is None or not self.server.recover(generation):
                     raise

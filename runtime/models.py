@@ -74,6 +74,19 @@ def _stamp(path: Path) -> Path:
     return path.with_suffix(".verified.json")
 
 
+def _stamped(stamp: Path) -> dict | None:
+    """What the stamp of the last verification recorded; None when there is none or it is unreadable (one warning
+    line: the model is hashed again)."""
+    if not stamp.exists():
+        return None
+    try:
+        return json.loads(stamp.read_text(encoding="utf-8"))
+    except ValueError as err:  # not JSON or not UTF-8: a damaged stamp, never trusted
+        print(f"warning: model stamp {stamp} is unreadable ({type(err).__name__}); checking the model's sha256 again",
+              file=sys.stderr)
+        return None
+
+
 def verify(name: str) -> Path:
     """Return the model path if its sha256 matches; re-hash only when size/mtime changed since the last check."""
     s, path = spec(name), model_path(name)
@@ -81,13 +94,12 @@ def verify(name: str) -> Path:
         raise FileNotFoundError(f"model {name} not found at {path}; run: make setup (or python -m runtime.models fetch {name})")
     stat = path.stat()
     key = {"sha256": s.sha256, "size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
-    stamp = _stamp(path)
-    if stamp.exists() and json.loads(stamp.read_text()) == key:
+    if _stamped(_stamp(path)) == key:
         return path
     actual = sha256_file(path)
     if actual != s.sha256:
         raise ChecksumError(f"model {name} at {path} failed its checksum: expected sha256 {s.sha256}, got {actual}; delete it and run make setup")
-    stamp.write_text(json.dumps(key))
+    _stamp(path).write_text(json.dumps(key))
     return path
 
 

@@ -25,7 +25,7 @@ import mlflow  # noqa: E402
 from scipy.stats import mannwhitneyu  # noqa: E402
 
 import data as datasets  # noqa: E402
-from data.hotpotqa import FILES, read_json  # noqa: E402
+from data.hotpotqa import FILES  # noqa: E402
 from optimizers import tracking  # noqa: E402
 from programs.coral import CORAL, Trace  # noqa: E402
 from programs.evidence import lenient  # noqa: E402
@@ -48,7 +48,7 @@ def auc(gold: list[float], other: list[float]) -> float:
 def labelled_passages(root: Path | None, n: int, distractors: int, seed: int) -> list[tuple[str, Passage, bool]]:
     """(question, passage, is_gold) for the gold paragraphs and the first ``distractors`` others of ``n`` seeded
     questions."""
-    records = list(read_json(datasets.require_file(root, *FILES)))
+    records = list(datasets.load_records([datasets.require_file(root, *FILES)]))
     records.sort(key=lambda r: r["_id"])
     random.Random(seed).shuffle(records)
     out = []

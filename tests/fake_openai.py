@@ -1,4 +1,5 @@
-"""A local fake OpenAI-compatible chat endpoint for tests and benchmarks: fixed latency, deterministic answers.
+"""A local fake OpenAI-compatible chat endpoint for tests and benchmarks: fixed latency, deterministic answers; with
+``context`` (tokens) a prompt that does not fit is refused with llama-cpp-python's HTTP 400.
 
 It reads the output fields DSPy's ChatAdapter asks for and fills each with a value that parses: a choice among a
 ``Literal``'s options or ``True``/``False`` picked by a hash of the prompt, ``1`` for numbers, ``[]`` for lists,
@@ -49,8 +50,8 @@ def reply(messages: list[dict]) -> str:
 class FakeOpenAI:
     """``/v1/chat/completions`` and ``/v1/models`` on 127.0.0.1 (free port), each request held ``latency`` s."""
 
-    def __init__(self, latency: float = 0.0):
-        self.latency, self.requests = latency, 0
+    def __init__(self, latency: float = 0.0, context: int | None = None):
+        self.latency, self.requests, self.context = latency, 0, context
         lock = threading.Lock()
         outer = self
 
@@ -58,9 +59,9 @@ class FakeOpenAI:
             def log_message(self, *args):
                 pass
 
-            def _send(self, payload: dict) -> None:
+            def _send(self, payload: dict, status: int = 200) -> None:
                 data = json.dumps(payload).encode()
-                self.send_response(200)
+                self.send_response(status)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
@@ -77,6 +78,14 @@ class FakeOpenAI:
                 messages = request.get("messages", [])
                 text = reply(messages)
                 prompt = sum(len(str(m.get("content", ""))) for m in messages) // 4
+                answer = request.get("max_tokens") or request.get("max_completion_tokens") or 0
+                if outer.context and prompt + answer > outer.context:  # llama-cpp-python's reply
+                    return self._send({"error": {"code": "context_length_exceeded", "type": "invalid_request_error",
+                                                 "message": f"This model's maximum context length is {outer.context} "
+                                                            f"tokens. However, you requested {prompt + answer} tokens "
+                                                            f"({prompt} in the messages, {answer} in the completion). "
+                                                            "Please reduce the length of the messages or completion."}},
+                                      status=400)
                 self._send({"id": "fake", "object": "chat.completion", "created": 0, "model": request.get("model"),
                             "choices": [{"index": 0, "finish_reason": "stop",
                                          "message": {"role": "assistant", "content": text}}],

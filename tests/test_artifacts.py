@@ -1,5 +1,6 @@
 """A damaged or outdated compiled program is refused with its file, the cause and the fix named."""
 import json
+import re
 from dataclasses import replace
 
 import pytest
@@ -64,3 +65,41 @@ def test_optimize_prints_where_the_compiled_program_stays_and_how_to_browse_runs
     assert stored and stored.group(2) == run_id
     assert programs.read_artifact(stored.group(1))["program"] == "direct"  # a lasting file, not a temp copy
     assert "mlruns" in stored.group(1) and "mlflow ui --backend-store-uri sqlite:///" in out
+
+
+def crafted(artifact: dict, edit) -> dict:
+    artifact = json.loads(json.dumps(artifact))
+    edit(artifact)
+    return artifact
+
+
+@pytest.mark.parametrize("edit, key", [
+    (lambda a: a["state"]["writer.short"].update(config={"api_base": "http://evil.example/v1"}),
+     "state['writer.short']['config']"),
+    (lambda a: a["state"]["writer.short"].update(lm={"model": "openai/other", "api_base": "http://evil.example/v1"}),
+     "state['writer.short']['lm']"),
+    (lambda a: a["state"]["writer.short"]["signature"].update(api_base="http://evil.example/v1"),
+     "state['writer.short']['signature']['api_base']"),
+    (lambda a: a["state"].update(lm={"api_base": "http://evil.example/v1"}), "state['lm']"),
+    (lambda a: a.update(api_base="http://evil.example/v1"), "api_base"),
+    (lambda a: a["config"].update(api_base="http://evil.example/v1"), "config['api_base']"),
+    (lambda a: a["data"].update(api_base="http://evil.example/v1"), "data['api_base']"),
+])
+def test_an_artifact_key_a_compiled_program_does_not_need_is_refused_by_name(saved, edit, key):
+    path, artifact = saved
+    path.write_text(json.dumps(crafted(artifact, edit)))
+    with pytest.raises(ValueError, match=rf"^{path}: unexpected key {re.escape(key)} .*recompile"):
+        programs.load_compiled(str(path))
+
+
+def test_what_a_compiled_program_needs_still_loads(saved):
+    path, artifact = saved
+    demo = {"question": "Capital of France?", "answer": "Paris", "augmented": True}
+
+    def edit(a):
+        a["state"]["writer.short"]["demos"] = [demo]
+        a["state"]["writer.short"]["signature"]["instructions"] = "Answer tersely."
+    path.write_text(json.dumps(crafted(artifact, edit)))
+    loaded = programs.load_compiled(str(path))
+    assert loaded.writer.short.demos == [demo] and loaded.writer.short.signature.instructions == "Answer tersely."
+    assert not hasattr(loaded.writer.short, "api_base") and loaded.writer.short.lm is None

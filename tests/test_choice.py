@@ -39,6 +39,16 @@ class LogprobLM(DummyLM):
         return [{"text": text, "logprobs": {"content": content}} for text in outputs]
 
 
+class LetterBiasLM(DummyLM):
+    """Writes "B"; its letter probabilities are ``PRIOR`` whatever the options say."""
+
+    def __call__(self, prompt=None, messages=None, **kwargs):
+        outputs = super().__call__(prompt=prompt, messages=messages, **kwargs)
+        alternatives = [(k, math.log(p)) for k, p in PRIOR.items()]
+        content = [token(" ## answer ## ]]"), token("\n"), token("B", math.log(0.3), alternatives)]
+        return [{"text": text, "logprobs": {"content": content}} for text in outputs]
+
+
 def test_letter_probabilities_are_read_at_the_first_answer_token():
     content = [token("[[ ##"), token(" answer ## ]]"), token("\n"),
                token("(", -0.1, [("(", -0.1)]),  # punctuation only: not the answer token
@@ -154,13 +164,6 @@ def test_compare_script_scores_every_mode_from_one_run_and_logs_the_calibration(
 
     import scripts.coral_compare as compare
     from optimizers import cli
-
-    class LetterBiasLM(DummyLM):  # writes "B"; its letter probabilities favour A whatever the options say
-        def __call__(self, prompt=None, messages=None, **kwargs):
-            outputs = super().__call__(prompt=prompt, messages=messages, **kwargs)
-            alternatives = [(k, math.log(p)) for k, p in PRIOR.items()]
-            content = [token(" ## answer ## ]]"), token("\n"), token("B", math.log(0.3), alternatives)]
-            return [{"text": text, "logprobs": {"content": content}} for text in outputs]
 
     lm = LetterBiasLM({"[[ ## options ## ]]": {"answer": "B"}})
     monkeypatch.setattr(cli, "make_lm", lambda *a, **k: lm)

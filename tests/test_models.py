@@ -1,4 +1,5 @@
 import hashlib
+import json
 import shutil
 import subprocess
 import zipfile
@@ -56,3 +57,17 @@ def test_a_tampered_model_fails_verification(fake_model):
 def test_unknown_model_names_the_choices():
     with pytest.raises(SystemExit, match="qwen-0.5b, qwen-1.5b"):
         models.spec("llama-70b")
+
+
+@pytest.mark.parametrize("damage", [b"{not json", b"\xff\xfe stamp"])
+def test_a_damaged_stamp_is_checked_again_not_a_crash(fake_model, capsys, damage):
+    path = models.fetch("fake")
+    stamp = path.with_suffix(".verified.json")
+    stamp.write_bytes(damage)
+    assert models.verify("fake") == path  # hashed again, and stamped anew
+    assert f"warning: model stamp {stamp} is unreadable" in capsys.readouterr().err
+    assert json.loads(stamp.read_text())["sha256"] == models.MODELS["fake"].sha256
+    path.write_bytes(b"tampered")
+    stamp.write_bytes(damage)
+    with pytest.raises(models.ChecksumError, match="failed its checksum"):
+        models.verify("fake")

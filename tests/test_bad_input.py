@@ -1,0 +1,164 @@
+"""Bad input is one line naming the file, line or key and the fix; nothing is silently dropped or read damaged."""
+import argparse
+import json
+import re
+from dataclasses import replace
+
+import mlflow
+import pytest
+from dspy.utils.dummies import DummyLM
+
+import evaluate
+from optimizers import cli, suite, tracking
+from tests.fake_openai import FakeOpenAI
+from tests.test_choice import LetterBiasLM
+from tests.test_xrag import RELEASE_ROWS, xquad_file
+
+@pytest.fixture(autouse=True)
+def no_local_model(monkeypatch):
+    """A run that gets past the bad input answers through a DummyLM, never the embedded model."""
+    real = cli.make_lm
+    monkeypatch.setattr(cli, "make_lm", lambda name, *a, **k: DummyLM({"question": {"answer": "Paris"}})
+                        if name.startswith("local:") else real(name, *a, **k))
+
+
+DOC = '{"id": "a", "title": "Paris", "text": "Paris is the capital of France."}'
+
+
+def one_line_error(argv: list[str], capsys) -> str:
+    with pytest.raises(SystemExit):
+        evaluate.main(argv)
+    err = capsys.readouterr().err.strip().splitlines()  # before it: progress bars and INFO lines at most
+    assert err[-1].startswith("error: ") and not any("Traceback" in line or "rror" in line for line in err[:-1]), err
+    return err[-1]
+
+
+DIRECT = ["--program", "direct", "--dataset", "demo", "--train", "0", "--dev", "1", "--test", "0"]
+
+
+@pytest.mark.parametrize("content, message", [
+    (f'{DOC}\n{{"id": "b", oops}}\n'.encode(), r"en.jsonl line 2: not valid JSON \(.*column \d+\); fix or delete"),
+    (f'{DOC}\n["b", "c"]\n'.encode(), r"en.jsonl line 2: a JSON array where an object \{...\} was expected"),
+    (b'{"id": "a", "title": "Paris"}\n', r"en.jsonl line 1: lacks text; each line needs id, title, text"),
+    (f'{DOC}\n'.encode() + b'{"id": "b", "title": "Caf\xe9", "text": "x"}\n',
+     r"en.jsonl line 2: not UTF-8 text \(byte 0xe9 at column 26\); re-save the file as UTF-8"),
+])
+def test_a_bad_line_in_a_jsonl_corpus_names_file_and_line(tmp_path, capsys, content, message):
+    (tmp_path / "en.jsonl").write_bytes(content)
+    line = one_line_error(DIRECT + ["--corpus", f"jsonl:{tmp_path}"], capsys)
+    assert str(tmp_path / "en.jsonl") in line
+    assert re.search(message, line), line
+
+
+@pytest.fixture
+def data_dir(tmp_path):
+    (tmp_path / "xquad").mkdir()
+    for lang in ("en", "de"):
+        (tmp_path / "xquad" / f"xquad.{lang}.json").write_text(json.dumps(xquad_file(lang)), encoding="utf-8")
+    (tmp_path / "xrag").mkdir()
+    return tmp_path
+
+
+def write_release(data_dir, lines: list[str]) -> None:
+    (data_dir / "xrag" / "xrag.dev.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+@pytest.mark.parametrize("dataset, damage, message", [
+    ("xrag", lambda d: write_release(d, [json.dumps(RELEASE_ROWS[0]), '{"id": "r2", "question": ']),
+     r"xrag/xrag.dev.jsonl line 2: not valid JSON"),
+    ("xrag", lambda d: write_release(d, [json.dumps(RELEASE_ROWS[0]), '"just a string"']),
+     r"xrag/xrag.dev.jsonl line 2: a JSON string where an object"),
+    ("xrag", lambda d: write_release(d, [json.dumps(r | {"id": "r1"}) for r in RELEASE_ROWS]),
+     r"the dataset repeats example ids \(r1\); ids must be unique"),
+    ("xrag_mono:de", lambda d: (d / "xquad" / "xquad.de.json").write_bytes(
+        (d / "xquad" / "xquad.de.json").read_bytes().replace(b"Hafen", b"H\xe4fen", 1)),
+     r"xquad/xquad.de.json line 1: not UTF-8 text \(byte 0xe4\); re-save"),
+    ("xrag_mono:de", lambda d: (d / "xquad" / "xquad.de.json").write_text('{"data": [}'),
+     r"xquad/xquad.de.json line 1: not valid JSON \(Expecting value at column 11\); the file is damaged"),
+])
+def test_a_bad_data_file_names_file_and_line(data_dir, capsys, dataset, damage, message):
+    damage(data_dir)
+    line = one_line_error(["--program", "direct", "--dataset", dataset, "--data-dir", str(data_dir), "--train", "0",
+                           "--dev", "1", "--test", "0"], capsys)
+    assert re.search(message, line), line
+
+
+@pytest.mark.parametrize("sizes, message", [
+    (["--dev", "-1"], "split sizes cannot be negative (--dev -1); give 0 or more"),
+    (["--train", "-2", "--test", "-1"], "split sizes cannot be negative (--train -2, --test -1)"),
+])
+def test_negative_split_sizes_are_refused(capsys, sizes, message):
+    argv = ["--program", "direct", "--dataset", "demo", "--train", "0", "--dev", "1", "--test", "0"]
+    assert message in one_line_error(argv + sizes, capsys)
+
+
+def test_an_unknown_mlflow_run_for_compiled_is_one_line(capsys):
+    line = one_line_error(["--compiled", "0123456789abcdef0123456789abcdef"], capsys)
+    assert "'0123456789abcdef0123456789abcdef' is no file, and no run of the MLflow store" in line
+    assert "pass a program.json path or the run id optimize.py printed" in line
+
+
+def test_a_prompt_longer_than_the_context_is_one_line_naming_the_question_and_the_budget(capsys):
+    with FakeOpenAI(context=120) as server:
+        summary = evaluate.main(["--program", "direct", "--dataset", "demo", "--train", "0", "--dev", "2", "--test",
+                                 "0", "--lm", "openai/fake", "--api-base", server.api_base, "--no-cache"])
+    assert summary["failed_examples"] == 2
+    lines = [line for line in capsys.readouterr().err.splitlines() if "context window" in line]
+    assert len(lines) == 2 and all(line.startswith("warning: question ") for line in lines)
+    assert "failed: ContextOverflow: the prompt does not fit openai/fake's context window: " in lines[0]
+    assert re.search(r"\d+ tokens \(\d+ prompt \+ 512 answer\) > 120; lower --k, --max-chars or "
+                                   r"--loops", lines[0]), lines[0]
+
+
+def test_a_corrupt_pride_prior_is_computed_again(monkeypatch, capsys):
+    lm = LetterBiasLM({"[[ ## options ## ]]": {"answer": "B"}})
+    monkeypatch.setattr(cli, "make_lm", lambda *a, **k: lm)
+    args = cli.parser("t").parse_args(["--program", "direct", "--dataset", "demo_culture", "--train", "2", "--dev",
+                                       "1", "--test", "0", "--mc-scoring", "pride", "--mc-calibration", "2"])
+    s = cli.session(args, needs_search=False)
+    s.build("direct")
+    first, calls = dict(s.calibrations["direct"]), len(lm.history)
+    saved = next((cli.project_cache() / "evals").glob("pride-*.json"))
+    for damage in (b"{not json", b'{"prior": {"A": "x"}, "used": []}', b'["a list"]', b"\xff\xfe"):
+        saved.write_bytes(damage)
+        s.build("direct")
+        assert s.calibrations["direct"]["prior"] == first["prior"] and len(lm.history) > calls
+        assert f"warning: saved PriDe prior {saved} is unreadable" in capsys.readouterr().err
+        calls = len(lm.history)
+    s.build("direct")  # the rewritten file is reused
+    assert len(lm.history) == calls and "(reused: " in capsys.readouterr().err
+
+
+def test_an_interrupted_suite_ends_its_child_run_killed_like_a_single_run():
+    class Interrupted(DummyLM):
+        def __call__(self, *args, **kwargs):
+            if self.history:
+                raise KeyboardInterrupt
+            return super().__call__(*args, **kwargs)
+
+    def hook(s):
+        from runtime.roles import Roles, init_dspy
+
+        lm = Interrupted({"": {"answer": "Paris"}})
+        init_dspy(lm, cache=False)
+        return replace(s, roles=Roles(writer=lm))
+
+    p = suite.parser("t")
+    p.set_defaults(split="test")
+    args: argparse.Namespace = p.parse_args(["--suite", "direct", "--dataset", "demo", "--train", "0", "--dev", "0",
+                                             "--test", "3", "--lm", "openai/unused", "--experiment", "interrupted"])
+    with pytest.raises(KeyboardInterrupt):
+        suite.run_suite(args, hook=hook)
+    mlflow.set_tracking_uri(tracking.tracking_uri())
+    runs = mlflow.search_runs(experiment_names=["interrupted"], output_format="list")
+    assert len(runs) == 2 and {r.info.status for r in runs} == {"KILLED"}
+
+
+def test_a_click_record_without_its_fields_names_file_and_record(tmp_path, capsys):
+    folder = tmp_path / "click" / "Culture" / "Korean History"
+    folder.mkdir(parents=True)
+    (folder / "History_KIIP.json").write_text(json.dumps([{"id": 1, "question": "q?", "choices": ["a", "b"],
+                                                           "answer": "a"}, {"id": 2, "question": "q2?"}]))
+    line = one_line_error(["--program", "direct", "--dataset", "click", "--data-dir", str(tmp_path)], capsys)
+    assert f"{folder / 'History_KIIP.json'} record 1: not a question with id, question, choices and answer " \
+           "(KeyError: 'choices'); fix the file" in line

@@ -1,0 +1,111 @@
+"""Checkpoints are keyed by the data they answered: the dataset, the content of its examples and corpora; and a
+resumed record is used only for the very question (and gold) it answered."""
+import dataclasses
+import json
+import shutil
+
+import dspy
+import pytest
+from dspy.utils.dummies import DummyLM
+
+import evaluate
+from data import corpora
+from optimizers import cli
+from optimizers.evaluation import evaluate as run_eval
+from optimizers.metrics import exact_match
+from tests.test_xrag import xquad_file
+
+
+@pytest.fixture
+def xquad_dir(tmp_path):
+    (tmp_path / "xquad").mkdir()
+    for lang in ("en", "de"):
+        (tmp_path / "xquad" / f"xquad.{lang}.json").write_text(json.dumps(xquad_file(lang)), encoding="utf-8")
+    return tmp_path
+
+
+@pytest.fixture
+def counted(monkeypatch):
+    """One DummyLM behind every LM the CLI builds; its history counts the LM calls."""
+    lm = DummyLM({"question": {"answer": "1902"}})
+    monkeypatch.setattr(cli, "make_lm", lambda *a, **k: lm)
+    return lm
+
+
+@pytest.mark.parametrize("first, second", [("xrag_mono:de", "xrag_mono_oracle:de"),
+                                           ("xrag_mono:de", "xrag_multi:de")])
+def test_two_xrag_settings_with_the_same_ids_each_ask_their_own_questions(xquad_dir, counted, first, second):
+    argv = ["--program", "direct", "--data-dir", str(xquad_dir), "--train", "0", "--dev", "3", "--test", "0"]
+    evaluate.main(argv + ["--dataset", first])
+    asked = len(counted.history)
+    summary = evaluate.main(argv + ["--dataset", second])
+    assert asked == 3 and len(counted.history) == 6 and summary["n"] == 3
+    evaluate.main(argv + ["--dataset", second])  # the same setting again resumes
+    assert len(counted.history) == 6
+
+
+def session(argv):
+    return cli.session(cli.parser("t").parse_args(argv), needs_search=False)
+
+
+def test_an_edited_jsonl_corpus_starts_a_new_checkpoint(tmp_path, counted):
+    folder = tmp_path / "corpus"
+    folder.mkdir()
+    doc = {"id": "a", "title": "Paris", "text": "Paris is the capital of France."}
+    (folder / "en.jsonl").write_text(json.dumps(doc) + "\n", encoding="utf-8")
+    argv = ["--program", "direct", "--dataset", "demo", "--corpus", f"jsonl:{folder}", "--train", "0", "--dev", "2"]
+    s = session(argv)
+    before = s.checkpoint("dev", "direct", s.build("direct"))
+    assert session(argv).checkpoint("dev", "direct", s.build("direct")) == before
+    (folder / "en.jsonl").write_text(json.dumps(doc | {"text": "Lyon is the capital of France."}) + "\n",
+                                     encoding="utf-8")
+    s = session(argv)
+    assert s.checkpoint("dev", "direct", s.build("direct")) != before
+
+
+def test_fingerprints_follow_content_not_paths(xquad_dir, tmp_path):
+    shutil.copytree(xquad_dir / "xquad", tmp_path / "elsewhere" / "xquad")
+    here = corpora.load("xrag_mono:de", str(xquad_dir), None, True)
+    there = corpora.load("xrag_mono:de", str(tmp_path / "elsewhere"), None, True)
+    assert here.fingerprint == there.fingerprint and all(len(c.fingerprint) == 64 for c in here.corpora)
+    assert corpora.load("xrag_mono_oracle:de", str(xquad_dir), None, True).fingerprint != here.fingerprint
+    there.examples[0]["answer"] = "1999"  # a changed loader: same ids, other content
+    assert dataclasses.replace(there).fingerprint != here.fingerprint
+    there.corpora[0].docs[0]["text"] += " Edited."
+    assert dataclasses.replace(there.corpora[0]).fingerprint != here.corpora[0].fingerprint
+
+
+EXAMPLES = [dspy.Example(id=f"q{i}", question=f"question {i}", answer="yes", answers=["yes"]).with_inputs("question")
+            for i in range(3)]
+
+
+def test_a_record_for_another_question_under_the_same_id_is_asked_again(dummy, tmp_path):
+    lm = dummy({"question": {"answer": "yes"}})
+    ckpt = tmp_path / "dev.jsonl"
+    program = dspy.Predict("question -> answer")
+    run_eval(program, EXAMPLES, {"em": exact_match}, checkpoint=ckpt)
+    assert len(lm.history) == 3
+    changed = [EXAMPLES[0].copy(question="a different question"), EXAMPLES[1].copy(answer="no", answers=["no"]),
+               EXAMPLES[2]]
+    with pytest.warns(RuntimeWarning, match=r"2 record\(s\)"):
+        records, _ = run_eval(program, changed, {"em": exact_match}, checkpoint=ckpt)
+    assert len(lm.history) == 5  # q0 and q1 asked again, q2 resumed
+    assert [r["question"] for r in records] == ["a different question", "question 1", "question 2"]
+    assert records[1]["gold"] == "no" and records[1]["em"] == 0.0
+    again, _ = run_eval(program, changed, {"em": exact_match}, checkpoint=ckpt)  # the fresh records now resume
+    assert len(lm.history) == 5 and again == records
+
+
+def test_a_checkpoint_line_that_is_not_utf8_is_asked_again_and_a_line_separator_stays_one_record(dummy, tmp_path):
+    lm = dummy({"question": {"answer": "yes"}})
+    ckpt = tmp_path / "dev.jsonl"
+    program = dspy.Predict("question -> answer")
+    examples = EXAMPLES[:2] + [EXAMPLES[2].copy(question="question\u2028two")]  # U+2028 is no line end in JSONL
+    run_eval(program, examples, {"em": exact_match}, checkpoint=ckpt)
+    lines = ckpt.read_bytes().split(b"\n")
+    lines[1] = lines[1].replace(b"question 1", b"question \xff1")  # a damaged byte in q1's record
+    ckpt.write_bytes(b"\n".join(lines))
+    with pytest.warns(RuntimeWarning, match=r"skipped 1 unreadable line\(s\).*not UTF-8"):
+        records, _ = run_eval(program, examples, {"em": exact_match}, checkpoint=ckpt)
+    assert len(lm.history) == 4  # only q1 asked again: no U+FFFD text read back, q2 (with U+2028) resumed
+    assert [r["question"] for r in records] == ["question 0", "question 1", "question\u2028two"]
