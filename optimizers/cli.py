@@ -152,7 +152,7 @@ class Session:
     def eval_data(self, split: str, examples: list[dspy.Example]) -> tracking.EvalData:
         """``examples`` of ``split`` (train / dev / test) as the MLflow dataset input of a run."""
         return tracking.EvalData(f"{self.args.dataset}/{split}/seed{self.args.seed}", split, tuple(examples),
-                                 self.bundle.source)
+                                 self.bundle.source, self.bundle.fingerprint)
 
     def lm_ids(self) -> dict:
         a = self.args

@@ -126,13 +126,14 @@ def _cell(value):
 @dataclass(frozen=True)
 class EvalData:
     """The examples of one evaluation as an MLflow dataset: ``name`` (dataset, split, seed), ``context``
-    (train / dev / test), ``digest`` (the examples' content fingerprint) and ``source`` (the file or bundled set
-    they were read from)."""
+    (train / dev / test), ``digest`` (a content hash of these examples: two slices differ), ``source`` (the file or
+    bundled set they were read from) and the tag ``data_fingerprint`` (the whole dataset's, as checkpoints key it)."""
 
     name: str
     context: str
     examples: tuple
     source: str
+    fingerprint: str = ""  # the whole dataset's (``Bundle.fingerprint``), which result checkpoints are keyed by
 
     @property
     def digest(self) -> str:
@@ -148,7 +149,8 @@ class EvalData:
             warnings.filterwarnings("ignore", message="The specified dataset source can be interpreted")
             dataset = from_pandas(frame, source=_source(self.source), name=self.name, targets="answer",
                                   digest=self.digest)
-        mlflow.log_input(dataset, context=self.context)
+        mlflow.log_input(dataset, context=self.context, tags={"data_fingerprint": self.fingerprint[:12]}
+                         if self.fingerprint else None)
 
 
 def examples_digest(examples) -> str:

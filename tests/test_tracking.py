@@ -38,6 +38,8 @@ def test_an_evaluation_logs_its_questions_as_a_dataset_and_a_table(monkeypatch):
     second = _run(_last_run_id())
     (name, digest), = _inputs(first).values()
     assert _inputs(first).keys() == {"dev"} and name == "demo/dev/seed13"
+    tags = {t.key: t.value for t in first.inputs.dataset_inputs[0].tags}
+    assert tags["data_fingerprint"] == first.data.params["data_fingerprint"][:12]  # what checkpoints are keyed by
     assert _inputs(second)["dev"][0] == name and _inputs(second)["dev"][1] != digest  # other questions, other digest
     table = json.loads(open(tracking.download(first.info.run_id, "predictions/dev_table.json")).read())
     rows = [dict(zip(table["columns"], row)) for row in table["data"]]
