@@ -155,10 +155,10 @@ def test_an_interrupted_suite_ends_its_child_run_killed_like_a_single_run():
 
 
 def test_a_click_record_without_its_fields_names_file_and_record(tmp_path, capsys):
-    folder = tmp_path / "click" / "Culture" / "Korean History"
+    folder = tmp_path / "click" / "Culture" / "Korean Tradition"
     folder.mkdir(parents=True)
-    (folder / "History_KIIP.json").write_text(json.dumps([{"id": 1, "question": "q?", "choices": ["a", "b"],
+    (folder / "Tradition_KIIP.json").write_text(json.dumps([{"id": 1, "question": "q?", "choices": ["a", "b"],
                                                            "answer": "a"}, {"id": 2, "question": "q2?"}]))
     line = one_line_error(["--program", "direct", "--dataset", "click", "--data-dir", str(tmp_path)], capsys)
-    assert f"{folder / 'History_KIIP.json'} record 1: not a question with id, question, choices and answer " \
+    assert f"{folder / 'Tradition_KIIP.json'} record 1: not a question with id, question, choices and answer " \
            "(KeyError: 'choices'); fix the file" in line
