@@ -80,3 +80,11 @@ class CritiqueAnswer(dspy.Signature):
     error_types: str = dspy.OutputField(desc="error types (right of the colon in the menu), one per line; none if "
                                              "correct")
     specifics: str = dspy.OutputField(desc="the specific mistakes, 2-5 words each, one per line; none if correct")
+
+
+class JudgeRelevance(dspy.Signature):
+    """Does the passage state a fact that is needed to answer the question? Reply yes or no."""
+
+    question: str = dspy.InputField()
+    passage: str = dspy.InputField()
+    relevant: str = dspy.OutputField(desc="yes or no")
