@@ -18,6 +18,7 @@ from data import corpora as sources
 from optimizers.metrics import ANSWER_METRICS, Judge, answer_metrics
 from optimizers.calibration import calibrate_pride
 from programs.choice import MODES, MCScoring
+from programs.decisions import MODES as DECISION_MODES
 from programs.retrieval import INDEX_TYPES, RETRIEVERS, Retriever
 from programs.writer import mc_state, set_mc_scoring
 from runtime.lm import make_lm
@@ -81,6 +82,11 @@ def parser(description: str) -> argparse.ArgumentParser:
                         "--mc-calibration train questions (pride, Zheng et al. 2024); no logprobs -> generate")
     p.add_argument("--mc-calibration", type=int, default=8,
                    help="pride: train-split questions asked at every option shift to estimate the prior")
+    p.add_argument("--decisions", default="generate", choices=DECISION_MODES,
+                   help="gates and filters (CRAG's grade, Self-RAG's reflection, SEAL's and CORAL's sufficiency, "
+                        "CORAL's criteria): parse the written label (generate), read label probabilities from the "
+                        "LM's token logprobs (logprob), or also fuse a passage's probability with its retrieval "
+                        "score (fused); no logprobs -> generate")
     p.add_argument("--no-cache", action="store_true", help="disable DSPy's LM response cache")
     p.add_argument("--ledger-to-writer", action="store_true",
                    help="seal: also show the final writer the verified ledger facts (default: passages only)")
@@ -104,8 +110,10 @@ class Session:
 
     @property
     def config(self) -> dict:
+        decisions = getattr(self.args, "decisions", "generate")
         return {"k": self.args.k, "loops": self.args.loops, "max_chars": self.args.max_chars,
-                **({"ledger_to_writer": True} if getattr(self.args, "ledger_to_writer", False) else {})}
+                **({"ledger_to_writer": True} if getattr(self.args, "ledger_to_writer", False) else {}),
+                **({"decisions": decisions} if decisions != "generate" else {})}
 
     @property
     def groups(self) -> tuple[str, ...]:

@@ -1,0 +1,185 @@
+"""Scored decisions: label distributions and expected scores from logprobs, threshold and fusion fitting, fallback."""
+import math
+
+import dspy
+import pytest
+from dspy.utils.dummies import DummyLM
+
+from programs.decisions import (SCALE, YES_NO, Gate, check_mode, decide, fit_fusion, fit_gate, recall_threshold,
+                                written_label, youden_threshold)
+from runtime.roles import init_dspy
+from signatures.critic import JudgeRelevance, RateDocument
+from tests.dummies import Queue
+from tests.test_seal import ANSWER, Q, ScriptedSearch
+
+
+def token(text, logprob=0.0, alternatives=()):
+    return {"token": text, "logprob": logprob, "top_logprobs": [{"token": t, "logprob": lp} for t, lp in alternatives]}
+
+
+def field(name, alternatives):
+    """The tokens of one ChatAdapter output field: its header, then the label token with ``alternatives`` and a
+    filler alternative of probability 1e-6 (as among the 20 an endpoint returns: labels missing from them get it)."""
+    first = max(alternatives, key=lambda a: a[1])
+    return [token("[["), token(f" ## {name} ## ]]"), token("\n"),
+            token(first[0], first[1], [*alternatives, ("\u2026", math.log(1e-6))]), token("\n\n")]
+
+
+class PayloadLM(DummyLM):
+    """A DummyLM whose replies carry a fixed OpenAI-format logprobs payload."""
+
+    def __init__(self, answers, content):
+        super().__init__(answers)
+        self.content = content
+
+    def __call__(self, prompt=None, messages=None, **kwargs):
+        outputs = super().__call__(prompt=prompt, messages=messages, **kwargs)
+        return [{"text": text, "logprobs": {"content": self.content}} for text in outputs]
+
+
+def test_yes_no_decision_is_read_from_the_label_token():
+    # at the label token: "yes" 0.5 + " Yes" 0.2 = 0.7, "no" 0.2, "Sure" starts no label
+    alternatives = [("yes", math.log(0.5)), (" Yes", math.log(0.2)), ("no", math.log(0.2)), ("Sure", math.log(0.1))]
+    lm = PayloadLM([{"relevant": "no"}], field("relevant", alternatives))
+    init_dspy(lm, cache=False)
+    d = decide(dspy.Predict(JudgeRelevance), {"relevant": YES_NO}, question="Q?", passage="P.")
+    assert d.prob("relevant", "yes") == pytest.approx(0.7 / 0.9) and d.prob("relevant", "no") == pytest.approx(0.2 / 0.9)
+    assert d.output.relevant == "no"  # the written label is kept for the generate reading
+    assert lm.history[-1]["kwargs"]["logprobs"] is True
+
+
+def test_graded_scales_are_read_as_expected_values():
+    # relevance: 4 (0.5), 5 (0.3), 2 (0.2) -> 2.0 + 1.5 + 0.4 = 3.9; usefulness: 1 (0.25), 3 (0.75) -> 2.5;
+    # specificity: "5" and "**" (no label) -> 5; compatibility: "0" and "ok" (no label) -> 0
+    content = (field("relevance", [("4", math.log(0.5)), ("5", math.log(0.3)), ("2", math.log(0.2))])
+               + field("usefulness", [("3", math.log(0.75)), ("1", math.log(0.25))])
+               + field("specificity", [("5", math.log(0.9)), ("**", math.log(0.1))])
+               + field("compatibility", [("0", math.log(0.6)), ("ok", math.log(0.4))]))
+    answers = [{"relevance": 4, "usefulness": 3, "specificity": 5, "compatibility": 0, "critique": "fine"}]
+    init_dspy(PayloadLM(answers, content), cache=False)
+    d = decide(dspy.Predict(RateDocument), dict.fromkeys(("relevance", "usefulness", "specificity", "compatibility"),
+                                                         SCALE), question="Q?", document="D.")
+    # labels missing from the alternatives get the smallest returned probability (1e-6): off by < 1e-4 here
+    assert d.expected("relevance") == pytest.approx(3.9, abs=1e-4)
+    assert d.expected("usefulness") == pytest.approx(2.5, abs=1e-4)
+    assert d.expected("specificity") == pytest.approx(5.0, abs=1e-4)
+    assert d.expected("compatibility") == pytest.approx(0.0, abs=1e-4)
+
+
+def test_written_labels_are_matched_whole_and_case_blind():
+    assert written_label(" Yes.", YES_NO) == "yes" and written_label("(no)", YES_NO) == "no"
+    assert written_label("Not really", YES_NO) is None and written_label("yesterday", YES_NO) is None
+    assert written_label("3", SCALE) == "3" and written_label(None, YES_NO) is None
+    with pytest.raises(ValueError, match="unknown --decisions"):
+        check_mode("vote")
+
+
+def test_no_logprobs_falls_back_to_the_written_label_with_one_warning(capsys, monkeypatch):
+    monkeypatch.setattr("programs.choice._WARNED", set())
+    init_dspy(DummyLM([{"relevant": "Yes"}, {"relevant": "Yes"}]), cache=False)
+    predictor = dspy.Predict(JudgeRelevance)
+    first = decide(predictor, {"relevant": YES_NO}, question="Q?", passage="P.")
+    second = decide(predictor, {"relevant": YES_NO}, question="Q2?", passage="P2.")
+    assert first.probs == {"relevant": None} and first.prob("relevant", "yes") == second.prob("relevant", "yes") == 1.0
+    assert capsys.readouterr().err.count("returned no token logprobs; decisions fall back") == 1
+
+
+def test_thresholds_fitted_on_a_hand_made_label_set():
+    scores = [0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2]
+    gold = [True, True, True, False, False, True, False, False]
+    # cut 0.7: TPR 3/4, FPR 0 -> J 0.75; cut 0.4: TPR 1, FPR 2/4 -> J 0.5; every other cut is lower
+    assert youden_threshold(scores, gold) == pytest.approx(0.7)
+    # keeping >= 95% of the 4 positives needs all 4: the lowest positive, 0.4
+    assert recall_threshold(scores, gold, 0.95) == pytest.approx(0.4)
+    gate = Gate(lower=0.25, upper=0.75)
+    info = fit_gate(gate, scores, None, gold)
+    assert gate.thresholds == {"lower": pytest.approx(0.4), "upper": pytest.approx(0.7)}
+    assert info["auc"] == pytest.approx(14 / 16) and info["positives"] == 4 and gate.weights is None
+    gate.reset()
+    assert gate.thresholds == {"lower": 0.25, "upper": 0.75}
+    with pytest.raises(ValueError, match="both positive and negative"):
+        youden_threshold([0.1, 0.2], [True, True])
+
+
+def test_fusion_weights_follow_the_feature_that_separates():
+    # the retriever separates, the LM is noise: the retriever's weight is positive and the fused order is perfect
+    lm_noise = [0.3, 0.7, 0.5, 0.6, 0.4, 0.5, 0.7, 0.3]
+    retrieval = [0.9, 0.85, 0.8, 0.75, 0.3, 0.25, 0.2, 0.15]
+    gold = [True] * 4 + [False] * 4
+    bias, w_lm, w_ret = fit_fusion(list(zip(lm_noise, retrieval)), gold)
+    assert w_ret > 0 and abs(w_lm) < w_ret
+    gate = Gate(threshold=0.5)
+    gate.weights = [bias, w_lm, w_ret]
+    fused = gate.fuse(lm_noise, retrieval)
+    assert min(fused[:4]) > max(fused[4:])
+    # the other way round: the LM separates, the retriever is noise
+    _, w_lm, w_ret = fit_fusion(list(zip(retrieval, lm_noise)), gold)
+    assert w_lm > 0 and abs(w_ret) < w_lm
+
+
+def test_unfitted_fusion_is_an_even_mix_with_the_min_max_scaled_retriever_score():
+    assert Gate(threshold=0.5).fuse([0.2, 0.8, 0.5], [1.0, 3.0, 2.0]) == pytest.approx([0.1, 0.9, 0.5])
+    assert Gate(threshold=0.5).fuse([0.4], [7.0]) == pytest.approx([0.7])  # one passage: its score scales to 1
+
+
+def test_gate_state_round_trips_and_rejects_bad_state():
+    gate = Gate(lower=0.25, upper=0.75)
+    gate.thresholds["upper"], gate.weights = 0.6, [0.1, 1.0, 2.0]
+    fresh = Gate(lower=0.25, upper=0.75).load_state(gate.dump_state())
+    assert fresh.thresholds == {"lower": 0.25, "upper": 0.6} and fresh.weights == [0.1, 1.0, 2.0]
+    with pytest.raises(ValueError, match="do not fit"):
+        Gate(threshold=0.5).load_state({"thresholds": {"upper": 0.5}, "weights": None})
+    with pytest.raises(ValueError, match="three numbers"):
+        Gate(threshold=0.5).load_state({"thresholds": {"threshold": 0.5}, "weights": ["import os"]})
+
+
+class RelevanceLM(DummyLM):
+    """Routed DummyLM answers; relevance prompts also get logprobs with P(yes) = ``p_yes[title]`` of the passage."""
+
+    def __init__(self, routes, p_yes):
+        super().__init__({k: v if isinstance(v, Queue) else Queue(v) for k, v in routes.items()})
+        self.p_yes = p_yes
+
+    def __call__(self, prompt=None, messages=None, **kwargs):
+        outputs = super().__call__(prompt=prompt, messages=messages, **kwargs)
+        text = messages[-1]["content"]
+        title = next((t for t in self.p_yes if f"[[ ## passage ## ]]\n[{t}]" in text), None)
+        if title is None:
+            return outputs
+        p = self.p_yes[title]
+        content = field("relevant", [("yes", math.log(p)), ("no", math.log(1 - p))])
+        return [{"text": out, "logprobs": {"content": content}} for out in outputs]
+
+
+def test_crag_grades_by_thresholds_on_p_yes_and_saves_them_as_program_state():
+    import programs
+    from programs.crag import CRAG
+
+    search = ScriptedSearch({Q: ["Blue Fox", "Red Owl", "Green Cat"]})
+    lm = RelevanceLM({"[[ ## passage ## ]]": {"relevant": "no"}, ANSWER: {"answer": "Lyon [1]"}},
+                     {"Blue Fox": 0.9, "Red Owl": 0.5, "Green Cat": 0.1})
+    init_dspy(lm, cache=False)
+    crag = CRAG(search, k=3, loops=0, decisions="logprob")
+    pred = crag(question=Q)
+    # fixed thresholds 1/3 and 2/3: 0.9 correct, 0.5 ambiguous, 0.1 incorrect (the written "no" is not used)
+    assert pred.trace["actions"] == ["correct"] and pred.trace["grades"] == ["correct", "ambiguous", "incorrect"]
+    # compiled thresholds travel in the program's state and change the grade
+    crag.grade_gate.thresholds.update(upper=0.95, lower=0.4)
+    state = programs.portable_state(crag)
+    assert state["grade_gate"] == {"thresholds": {"lower": 0.4, "upper": 0.95}, "weights": None}
+    loaded = CRAG(search, k=3, loops=0, decisions="logprob")
+    loaded.load_state(state)
+    assert loaded(question=Q).trace["grades"] == ["ambiguous", "ambiguous", "incorrect"]
+    # generate mode keeps today's program: no relevance predictor, no gate in its state
+    assert "grade_gate" not in programs.portable_state(CRAG(search, k=3, loops=0))
+
+
+def test_crag_fused_grade_weighs_the_retrieval_score():
+    from programs.crag import CRAG
+
+    search = ScriptedSearch({Q: ["Blue Fox", "Red Owl", "Green Cat"]})
+    init_dspy(RelevanceLM({"[[ ## passage ## ]]": {"relevant": "no"}, ANSWER: {"answer": "Lyon [1]"}},
+                          {"Blue Fox": 0.5, "Red Owl": 0.5, "Green Cat": 0.5}), cache=False)
+    crag = CRAG(search, k=3, loops=0, decisions="fused")
+    # the LM says 0.5 for all; unfitted fusion: 0.5 * 0.5 + 0.5 * min-max retrieval score (1.0, 0.8, 0.7 -> 1, 1/3, 0)
+    assert crag(question=Q).trace["grades"] == ["correct", "ambiguous", "incorrect"]
