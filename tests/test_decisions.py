@@ -183,3 +183,49 @@ def test_crag_fused_grade_weighs_the_retrieval_score():
     crag = CRAG(search, k=3, loops=0, decisions="fused")
     # the LM says 0.5 for all; unfitted fusion: 0.5 * 0.5 + 0.5 * min-max retrieval score (1.0, 0.8, 0.7 -> 1, 1/3, 0)
     assert crag(question=Q).trace["grades"] == ["correct", "ambiguous", "incorrect"]
+
+
+class MarkedLM(DummyLM):
+    """Routed DummyLM answers; a prompt holding a marker of ``payloads`` also gets that logprobs content (a queue:
+    one payload per call, the last repeating)."""
+
+    def __init__(self, routes, payloads):
+        super().__init__({k: v if isinstance(v, Queue) else Queue(v) for k, v in routes.items()})
+        self.payloads = payloads
+
+    def __call__(self, prompt=None, messages=None, **kwargs):
+        outputs = super().__call__(prompt=prompt, messages=messages, **kwargs)
+        marker = next((m for m in self.payloads if m in messages[-1]["content"]), None)
+        if marker is None:
+            return outputs
+        queue = self.payloads[marker]
+        content = queue.pop(0) if len(queue) > 1 else queue[0]
+        return [{"text": out, "logprobs": {"content": content}} for out in outputs]
+
+
+def logs(probs: dict):
+    return [(label, math.log(p)) for label, p in probs.items()]
+
+
+def reflection_payload(relevant, full, partial, useful5):
+    return (field("relevant", logs({"True": relevant, "False": 1 - relevant}))
+            + field("support", logs({"full": full, "partial": partial, "none": 1 - full - partial}))
+            + field("usefulness", [("5", math.log(useful5)), ("4", math.log(1 - useful5))]))
+
+
+def test_self_rag_accepts_a_draft_on_reflection_probabilities():
+    from programs.self_rag import SelfRAG
+    from tests.test_seal import CRITIC
+
+    search = ScriptedSearch({Q: ["Blue Fox"], "ana berg": ["Ana Berg"]})
+    written = {"relevant": "False", "support": "none", "usefulness": "1", "next_query": "Ana Berg birthplace"}
+    # round 1: P(full) 0.4 < 0.5 -> search again; round 2: P(relevant) 0.9, P(full) 0.6, E[usefulness] 4.7 -> accept
+    init_dspy(MarkedLM({CRITIC: written, ANSWER: {"answer": "Lyon [1]"}},
+                       {CRITIC: [reflection_payload(0.9, 0.4, 0.5, 0.7), reflection_payload(0.9, 0.6, 0.3, 0.7)]}),
+              cache=False)
+    pred = SelfRAG(search, k=1, loops=2, decisions="logprob")(question=Q)
+    assert pred.stop_reason == "accepted" and pred.loops_used == 1  # the written "False"/"none" would never accept
+    second = pred.trace["critiques"][1]
+    assert second["relevant"] == pytest.approx(0.9, abs=1e-4) and second["support_full"] == pytest.approx(0.6, abs=1e-4)
+    assert second["support"] == pytest.approx(0.6 + 0.5 * 0.3, abs=1e-4)
+    assert second["usefulness"] == pytest.approx(5 * 0.7 + 4 * 0.3, abs=1e-4)
