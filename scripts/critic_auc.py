@@ -223,8 +223,8 @@ def main(argv=None) -> list[str]:
         for name in args.datasets:
             for cand in args.candidates:
                 try:
-                    sets[name, cand] = labelled(name, cand, root, retriever_of, embedder, args.min, args.distractors, args.k,
-                                                args.seed, args.xquad_lang)
+                    sets[name, cand] = labelled(name, cand, root, retriever_of, embedder, args.min, args.distractors,
+                                                args.k, args.seed, args.xquad_lang)
                 except (FileNotFoundError, ValueError) as err:
                     print(f"error: {err}", file=sys.stderr)
                     raise SystemExit(2)

@@ -43,7 +43,8 @@ def test_yes_no_decision_is_read_from_the_label_token():
     lm = PayloadLM([{"relevant": "no"}], field("relevant", alternatives))
     init_dspy(lm, cache=False)
     d = decide(dspy.Predict(JudgeRelevance), {"relevant": YES_NO}, question="Q?", passage="P.")
-    assert d.prob("relevant", "yes") == pytest.approx(0.7 / 0.9) and d.prob("relevant", "no") == pytest.approx(0.2 / 0.9)
+    assert d.prob("relevant", "yes") == pytest.approx(0.7 / 0.9)
+    assert d.prob("relevant", "no") == pytest.approx(0.2 / 0.9)
     assert d.output.relevant == "no"  # the written label is kept for the generate reading
     assert lm.history[-1]["kwargs"]["logprobs"] is True
 
@@ -229,3 +230,19 @@ def test_self_rag_accepts_a_draft_on_reflection_probabilities():
     assert second["relevant"] == pytest.approx(0.9, abs=1e-4) and second["support_full"] == pytest.approx(0.6, abs=1e-4)
     assert second["support"] == pytest.approx(0.6 + 0.5 * 0.3, abs=1e-4)
     assert second["usefulness"] == pytest.approx(5 * 0.7 + 4 * 0.3, abs=1e-4)
+
+
+def test_seal_gate_reads_the_verdict_as_p_sufficient():
+    from programs.seal import SEAL
+    from tests.test_seal import ASSESS, FILM_FACTS, GAP, GAP_BERG, QUERY, SUFFICIENT, extract
+
+    written = {**SUFFICIENT, "sufficient": "False"}  # every other criterion holds; the written verdict says no
+    routes = {extract("Blue Fox"): FILM_FACTS, ASSESS: written, GAP: GAP_BERG, QUERY: {"query": "Ana Berg"},
+              ANSWER: {"answer": "I don't know"}}
+    payload = {ASSESS: [field("sufficient", logs({"True": 0.8, "False": 0.2}))]}
+    init_dspy(MarkedLM(routes, payload), cache=False)
+    search = ScriptedSearch({Q: ["Blue Fox"], "ana berg": ["Ana Berg"]})
+    pred = SEAL(search, k=1, loops=1, decisions="logprob")(question=Q)
+    assert pred.stop_reason == "sufficient" and pred.trace["assessments"][0]["p_sufficient"] == pytest.approx(0.8)
+    init_dspy(MarkedLM(routes, payload), cache=False)
+    assert SEAL(search, k=1, loops=1)(question=Q).stop_reason != "sufficient"  # generate: the written "False"
