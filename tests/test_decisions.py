@@ -246,3 +246,27 @@ def test_seal_gate_reads_the_verdict_as_p_sufficient():
     assert pred.stop_reason == "sufficient" and pred.trace["assessments"][0]["p_sufficient"] == pytest.approx(0.8)
     init_dspy(MarkedLM(routes, payload), cache=False)
     assert SEAL(search, k=1, loops=1)(question=Q).stop_reason != "sufficient"  # generate: the written "False"
+
+
+def test_coral_keep_rule_and_sufficiency_apply_to_expected_scores_and_p_enough(embedder):
+    from programs.coral import CORAL, Trace, passes
+    from programs.retrieval import Corpus, Passage, Retriever
+
+    single, enough = "[[ ## document ## ]]", "[[ ## evidence ## ]]"
+    written = {"relevance": 3, "usefulness": 2, "specificity": 3, "compatibility": 3, "critique": "ok"}
+    # expected: relevance 2.5, usefulness 1.5 (< 2: dropped, though the written 3 | 2 | 3 | 3 passes), 3, 3
+    scores = (field("relevance", logs({"2": 0.5, "3": 0.5})) + field("usefulness", logs({"1": 0.5, "2": 0.5}))
+              + field("specificity", logs({"3": 1.0 - 1e-9})) + field("compatibility", logs({"3": 1.0 - 1e-9})))
+    lm = MarkedLM({single: written, enough: {"enough": "True", "reason": "all there"}},
+                  {single: [scores], enough: [field("enough", logs({"True": 0.3, "False": 0.7}))]})
+    init_dspy(lm, cache=False)
+    coral = CORAL(Retriever([Corpus("en", [{"id": "e1", "title": "T", "text": "x"}], "en")], embedder),
+                  decisions="logprob")
+    passage = Passage("en:e1", "T", "x", "en", "en")
+    rated = coral.rate_one(passage, "Q?", Trace())
+    assert rated.scores == pytest.approx((2.5, 1.5, 3.0, 3.0), abs=1e-4) and not passes(rated)
+    assert rated.total == pytest.approx(2.5 + 0.5 * 7.5, abs=1e-4)
+    trace = Trace()
+    assert coral.check("Q?", [rated], [rated], trace).enough is False  # P(True) 0.3 < 0.5; written "True"
+    coral.sufficiency_gate.thresholds["threshold"] = 0.25  # a compiled threshold
+    assert coral.check("Q?", [rated], [rated], trace).enough is True
