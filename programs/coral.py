@@ -37,7 +37,7 @@ from dspy.utils.exceptions import AdapterParseError
 from programs.mrag import (DEFAULT_LANG, LANGUAGE_NAMES, SCOPES, answer_writer, corpus_of, language_label,
                            scope_corpora, with_options)
 from programs.constrained import BOOL, constrained_config, name_list, one_of
-from programs.decisions import SCALE, Gate, check_mode, decide
+from programs.decisions import SCALE, Gate, check_mode, decide, record
 from programs.retrieval import Passage, Retriever, dedup
 from runtime.lm import ATTEMPT
 from signatures.critic import NOTHING_KEPT, CheckSufficiency, RateDocument, RateDocuments
@@ -473,6 +473,8 @@ class CORAL(dspy.Module):
                     out, p_enough = decision.output, decision.prob("enough", "True")
                     if out is None or p_enough is None:
                         raise ValueError("unreadable sufficiency verdict")
+                    record("sufficiency_gate", p_enough, None, [r.passage.title for r in best(kept, self.writer_docs)],
+                           per_passage=False)
                     enough = p_enough >= self.sufficiency_gate.thresholds["threshold"]
                 verdict = Verdict(enough, (out.reason or "").strip())
             except PARSE_ERRORS:

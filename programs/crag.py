@@ -19,7 +19,7 @@ from dataclasses import replace
 
 import dspy
 
-from programs.decisions import YES_NO, Gate, check_mode, decide
+from programs.decisions import YES_NO, Gate, check_mode, decide, record
 from programs.evidence import EvidenceWriter, lenient, search_excluding
 from programs.retrieval import Passage, Retriever
 from programs.seal import clip, sentences
@@ -88,6 +88,7 @@ class CRAG(dspy.Module):
                          passage=p.format(self.max_chars)).prob("relevant", "yes")
             failures += yes is None
             probs.append(0.5 if yes is None else yes)
+            record("grade_gate", probs[-1], p.score, [p.title], per_passage=True)
         if self.decisions == "fused":
             probs = self.grade_gate.fuse(probs, [p.score for p in passages])
         grades.update((p.id, graded(s, self.grade_gate.thresholds)) for p, s in zip(passages, probs))

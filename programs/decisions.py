@@ -17,8 +17,10 @@ JSON); uncompiled programs use each paper's fixed thresholds; ``fit_gate`` fits 
 from __future__ import annotations
 
 import math
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import NamedTuple, Sequence
 
 import dspy
 from dspy.predict.parameter import Parameter
@@ -194,3 +196,38 @@ def fit_gate(gate: Gate, probs: list[float], scores: list[float] | None, gold: l
 def gates(program: dspy.Module) -> dict[str, Gate]:
     """Every :class:`Gate` of ``program`` by its state key."""
     return {name: p for name, p in program.named_parameters() if isinstance(p, Gate)}
+
+
+class Recorded(NamedTuple):
+    """One gated decision as calibration sees it: the gate's state key, the LM probability, the retriever's score
+    (None for a decision about a set), the titles it concerns, and whether it is about one passage (gold: its
+    title is a gold title) or a set (gold: the set holds every gold title)."""
+
+    gate: str
+    prob: float
+    score: float | None
+    titles: tuple[str, ...]
+    per_passage: bool
+
+    def gold(self, gold_titles: set[str]) -> bool:
+        return self.titles[0] in gold_titles if self.per_passage else gold_titles <= set(self.titles)
+
+
+_RECORDED: ContextVar[list | None] = ContextVar("recorded_decisions", default=None)
+
+
+@contextmanager
+def recorded_decisions():
+    """Within the block, every gated decision appends a :class:`Recorded` to the yielded list."""
+    calls: list[Recorded] = []
+    token = _RECORDED.set(calls)
+    try:
+        yield calls
+    finally:
+        _RECORDED.reset(token)
+
+
+def record(gate: str, prob: float, score: float | None, titles, per_passage: bool) -> None:
+    """Note a gated decision for calibration (nothing happens outside :func:`recorded_decisions`)."""
+    if (calls := _RECORDED.get()) is not None:
+        calls.append(Recorded(gate, prob, score, tuple(titles), per_passage))

@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass, field
 
 import dspy
 
-from programs.decisions import Gate, check_mode, decide
+from programs.decisions import Gate, check_mode, decide, record
 from programs.evidence import EvidenceWriter, lenient, search_excluding
 from programs.retrieval import Passage, Retriever, dedup
 from programs.text import content_words, mentions, normalize, repeats, words
@@ -319,6 +319,9 @@ class SEAL(dspy.Module):
         else:
             decision = decide(self.assess, {"sufficient": ("True", "False")}, question=question, facts=facts)
             out, p_sufficient = decision.output, decision.prob("sufficient", "True")
+            if p_sufficient is not None:
+                record("assess_gate", p_sufficient, None, sorted({f.split("]")[0].lstrip("[") for f in facts}),
+                       per_passage=False)
         if out is None:
             run.parse_failures += 1
             run.assessments.append({"failed": ["parse_failure"]})

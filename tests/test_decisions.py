@@ -270,3 +270,25 @@ def test_coral_keep_rule_and_sufficiency_apply_to_expected_scores_and_p_enough(e
     assert coral.check("Q?", [rated], [rated], trace).enough is False  # P(True) 0.3 < 0.5; written "True"
     coral.sufficiency_gate.thresholds["threshold"] = 0.25  # a compiled threshold
     assert coral.check("Q?", [rated], [rated], trace).enough is True
+
+
+@pytest.mark.parametrize("mode", ["logprob", "fused"])
+def test_calibration_fits_the_crag_gate_on_dev_gold_titles(mode):
+    from optimizers.calibration import calibrate_decisions
+    from programs.crag import CRAG
+
+    search = ScriptedSearch({Q: ["Blue Fox", "Red Owl", "Green Cat"]})
+    init_dspy(RelevanceLM({"[[ ## passage ## ]]": {"relevant": "no"}, ANSWER: {"answer": "Lyon [1]"}},
+                          {"Blue Fox": 0.9, "Red Owl": 0.6, "Green Cat": 0.2}), cache=False)
+    crag = CRAG(search, k=3, loops=0, decisions=mode)
+    dev = [dspy.Example(id="d1", question=Q, answer="Lyon", gold_titles=["Blue Fox"]).with_inputs("question"),
+           dspy.Example(id="d2", question=Q, answer="Lyon", gold_titles=[]).with_inputs("question")]  # unlabelled
+    fits = calibrate_decisions(crag, dev, fused=mode == "fused", retries=0)
+    fit = fits["grade_gate"]
+    assert fit["n"] == 3 and fit["positives"] == 1 and fit["auc"] == 1.0
+    if mode == "logprob":  # the one gold passage at 0.9 is the Youden point; keeping 95% of gold needs 0.9 too
+        assert crag.grade_gate.thresholds == {"lower": pytest.approx(0.9), "upper": pytest.approx(0.9)}
+        assert fit["weights"] is None
+    else:
+        assert len(crag.grade_gate.weights) == 3 and crag.grade_gate.dump_state()["weights"] == fit["weights"]
+    assert crag(question=Q).trace["grades"][0] == "correct"
