@@ -292,3 +292,23 @@ def test_calibration_fits_the_crag_gate_on_dev_gold_titles(mode):
     else:
         assert len(crag.grade_gate.weights) == 3 and crag.grade_gate.dump_state()["weights"] == fit["weights"]
     assert crag(question=Q).trace["grades"][0] == "correct"
+
+
+def test_sufficiency_decisions_are_labelled_by_whether_the_set_holds_every_gold_title():
+    from optimizers.calibration import calibrate_decisions
+    from programs.seal import SEAL
+    from tests.test_seal import ASSESS, FILM_FACTS, GAP, GAP_BERG, QUERY, SUFFICIENT, extract
+
+    routes = {extract("Blue Fox"): FILM_FACTS, ASSESS: SUFFICIENT, GAP: GAP_BERG, QUERY: {"query": "Ana Berg"},
+              ANSWER: {"answer": "I don't know"}}
+    payloads = {ASSESS: [field("sufficient", logs({"True": 0.8, "False": 0.2})),
+                         field("sufficient", logs({"True": 0.3, "False": 0.7}))]}
+    init_dspy(MarkedLM(routes, payloads), cache=False)
+    seal = SEAL(ScriptedSearch({Q: ["Blue Fox"]}), k=1, loops=1, decisions="logprob")
+    dev = [dspy.Example(id="held", question=Q, answer="x", gold_titles=["Blue Fox"]).with_inputs("question"),
+           dspy.Example(id="missing", question=Q, answer="x", gold_titles=["Blue Fox", "Ana Berg"])
+           .with_inputs("question")]
+    fit = calibrate_decisions(seal, dev, fused=False, retries=0)["assess_gate"]
+    # facts from Blue Fox only: sufficient (gold) for the first question at 0.8, not for the second at 0.3
+    assert fit["n"] == 2 and fit["positives"] == 1 and fit["auc"] == 1.0
+    assert seal.assess_gate.thresholds == {"threshold": pytest.approx(0.8)}
