@@ -20,7 +20,6 @@ resampled), seconds per decision (wall clock of the LM call). One MLflow run log
 from __future__ import annotations
 
 import argparse
-import json
 import random
 import sys
 import time
