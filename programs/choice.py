@@ -95,7 +95,7 @@ def label_logprobs(logprobs, labels, field: str = "answer") -> dict[str, float] 
     alternatives = _get(content[at], "top_logprobs") or [content[at]]
     probs: dict[str, float] = {}
     for alt in alternatives:
-        word = (_get(alt, "token") or "").strip().lstrip("(*[\"'").rstrip(".):*]\"',")
+        word = (_get(alt, "token") or "").strip().lstrip("(*[\"'\u201c\u2018").rstrip(".):*]\"',\u201d\u2019")
         if word and (label := _label_of(word, labels)) is not None:
             probs[label] = probs.get(label, 0.0) + math.exp(_get(alt, "logprob"))
     if not probs:

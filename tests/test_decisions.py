@@ -312,3 +312,20 @@ def test_sufficiency_decisions_are_labelled_by_whether_the_set_holds_every_gold_
     # facts from Blue Fox only: sufficient (gold) for the first question at 0.8, not for the second at 0.3
     assert fit["n"] == 2 and fit["positives"] == 1 and fit["auc"] == 1.0
     assert seal.assess_gate.thresholds == {"threshold": pytest.approx(0.8)}
+
+
+def test_label_tokens_are_matched_by_prefix_without_taking_other_words():
+    from programs.choice import label_logprobs
+
+    alternatives = [(" Not", math.log(0.3)), ("No", math.log(0.2)), ("Nope", math.log(0.1)), ("**yes", math.log(0.2)),
+                    ("Y", math.log(0.1)), ("\u201cno", math.log(0.05))]
+    logps = label_logprobs({"content": field("relevant", alternatives)}, YES_NO, "relevant")
+    # "Not" and "Nope" start no label; "No" + curly-quoted "no" -> no (0.25); "**yes" + "Y" -> yes (0.3)
+    assert math.exp(logps["no"]) == pytest.approx(0.25)
+    assert math.exp(logps["yes"]) == pytest.approx(0.3)
+    grades = [("in", math.log(0.5)), ("c", math.log(0.3)), ("a", math.log(0.1)), ("am", math.log(0.1))]
+    logps = label_logprobs({"content": field("grade", grades)}, ("correct", "ambiguous", "incorrect"), "grade")
+    assert [round(math.exp(logps[g]), 6) for g in ("incorrect", "correct", "ambiguous")] == [0.5, 0.3, 0.2]
+    # the label is read in its own field: a "yes" in an earlier field's header line does not count
+    two = field("reason", [("yes", math.log(0.9))]) + field("relevant", [("no", math.log(0.8)), ("yes", math.log(0.2))])
+    assert math.exp(label_logprobs({"content": two}, YES_NO, "relevant")["yes"]) == pytest.approx(0.2)
