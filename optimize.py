@@ -1,10 +1,12 @@
 """Compile a program and track it: ``python optimize.py --program rag [--dataset hotpotqa --optimizer bootstrap]``.
 
-Evaluates the uncompiled program on dev and test, compiles on train (search optimizers select on dev), evaluates
-the compiled program on dev and test, saves it as DSPy JSON state and logs one MLflow run."""
+Evaluates the uncompiled program on dev and test, compiles on train (search optimizers select on dev), with
+``--decisions logprob|fused`` fits the decision gates' thresholds (and fusion weights) on dev against gold titles,
+evaluates the compiled program on dev and test, saves it as DSPy JSON state and logs one MLflow run."""
 from __future__ import annotations
 
 import shutil
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -13,6 +15,7 @@ import mlflow
 
 import programs
 from optimizers import tracking
+from optimizers.calibration import calibrate_decisions
 from optimizers.cli import compile_metric, fail, interruptible, parser, retrieval_options, session
 from optimizers.compile import OPTIMIZERS, compile_program
 from optimizers.evaluation import evaluate
@@ -72,6 +75,16 @@ def main(argv=None) -> str:
         tracking.log_metrics({"seconds": time.perf_counter() - t0, "lm_calls": cost.lm_calls,
                               "prompt_tokens": cost.prompt_tokens, "completion_tokens": cost.completion_tokens},
                              "compile")
+        if args.decisions != "generate" and s.splits.dev:  # thresholds (and fusion weights) fitted on dev
+            fits = calibrate_decisions(compiled, s.splits.dev, args.decisions == "fused", args.retries)
+            for gate, fit in fits.items():
+                mlflow.log_dict(fit, f"calibration/{gate}.json")  # the dev ROC curve and the chosen operating point
+                if "auc" in fit:
+                    mlflow.log_metrics({f"calibration_{gate}_auc": fit["auc"], f"calibration_{gate}_n": fit["n"]})
+                print(f"calibrated {gate}: " + (f"dev AUC {fit['auc']:.3f} on {fit['n']} decisions, thresholds "
+                                                f"{fit['thresholds']}, fusion weights {fit['weights']}"
+                                                if "auc" in fit else f"kept its thresholds ({fit['skipped']})"),
+                      file=sys.stderr)
         stage("dev_after", compiled, s.splits.dev)
         stage("test_after", compiled, s.splits.test)
         if s.judge:

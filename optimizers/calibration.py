@@ -1,4 +1,7 @@
-"""PriDe calibration for ``--mc-scoring pride``: the option-ID prior of one program on a calibration slice.
+"""Calibration: PriDe's option-ID prior (``calibrate_pride``) and the gates of scored decisions
+(``calibrate_decisions``).
+
+PriDe calibration for ``--mc-scoring pride``: the option-ID prior of one program on a calibration slice.
 
 The prior belongs to the writer that picks the letter. Each calibration question is run once through the program
 (its own knowledge-corpus documents hidden, as in evaluation); the writer call that answered it is then asked again
@@ -14,6 +17,7 @@ from dspy.utils.exceptions import AdapterParseError
 import data as datasets
 from optimizers.evaluation import _run
 from programs.choice import MCScoring, estimate_prior
+from programs.decisions import fit_gate, gates, recorded_decisions
 from programs.writer import recorded_choices, set_mc_scoring
 from runtime.metering import metered
 
@@ -42,3 +46,31 @@ def calibrate_pride(program: dspy.Module, examples: list[dspy.Example], retries:
     set_mc_scoring(program, MCScoring("pride", prior=prior))
     return {"prior": prior, "asked": [ex.id for ex in examples], "used": used,
             **{f"cost_{k}": v for k, v in cost.as_dict().items()}}
+
+
+def calibrate_decisions(program: dspy.Module, examples: list[dspy.Example], fused: bool, retries: int = 1) -> dict:
+    """Fit every gate of ``program`` (``programs.decisions.Gate``) on the decisions it makes on ``examples``
+    (the dev split), labelled from the examples' ``gold_titles``: a passage decision is gold when its passage's
+    title is, a sufficiency decision when its set holds every gold title. ``fused``: per-passage gates also fit
+    fusion weights with the retriever's score. Returns, per gate, the fit (AUC, ROC curve, thresholds, weights) or
+    why it was skipped; gates without labelled decisions keep their thresholds."""
+    found = gates(program)
+    rows: dict[str, list[tuple[float, float | None, bool]]] = {name: [] for name in found}
+    for example in examples:
+        gold = set(example.get("gold_titles") or ())
+        if not gold:
+            continue
+        with recorded_decisions() as calls:
+            _run(program, example, retries)
+        for call in calls:
+            if call.gate in rows:
+                rows[call.gate].append((call.prob, call.score, call.gold(gold)))
+    info = {}
+    for name, decided in rows.items():
+        probs, scores, labels = (list(column) for column in zip(*decided)) if decided else ([], [], [])
+        with_scores = fused and bool(scores) and None not in scores
+        try:
+            info[name] = fit_gate(found[name], probs, scores if with_scores else None, labels)
+        except ValueError as err:
+            info[name] = {"skipped": str(err), "n": len(labels)}
+    return info

@@ -20,6 +20,7 @@ from optimizers.metrics import ANSWER_METRICS, Judge, answer_metrics
 from optimizers.calibration import calibrate_pride
 from optimizers.evaluation import EndpointDown
 from programs.choice import MODES, MCScoring
+from programs.decisions import MODES as DECISION_MODES
 from programs.retrieval import INDEX_TYPES, RETRIEVERS, Retriever
 from programs.writer import mc_state, set_mc_scoring
 from runtime.lm import make_lm
@@ -100,6 +101,11 @@ def parser(description: str) -> argparse.ArgumentParser:
                         "--mc-calibration train questions (pride, Zheng et al. 2024); no logprobs -> generate")
     p.add_argument("--mc-calibration", type=int, default=8,
                    help="pride: train-split questions asked at every option shift to estimate the prior")
+    p.add_argument("--decisions", default="generate", choices=DECISION_MODES,
+                   help="gates and filters (CRAG's grade, Self-RAG's reflection, SEAL's and CORAL's sufficiency, "
+                        "CORAL's criteria): parse the written label (generate), read label probabilities from the "
+                        "LM's token logprobs (logprob), or also fuse a passage's probability with its retrieval "
+                        "score (fused); no logprobs -> generate")
     p.add_argument("--no-cache", action="store_true", help="disable DSPy's LM response cache")
     p.add_argument("--ledger-to-writer", action="store_true",
                    help="seal: also show the final writer the verified ledger facts (default: passages only)")
@@ -126,11 +132,12 @@ class Session:
 
     @property
     def config(self) -> dict:
-        a = self.args
+        a, decisions = self.args, getattr(self.args, "decisions", "generate")
         return {"k": a.k, "loops": a.loops, "max_chars": self.max_chars,
                 **{key: getattr(a, key, None) for key in ("subqueries", "context_tokens", "search_rerank",
                                                           "search_depth", "rounds")},
-                **({"ledger_to_writer": True} if getattr(self.args, "ledger_to_writer", False) else {})}
+                **({"ledger_to_writer": True} if getattr(self.args, "ledger_to_writer", False) else {}),
+                **({"decisions": decisions} if decisions != "generate" else {})}
 
     @property
     def max_chars(self) -> int | None:

@@ -18,8 +18,7 @@ from dataclasses import dataclass, field
 
 MODES = ("generate", "logprob", "pride")
 TOP_LOGPROBS = 20  # alternatives per token asked for (OpenAI's maximum)
-ANSWER_HEADER = "## answer ## ]]"  # the ChatAdapter's marker before the answer field
-_WARNED: set[str] = set()
+_WARNED: set[tuple[str, str]] = set()
 
 
 @dataclass
@@ -55,13 +54,15 @@ def _get(obj, key: str, default=None):
     return obj.get(key, default) if isinstance(obj, dict) else getattr(obj, key, default)
 
 
-def answer_token(content: list) -> int | None:
-    """Index of the first token of the answer in a completion's token list: the first token with a letter or digit
-    after the ChatAdapter's answer header (or from the start when the model wrote no header)."""
+def answer_token(content: list, field: str = "answer") -> int | None:
+    """Index of the first token of output field ``field`` in a completion's token list: the first token with a
+    letter or digit after the ChatAdapter's ``[[ ## field ## ]]`` header (or from the start when the model wrote
+    no header)."""
+    header = f"## {field} ## ]]"
     text, start = "", 0
     for i, token in enumerate(content):
         text += _get(token, "token") or ""
-        if ANSWER_HEADER in text:
+        if header in text:
             start, text = i + 1, ""
             break
     for i in range(start, len(content)):
@@ -70,28 +71,42 @@ def answer_token(content: list) -> int | None:
     return None
 
 
-def letter_logprobs(logprobs, letters: str) -> dict[str, float] | None:
-    """Log-probability of each option letter at the answer's first token, from an OpenAI-format ``logprobs``
-    (``{"content": [{"token", "logprob", "top_logprobs": [...]}, ...]}``). Spellings of one letter (``"B"``,
-    ``" B"``, ``"(B"``) are summed. Letters outside the returned alternatives get the smallest returned
-    log-probability (an upper bound on theirs). None when there is no answer token or no letter among its
-    alternatives."""
+def _label_of(word: str, labels) -> str | None:
+    """The label a token spells the start of: one-character labels (letters, digits) exactly, longer labels by
+    a case-insensitive prefix ("In" -> "incorrect"); None when it starts no label or more than one."""
+    if word in labels and len(word) == 1:
+        return word
+    hits = [label for label in labels if len(label) > 1 and label.casefold().startswith(word.casefold())]
+    return hits[0] if len(hits) == 1 else None
+
+
+def label_logprobs(logprobs, labels, field: str = "answer") -> dict[str, float] | None:
+    """Log-probability of each label at the first token of output field ``field``, from an OpenAI-format
+    ``logprobs`` (``{"content": [{"token", "logprob", "top_logprobs": [...]}, ...]}``). Labels must differ at
+    their first token. Spellings of one label (``"B"``, ``" B"``, ``"(B"``; ``"Yes"``, ``" yes"``) are summed.
+    Labels outside the returned alternatives get the smallest returned log-probability (an upper bound on
+    theirs). None when there is no such token or no label among its alternatives."""
     content = _get(logprobs, "content") if logprobs is not None else None
     if not content:
         return None
-    at = answer_token(content)
+    at = answer_token(content, field)
     if at is None:
         return None
     alternatives = _get(content[at], "top_logprobs") or [content[at]]
     probs: dict[str, float] = {}
     for alt in alternatives:
-        word = (_get(alt, "token") or "").strip().lstrip("(*[").rstrip(".):*]")
-        if word in letters and len(word) == 1:
-            probs[word] = probs.get(word, 0.0) + math.exp(_get(alt, "logprob"))
+        word = (_get(alt, "token") or "").strip().lstrip("(*[\"'\u201c\u2018").rstrip(".):*]\"',\u201d\u2019")
+        if word and (label := _label_of(word, labels)) is not None:
+            probs[label] = probs.get(label, 0.0) + math.exp(_get(alt, "logprob"))
     if not probs:
         return None
     floor = min(_get(alt, "logprob") for alt in alternatives)
-    return {letter: math.log(probs[letter]) if letter in probs else floor for letter in letters}
+    return {label: math.log(probs[label]) if label in probs else floor for label in labels}
+
+
+def letter_logprobs(logprobs, letters: str) -> dict[str, float] | None:
+    """Log-probability of each option letter at the answer's first token (see :func:`label_logprobs`)."""
+    return label_logprobs(logprobs, list(letters))
 
 
 def normalized(logps: dict[str, float]) -> dict[str, float]:
@@ -126,9 +141,8 @@ def estimate_prior(samples: list[list[dict[str, float]]]) -> dict[str, float]:
     return {k: sum(p[k] for p in priors) / len(priors) for k in priors[0]}
 
 
-def warn_no_logprobs(lm_name: str) -> None:
-    """One warning line per LM that returned no token logprobs."""
-    if lm_name not in _WARNED:
-        _WARNED.add(lm_name)
-        print(f"warning: {lm_name} returned no token logprobs; multiple choice falls back to --mc-scoring generate "
-              "for its calls", file=sys.stderr)
+def warn_no_logprobs(lm_name: str, what: str = "multiple choice falls back to --mc-scoring generate") -> None:
+    """One warning line per LM (and fallback) that returned no token logprobs."""
+    if (lm_name, what) not in _WARNED:
+        _WARNED.add((lm_name, what))
+        print(f"warning: {lm_name} returned no token logprobs; {what} for its calls", file=sys.stderr)

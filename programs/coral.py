@@ -8,7 +8,9 @@ kept documents accumulate over rounds, (4) the critic decides whether the kept d
 planner gets the original question, the previous query and corpora and the reason, and must change the corpora
 and/or rewrite the query. After at most ``loops`` rounds the writer answers from the ``writer_docs`` kept
 documents with the highest ``s_tot`` -- and from no passages at all when nothing was kept, as the paper's writer
-only ever sees validated evidence.
+only ever sees validated evidence. With ``decisions="logprob"`` (``fused`` alike for now) each criterion is its
+expected value over the score tokens and the keep rule applies to those, and the sufficiency verdict is read as
+P(enough) against a threshold kept as program state (``programs.decisions``).
 
 Variants (registry): ``coral_select`` keeps the original query and only re-selects corpora (``rewrite=False``);
 ``coral_fixed_{own,all,own_en}`` replace corpus selection by a fixed scope (``all`` pools the top
@@ -35,6 +37,7 @@ from dspy.utils.exceptions import AdapterParseError
 from programs.mrag import (DEFAULT_LANG, LANGUAGE_NAMES, SCOPES, answer_writer, corpus_of, language_label,
                            scope_corpora, with_options)
 from programs.constrained import BOOL, constrained_config, name_list, one_of
+from programs.decisions import SCALE, Gate, check_mode, decide, record
 from programs.retrieval import Passage, Retriever, dedup
 from runtime.lm import ATTEMPT
 from signatures.critic import NOTHING_KEPT, CheckSufficiency, RateDocument, RateDocuments
@@ -54,17 +57,18 @@ CRITIC_TOKENS = 96
 
 @dataclass(frozen=True)
 class Rated:
-    """A candidate passage with its four critic scores (0-5) and critique."""
+    """A candidate passage with its four critic scores (0-5; expected values, not integers, when read from token
+    probabilities) and critique."""
 
     passage: Passage
-    relevance: int
-    usefulness: int
-    specificity: int
-    compatibility: int
+    relevance: float
+    usefulness: float
+    specificity: float
+    compatibility: float
     critique: str = ""
 
     @property
-    def scores(self) -> tuple[int, int, int, int]:
+    def scores(self) -> tuple[float, float, float, float]:
         return self.relevance, self.usefulness, self.specificity, self.compatibility
 
     @property
@@ -224,8 +228,12 @@ class CORAL(dspy.Module):
                  min_total: float = 6.0, writer_docs: int = 5, scope: str = "dynamic", rewrite: bool = True,
                  critic_batch: bool = False, critic_chunk: int = 15, critic_chars: int | None = None,
                  max_chars: int | None = 600, agent_temperature: float = 0.6, writer_temperature: float = 0.0,
-                 shuffle_corpora: bool = True, probe: bool = False, seed: int = 13):
+                 shuffle_corpora: bool = True, probe: bool = False, seed: int = 13,
+                 decisions: str = "generate"):
         super().__init__()
+        self.decisions = check_mode(decisions)
+        if decisions != "generate":  # the sufficiency verdict read as P(enough), against a threshold (state)
+            self.sufficiency_gate = Gate(threshold=0.5)
         if scope not in ("dynamic", *SCOPES):
             raise ValueError(f"unknown scope '{scope}'; choose one of: dynamic, {', '.join(SCOPES)}")
         if loops < 1 or max_corpora < 1 or critic_chunk < 1:
@@ -426,12 +434,20 @@ class CORAL(dspy.Module):
         return out
 
     def rate_one(self, passage: Passage, asked: str, trace: Trace) -> Rated:
-        """One call for one candidate; an unparseable answer scores 0 everywhere (the candidate is dropped)."""
+        """One call for one candidate; an unparseable answer scores 0 everywhere (the candidate is dropped). With
+        ``decisions`` other than ``generate`` each scale is its expected value over the score tokens."""
         trace.calls["critic"] += 1
+        inputs = {"question": asked, "document": passage.format(self.critic_chars)}
+        config = {"max_tokens": CRITIC_TOKENS, **constrained_config(self.critic_each, dict.fromkeys(SCALES, SCORE))}
+        if self.decisions != "generate":
+            decision = decide(self.critic_each, dict.fromkeys(SCALES, SCALE), config, **inputs)
+            expected = [decision.expected(s) for s in SCALES]
+            if decision.output is not None and None not in expected:
+                return Rated(passage, *expected, critique=str(decision.output.critique or "").strip())
+            trace.parse_failures += 1
+            return Rated.of(passage, [0, 0, 0, 0], "unparsed critic output")
         try:
-            out = self.critic_each(question=asked, document=passage.format(self.critic_chars),
-                                   config={"max_tokens": CRITIC_TOKENS,
-                                           **constrained_config(self.critic_each, dict.fromkeys(SCALES, SCORE))})
+            out = self.critic_each(**inputs, config=config)
         except PARSE_ERRORS:
             trace.parse_failures += 1
             return Rated.of(passage, [0, 0, 0, 0], "unparsed critic output")
@@ -449,10 +465,21 @@ class CORAL(dspy.Module):
             trace.calls["sufficiency"] += 1
             evidence = [f"{r.passage.format(self.critic_chars)} (critic: {r.critique}; score {r.total:g})"
                         for r in best(kept, self.writer_docs)]
+            config = constrained_config(self.sufficiency, {"enough": BOOL})
             try:
-                out = self.sufficiency(question=asked, evidence=evidence,
-                                       config=constrained_config(self.sufficiency, {"enough": BOOL}))
-                verdict = Verdict(bool(out.enough), (out.reason or "").strip())
+                if self.decisions == "generate":
+                    out = self.sufficiency(question=asked, evidence=evidence, config=config)
+                    enough = bool(out.enough)
+                else:
+                    decision = decide(self.sufficiency, {"enough": ("True", "False")}, config, question=asked,
+                                      evidence=evidence)
+                    out, p_enough = decision.output, decision.prob("enough", "True")
+                    if out is None or p_enough is None:
+                        raise ValueError("unreadable sufficiency verdict")
+                    record("sufficiency_gate", p_enough, None, [r.passage.title for r in best(kept, self.writer_docs)],
+                           per_passage=False)
+                    enough = p_enough >= self.sufficiency_gate.thresholds["threshold"]
+                verdict = Verdict(enough, (out.reason or "").strip())
             except PARSE_ERRORS:
                 trace.parse_failures += 1
                 verdict = Verdict(False, UNREADABLE_VERDICT, parsed=False)

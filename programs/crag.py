@@ -5,7 +5,10 @@ call per passage). The set's action follows the grades: any correct passage -> *
 passage incorrect -> *incorrect* (drop them all and search again with a rewritten query); otherwise *ambiguous*
 (keep the best non-incorrect passages, at most k - max(1, k // 2), and fill up to k from a rewritten-query
 search). Each re-search fetches k passages
-not fetched before and counts against ``loops`` (``loops=0``: grade and refine only). The kept passages are then
+not fetched before and counts against ``loops`` (``loops=0``: grade and refine only). With ``decisions="logprob"``
+the grade is read as a score, CRAG's way: P(yes) of a yes/no relevance decision (``programs.decisions``), graded
+correct at or above the gate's ``upper`` threshold, incorrect below its ``lower`` one, ambiguous between
+(``decisions="fused"``: the probability fused with the passage's retrieval score first). The kept passages are then
 refined by decompose-then-recompose: each is cut into sentence strips, strips sharing no content word with the
 question or the queries are dropped, and the rest are joined back in order. The shared evidence writer answers from
 the final k passages (graded best first).
@@ -16,14 +19,23 @@ from dataclasses import replace
 
 import dspy
 
+from programs.decisions import YES_NO, Gate, check_mode, decide, record
 from programs.evidence import EvidenceWriter, lenient, search_excluding
 from programs.retrieval import Passage, Retriever
 from programs.seal import clip, sentences
 from programs.text import content_words, repeats
-from signatures.critic import GradeRetrieval
+from signatures.critic import GradeRetrieval, JudgeRelevance
 from signatures.query import RewriteQuery
 
 GRADES = ("correct", "ambiguous", "incorrect")
+#: Fixed thresholds on the relevance score of an uncompiled program: thirds of the probability scale (the paper's
+#: values belong to its own T5 evaluator's scale).
+THRESHOLDS = {"lower": 1 / 3, "upper": 2 / 3}
+
+
+def graded(score: float, thresholds: dict[str, float]) -> str:
+    """A passage's grade from its relevance score: correct at or above ``upper``, incorrect below ``lower``."""
+    return "correct" if score >= thresholds["upper"] else "incorrect" if score < thresholds["lower"] else "ambiguous"
 
 
 def action(grades: list[str]) -> str:
@@ -46,16 +58,41 @@ class CRAG(dspy.Module):
 
     ``lang`` (passed by multilingual datasets) is accepted and unused."""
 
-    ROLES = {"grade": "critic", "rewrite": "planner"}
+    ROLES = {"grade": "critic", "grade_relevance": "critic", "rewrite": "planner"}
 
     def __init__(self, search: Retriever, k: int = 3, loops: int = 1, max_chars: int = 600,
-                 max_query_words: int = 12, stuck_jaccard: float = 0.7):
+                 max_query_words: int = 12, stuck_jaccard: float = 0.7, decisions: str = "generate"):
         super().__init__()
+        self.decisions = check_mode(decisions)
+        if decisions != "generate":  # scored grades: a relevance decision and its thresholds (program state)
+            self.grade_relevance = dspy.Predict(JudgeRelevance)
+            self.grade_gate = Gate(**THRESHOLDS)
         self.search, self.k, self.loops, self.max_chars = search, k, loops, max_chars
         self.max_query_words, self.stuck_jaccard = max_query_words, stuck_jaccard
         self.grade = dspy.Predict(GradeRetrieval)
         self.rewrite = dspy.Predict(RewriteQuery)
         self.writer = EvidenceWriter(max_chars)
+
+    def _grade(self, question: str, passages: list[Passage], grades: dict[str, str]) -> int:
+        """Grade ``passages`` into ``grades``; returns the number of unreadable grades (graded ambiguous)."""
+        failures = 0
+        if self.decisions == "generate":
+            for p in passages:
+                out = lenient(self.grade, question=question, passage=p.format(self.max_chars))
+                failures += out is None or out.grade not in GRADES
+                grades[p.id] = out.grade if out is not None and out.grade in GRADES else "ambiguous"
+            return failures
+        probs = []
+        for p in passages:
+            yes = decide(self.grade_relevance, {"relevant": YES_NO}, question=question,
+                         passage=p.format(self.max_chars)).prob("relevant", "yes")
+            failures += yes is None
+            probs.append(0.5 if yes is None else yes)
+            record("grade_gate", probs[-1], p.score, [p.title], per_passage=True)
+        if self.decisions == "fused":
+            probs = self.grade_gate.fuse(probs, [p.score for p in passages])
+        grades.update((p.id, graded(s, self.grade_gate.thresholds)) for p, s in zip(passages, probs))
+        return failures
 
     def forward(self, question: str, options: dict[str, str] | None = None,
                 lang: str | None = None) -> dspy.Prediction:
@@ -63,11 +100,7 @@ class CRAG(dspy.Module):
         passages = self.search.search(question, self.k)
         fetched, grades = {p.id for p in passages}, {}
         for loop in range(self.loops + 1):
-            for p in passages:
-                if p.id not in grades:
-                    out = lenient(self.grade, question=question, passage=p.format(self.max_chars))
-                    failures += out is None or out.grade not in GRADES
-                    grades[p.id] = out.grade if out is not None and out.grade in GRADES else "ambiguous"
+            failures += self._grade(question, [p for p in passages if p.id not in grades], grades)
             actions.append(action([grades[p.id] for p in passages]))
             if actions[-1] == "correct":
                 stop = "correct"

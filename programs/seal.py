@@ -7,8 +7,10 @@ distractors and never grows the context: the hits' facts are extracted and verif
 the gap entities and relations its verified facts support. The gap specification and the micro-query see the
 blocked/seen terms (queries issued, titles fetched). One final generation answers in 2-4 words with cited passages, or
 abstains; it sees the final k passages, like every baseline's writer, plus the ledger only with
-``ledger_to_writer``. The deterministic parts (verbatim filtering, blocklist, stuck detection and pivots, ranking,
-the gate) are plain functions here, testable without an LM.
+``ledger_to_writer``. With ``decisions="logprob"`` (``fused`` alike: the gate judges facts, not one passage) the
+gate's verdict is read as P(sufficient) from token logprobs (``programs.decisions``) against a threshold kept as
+program state; the other criteria stay as written. The deterministic parts (verbatim filtering, blocklist, stuck
+detection and pivots, ranking, the gate) are plain functions here, testable without an LM.
 """
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from dataclasses import asdict, dataclass, field
 
 import dspy
 
+from programs.decisions import Gate, check_mode, decide, record
 from programs.evidence import EvidenceWriter, lenient, search_excluding
 from programs.retrieval import Passage, Retriever, dedup
 from programs.text import content_words, mentions, normalize, repeats, words
@@ -145,13 +148,15 @@ class Gap:
     relations: tuple[str, ...] = ()
 
 
-def failed_criteria(verdict, min_coverage: float, min_answerability: float) -> list[str]:
-    """The sufficiency criteria an assessment fails; empty means sufficient (every criterion must hold)."""
+def failed_criteria(verdict, min_coverage: float, min_answerability: float,
+                    sufficient: bool | None = None) -> list[str]:
+    """The sufficiency criteria an assessment fails; empty means sufficient (every criterion must hold).
+    ``sufficient``: the verdict as decided from its probability (default: as written)."""
     checks = {"coverage": verdict.coverage >= min_coverage,
               "bridge": verdict.bridge != "missing",
               "contradiction": verdict.corroboration != "contradicted",
               "answerability": verdict.answerability >= min_answerability,
-              "verdict": bool(verdict.sufficient)}
+              "verdict": bool(verdict.sufficient) if sufficient is None else sufficient}
     return [name for name, ok in checks.items() if not ok]
 
 
@@ -249,8 +254,12 @@ class SEAL(dspy.Module):
 
     def __init__(self, search: Retriever, k: int = 3, loops: int = 3, max_chars: int = 600, max_triples: int = 10,
                  max_facts: int = 30, min_coverage: float = 0.75, min_answerability: float = 0.7,
-                 stuck_jaccard: float = 0.7, max_query_words: int = 12, ledger_to_writer: bool = False):
+                 stuck_jaccard: float = 0.7, max_query_words: int = 12, ledger_to_writer: bool = False,
+                 decisions: str = "generate"):
         super().__init__()
+        self.decisions = check_mode(decisions)
+        if decisions != "generate":  # the verdict read as P(sufficient), against a threshold (program state)
+            self.assess_gate = Gate(threshold=0.5)
         self.search, self.k, self.loops, self.max_chars = search, k, loops, max_chars
         self.max_triples, self.max_facts = max_triples, max_facts
         self.min_coverage, self.min_answerability = min_coverage, min_answerability
@@ -324,13 +333,23 @@ class SEAL(dspy.Module):
         if not facts:  # nothing verified yet: insufficient without asking
             run.assessments.append({"failed": ["no_facts"]})
             return False
-        out = lenient(self.assess, question=question, facts=facts)
+        p_sufficient = None
+        if self.decisions == "generate":
+            out = lenient(self.assess, question=question, facts=facts)
+        else:
+            decision = decide(self.assess, {"sufficient": ("True", "False")}, question=question, facts=facts)
+            out, p_sufficient = decision.output, decision.prob("sufficient", "True")
+            if p_sufficient is not None:
+                record("assess_gate", p_sufficient, None, sorted({f.split("]")[0].lstrip("[") for f in facts}),
+                       per_passage=False)
         if out is None:
             run.parse_failures += 1
             run.assessments.append({"failed": ["parse_failure"]})
             return False
-        failed = failed_criteria(out, self.min_coverage, self.min_answerability)
-        run.assessments.append({name: out[name] for name in AssessSufficiency.output_fields} | {"failed": failed})
+        decided = None if p_sufficient is None else p_sufficient >= self.assess_gate.thresholds["threshold"]
+        failed = failed_criteria(out, self.min_coverage, self.min_answerability, decided)
+        run.assessments.append({name: out[name] for name in AssessSufficiency.output_fields} | {"failed": failed}
+                               | ({"p_sufficient": p_sufficient} if p_sufficient is not None else {}))
         return not failed
 
     def _gap(self, question: str, facts: list[str], run: _Run) -> Gap:

@@ -5,7 +5,10 @@ Each round drafts an answer from k passages with the writer every arm shares (2-
 otherwise the critic's query (or, when it repeats an earlier query, the question with the draft) fetches k passages
 not held before, which are merged with the held ones, newest first and alternating, back to k. A loop whose every
 query option repeats an earlier one stops ("stuck"). The answer is the best-graded draft (the latest on ties), with
-its passages.
+its passages. With ``decisions="logprob"`` (or ``fused``: there is no per-passage decision to fuse) the reflection
+is read as Self-RAG reads its reflection tokens, as probabilities (``programs.decisions``): P(relevant),
+P(fully supported) + 0.5 P(partially), expected usefulness; a draft is accepted when P(relevant) and P(fully
+supported) reach the gate's thresholds (program state) and expected usefulness reaches ``min_usefulness``.
 """
 from __future__ import annotations
 
@@ -14,12 +17,24 @@ from itertools import chain, zip_longest
 
 import dspy
 
+from programs.decisions import Gate, check_mode, decide
 from programs.evidence import EvidenceWriter, lenient, search_excluding
 from programs.retrieval import Passage, Retriever
 from programs.text import abstained, normalize, repeats
 from signatures.critic import CritiqueDraft
 
 SUPPORT = {"full": 1.0, "partial": 0.5, "none": 0.0}
+REFLECTION = {"relevant": ("True", "False"), "support": tuple(SUPPORT), "usefulness": tuple("12345")}
+
+
+def reflection(decision) -> dict | None:
+    """A critique read as probabilities: P(relevant), expected support (full 1, partial 0.5), P(full support),
+    expected usefulness (1-5); None when any of them is unreadable."""
+    support = decision.distribution("support")
+    values = {"relevant": decision.prob("relevant", "True"), "usefulness": decision.expected("usefulness"),
+              "support": sum(SUPPORT[k] * p for k, p in support.items()) if support else None,
+              "support_full": support["full"] if support else None}
+    return None if any(v is None for v in values.values()) else {**values, "scored": True}
 
 
 @dataclass(frozen=True)
@@ -37,7 +52,8 @@ class Draft:
         c = self.critique
         if abstained(self.answer) or not c:
             return -1.0
-        return float(c["relevant"]) + SUPPORT.get(c["support"], 0.0) + (min(max(c["usefulness"], 1), 5) - 1) / 4
+        support = c["support"] if c.get("scored") else SUPPORT.get(c["support"], 0.0)
+        return float(c["relevant"]) + support + (min(max(c["usefulness"], 1), 5) - 1) / 4
 
 
 class SelfRAG(dspy.Module):
@@ -48,8 +64,11 @@ class SelfRAG(dspy.Module):
     ROLES = {"critic": "critic"}
 
     def __init__(self, search: Retriever, k: int = 3, loops: int = 3, max_chars: int = 600, min_usefulness: int = 4,
-                 stuck_jaccard: float = 0.7):
+                 stuck_jaccard: float = 0.7, decisions: str = "generate"):
         super().__init__()
+        self.decisions = check_mode(decisions)
+        if decisions != "generate":
+            self.critic_gate = Gate(relevant=0.5, support=0.5)
         self.search, self.k, self.loops, self.max_chars = search, k, loops, max_chars
         self.min_usefulness, self.stuck_jaccard = min_usefulness, stuck_jaccard
         self.writer = EvidenceWriter(max_chars)
@@ -66,10 +85,8 @@ class SelfRAG(dspy.Module):
             if self.loops == 0:  # single pass: nothing to choose between or retrieve again for
                 drafts.append(Draft(answer, passages, citations=cited))
                 break
-            out = lenient(self.critic, question=question, passages=[p.format(self.max_chars) for p in passages],
-                          draft=answer)                                                  # critique
-            failures += out is None
-            critique = {n: out[n] for n in ("relevant", "support", "usefulness")} if out else None
+            out, critique = self._critique(question, passages, answer)                   # critique
+            failures += critique is None
             drafts.append(Draft(answer, passages, critique, cited))
             if self._accepts(drafts[-1]):
                 stop = "accepted"
@@ -92,10 +109,24 @@ class SelfRAG(dspy.Module):
         return dspy.Prediction(answer=best.answer, passages=best.passages, trace=trace, queries=queries,
                                loops_used=len(queries) - 1, stop_reason=stop, citations=best.citations)
 
+    def _critique(self, question: str, passages: list[Passage], answer: str) -> tuple:
+        """The critic's output and its critique: as written, or read as probabilities (``decisions``)."""
+        inputs = {"question": question, "passages": [p.format(self.max_chars) for p in passages], "draft": answer}
+        if self.decisions == "generate":
+            out = lenient(self.critic, **inputs)
+            return out, {n: out[n] for n in ("relevant", "support", "usefulness")} if out else None
+        decision = decide(self.critic, REFLECTION, **inputs)
+        return decision.output, reflection(decision) if decision.output is not None else None
+
     def _accepts(self, draft: Draft) -> bool:
         c = draft.critique
-        return bool(c) and not abstained(draft.answer) and bool(c["relevant"]) and c["support"] == "full" \
-            and c["usefulness"] >= self.min_usefulness
+        if not c or abstained(draft.answer):
+            return False
+        if c.get("scored"):
+            t = self.critic_gate.thresholds
+            return c["relevant"] >= t["relevant"] and c["support_full"] >= t["support"] \
+                and c["usefulness"] >= self.min_usefulness
+        return bool(c["relevant"]) and c["support"] == "full" and c["usefulness"] >= self.min_usefulness
 
     def _next_query(self, question: str, answer: str, critique: dspy.Prediction | None,
                     queries: list[str]) -> str | None:

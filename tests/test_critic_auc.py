@@ -1,11 +1,11 @@
-"""The critic AUC script: the AUC arithmetic, the labelled passages, and one end-to-end run on DummyLM."""
+"""The decision-quality script: AUC arithmetic, labelled passages, cross-fitted fusion, one DummyLM run."""
 import json
 import math
 
 import pytest
-from dspy.utils.dummies import DummyLM
 
 import scripts.critic_auc as critic_auc
+from tests.test_decisions import RelevanceLM
 
 
 def test_auc_is_the_share_of_gold_over_distractor_pairs_with_ties_halved():
@@ -25,28 +25,38 @@ def hotpot_dir(tmp_path):
                             [f"Other {i}b", ["Still nothing."]], [f"Bridge {i}", ["Ann was born in Oslo."]],
                             [f"Other {i}c", ["More filler."]]]}
     (tmp_path / "hotpotqa").mkdir()
-    (tmp_path / "hotpotqa" / "dev_distractor_sample.json").write_text(json.dumps([rec(i) for i in range(3)]))
+    (tmp_path / "hotpotqa" / "dev_distractor_sample.json").write_text(json.dumps([rec(i) for i in range(6)]))
     return tmp_path
 
 
-def test_gold_and_the_first_distractors_of_each_question(hotpot_dir):
-    items = critic_auc.labelled_passages(hotpot_dir, 2, 1, seed=13)
-    assert len(items) == 2 * 3 and sum(gold for _, _, gold in items) == 4
-    assert {p.title.split()[0] for _, p, gold in items if not gold} == {"Other"}
-    assert all(p.title.endswith("a") for _, p, gold in items if not gold)  # the first distractor only
+def test_questions_are_taken_until_both_classes_hold_the_minimum(hotpot_dir, embedder):
+    rows = critic_auc.labelled("hotpotqa", "distractors", hotpot_dir, None, embedder, 3, 1, 5, seed=13)
+    # 2 gold + 1 distractor per question: 2 questions give 4 gold but 2 others, a third is needed
+    assert len(rows) == 9 and sum(r["gold"] for r in rows) == 6 and len({r["qid"] for r in rows}) == 3
+    assert all(r["passage"].title.endswith("a") for r in rows if not r["gold"])  # the first distractor only
+    assert all(-1 <= r["retriever"] <= 1 for r in rows)
 
 
-def test_script_prints_one_row_per_critic_lm(hotpot_dir, monkeypatch, capsys):
-    answers = {"[[ ## document ## ]]": {"relevance": 3, "usefulness": 3, "specificity": 3, "compatibility": 3,
-                                        "critique": "ok"},
-               "[[ ## passage ## ]]": {"triples": "Ann | founded | company"},
-               "[[ ## facts ## ]]": {"coverage": 0.5, "bridge": "linked", "corroboration": "single_source",
-                                     "answerability": 0.5, "sufficient": False}}
-    monkeypatch.setattr(critic_auc, "make_lm", lambda *a, **k: DummyLM(answers))
-    results = critic_auc.main(["--n", "2", "--distractors", "2", "--data-dir", str(hotpot_dir),
-                               "--critic-lm", "fake:one", "fake:two"])
-    assert list(results) == ["fake:one", "fake:two"]
-    # every passage gets the same CORAL scores (AUC 0.5); SEAL verifies "Ann ... company" only in the Gold passages
-    assert results["fake:one"]["auc_coral_s_tot"] == 0.5 and results["fake:one"]["auc_seal_coverage"] == 0.75
-    out = capsys.readouterr().out
-    assert "| fake:one | 4 / 4 | 0.500 | 0.500 | 0.750 | 0.750 |" in out
+def test_fused_scores_of_a_question_never_see_its_own_labels():
+    rows = [{"qid": f"q{i // 4}", "logprob": 0.2 + 0.1 * (i % 4), "retriever": (i * 7 % 10) / 10, "gold": i % 2 == 0}
+            for i in range(40)]
+    before = critic_auc.cross_fitted(rows)
+    flipped = [r | {"gold": not r["gold"]} if r["qid"] == "q0" else r for r in rows]
+    after = critic_auc.cross_fitted(flipped)
+    assert after[:4] == before[:4] and after[4:] != before[4:]  # q0's rows: fitted on other questions only
+
+
+def test_script_prints_retriever_and_decision_rows(hotpot_dir, monkeypatch, capsys, embedder):
+    p_yes = {f"{kind} {i}{end}": p for i in range(6) for kind, end, p in (("Gold", "", 0.9), ("Bridge", "", 0.6),
+                                                                        ("Other", "a", 0.2), ("Other", "b", 0.2))}
+    lm = RelevanceLM({"[[ ## passage ## ]]": {"relevant": "yes"}}, p_yes)
+    monkeypatch.setattr(critic_auc, "make_lm", lambda *a, **k: lm)
+    monkeypatch.setattr(critic_auc, "get_embedder", lambda name: embedder)
+    out = hotpot_dir / "table.md"
+    critic_auc.main(["--datasets", "hotpotqa", "--candidates", "distractors", "--min", "4", "--distractors", "2",
+                     "--data-dir", str(hotpot_dir), "--lm", "fake:one", "--out", str(out)])
+    table = out.read_text()
+    assert "| hotpotqa | distractors | retriever score (no LM) | 4 / 4 |" in table
+    assert "| hotpotqa | distractors | one generate | 4 / 4 | 0.500 |" in table  # always "yes": all tied
+    assert "| hotpotqa | distractors | one logprob | 4 / 4 | 1.000 |" in table  # 0.9 / 0.6 vs 0.2
+    assert "| hotpotqa | distractors | one fused |" in table and "s/decision" in capsys.readouterr().out

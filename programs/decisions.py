@@ -1,0 +1,233 @@
+"""Scored decisions (``--decisions``): every closed-set LM decision of a gate or filter, read as a probability.
+
+A decision is a DSPy Signature whose output fields hold labels from a closed set (labels differing at their first
+token: ``yes``/``no``, ``True``/``False``, ``correct``/``ambiguous``/``incorrect``, the digits of a 0-5 scale).
+Modes (set when a program is built, ``decisions=``):
+
+- ``generate``: the written label, parsed (each method's own path, as before);
+- ``logprob``: the distribution over the labels at the field's first token, from the endpoint's token logprobs
+  (``programs.choice.label_logprobs``), renormalised over the labels; graded scales read as expected values
+  ``sum p(s) s``. The reply is written freely (no grammar), so the same call also gives the written label;
+- ``fused``: ``logprob``, and a decision about one passage also weighs the retriever's score for it (:class:`Gate`).
+
+An endpoint that returns no logprobs gets the written label read as probability 1 (the ``generate`` reading), with
+one warning line per LM. Thresholds and fusion weights are program state (:class:`Gate`, saved in the compiled
+JSON); uncompiled programs use each paper's fixed thresholds; ``fit_gate`` fits them on labelled dev decisions.
+"""
+from __future__ import annotations
+
+import math
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from typing import NamedTuple, Sequence
+
+import dspy
+from dspy.predict.parameter import Parameter
+from dspy.utils.exceptions import AdapterParseError
+
+from programs.choice import TOP_LOGPROBS, label_logprobs, normalized, warn_no_logprobs
+
+MODES = ("generate", "logprob", "fused")
+YES_NO = ("yes", "no")
+SCALE = tuple("012345")
+PARSE_ERRORS = (AdapterParseError, ValueError)
+
+
+def check_mode(mode: str) -> str:
+    if mode not in MODES:
+        raise ValueError(f"unknown --decisions '{mode}'; choose one of: {', '.join(MODES)}")
+    return mode
+
+
+def written_label(text, labels: Sequence[str]) -> str | None:
+    """The label a written value starts with (case, spaces and punctuation around it ignored), else None."""
+    word = str(text if text is not None else "").strip().strip("()[]*\"'.:").split()
+    word = word[0].strip("()[]*\"'.:,").casefold() if word else ""
+    return next((label for label in labels if label.casefold() == word), None)
+
+
+@dataclass
+class Decision:
+    """One call's reading: the parsed output (None when unreadable) and, per field, the label distribution read
+    from logprobs (None when the endpoint gave none: the written label then counts with probability 1)."""
+
+    output: dspy.Prediction | None
+    labels: dict[str, Sequence[str]]
+    probs: dict[str, dict[str, float] | None] = field(default_factory=dict)
+
+    def distribution(self, name: str) -> dict[str, float] | None:
+        """Label probabilities of field ``name``: from logprobs, else 1 on the written label; None if neither."""
+        if self.probs.get(name):
+            return self.probs[name]
+        written = written_label(self.output.get(name) if self.output is not None else None, self.labels[name])
+        return {label: float(label == written) for label in self.labels[name]} if written else None
+
+    def prob(self, name: str, label: str) -> float | None:
+        dist = self.distribution(name)
+        return dist[label] if dist else None
+
+    def expected(self, name: str) -> float | None:
+        """``sum p(s) s`` over a numeric scale's labels."""
+        dist = self.distribution(name)
+        return sum(p * float(s) for s, p in dist.items()) if dist else None
+
+
+def decide(predictor: dspy.Predict, labels: dict[str, Sequence[str]], config: dict | None = None,
+           **inputs) -> Decision:
+    """Ask ``predictor`` once with token logprobs requested and read each field of ``labels`` as a distribution.
+    Fields not in ``labels`` stay free text. Unparseable output gives ``Decision(output=None)``."""
+    lm = predictor.lm or dspy.settings.lm
+    try:
+        out = predictor(**inputs, config={**(config or {}), "logprobs": True, "top_logprobs": TOP_LOGPROBS})
+    except PARSE_ERRORS:
+        return Decision(None, labels)
+    logprobs = out.get("logprobs")
+    if logprobs is None:
+        warn_no_logprobs(getattr(lm, "model", str(lm)), "decisions fall back to --decisions generate")
+    probs = {}
+    for name, values in labels.items():
+        logps = label_logprobs(logprobs, list(values), name)
+        probs[name] = normalized(logps) if logps else None
+    return Decision(out, labels, probs)
+
+
+def _logit(p: float) -> float:
+    p = min(max(p, 1e-4), 1 - 1e-4)
+    return math.log(p / (1 - p))
+
+
+def _sigmoid(x: float) -> float:
+    return 1 / (1 + math.exp(-x)) if x >= 0 else math.exp(x) / (1 + math.exp(x))
+
+
+def features(p_lm: float, retrieval: float) -> list[float]:
+    """The fusion model's two features: the LM probability's logit and the retriever's score."""
+    return [_logit(p_lm), float(retrieval)]
+
+
+class Gate(Parameter):
+    """Thresholds and fusion weights of one decision type: program state, saved with the demos.
+
+    ``thresholds`` start at the paper's fixed values (``reset`` restores them). ``weights`` (bias, w_lm,
+    w_retrieval) of a logistic model over :func:`features` are fitted by :func:`fit_gate`; while unfitted, a fused
+    decision is the even mix of the LM probability and the retriever's score min-max scaled over the passages
+    judged together."""
+
+    def __init__(self, **thresholds: float):
+        self.defaults = dict(thresholds)
+        self.reset()
+
+    def reset(self):
+        self.thresholds, self.weights = dict(self.defaults), None
+
+    def dump_state(self, json_mode=True) -> dict:
+        return {"thresholds": dict(self.thresholds), "weights": self.weights}
+
+    def load_state(self, state: dict) -> "Gate":
+        thresholds, weights = state["thresholds"], state.get("weights")
+        if set(thresholds) != set(self.defaults) or not all(isinstance(v, (int, float)) for v in thresholds.values()):
+            raise ValueError(f"gate thresholds {thresholds!r} do not fit {sorted(self.defaults)}")
+        if weights is not None and (len(weights) != 3 or not all(isinstance(w, (int, float)) for w in weights)):
+            raise ValueError(f"gate weights {weights!r} are not three numbers")
+        self.thresholds, self.weights = {k: float(v) for k, v in thresholds.items()}, weights
+        return self
+
+    def fuse(self, probs: list[float], scores: list[float]) -> list[float]:
+        """Fused probabilities of the passages judged together (LM probabilities and retriever scores)."""
+        if self.weights is not None:
+            b, w_lm, w_ret = self.weights
+            return [_sigmoid(b + w_lm * x + w_ret * r) for x, r in (features(p, s) for p, s in zip(probs, scores))]
+        low, high = min(scores, default=0.0), max(scores, default=0.0)
+        scaled = [(s - low) / (high - low) if high > low else 1.0 for s in scores]
+        return [0.5 * p + 0.5 * r for p, r in zip(probs, scaled)]
+
+
+def fit_fusion(rows: list[tuple[float, float]], gold: list[bool]) -> list[float]:
+    """Logistic-regression weights (bias, w_lm, w_retrieval) on (LM probability, retriever score) pairs."""
+    from sklearn.linear_model import LogisticRegression
+
+    if len(set(gold)) < 2:
+        raise ValueError("fusion needs both relevant and irrelevant labelled passages")
+    model = LogisticRegression(C=1.0).fit([features(p, r) for p, r in rows], gold)
+    return [float(model.intercept_[0]), *map(float, model.coef_[0])]
+
+
+def youden_threshold(scores: list[float], gold: list[bool]) -> float:
+    """The operating point maximising TPR - FPR (Youden's J) on the ROC curve of ``scores`` against ``gold``."""
+    from sklearn.metrics import roc_curve
+
+    if len(set(gold)) < 2:
+        raise ValueError("a threshold needs both positive and negative labelled decisions")
+    fpr, tpr, cuts = roc_curve(gold, scores)
+    best = max(range(1, len(cuts)), key=lambda i: (tpr[i] - fpr[i], -i))
+    return float(min(cuts[best], 1.0))
+
+
+def recall_threshold(scores: list[float], gold: list[bool], recall: float) -> float:
+    """The highest threshold that keeps at least ``recall`` of the positives (scores >= threshold)."""
+    positives = sorted((s for s, g in zip(scores, gold) if g), reverse=True)
+    if not positives:
+        raise ValueError("a recall threshold needs positive labelled decisions")
+    return float(positives[max(0, math.ceil(recall * len(positives)) - 1)])
+
+
+def fit_gate(gate: Gate, probs: list[float], scores: list[float] | None, gold: list[bool],
+             lower_recall: float = 0.95) -> dict:
+    """Fit ``gate`` on labelled decisions: fusion weights when retriever ``scores`` are given, then its
+    thresholds on the (fused) probabilities -- ``threshold`` (and ``upper``) at Youden's J, ``lower`` where
+    ``lower_recall`` of the positives stay above it. Returns what to log: the ROC curve and operating points."""
+    from sklearn.metrics import roc_auc_score, roc_curve
+
+    if scores is not None:
+        gate.weights = fit_fusion(list(zip(probs, scores)), gold)
+        probs = gate.fuse(probs, scores)
+    point = youden_threshold(probs, gold)
+    for name in gate.thresholds:
+        gate.thresholds[name] = recall_threshold(probs, gold, lower_recall) if name == "lower" else point
+    if "lower" in gate.thresholds and "upper" in gate.thresholds:
+        gate.thresholds["lower"] = min(gate.thresholds["lower"], gate.thresholds["upper"])
+    fpr, tpr, cuts = roc_curve(gold, probs)
+    return {"auc": float(roc_auc_score(gold, probs)), "n": len(gold), "positives": int(sum(gold)),
+            "thresholds": dict(gate.thresholds), "weights": gate.weights,
+            "roc": {"fpr": fpr.tolist(), "tpr": tpr.tolist(), "cuts": [min(float(c), 1.0) for c in cuts]}}
+
+
+def gates(program: dspy.Module) -> dict[str, Gate]:
+    """Every :class:`Gate` of ``program`` by its state key."""
+    return {name: p for name, p in program.named_parameters() if isinstance(p, Gate)}
+
+
+class Recorded(NamedTuple):
+    """One gated decision as calibration sees it: the gate's state key, the LM probability, the retriever's score
+    (None for a decision about a set), the titles it concerns, and whether it is about one passage (gold: its
+    title is a gold title) or a set (gold: the set holds every gold title)."""
+
+    gate: str
+    prob: float
+    score: float | None
+    titles: tuple[str, ...]
+    per_passage: bool
+
+    def gold(self, gold_titles: set[str]) -> bool:
+        return self.titles[0] in gold_titles if self.per_passage else gold_titles <= set(self.titles)
+
+
+_RECORDED: ContextVar[list | None] = ContextVar("recorded_decisions", default=None)
+
+
+@contextmanager
+def recorded_decisions():
+    """Within the block, every gated decision appends a :class:`Recorded` to the yielded list."""
+    calls: list[Recorded] = []
+    token = _RECORDED.set(calls)
+    try:
+        yield calls
+    finally:
+        _RECORDED.reset(token)
+
+
+def record(gate: str, prob: float, score: float | None, titles, per_passage: bool) -> None:
+    """Note a gated decision for calibration (nothing happens outside :func:`recorded_decisions`)."""
+    if (calls := _RECORDED.get()) is not None:
+        calls.append(Recorded(gate, prob, score, tuple(titles), per_passage))

@@ -1,0 +1,331 @@
+"""Scored decisions: label distributions and expected scores from logprobs, threshold and fusion fitting, fallback."""
+import math
+
+import dspy
+import pytest
+from dspy.utils.dummies import DummyLM
+
+from programs.decisions import (SCALE, YES_NO, Gate, check_mode, decide, fit_fusion, fit_gate, recall_threshold,
+                                written_label, youden_threshold)
+from runtime.roles import init_dspy
+from signatures.critic import JudgeRelevance, RateDocument
+from tests.dummies import Queue
+from tests.test_seal import ANSWER, Q, ScriptedSearch
+
+
+def token(text, logprob=0.0, alternatives=()):
+    return {"token": text, "logprob": logprob, "top_logprobs": [{"token": t, "logprob": lp} for t, lp in alternatives]}
+
+
+def field(name, alternatives):
+    """The tokens of one ChatAdapter output field: its header, then the label token with ``alternatives`` and a
+    filler alternative of probability 1e-6 (as among the 20 an endpoint returns: labels missing from them get it)."""
+    first = max(alternatives, key=lambda a: a[1])
+    return [token("[["), token(f" ## {name} ## ]]"), token("\n"),
+            token(first[0], first[1], [*alternatives, ("\u2026", math.log(1e-6))]), token("\n\n")]
+
+
+class PayloadLM(DummyLM):
+    """A DummyLM whose replies carry a fixed OpenAI-format logprobs payload."""
+
+    def __init__(self, answers, content):
+        super().__init__(answers)
+        self.content = content
+
+    def __call__(self, prompt=None, messages=None, **kwargs):
+        outputs = super().__call__(prompt=prompt, messages=messages, **kwargs)
+        return [{"text": text, "logprobs": {"content": self.content}} for text in outputs]
+
+
+def test_yes_no_decision_is_read_from_the_label_token():
+    # at the label token: "yes" 0.5 + " Yes" 0.2 = 0.7, "no" 0.2, "Sure" starts no label
+    alternatives = [("yes", math.log(0.5)), (" Yes", math.log(0.2)), ("no", math.log(0.2)), ("Sure", math.log(0.1))]
+    lm = PayloadLM([{"relevant": "no"}], field("relevant", alternatives))
+    init_dspy(lm, cache=False)
+    d = decide(dspy.Predict(JudgeRelevance), {"relevant": YES_NO}, question="Q?", passage="P.")
+    assert d.prob("relevant", "yes") == pytest.approx(0.7 / 0.9)
+    assert d.prob("relevant", "no") == pytest.approx(0.2 / 0.9)
+    assert d.output.relevant == "no"  # the written label is kept for the generate reading
+    assert lm.history[-1]["kwargs"]["logprobs"] is True
+
+
+def test_graded_scales_are_read_as_expected_values():
+    # relevance: 4 (0.5), 5 (0.3), 2 (0.2) -> 2.0 + 1.5 + 0.4 = 3.9; usefulness: 1 (0.25), 3 (0.75) -> 2.5;
+    # specificity: "5" and "**" (no label) -> 5; compatibility: "0" and "ok" (no label) -> 0
+    content = (field("relevance", [("4", math.log(0.5)), ("5", math.log(0.3)), ("2", math.log(0.2))])
+               + field("usefulness", [("3", math.log(0.75)), ("1", math.log(0.25))])
+               + field("specificity", [("5", math.log(0.9)), ("**", math.log(0.1))])
+               + field("compatibility", [("0", math.log(0.6)), ("ok", math.log(0.4))]))
+    answers = [{"relevance": 4, "usefulness": 3, "specificity": 5, "compatibility": 0, "critique": "fine"}]
+    init_dspy(PayloadLM(answers, content), cache=False)
+    d = decide(dspy.Predict(RateDocument), dict.fromkeys(("relevance", "usefulness", "specificity", "compatibility"),
+                                                         SCALE), question="Q?", document="D.")
+    # labels missing from the alternatives get the smallest returned probability (1e-6): off by < 1e-4 here
+    assert d.expected("relevance") == pytest.approx(3.9, abs=1e-4)
+    assert d.expected("usefulness") == pytest.approx(2.5, abs=1e-4)
+    assert d.expected("specificity") == pytest.approx(5.0, abs=1e-4)
+    assert d.expected("compatibility") == pytest.approx(0.0, abs=1e-4)
+
+
+def test_written_labels_are_matched_whole_and_case_blind():
+    assert written_label(" Yes.", YES_NO) == "yes" and written_label("(no)", YES_NO) == "no"
+    assert written_label("Not really", YES_NO) is None and written_label("yesterday", YES_NO) is None
+    assert written_label("3", SCALE) == "3" and written_label(None, YES_NO) is None
+    with pytest.raises(ValueError, match="unknown --decisions"):
+        check_mode("vote")
+
+
+def test_no_logprobs_falls_back_to_the_written_label_with_one_warning(capsys, monkeypatch):
+    monkeypatch.setattr("programs.choice._WARNED", set())
+    init_dspy(DummyLM([{"relevant": "Yes"}, {"relevant": "Yes"}]), cache=False)
+    predictor = dspy.Predict(JudgeRelevance)
+    first = decide(predictor, {"relevant": YES_NO}, question="Q?", passage="P.")
+    second = decide(predictor, {"relevant": YES_NO}, question="Q2?", passage="P2.")
+    assert first.probs == {"relevant": None} and first.prob("relevant", "yes") == second.prob("relevant", "yes") == 1.0
+    assert capsys.readouterr().err.count("returned no token logprobs; decisions fall back") == 1
+
+
+def test_thresholds_fitted_on_a_hand_made_label_set():
+    scores = [0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2]
+    gold = [True, True, True, False, False, True, False, False]
+    # cut 0.7: TPR 3/4, FPR 0 -> J 0.75; cut 0.4: TPR 1, FPR 2/4 -> J 0.5; every other cut is lower
+    assert youden_threshold(scores, gold) == pytest.approx(0.7)
+    # keeping >= 95% of the 4 positives needs all 4: the lowest positive, 0.4
+    assert recall_threshold(scores, gold, 0.95) == pytest.approx(0.4)
+    gate = Gate(lower=0.25, upper=0.75)
+    info = fit_gate(gate, scores, None, gold)
+    assert gate.thresholds == {"lower": pytest.approx(0.4), "upper": pytest.approx(0.7)}
+    assert info["auc"] == pytest.approx(14 / 16) and info["positives"] == 4 and gate.weights is None
+    gate.reset()
+    assert gate.thresholds == {"lower": 0.25, "upper": 0.75}
+    with pytest.raises(ValueError, match="both positive and negative"):
+        youden_threshold([0.1, 0.2], [True, True])
+
+
+def test_fusion_weights_follow_the_feature_that_separates():
+    # the retriever separates, the LM is noise: the retriever's weight is positive and the fused order is perfect
+    lm_noise = [0.3, 0.7, 0.5, 0.6, 0.4, 0.5, 0.7, 0.3]
+    retrieval = [0.9, 0.85, 0.8, 0.75, 0.3, 0.25, 0.2, 0.15]
+    gold = [True] * 4 + [False] * 4
+    bias, w_lm, w_ret = fit_fusion(list(zip(lm_noise, retrieval)), gold)
+    assert w_ret > 0 and abs(w_lm) < w_ret
+    gate = Gate(threshold=0.5)
+    gate.weights = [bias, w_lm, w_ret]
+    fused = gate.fuse(lm_noise, retrieval)
+    assert min(fused[:4]) > max(fused[4:])
+    # the other way round: the LM separates, the retriever is noise
+    _, w_lm, w_ret = fit_fusion(list(zip(retrieval, lm_noise)), gold)
+    assert w_lm > 0 and abs(w_ret) < w_lm
+
+
+def test_unfitted_fusion_is_an_even_mix_with_the_min_max_scaled_retriever_score():
+    assert Gate(threshold=0.5).fuse([0.2, 0.8, 0.5], [1.0, 3.0, 2.0]) == pytest.approx([0.1, 0.9, 0.5])
+    assert Gate(threshold=0.5).fuse([0.4], [7.0]) == pytest.approx([0.7])  # one passage: its score scales to 1
+
+
+def test_gate_state_round_trips_and_rejects_bad_state():
+    gate = Gate(lower=0.25, upper=0.75)
+    gate.thresholds["upper"], gate.weights = 0.6, [0.1, 1.0, 2.0]
+    fresh = Gate(lower=0.25, upper=0.75).load_state(gate.dump_state())
+    assert fresh.thresholds == {"lower": 0.25, "upper": 0.6} and fresh.weights == [0.1, 1.0, 2.0]
+    with pytest.raises(ValueError, match="do not fit"):
+        Gate(threshold=0.5).load_state({"thresholds": {"upper": 0.5}, "weights": None})
+    with pytest.raises(ValueError, match="three numbers"):
+        Gate(threshold=0.5).load_state({"thresholds": {"threshold": 0.5}, "weights": ["import os"]})
+
+
+class RelevanceLM(DummyLM):
+    """Routed DummyLM answers; relevance prompts also get logprobs with P(yes) = ``p_yes[title]`` of the passage."""
+
+    def __init__(self, routes, p_yes):
+        super().__init__({k: v if isinstance(v, Queue) else Queue(v) for k, v in routes.items()})
+        self.p_yes = p_yes
+
+    def __call__(self, prompt=None, messages=None, **kwargs):
+        outputs = super().__call__(prompt=prompt, messages=messages, **kwargs)
+        text = messages[-1]["content"]
+        title = next((t for t in self.p_yes if f"[[ ## passage ## ]]\n[{t}]" in text), None)
+        if title is None:
+            return outputs
+        p = self.p_yes[title]
+        content = field("relevant", [("yes", math.log(p)), ("no", math.log(1 - p))])
+        return [{"text": out, "logprobs": {"content": content}} for out in outputs]
+
+
+def test_crag_grades_by_thresholds_on_p_yes_and_saves_them_as_program_state():
+    import programs
+    from programs.crag import CRAG
+
+    search = ScriptedSearch({Q: ["Blue Fox", "Red Owl", "Green Cat"]})
+    lm = RelevanceLM({"[[ ## passage ## ]]": {"relevant": "no"}, ANSWER: {"answer": "Lyon [1]"}},
+                     {"Blue Fox": 0.9, "Red Owl": 0.5, "Green Cat": 0.1})
+    init_dspy(lm, cache=False)
+    crag = CRAG(search, k=3, loops=0, decisions="logprob")
+    pred = crag(question=Q)
+    # fixed thresholds 1/3 and 2/3: 0.9 correct, 0.5 ambiguous, 0.1 incorrect (the written "no" is not used)
+    assert pred.trace["actions"] == ["correct"] and pred.trace["grades"] == ["correct", "ambiguous", "incorrect"]
+    # compiled thresholds travel in the program's state and change the grade
+    crag.grade_gate.thresholds.update(upper=0.95, lower=0.4)
+    state = programs.portable_state(crag)
+    assert state["grade_gate"] == {"thresholds": {"lower": 0.4, "upper": 0.95}, "weights": None}
+    loaded = CRAG(search, k=3, loops=0, decisions="logprob")
+    loaded.load_state(state)
+    assert loaded(question=Q).trace["grades"] == ["ambiguous", "ambiguous", "incorrect"]
+    # generate mode keeps today's program: no relevance predictor, no gate in its state
+    assert "grade_gate" not in programs.portable_state(CRAG(search, k=3, loops=0))
+
+
+def test_crag_fused_grade_weighs_the_retrieval_score():
+    from programs.crag import CRAG
+
+    search = ScriptedSearch({Q: ["Blue Fox", "Red Owl", "Green Cat"]})
+    init_dspy(RelevanceLM({"[[ ## passage ## ]]": {"relevant": "no"}, ANSWER: {"answer": "Lyon [1]"}},
+                          {"Blue Fox": 0.5, "Red Owl": 0.5, "Green Cat": 0.5}), cache=False)
+    crag = CRAG(search, k=3, loops=0, decisions="fused")
+    # the LM says 0.5 for all; unfitted fusion: 0.5 * 0.5 + 0.5 * min-max retrieval score (1.0, 0.8, 0.7 -> 1, 1/3, 0)
+    assert crag(question=Q).trace["grades"] == ["correct", "ambiguous", "incorrect"]
+
+
+class MarkedLM(DummyLM):
+    """Routed DummyLM answers; a prompt holding a marker of ``payloads`` also gets that logprobs content (a queue:
+    one payload per call, the last repeating)."""
+
+    def __init__(self, routes, payloads):
+        super().__init__({k: v if isinstance(v, Queue) else Queue(v) for k, v in routes.items()})
+        self.payloads = payloads
+
+    def __call__(self, prompt=None, messages=None, **kwargs):
+        outputs = super().__call__(prompt=prompt, messages=messages, **kwargs)
+        marker = next((m for m in self.payloads if m in messages[-1]["content"]), None)
+        if marker is None:
+            return outputs
+        queue = self.payloads[marker]
+        content = queue.pop(0) if len(queue) > 1 else queue[0]
+        return [{"text": out, "logprobs": {"content": content}} for out in outputs]
+
+
+def logs(probs: dict):
+    return [(label, math.log(p)) for label, p in probs.items()]
+
+
+def reflection_payload(relevant, full, partial, useful5):
+    return (field("relevant", logs({"True": relevant, "False": 1 - relevant}))
+            + field("support", logs({"full": full, "partial": partial, "none": 1 - full - partial}))
+            + field("usefulness", [("5", math.log(useful5)), ("4", math.log(1 - useful5))]))
+
+
+def test_self_rag_accepts_a_draft_on_reflection_probabilities():
+    from programs.self_rag import SelfRAG
+    from tests.test_seal import CRITIC
+
+    search = ScriptedSearch({Q: ["Blue Fox"], "ana berg": ["Ana Berg"]})
+    written = {"relevant": "False", "support": "none", "usefulness": "1", "next_query": "Ana Berg birthplace"}
+    # round 1: P(full) 0.4 < 0.5 -> search again; round 2: P(relevant) 0.9, P(full) 0.6, E[usefulness] 4.7 -> accept
+    init_dspy(MarkedLM({CRITIC: written, ANSWER: {"answer": "Lyon [1]"}},
+                       {CRITIC: [reflection_payload(0.9, 0.4, 0.5, 0.7), reflection_payload(0.9, 0.6, 0.3, 0.7)]}),
+              cache=False)
+    pred = SelfRAG(search, k=1, loops=2, decisions="logprob")(question=Q)
+    assert pred.stop_reason == "accepted" and pred.loops_used == 1  # the written "False"/"none" would never accept
+    second = pred.trace["critiques"][1]
+    assert second["relevant"] == pytest.approx(0.9, abs=1e-4) and second["support_full"] == pytest.approx(0.6, abs=1e-4)
+    assert second["support"] == pytest.approx(0.6 + 0.5 * 0.3, abs=1e-4)
+    assert second["usefulness"] == pytest.approx(5 * 0.7 + 4 * 0.3, abs=1e-4)
+
+
+def test_seal_gate_reads_the_verdict_as_p_sufficient():
+    from programs.seal import SEAL
+    from tests.test_seal import ASSESS, FILM_FACTS, GAP, GAP_BERG, QUERY, SUFFICIENT, extract
+
+    written = {**SUFFICIENT, "sufficient": "False"}  # every other criterion holds; the written verdict says no
+    routes = {extract("Blue Fox"): FILM_FACTS, ASSESS: written, GAP: GAP_BERG, QUERY: {"query": "Ana Berg"},
+              ANSWER: {"answer": "I don't know"}}
+    payload = {ASSESS: [field("sufficient", logs({"True": 0.8, "False": 0.2}))]}
+    init_dspy(MarkedLM(routes, payload), cache=False)
+    search = ScriptedSearch({Q: ["Blue Fox"], "ana berg": ["Ana Berg"]})
+    pred = SEAL(search, k=1, loops=1, decisions="logprob")(question=Q)
+    assert pred.stop_reason == "sufficient" and pred.trace["assessments"][0]["p_sufficient"] == pytest.approx(0.8)
+    init_dspy(MarkedLM(routes, payload), cache=False)
+    assert SEAL(search, k=1, loops=1)(question=Q).stop_reason != "sufficient"  # generate: the written "False"
+
+
+def test_coral_keep_rule_and_sufficiency_apply_to_expected_scores_and_p_enough(embedder):
+    from programs.coral import CORAL, Trace, passes
+    from programs.retrieval import Corpus, Passage, Retriever
+
+    single, enough = "[[ ## document ## ]]", "[[ ## evidence ## ]]"
+    written = {"relevance": 3, "usefulness": 2, "specificity": 3, "compatibility": 3, "critique": "ok"}
+    # expected: relevance 2.5, usefulness 1.5 (< 2: dropped, though the written 3 | 2 | 3 | 3 passes), 3, 3
+    scores = (field("relevance", logs({"2": 0.5, "3": 0.5})) + field("usefulness", logs({"1": 0.5, "2": 0.5}))
+              + field("specificity", logs({"3": 1.0 - 1e-9})) + field("compatibility", logs({"3": 1.0 - 1e-9})))
+    lm = MarkedLM({single: written, enough: {"enough": "True", "reason": "all there"}},
+                  {single: [scores], enough: [field("enough", logs({"True": 0.3, "False": 0.7}))]})
+    init_dspy(lm, cache=False)
+    coral = CORAL(Retriever([Corpus("en", [{"id": "e1", "title": "T", "text": "x"}], "en")], embedder),
+                  decisions="logprob")
+    passage = Passage("en:e1", "T", "x", "en", "en")
+    rated = coral.rate_one(passage, "Q?", Trace())
+    assert rated.scores == pytest.approx((2.5, 1.5, 3.0, 3.0), abs=1e-4) and not passes(rated)
+    assert rated.total == pytest.approx(2.5 + 0.5 * 7.5, abs=1e-4)
+    trace = Trace()
+    assert coral.check("Q?", [rated], [rated], trace).enough is False  # P(True) 0.3 < 0.5; written "True"
+    coral.sufficiency_gate.thresholds["threshold"] = 0.25  # a compiled threshold
+    assert coral.check("Q?", [rated], [rated], trace).enough is True
+
+
+@pytest.mark.parametrize("mode", ["logprob", "fused"])
+def test_calibration_fits_the_crag_gate_on_dev_gold_titles(mode):
+    from optimizers.calibration import calibrate_decisions
+    from programs.crag import CRAG
+
+    search = ScriptedSearch({Q: ["Blue Fox", "Red Owl", "Green Cat"]})
+    init_dspy(RelevanceLM({"[[ ## passage ## ]]": {"relevant": "no"}, ANSWER: {"answer": "Lyon [1]"}},
+                          {"Blue Fox": 0.9, "Red Owl": 0.6, "Green Cat": 0.2}), cache=False)
+    crag = CRAG(search, k=3, loops=0, decisions=mode)
+    dev = [dspy.Example(id="d1", question=Q, answer="Lyon", gold_titles=["Blue Fox"]).with_inputs("question"),
+           dspy.Example(id="d2", question=Q, answer="Lyon", gold_titles=[]).with_inputs("question")]  # unlabelled
+    fits = calibrate_decisions(crag, dev, fused=mode == "fused", retries=0)
+    fit = fits["grade_gate"]
+    assert fit["n"] == 3 and fit["positives"] == 1 and fit["auc"] == 1.0
+    if mode == "logprob":  # the one gold passage at 0.9 is the Youden point; keeping 95% of gold needs 0.9 too
+        assert crag.grade_gate.thresholds == {"lower": pytest.approx(0.9), "upper": pytest.approx(0.9)}
+        assert fit["weights"] is None
+    else:
+        assert len(crag.grade_gate.weights) == 3 and crag.grade_gate.dump_state()["weights"] == fit["weights"]
+    assert crag(question=Q).trace["grades"][0] == "correct"
+
+
+def test_sufficiency_decisions_are_labelled_by_whether_the_set_holds_every_gold_title():
+    from optimizers.calibration import calibrate_decisions
+    from programs.seal import SEAL
+    from tests.test_seal import ASSESS, FILM_FACTS, GAP, GAP_BERG, QUERY, SUFFICIENT, extract
+
+    routes = {extract("Blue Fox"): FILM_FACTS, ASSESS: SUFFICIENT, GAP: GAP_BERG, QUERY: {"query": "Ana Berg"},
+              ANSWER: {"answer": "I don't know"}}
+    payloads = {ASSESS: [field("sufficient", logs({"True": 0.8, "False": 0.2})),
+                         field("sufficient", logs({"True": 0.3, "False": 0.7}))]}
+    init_dspy(MarkedLM(routes, payloads), cache=False)
+    seal = SEAL(ScriptedSearch({Q: ["Blue Fox"]}), k=1, loops=1, decisions="logprob")
+    dev = [dspy.Example(id="held", question=Q, answer="x", gold_titles=["Blue Fox"]).with_inputs("question"),
+           dspy.Example(id="missing", question=Q, answer="x", gold_titles=["Blue Fox", "Ana Berg"])
+           .with_inputs("question")]
+    fit = calibrate_decisions(seal, dev, fused=False, retries=0)["assess_gate"]
+    # facts from Blue Fox only: sufficient (gold) for the first question at 0.8, not for the second at 0.3
+    assert fit["n"] == 2 and fit["positives"] == 1 and fit["auc"] == 1.0
+    assert seal.assess_gate.thresholds == {"threshold": pytest.approx(0.8)}
+
+
+def test_label_tokens_are_matched_by_prefix_without_taking_other_words():
+    from programs.choice import label_logprobs
+
+    alternatives = [(" Not", math.log(0.3)), ("No", math.log(0.2)), ("Nope", math.log(0.1)), ("**yes", math.log(0.2)),
+                    ("Y", math.log(0.1)), ("\u201cno", math.log(0.05))]
+    logps = label_logprobs({"content": field("relevant", alternatives)}, YES_NO, "relevant")
+    # "Not" and "Nope" start no label; "No" + curly-quoted "no" -> no (0.25); "**yes" + "Y" -> yes (0.3)
+    assert math.exp(logps["no"]) == pytest.approx(0.25)
+    assert math.exp(logps["yes"]) == pytest.approx(0.3)
+    grades = [("in", math.log(0.5)), ("c", math.log(0.3)), ("a", math.log(0.1)), ("am", math.log(0.1))]
+    logps = label_logprobs({"content": field("grade", grades)}, ("correct", "ambiguous", "incorrect"), "grade")
+    assert [round(math.exp(logps[g]), 6) for g in ("incorrect", "correct", "ambiguous")] == [0.5, 0.3, 0.2]
+    # the label is read in its own field: a "yes" in an earlier field's header line does not count
+    two = field("reason", [("yes", math.log(0.9))]) + field("relevant", [("no", math.log(0.8)), ("yes", math.log(0.2))])
+    assert math.exp(label_logprobs({"content": two}, YES_NO, "relevant")["yes"]) == pytest.approx(0.2)
