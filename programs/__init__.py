@@ -11,6 +11,7 @@ import dspy
 
 from programs.baselines import RAG, Direct
 from programs.coral import CORAL
+from programs.decisions import Gate
 from programs.iterative import IRCoT, ReAct
 from programs.crag import CRAG
 from programs.mrag import MultilingualRAG
@@ -138,6 +139,9 @@ DATA_KEYS = ("dataset", "embedder", "index", "corpus", "leave_question_out", "ma
 PREDICTOR_STATE = {"demos": [dict], "traces": list, "train": list, "fields": dict, "lm": None,
                    "signature": {"instructions": str, "fields": [{"prefix": str, "description": str}]}}
 
+#: A decision gate's saved state (``programs.decisions.Gate``, which checks the values when it loads them).
+GATE_STATE = {"thresholds": dict, "weights": object}
+
 
 def portable_state(program: dspy.Module) -> dict:
     """``program.dump_state()`` without per-predictor LMs (their endpoints include the embedded server's port,
@@ -189,7 +193,8 @@ def artifact_schema(name: str, program: dspy.Module) -> dict:
     """Everything a compiled ``program`` (of registered program ``name``) may hold: see :func:`strays`."""
     return {"format": str, "program": str, "program_version": str, "source": str,
             "config": dict.fromkeys(spec(name).params, object), "data": dict.fromkeys(DATA_KEYS, object),
-            "state": {predictor: PREDICTOR_STATE for predictor, _ in program.named_predictors()}}
+            "state": {**{predictor: PREDICTOR_STATE for predictor, _ in program.named_predictors()},
+                      **{gate: GATE_STATE for gate, param in program.named_parameters() if isinstance(param, Gate)}}}
 
 
 def read_artifact(path_or_run_id: str) -> dict:

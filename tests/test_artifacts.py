@@ -103,3 +103,20 @@ def test_what_a_compiled_program_needs_still_loads(saved):
     loaded = programs.load_compiled(str(path))
     assert loaded.writer.short.demos == [demo] and loaded.writer.short.signature.instructions == "Answer tersely."
     assert not hasattr(loaded.writer.short, "api_base") and loaded.writer.short.lm is None
+
+
+def test_a_decision_gates_fitted_thresholds_load_and_a_stray_gate_key_is_refused(tmp_path, embedder):
+    from programs.retrieval import Corpus, Retriever
+
+    search = Retriever([Corpus("en", [{"id": "1", "title": "T", "text": "text"}], "en")], embedder=embedder)
+    program = programs.build("crag", search=search, k=1, decisions="fused")
+    program.grade_gate.thresholds, program.grade_gate.weights = {"lower": 0.2, "upper": 0.9}, [0.1, 1.0, 2.0]
+    path = tmp_path / "program.json"
+    programs.save_compiled(program, path, "crag", {"k": 1, "decisions": "fused"}, {"dataset": "demo"})
+    loaded = programs.load_compiled(str(path), search=search)
+    assert loaded.grade_gate.thresholds == {"lower": 0.2, "upper": 0.9} and loaded.grade_gate.weights == [0.1, 1, 2]
+    artifact = json.loads(path.read_text())
+    artifact["state"]["grade_gate"]["api_base"] = "http://evil.example/v1"
+    path.write_text(json.dumps(artifact))
+    with pytest.raises(ValueError, match=r"unexpected key state\['grade_gate'\]\['api_base'\]"):
+        programs.load_compiled(str(path), search=search)
