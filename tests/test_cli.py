@@ -1,3 +1,5 @@
+from types import SimpleNamespace
+
 import mlflow
 import pytest
 from dspy.utils.dummies import DummyLM
@@ -75,7 +77,7 @@ def test_multilingual_programs_default_to_the_multilingual_demo_set():
 def test_each_method_takes_its_own_default_budgets_and_par2_flags_reach_it_and_are_logged():
     def config(*argv):
         args = cli.parser("x").parse_args(["--program", "par2", *argv])
-        s = cli.Session(args, None, None, None, None, {}, None)
+        s = cli.Session(args, SimpleNamespace(task="short"), None, None, None, {}, None)
         return {name: programs.accepted_config(name, s.config) for name in ("par2", "par2_chain", "ircot", "rag")}
 
     default = config()
