@@ -87,13 +87,13 @@ def _records(name: str, root: Path | None, lang: str) -> list[dict]:
     """Per question: {qid, question, gold: [Passage], distractors: [Passage]} in the dataset's file order."""
     out = []
     if name == "hotpotqa":
-        for rec in hotpotqa.read_json(datasets.require_file(root, *hotpotqa.FILES)):
+        for rec in datasets.load_records([datasets.require_file(root, *hotpotqa.FILES)]):
             gold = {t for t, _ in rec["supporting_facts"]}
             paras = [Passage(f"{rec['_id']}:{t}", t, "".join(s).strip()) for t, s in rec["context"]]
             out.append({"qid": rec["_id"], "question": rec["question"], "gold": [p for p in paras if p.title in gold],
                         "distractors": [p for p in paras if p.title not in gold]})
     elif name == "musique":
-        for rec in musique.read_json(datasets.require_file(root, *musique.FILES)):
+        for rec in datasets.load_records([datasets.require_file(root, *musique.FILES)]):
             paras = [(Passage(f"{rec['id']}:{i}", p["title"], p["paragraph_text"].strip()), p["is_supporting"])
                      for i, p in enumerate(rec["paragraphs"])]
             out.append({"qid": rec["id"], "question": rec["question"], "gold": [p for p, s in paras if s],
@@ -109,10 +109,9 @@ def _records(name: str, root: Path | None, lang: str) -> list[dict]:
 
 def _pool(name: str, root: Path | None) -> Corpus:
     """The dataset's pooled paragraphs, as the methods search them."""
-    if name == "hotpotqa":
-        return hotpotqa.pooled_corpus(hotpotqa.read_json(datasets.require_file(root, *hotpotqa.FILES)), "hotpotqa")
-    if name == "musique":
-        return musique.pooled_corpus(musique.read_json(datasets.require_file(root, *musique.FILES)))
+    if name in ("hotpotqa", "musique"):
+        (corpus,) = datasets.load(name, root).corpora
+        return corpus
     en = read_xquad(root, "en")
     docs = [paragraph(en, "en", a, p) for a in range(len(en)) for p in range(len(en[a]["paragraphs"]))]
     return Corpus("xquad", [{"id": d["id"], "title": d["title"], "text": d["text"]} for d in docs], "en")
