@@ -2,6 +2,7 @@
 its Self-Refine baseline, and the error profile -- on DummyLM with a scripted search and a made-up taxonomy."""
 import re
 from pathlib import Path
+from types import SimpleNamespace
 
 import dspy
 import mlflow
@@ -389,7 +390,7 @@ def test_self_refine_runs_rounds_until_its_feedback_finds_no_error_within_the_bu
     pred = SelfRefine(ScriptedSearch(), k=2)(question=Q)
     assert pred.answer == "Paris" and pred.trace["stop_reason"] == "unchanged" and pred.trace["iterations"] == 2
     args = cli.parser("x").parse_args(["--program", "self_refine", "--rounds", "5"])
-    config = cli.Session(args, None, None, None, None, {}, None).config
+    config = cli.Session(args, SimpleNamespace(task="short"), None, None, None, {}, None).config
     assert programs.accepted_config("self_refine", config)["rounds"] == 5
 
 
