@@ -235,7 +235,8 @@ def rrf(rankings: list[list[Passage]], constant: float = 60.0) -> list[Passage]:
 class RetrievalConfig:
     """How candidates are found: ``method`` in :data:`RETRIEVERS` or ``milvus:URI`` (dense, served by Milvus);
     hybrid fuses the top ``fuse_depth`` of each list (at least the ``k`` asked for) with RRF constant ``rrf_k``; a
-    reranker (``rerank`` name, see :mod:`programs.rerank`) reorders the top ``rerank_depth`` candidates (at least ``k``)."""
+    reranker (``rerank`` name, see :mod:`programs.rerank`) reorders the top ``rerank_depth`` candidates (at least
+    ``k``)."""
 
     method: str = "dense"
     fuse_depth: int = 20
