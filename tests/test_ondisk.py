@@ -80,6 +80,7 @@ def test_built_folder_keeps_groups_for_leave_out_and_languages(tmp_path, embedde
         build_index(write_jsonl(tmp_path / f"{lang}.jsonl", DOCS), tmp_path / "multi" / lang, HashEmbedder(),
                     index="hnsw", name=lang, lang=lang, progress=False)
     r = Retriever(sources.build(f"index:{tmp_path / 'multi'}", None), embedder)
+    assert faiss.downcast_index(r.indexes["es"].index).hnsw.efSearch == 64  # the recorded search parameters
     assert r.languages() == {"en": "en", "es": "es"}
     with excluded(["g0", "g1"]):
         hits = r.search("river lake", 6)
