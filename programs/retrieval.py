@@ -116,6 +116,16 @@ class Corpus:
         return hashlib.sha256(json.dumps(self.docs, sort_keys=True, ensure_ascii=False, default=str).encode()
                               ).hexdigest()
 
+    def group_sizes(self) -> Counter:
+        """Documents per ``group`` (the unit :func:`excluded` hides)."""
+        return Counter(str(d["group"]) for d in self.docs if d.get("group"))
+
+    def row_of(self, passage_id: str) -> int | None:
+        """The row of the passage called ``passage_id`` ("<corpus>:<id>"), None when it is not in this corpus."""
+        if not hasattr(self, "_rows"):
+            self._rows = {f"{self.name}:{d['id']}": row for row, d in enumerate(self.docs)}
+        return self._rows.get(passage_id)
+
     def passage(self, row: int, score: float = 0.0) -> Passage:
         d = self.docs[row]
         return Passage(f"{self.name}:{d['id']}", d["title"], d["text"], d.get("lang", self.lang), self.name, score,
@@ -125,12 +135,26 @@ class Corpus:
         return len(self.docs)
 
 
-def _factory(index_type: str, n: int) -> str:
+def index_factory(index_type: str, n: int) -> str:
+    """The faiss factory string of ``index_type`` (flat, hnsw, ivf, or a factory string itself) for ``n`` vectors."""
     if index_type == "ivf":
         return f"IVF{max(1, min(int(4 * n ** 0.5), n // 39))},Flat"  # faiss wants >= 39 points per list
-    if index_type not in INDEX_TYPES:
-        raise ValueError(f"unknown index type '{index_type}'; choose one of: flat, hnsw, ivf")
-    return INDEX_TYPES[index_type]
+    if index_type in INDEX_TYPES:
+        return INDEX_TYPES[index_type]
+    if "," in index_type or index_type.startswith(("IVF", "HNSW", "PQ", "OPQ", "Flat")):
+        return index_type
+    raise ValueError(f"unknown index type '{index_type}'; choose one of: flat, hnsw, ivf (or a faiss factory string)")
+
+
+def encode_passages(embedder: Embedder, docs: list[dict], bar=None) -> np.ndarray:
+    """Unit vectors of ``docs`` (``title. text``) in the embedder's batches, advancing the progress ``bar``."""
+    texts = [f"{d['title']}. {d['text']}" for d in docs]
+    parts = []
+    for i in range(0, len(texts), embedder.batch_size):
+        parts.append(embedder.encode_passages(texts[i:i + embedder.batch_size]))
+        if bar is not None:
+            bar.update(len(parts[-1]))
+    return np.concatenate(parts) if parts else np.zeros((0, 1), np.float32)
 
 
 class CorpusIndex:
@@ -140,13 +164,13 @@ class CorpusIndex:
         if index.ntotal != len(corpus):
             raise ValueError(f"index for '{corpus.name}' holds {index.ntotal} vectors for {len(corpus)} documents")
         self.corpus, self.index = corpus, index
-        self.group_sizes = Counter(str(d["group"]) for d in corpus.docs if d.get("group"))
-        self.rows = {f"{corpus.name}:{d['id']}": row for row, d in enumerate(corpus.docs)}
+        self.group_sizes = corpus.group_sizes()
 
     @classmethod
     def from_vectors(cls, corpus: Corpus, vectors: np.ndarray, index_type: str = "flat") -> "CorpusIndex":
         vectors = np.ascontiguousarray(vectors, dtype=np.float32)
-        index = faiss.index_factory(vectors.shape[1], _factory(index_type, len(vectors)), faiss.METRIC_INNER_PRODUCT)
+        index = faiss.index_factory(vectors.shape[1], index_factory(index_type, len(vectors)),
+                                    faiss.METRIC_INNER_PRODUCT)
         if not index.is_trained:
             index.train(vectors)
         index.add(vectors)
@@ -167,12 +191,9 @@ class CorpusIndex:
     @classmethod
     def _embed(cls, corpus: Corpus, embedder: Embedder, root: Path, key: str, index_type: str,
                progress: bool) -> "CorpusIndex":
-        texts = [f"{d['title']}. {d['text']}" for d in corpus.docs]
-        batches = range(0, len(texts), embedder.batch_size)
-        vectors = np.concatenate([embedder.encode_passages(texts[i:i + embedder.batch_size])
-                                  for i in tqdm(batches, desc=f"embedding {corpus.name}", unit="batch",
-                                                disable=not progress or len(batches) < 2)]) if texts else \
-            np.zeros((0, 1), np.float32)
+        with tqdm(total=len(corpus), desc=f"embedding {corpus.name}", unit=" passages",
+                  disable=not progress or len(corpus) <= embedder.batch_size) as bar:
+            vectors = encode_passages(embedder, corpus.docs, bar)
         built = cls.from_vectors(corpus, vectors, index_type)
         folder = root / key
         folder.mkdir(parents=True, exist_ok=True)
@@ -226,9 +247,10 @@ def rrf(rankings: list[list[Passage]], constant: float = 60.0) -> list[Passage]:
 
 @dataclass(frozen=True)
 class RetrievalConfig:
-    """How candidates are found: ``method`` in :data:`RETRIEVERS`; hybrid fuses the top ``fuse_depth`` of each
-    list (at least the ``k`` asked for) with RRF constant ``rrf_k``; a reranker (``rerank`` name, see
-    :mod:`programs.rerank`) reorders the top ``rerank_depth`` candidates (at least ``k``)."""
+    """How candidates are found: ``method`` in :data:`RETRIEVERS` or ``milvus:URI`` (dense, served by Milvus);
+    hybrid fuses the top ``fuse_depth`` of each list (at least the ``k`` asked for) with RRF constant ``rrf_k``; a
+    reranker (``rerank`` name, see :mod:`programs.rerank`) reorders the top ``rerank_depth`` candidates (at least
+    ``k``)."""
 
     method: str = "dense"
     fuse_depth: int = 20
@@ -237,8 +259,14 @@ class RetrievalConfig:
     rerank_depth: int = 20
 
     def __post_init__(self):
-        if self.method not in RETRIEVERS:
-            raise ValueError(f"unknown retriever '{self.method}'; choose one of: {', '.join(RETRIEVERS)}")
+        if self.method not in RETRIEVERS and not (self.method.startswith("milvus:") and len(self.method) > 7):
+            raise ValueError(f"unknown retriever '{self.method}'; choose one of: {', '.join(RETRIEVERS)}, "
+                             "milvus:URI")
+
+    @property
+    def stages(self) -> tuple[bool, bool]:
+        """(dense, lexical): which first-stage searches run (``milvus:URI`` is the dense search on Milvus)."""
+        return self.method not in ("bm25",), self.method in ("bm25", "hybrid")
 
 
 class Retriever:
@@ -254,11 +282,22 @@ class Retriever:
 
         self.embedder = get_embedder(embedder) if isinstance(embedder, str) else embedder
         self.reranker = get_reranker(rerank, self)  # validated before any index is built
-        dense, lexical = retriever in ("dense", "hybrid"), retriever in ("bm25", "hybrid")
-        self.indexes = {c.name: CorpusIndex.build(c, self.embedder, cache_dir, index_type) if dense else None
-                        for c in corpora}
+        dense, lexical = self.config.stages
+        self.indexes = {c.name: self._dense(c, cache_dir, index_type) if dense else None for c in corpora}
         self.bm25 = {c.name: BM25Index.build(c, cache_dir) if lexical else None for c in corpora}
         self.corpora_by_name = {c.name: c for c in corpora}
+
+    def _dense(self, corpus: Corpus, cache_dir: Path | None, index_type: str):
+        """The dense index of ``corpus``: on Milvus for ``milvus:URI``, its own prebuilt one for an on-disk corpus
+        (:mod:`programs.ondisk`), else the cached in-memory faiss index."""
+        if self.config.method.startswith("milvus:"):
+            from programs.milvus import MilvusIndex
+
+            return MilvusIndex.build(corpus, self.embedder, self.config.method[len("milvus:"):], cache_dir,
+                                     index_type)
+        if hasattr(corpus, "open_index"):
+            return corpus.open_index(self.embedder)
+        return CorpusIndex.build(corpus, self.embedder, cache_dir, index_type)
 
     def __deepcopy__(self, memo):
         return self  # read-only and expensive: copies of a program (e.g. during compilation) share it
@@ -284,6 +323,7 @@ class Retriever:
         """First stage: per query, the top ``k`` of each corpus (one query encoding call and one faiss search
         per corpus for all queries)."""
         method, out = self.config.method, [{} for _ in queries]
+        method = "dense" if method.startswith("milvus:") else method
         depth = max(k, self.config.fuse_depth) if method == "hybrid" else k
         qv = self.embedder.encode_queries(queries) if method != "bm25" and queries else None
         hidden = _EXCLUDED.get()
@@ -299,12 +339,13 @@ class Retriever:
 
     def stored_vectors(self, passages: list[Passage]) -> np.ndarray | None:
         """The indexed (passage-side) vectors of ``passages``, read back from their faiss indexes; None when one
-        of them has no dense index or its index type cannot give vectors back."""
-        if not all(self.indexes.get(p.corpus) and p.id in self.indexes[p.corpus].rows for p in passages):
+        of them has no local dense index or its index cannot give vectors back."""
+        indexes = [self.indexes.get(p.corpus) for p in passages]
+        rows = [i.corpus.row_of(p.id) if isinstance(i, CorpusIndex) else None for i, p in zip(indexes, passages)]
+        if not passages or None in rows:
             return None
         try:
-            return np.stack([self.indexes[p.corpus].index.reconstruct(self.indexes[p.corpus].rows[p.id])
-                             for p in passages]) if passages else None
+            return np.stack([i.index.reconstruct(row) for i, row in zip(indexes, rows)])
         except RuntimeError:  # e.g. an IVF index without a direct map
             return None
 
