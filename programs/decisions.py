@@ -144,13 +144,20 @@ class Gate(Parameter):
 
 
 def fit_fusion(rows: list[tuple[float, float]], gold: list[bool]) -> list[float]:
-    """Logistic-regression weights (bias, w_lm, w_retrieval) on (LM probability, retriever score) pairs."""
+    """Logistic-regression weights (bias, w_lm, w_retrieval) on (LM probability, retriever score) pairs, in the
+    features' own units. Fitted on standardised features: the L2 penalty must weigh both alike, or a retriever
+    whose cosines span a few hundredths loses to LM logits spanning +-9 whatever they are worth."""
+    import numpy as np
     from sklearn.linear_model import LogisticRegression
 
     if len(set(gold)) < 2:
         raise ValueError("fusion needs both relevant and irrelevant labelled passages")
-    model = LogisticRegression(C=1.0).fit([features(p, r) for p, r in rows], gold)
-    return [float(model.intercept_[0]), *map(float, model.coef_[0])]
+    x = np.array([features(p, r) for p, r in rows])
+    mean, sd = x.mean(axis=0), x.std(axis=0)
+    sd[sd == 0] = 1.0
+    model = LogisticRegression(C=1.0).fit((x - mean) / sd, gold)
+    weights = model.coef_[0] / sd
+    return [float(model.intercept_[0] - weights @ mean), *map(float, weights)]
 
 
 def youden_threshold(scores: list[float], gold: list[bool]) -> float:

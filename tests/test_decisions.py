@@ -2,11 +2,13 @@
 import math
 
 import dspy
+import numpy as np
 import pytest
 from dspy.utils.dummies import DummyLM
+from sklearn.metrics import roc_auc_score
 
-from programs.decisions import (SCALE, YES_NO, Gate, check_mode, decide, fit_fusion, fit_gate, recall_threshold,
-                                written_label, youden_threshold)
+from programs.decisions import (SCALE, YES_NO, Gate, check_mode, decide, features, fit_fusion, fit_gate,
+                                recall_threshold, written_label, youden_threshold)
 from runtime.roles import init_dspy
 from signatures.critic import JudgeRelevance, RateDocument
 from tests.dummies import Queue
@@ -107,15 +109,20 @@ def test_fusion_weights_follow_the_feature_that_separates():
     lm_noise = [0.3, 0.7, 0.5, 0.6, 0.4, 0.5, 0.7, 0.3]
     retrieval = [0.9, 0.85, 0.8, 0.75, 0.3, 0.25, 0.2, 0.15]
     gold = [True] * 4 + [False] * 4
-    bias, w_lm, w_ret = fit_fusion(list(zip(lm_noise, retrieval)), gold)
-    assert w_ret > 0 and abs(w_lm) < w_ret
+    def influence(lm, ret):  # each weight times its feature's spread: raw weights depend on the units
+        bias, w_lm, w_ret = fit_fusion(list(zip(lm, ret)), gold)
+        spread = np.array([features(p, r) for p, r in zip(lm, ret)]).std(axis=0)
+        return [bias, w_lm, w_ret], w_lm * spread[0], w_ret * spread[1]
+
+    (bias, w_lm, w_ret), lm_part, ret_part = influence(lm_noise, retrieval)
+    assert ret_part > 0 and abs(lm_part) < ret_part
     gate = Gate(threshold=0.5)
     gate.weights = [bias, w_lm, w_ret]
     fused = gate.fuse(lm_noise, retrieval)
     assert min(fused[:4]) > max(fused[4:])
     # the other way round: the LM separates, the retriever is noise
-    _, w_lm, w_ret = fit_fusion(list(zip(retrieval, lm_noise)), gold)
-    assert w_lm > 0 and abs(w_ret) < w_lm
+    _, lm_part, ret_part = influence(retrieval, lm_noise)
+    assert lm_part > 0 and abs(ret_part) < lm_part
 
 
 def test_unfitted_fusion_is_an_even_mix_with_the_min_max_scaled_retriever_score():
@@ -329,3 +336,16 @@ def test_label_tokens_are_matched_by_prefix_without_taking_other_words():
     # the label is read in its own field: a "yes" in an earlier field's header line does not count
     two = field("reason", [("yes", math.log(0.9))]) + field("relevant", [("no", math.log(0.8)), ("yes", math.log(0.2))])
     assert math.exp(label_logprobs({"content": two}, YES_NO, "relevant")["yes"]) == pytest.approx(0.2)
+
+
+def test_fusion_is_not_drowned_by_the_lm_logits_scale_when_the_retriever_separates_on_a_narrow_range():
+    # dense cosines of one pool span a few hundredths while LM logits span +-9: unscaled, the L2 penalty shrinks
+    # the retriever's weight and the noisy LM decides the order
+    rng = np.random.default_rng(0)
+    gold = [True] * 40 + [False] * 40
+    retrieval = [0.84 + 0.02 * rng.random() if g else 0.81 + 0.02 * rng.random() for g in gold]
+    lm_noise = list(rng.choice([0.0001, 0.02, 0.5, 0.98, 0.9999], size=80))
+    gate = Gate(threshold=0.5)
+    gate.weights = fit_fusion(list(zip(lm_noise, retrieval)), gold)
+    fused = gate.fuse(lm_noise, retrieval)
+    assert roc_auc_score(gold, fused) > 0.95
