@@ -103,7 +103,7 @@ def parser(description: str) -> argparse.ArgumentParser:
                    help="pride: train-split questions asked at every option shift to estimate the prior")
     p.add_argument("--decisions", default="generate", choices=DECISION_MODES,
                    help="gates and filters (CRAG's grade, Self-RAG's reflection, SEAL's and CORAL's sufficiency, "
-                        "CORAL's criteria): parse the written label (generate), read label probabilities from the "
+                        "CORAL's criteria, PAR2's controller, RAG-Critic's verdict, Self-Refine's stop): parse the written label (generate), read label probabilities from the "
                         "LM's token logprobs (logprob), or also fuse a passage's probability with its retrieval "
                         "score (fused); no logprobs -> generate")
     p.add_argument("--no-cache", action="store_true", help="disable DSPy's LM response cache")

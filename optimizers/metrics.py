@@ -32,6 +32,12 @@ def accuracy(example, pred, trace=None):
     return ok if trace is not None else float(ok)
 
 
+def correct(example, answer: str) -> bool:
+    """Whether ``answer`` is right by the task metric (the gold of answer-level decisions: stops, acceptances,
+    error verdicts): the gold letter for multiple choice, else F1 >= :data:`F1_PASS`."""
+    return bool((accuracy if example.get("options") else f1)(example, dspy.Prediction(answer=answer), trace=True))
+
+
 class Judge:
     """LLM-judge correctness (its own LM, see ``--judge-lm``). Without a call: "I don't know" and empty answers
     are wrong, an exact match after DSPy normalisation is right (small judges reject even those). The judge

@@ -233,7 +233,7 @@ class CORAL(dspy.Module):
         super().__init__()
         self.decisions = check_mode(decisions)
         if decisions != "generate":  # the sufficiency verdict read as P(enough), against a threshold (state)
-            self.sufficiency_gate = Gate(threshold=0.5)
+            self.sufficiency_gate = Gate("set", threshold=0.5)
         if scope not in ("dynamic", *SCOPES):
             raise ValueError(f"unknown scope '{scope}'; choose one of: dynamic, {', '.join(SCOPES)}")
         if loops < 1 or max_corpora < 1 or critic_chunk < 1:
@@ -476,8 +476,8 @@ class CORAL(dspy.Module):
                     out, p_enough = decision.output, decision.prob("enough", "True")
                     if out is None or p_enough is None:
                         raise ValueError("unreadable sufficiency verdict")
-                    record("sufficiency_gate", p_enough, None, [r.passage.title for r in best(kept, self.writer_docs)],
-                           per_passage=False)
+                    record(self.sufficiency_gate, p_enough, None,
+                           [r.passage.title for r in best(kept, self.writer_docs)])
                     enough = p_enough >= self.sufficiency_gate.thresholds["threshold"]
                 verdict = Verdict(enough, (out.reason or "").strip())
             except PARSE_ERRORS:

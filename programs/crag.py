@@ -88,7 +88,7 @@ class CRAG(dspy.Module):
                          passage=p.format(self.max_chars)).prob("relevant", "yes")
             failures += yes is None
             probs.append(0.5 if yes is None else yes)
-            record("grade_gate", probs[-1], p.score, [p.title], per_passage=True)
+            record(self.grade_gate, probs[-1], p.score, [p.title])
         if self.decisions == "fused":
             probs = self.grade_gate.fuse(probs, [p.score for p in passages])
         grades.update((p.id, graded(s, self.grade_gate.thresholds)) for p, s in zip(passages, probs))

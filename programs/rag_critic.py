@@ -34,13 +34,14 @@ class RAGCritic(dspy.Module):
     ROLES = {"critic": "critic", "planner": "planner"}
 
     def __init__(self, search: Retriever, k: int = 5, max_chars: int = 600, rounds: int = 1, max_steps: int = 5,
-                 taxonomy: Taxonomy | None = None):
+                 taxonomy: Taxonomy | None = None, decisions: str = "generate"):
         super().__init__()
         if rounds < 1:
             raise ValueError(f"rag_critic needs rounds >= 1 (got {rounds}); rounds=0 is the plain `rag` program")
         self.search, self.k, self.max_chars, self.rounds, self.max_steps = search, k, max_chars, rounds, max_steps
         self.writer = Writer(use_passages=True, reasoning=True, max_chars=max_chars)  # the critic reads its reasoning
-        self.critic = ErrorCritic(taxonomy, max_chars, embedder=getattr(search, "embedder", None))
+        self.critic = ErrorCritic(taxonomy, max_chars, embedder=getattr(search, "embedder", None),
+                                  decisions=decisions)
         self.planner = dspy.Predict(PlanCorrection)
         self.executor = PlanExecutor(search, max_chars)
 

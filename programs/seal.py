@@ -259,7 +259,7 @@ class SEAL(dspy.Module):
         super().__init__()
         self.decisions = check_mode(decisions)
         if decisions != "generate":  # the verdict read as P(sufficient), against a threshold (program state)
-            self.assess_gate = Gate(threshold=0.5)
+            self.assess_gate = Gate("set", threshold=0.5)
         self.search, self.k, self.loops, self.max_chars = search, k, loops, max_chars
         self.max_triples, self.max_facts = max_triples, max_facts
         self.min_coverage, self.min_answerability = min_coverage, min_answerability
@@ -340,8 +340,7 @@ class SEAL(dspy.Module):
             decision = decide(self.assess, {"sufficient": ("True", "False")}, question=question, facts=facts)
             out, p_sufficient = decision.output, decision.prob("sufficient", "True")
             if p_sufficient is not None:
-                record("assess_gate", p_sufficient, None, sorted({f.split("]")[0].lstrip("[") for f in facts}),
-                       per_passage=False)
+                record(self.assess_gate, p_sufficient, None, sorted({f.split("]")[0].lstrip("[") for f in facts}))
         if out is None:
             run.parse_failures += 1
             run.assessments.append({"failed": ["parse_failure"]})

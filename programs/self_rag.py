@@ -68,7 +68,7 @@ class SelfRAG(dspy.Module):
         super().__init__()
         self.decisions = check_mode(decisions)
         if decisions != "generate":
-            self.critic_gate = Gate(relevant=0.5, support=0.5)
+            self.critic_gate = Gate("correct", relevant=0.5, support=0.5)
         self.search, self.k, self.loops, self.max_chars = search, k, loops, max_chars
         self.min_usefulness, self.stuck_jaccard = min_usefulness, stuck_jaccard
         self.writer = EvidenceWriter(max_chars)

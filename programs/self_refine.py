@@ -2,13 +2,17 @@
 its own answer and revises it on that feedback, round after round until its feedback finds no error (its verdict is
 Correct) or the revision changes nothing, within ``rounds`` rounds (``--rounds``). No retrieval beyond the first
 search and no separate critic or planner model. Multiple choice is answered by the letter writer alone: the
-revision has no letter form, so a feedback call could not change the answer.
+revision has no letter form, so a feedback call could not change the answer. With ``decisions="logprob"``
+(``fused`` alike) the feedback's verdict is read as P(Correct) from token logprobs (``programs.decisions``): the loop
+stops at or above the ``stop_gate`` threshold (program state; 0.5 uncompiled); a reply without logprobs is parsed as
+written.
 """
 from __future__ import annotations
 
 import dspy
 
-from programs.error_critic import CORRECT, parse_verdict
+from programs.decisions import Gate, check_mode, two_way
+from programs.error_critic import CORRECT, ERROR, parse_verdict
 from programs.evidence import lenient
 from programs.retrieval import Retriever
 from programs.writer import Writer
@@ -16,8 +20,12 @@ from signatures.revise import GiveFeedback, ReviseAnswer
 
 
 class SelfRefine(dspy.Module):
-    def __init__(self, search: Retriever, k: int = 5, max_chars: int = 600, rounds: int = 3):
+    def __init__(self, search: Retriever, k: int = 5, max_chars: int = 600, rounds: int = 3,
+                 decisions: str = "generate"):
         super().__init__()
+        self.decisions = check_mode(decisions)
+        if decisions != "generate":  # the verdict read as P(Correct), against a threshold (program state)
+            self.stop_gate = Gate("correct", threshold=0.5)
         if rounds < 1:
             raise ValueError(f"self_refine needs rounds >= 1 (got {rounds}); rounds=0 is the plain `rag` program")
         self.search, self.k, self.max_chars, self.rounds = search, k, max_chars, rounds
@@ -32,9 +40,11 @@ class SelfRefine(dspy.Module):
         answer = self.writer(question=question, passages=passages, options=options).answer          # draft
         rounds, stop = [], "round_budget"
         for _ in range(0 if options else self.rounds):
-            fb = lenient(self.feedback, passages=context, question=question, answer=answer)           # feedback
-            verdict = parse_verdict(fb.verdict) if fb else None
-            rounds.append({"answer_in": answer, "verdict": verdict, "feedback": fb.feedback if fb else None})
+            fb, verdict, p_correct = two_way(self.feedback, "verdict", (CORRECT, ERROR), parse_verdict,    # feedback
+                                             getattr(self, "stop_gate", None), answer, passages=context,
+                                             question=question, answer=answer)
+            rounds.append({"answer_in": answer, "verdict": verdict, "feedback": fb.feedback if fb else None,
+                           **({"p_correct": p_correct} if p_correct is not None else {})})
             if fb is None or verdict == CORRECT:
                 stop = "feedback_unparsed" if fb is None else "self_correct"
                 break

@@ -329,3 +329,67 @@ def test_label_tokens_are_matched_by_prefix_without_taking_other_words():
     # the label is read in its own field: a "yes" in an earlier field's header line does not count
     two = field("reason", [("yes", math.log(0.9))]) + field("relevant", [("no", math.log(0.8)), ("yes", math.log(0.2))])
     assert math.exp(label_logprobs({"content": two}, YES_NO, "relevant")["yes"]) == pytest.approx(0.2)
+
+
+# --- answer-level decisions: PAR2's controller, RAG-Critic's verdict, Self-Refine's stop --------------------------
+
+def test_par2_controller_stops_on_p_stop_against_its_gate():
+    import programs
+    from tests.test_par2 import ANSWER as WRITE, ESC, PLAN, ROUTES, TWO_SEARCHES, ScriptedSearch as Par2Search, said
+
+    written = {"decision": "CONTINUE", "next_query": "Ana Berg birthplace"}  # the written label says go on
+    payload = {ESC: [field("decision", logs({"STOP": 0.7, "CONTINUE": 0.3}))]}
+    routes = {PLAN: TWO_SEARCHES, ESC: written, WRITE: said("Lyon")}
+    init_dspy(MarkedLM(routes, payload), cache=False)
+    par2 = programs.build("par2", search=Par2Search(ROUTES), search_rerank="none", decisions="logprob")
+    pred = par2(question=Q)
+    assert pred.trace["stop_reason"] == "esc_stop" and pred.trace["steps"][0]["p_stop"] == pytest.approx(0.7)
+    par2.esc_gate.thresholds["threshold"] = 0.8  # a compiled threshold: P(STOP) 0.7 now means CONTINUE
+    assert programs.portable_state(par2)["esc_gate"] == {"thresholds": {"threshold": 0.8}, "weights": None}
+    init_dspy(MarkedLM(routes, payload), cache=False)
+    assert par2(question=Q).trace["steps"][0]["action"] == "CONTINUE"
+    # no logprobs: the written reply is parsed as in generate mode ("Don't continue" is STOP)
+    init_dspy(MarkedLM({**routes, ESC: {"decision": "Don't continue", "next_query": ""}}, {}), cache=False)
+    assert par2(question=Q).trace["stop_reason"] == "esc_stop"
+    assert "esc_gate" not in programs.portable_state(programs.build("par2", search=Par2Search(ROUTES)))
+
+
+def test_rag_critic_verdict_is_flagged_on_p_error_against_its_gate(monkeypatch):
+    import programs
+    from programs.rag_critic import RAGCritic
+    from programs.taxonomy import load_taxonomy
+    from tests.test_rag_critic import CRITIC, ERROR, FIXTURES, LABELS, PLAN, WRITER, ScriptedSearch as CriticSearch
+    from tests.test_rag_critic import said
+
+    monkeypatch.setenv("RAG_DATA_DIR", str(FIXTURES))
+    routes = {CRITIC: ERROR, **LABELS, PLAN: {"plan": "answer = GenerateAnswer(question, documents)"},
+              WRITER: said("Lyon")}
+    payload = {CRITIC: [field("judgement", logs({"Correct": 0.7, "Error": 0.3}))]}
+    init_dspy(MarkedLM(routes, payload), cache=False)
+    program = RAGCritic(CriticSearch(), k=2, taxonomy=load_taxonomy(), decisions="logprob")
+    pred = program(question=Q)
+    critique = pred.trace["rounds"][0]["critique"]  # the written "Error" is not what decides
+    assert not pred.trace["flagged"] and critique["verdict"] == "Correct" and critique["p_error"] == pytest.approx(0.3)
+    program.critic.verdict_gate.thresholds["threshold"] = 0.25
+    assert programs.portable_state(program)["critic.verdict_gate"]["thresholds"] == {"threshold": 0.25}
+    init_dspy(MarkedLM(routes, payload), cache=False)
+    assert program(question=Q).trace["flagged"]
+
+
+def test_self_refine_stops_on_p_correct_against_its_gate():
+    import programs
+    from programs.self_refine import SelfRefine
+    from tests.test_rag_critic import FEEDBACK, REVISE, WRITER, ScriptedSearch as CriticSearch, said
+
+    routes = {FEEDBACK: {"verdict": "Error", "feedback": "Name the city."}, REVISE: {"answer": "Lyon"},
+              WRITER: said("Blue Fox")}
+    payload = {FEEDBACK: [field("verdict", logs({"Correct": 0.6, "Error": 0.4}))]}
+    init_dspy(MarkedLM(routes, payload), cache=False)
+    refine = SelfRefine(CriticSearch(), k=2, decisions="logprob")
+    pred = refine(question=Q)
+    assert pred.answer == "Blue Fox" and pred.trace["stop_reason"] == "self_correct"
+    assert pred.trace["rounds"][0]["p_correct"] == pytest.approx(0.6)
+    refine.stop_gate.thresholds["threshold"] = 0.9
+    assert programs.portable_state(refine)["stop_gate"]["thresholds"] == {"threshold": 0.9}
+    init_dspy(MarkedLM(routes, payload), cache=False)
+    assert refine(question=Q).answer == "Lyon"  # P(Correct) 0.6 < 0.9: revised
