@@ -393,3 +393,58 @@ def test_self_refine_stops_on_p_correct_against_its_gate():
     assert programs.portable_state(refine)["stop_gate"]["thresholds"] == {"threshold": 0.9}
     init_dspy(MarkedLM(routes, payload), cache=False)
     assert refine(question=Q).answer == "Lyon"  # P(Correct) 0.6 < 0.9: revised
+
+
+def test_answer_level_decisions_are_labelled_by_the_correctness_of_the_answer_they_judged():
+    from programs.decisions import Recorded
+
+    right = {"Lyon"}.__contains__
+    stop, flag = Gate("correct", threshold=0.5), Gate("error", threshold=0.5)
+    assert Recorded(stop, 0.9, None, (), "Lyon").gold(set(), right) is True   # stopping on a right draft
+    assert Recorded(stop, 0.9, None, (), "Paris").gold(set(), right) is False
+    assert Recorded(flag, 0.9, None, (), "Paris").gold(set(), right) is True  # flagging a wrong answer
+    assert Recorded(flag, 0.9, None, (), "Lyon").gold(set(), right) is False
+    assert Recorded(Gate(), 0.9, 0.1, ("T",)).gold(set(), right) is None       # a passage decision, no gold titles
+    with pytest.raises(ValueError, match="unknown gate kind"):
+        Gate("draft", threshold=0.5)
+
+
+def test_calibration_fits_an_answer_level_gate_on_the_task_metric_without_gold_titles():
+    from optimizers.calibration import calibrate_decisions
+    from programs.self_refine import SelfRefine
+    from tests.test_rag_critic import FEEDBACK, REVISE, WRITER, ScriptedSearch as CriticSearch, said
+
+    routes = {FEEDBACK: {"verdict": "Error", "feedback": "Check it."}, REVISE: {"answer": "Lyon"},
+              WRITER: said("Lyon")}
+    def payload():  # one P(Correct) per question (a queue, consumed by the calls)
+        return {FEEDBACK: [field("verdict", logs({"Correct": 0.8, "Error": 0.2})),
+                           field("verdict", logs({"Correct": 0.3, "Error": 0.7}))]}
+
+    init_dspy(MarkedLM(routes, payload()), cache=False)
+    refine = SelfRefine(CriticSearch(), k=2, rounds=1, decisions="logprob")
+    # no gold titles: the draft "Lyon" is right for the first question (F1 1) and wrong for the second (F1 0)
+    dev = [dspy.Example(id="right", question=Q, answer="Lyon", answers=["Lyon"]).with_inputs("question"),
+           dspy.Example(id="wrong", question=Q, answer="Paris", answers=["Paris"]).with_inputs("question")]
+    fit = calibrate_decisions(refine, dev, fused=False, retries=0)["stop_gate"]
+    assert fit["n"] == 2 and fit["positives"] == 1 and fit["auc"] == 1.0
+    assert refine.stop_gate.thresholds == {"threshold": pytest.approx(0.8)}
+    # a custom correctness (e.g. EM, or a judge) labels the same decisions the other way round
+    init_dspy(MarkedLM(routes, payload()), cache=False)
+    fit = calibrate_decisions(refine, dev, fused=False, retries=0, correct=lambda ex, answer: ex.id == "wrong")
+    assert fit["stop_gate"]["positives"] == 1 and fit["stop_gate"]["auc"] == 0.0
+
+
+def test_self_rag_acceptance_is_recorded_as_the_smaller_of_its_two_probabilities():
+    from programs.decisions import recorded_decisions
+    from programs.self_rag import SelfRAG
+    from tests.test_seal import CRITIC
+
+    search = ScriptedSearch({Q: ["Blue Fox"]})
+    written = {"relevant": "True", "support": "full", "usefulness": "5", "next_query": "Ana Berg"}
+    init_dspy(MarkedLM({CRITIC: written, ANSWER: {"answer": "Lyon [1]"}},
+                       {CRITIC: [reflection_payload(0.9, 0.6, 0.3, 0.7)]}), cache=False)
+    program = SelfRAG(search, k=1, loops=1, decisions="logprob")
+    with recorded_decisions() as calls:
+        program(question=Q)
+    assert [(c.gate, c.answer) for c in calls] == [(program.critic_gate, "Lyon")]
+    assert calls[0].prob == pytest.approx(0.6, abs=1e-4) and program.critic_gate.kind == "correct"
