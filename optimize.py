@@ -38,6 +38,9 @@ def main(argv=None) -> str:
     args = p.parse_args(argv)
     if not args.program:
         fail(f"--program is required; choose one of: {', '.join(programs.names())}")
+    if args.oracle:
+        fail("--oracle is for evaluation (evaluate.py, --suite): compiling reads no gold labels; compile without it "
+             "and evaluate the compiled program with --oracle")
     s = session(args, programs.spec(args.program).needs_search)
     if not s.splits.train or (args.optimizer != "bootstrap" and not s.splits.dev):
         fail(f"--optimizer {args.optimizer} needs --train" + ("" if args.optimizer == "bootstrap" else " and --dev")

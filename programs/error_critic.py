@@ -6,7 +6,9 @@ critic's analysis (embedding cosine when an embedder is given, else shared conte
 set: a written label that is not an option is snapped to the most similar option or dropped (both counted); a tier
 with a single option takes it without a call. With ``decisions="logprob"`` (``fused`` alike) the verdict is read as
 P(Error) from token logprobs (``programs.decisions``): flagged at or above the ``verdict_gate`` threshold (program
-state; 0.5 uncompiled); a reply without logprobs is parsed as written (:func:`parse_verdict`).
+state; 0.5 uncompiled); a reply without logprobs is parsed as written (:func:`parse_verdict`). With
+``oracle="verdict"`` (``programs.oracle``) the verdict is the task metric's on the prediction: a right one is Correct
+without a call, a wrong one is Error with the critic's analysis and labels.
 """
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ import dspy
 
 from programs.decisions import Gate, check_mode, two_way
 from programs.evidence import lenient
+from programs.oracle import check_roles, oracle as oracle_labels
 from programs.retrieval import Passage
 from programs.taxonomy import Taxonomy, load_taxonomy, snap
 from programs.text import APOSTROPHES, jaccard, mentions, normalize
@@ -107,9 +110,9 @@ class ErrorCritic(dspy.Module):
     LEVELS = ("error category", "error type", "specific mistake")
 
     def __init__(self, taxonomy: Taxonomy | None = None, max_chars: int = 600, embedder=None, shortlist: int = 8,
-                 max_labels: int = 2, decisions: str = "generate"):
+                 max_labels: int = 2, decisions: str = "generate", oracle: str = ""):
         super().__init__()
-        self.decisions = check_mode(decisions)
+        self.decisions, self.oracle = check_mode(decisions), check_roles(oracle, ("verdict",), "the error critic")
         if decisions != "generate":  # the verdict read as P(Error), against a threshold (program state)
             self.verdict_gate = Gate("error", threshold=0.5)
         self.taxonomy = taxonomy or load_taxonomy()
@@ -118,13 +121,16 @@ class ErrorCritic(dspy.Module):
         self.label = dspy.Predict(PickErrorLabels)
 
     def forward(self, question: str, passages: list[Passage], prediction: str, reasoning: str = "") -> Critique:
+        right = oracle_labels(self.oracle, "verdict")
+        if right is not None and right(prediction or ""):
+            return Critique(verdict=CORRECT, analysis="none")
         out, verdict, p_error = two_way(self.judge, "judgement", (ERROR, CORRECT), parse_verdict,
                                         getattr(self, "verdict_gate", None), prediction or "", question=question,
                                         passages=[f"[{i}] {p.format(self.max_chars)}" for i, p in enumerate(passages)],
                                         reasoning=reasoning or "", prediction=prediction or "(no answer)")
         if out is None:
             return Critique(verdict=None, analysis="critic output not parsed")
-        critique = Critique(verdict=verdict, analysis=(out.analysis or "").strip(), p_error=p_error)
+        critique = Critique(verdict=ERROR if right else verdict, analysis=(out.analysis or "").strip(), p_error=p_error)
         if critique.verdict == CORRECT:
             return critique
         tax = self.taxonomy

@@ -5,7 +5,8 @@ search and no separate critic or planner model. Multiple choice is answered by t
 revision has no letter form, so a feedback call could not change the answer. With ``decisions="logprob"``
 (``fused`` alike) the feedback's verdict is read as P(Correct) from token logprobs (``programs.decisions``): the loop
 stops at or above the ``stop_gate`` threshold (program state; 0.5 uncompiled); a reply without logprobs is parsed as
-written.
+written. With ``oracle="verdict"`` (``programs.oracle``) the loop stops exactly when the answer is right by the task
+metric (no feedback call); a wrong one still gets the model's feedback.
 """
 from __future__ import annotations
 
@@ -14,16 +15,19 @@ import dspy
 from programs.decisions import Gate, check_mode, two_way
 from programs.error_critic import CORRECT, ERROR, parse_verdict
 from programs.evidence import lenient
+from programs.oracle import check_roles, oracle as oracle_labels
 from programs.retrieval import Retriever
 from programs.writer import Writer
 from signatures.revise import GiveFeedback, ReviseAnswer
 
 
 class SelfRefine(dspy.Module):
+    ORACLE_ROLES = ("verdict",)
+
     def __init__(self, search: Retriever, k: int = 5, max_chars: int = 600, rounds: int = 3,
-                 decisions: str = "generate"):
+                 decisions: str = "generate", oracle: str = ""):
         super().__init__()
-        self.decisions = check_mode(decisions)
+        self.decisions, self.oracle = check_mode(decisions), check_roles(oracle, self.ORACLE_ROLES, "self_refine")
         if decisions != "generate":  # the verdict read as P(Correct), against a threshold (program state)
             self.stop_gate = Gate("correct", threshold=0.5)
         if rounds < 1:
@@ -39,10 +43,16 @@ class SelfRefine(dspy.Module):
         context = [p.format(self.max_chars) for p in passages]
         answer = self.writer(question=question, passages=passages, options=options).answer          # draft
         rounds, stop = [], "round_budget"
+        right = oracle_labels(self.oracle, "verdict")
         for _ in range(0 if options else self.rounds):
+            if right is not None and right(answer):
+                rounds.append({"answer_in": answer, "verdict": CORRECT, "feedback": None, "oracle": True})
+                stop = "self_correct"
+                break
             fb, verdict, p_correct = two_way(self.feedback, "verdict", (CORRECT, ERROR), parse_verdict,    # feedback
                                              getattr(self, "stop_gate", None), answer, passages=context,
                                              question=question, answer=answer)
+            verdict = ERROR if right is not None and fb is not None else verdict
             rounds.append({"answer_in": answer, "verdict": verdict, "feedback": fb.feedback if fb else None,
                            **({"p_correct": p_correct} if p_correct is not None else {})})
             if fb is None or verdict == CORRECT:

@@ -162,8 +162,10 @@ def test_crag_grades_by_thresholds_on_p_yes_and_saves_them_as_program_state():
     init_dspy(lm, cache=False)
     crag = CRAG(search, k=3, loops=0, decisions="logprob")
     pred = crag(question=Q)
-    # fixed thresholds 1/3 and 2/3: 0.9 correct, 0.5 ambiguous, 0.1 incorrect (the written "no" is not used)
-    assert pred.trace["actions"] == ["correct"] and pred.trace["grades"] == ["correct", "ambiguous", "incorrect"]
+    # fixed thresholds 1/3 and 2/3: 0.9 correct, 0.5 ambiguous, 0.1 incorrect (the written "no" is not used); the
+    # correct action passes on the passages not graded incorrect
+    assert pred.trace["actions"] == ["correct"] and pred.trace["grades"] == ["correct", "ambiguous"]
+    assert [p.title for p in pred.passages] == ["Blue Fox", "Red Owl"]
     # compiled thresholds travel in the program's state and change the grade
     crag.grade_gate.thresholds.update(upper=0.95, lower=0.4)
     state = programs.portable_state(crag)
@@ -183,7 +185,7 @@ def test_crag_fused_grade_weighs_the_retrieval_score():
                           {"Blue Fox": 0.5, "Red Owl": 0.5, "Green Cat": 0.5}), cache=False)
     crag = CRAG(search, k=3, loops=0, decisions="fused")
     # the LM says 0.5 for all; unfitted fusion: 0.5 * 0.5 + 0.5 * min-max retrieval score (1.0, 0.8, 0.7 -> 1, 1/3, 0)
-    assert crag(question=Q).trace["grades"] == ["correct", "ambiguous", "incorrect"]
+    assert crag(question=Q).trace["grades"] == ["correct", "ambiguous"]  # Green Cat, incorrect, is dropped
 
 
 class MarkedLM(DummyLM):
