@@ -155,7 +155,10 @@ class Session:
 
     def program_config(self, program_name: str) -> dict:
         """:attr:`config` as program ``program_name`` takes it, its own ``--oracle`` roles only."""
-        return programs.accepted_config(program_name, {**self.config, "oracle": self.oracle(program_name)})
+        config = self.config
+        if "oracle" in config:
+            config["oracle"] = self.oracle(program_name)
+        return programs.accepted_config(program_name, config)
 
     @property
     def max_chars(self) -> int | None:
