@@ -24,6 +24,7 @@ import programs
 from optimizers import cli, leaderboard, tracking
 from optimizers.cli import Session, fail, session
 from optimizers.evaluation import evaluate
+from programs.oracle import parse_roles
 from runtime.paths import PROJECT_ROOT
 
 SHORT = {"k": "k", "loops": "L"}  # grid keys in cell labels: seal_k3_L1
@@ -94,7 +95,7 @@ def _grid_points(grid: dict) -> list[dict]:
 def cell(program: str, dataset: str, point: dict, oracle: str = "") -> Cell:
     """The cell of ``program`` on ``dataset`` at grid ``point``, keeping only the values the program takes and the
     ``oracle`` roles (``--oracle``) it has a decision for."""
-    roles = ",".join(r for r in oracle.split(",") if r in programs.oracle_roles(program))
+    roles = ",".join(r for r in parse_roles(oracle) if r in programs.oracle_roles(program))
     return Cell(program, dataset, tuple(sorted(programs.accepted_config(program, point).items())), oracle=roles)
 
 
