@@ -9,7 +9,7 @@ import mlflow
 
 import programs
 from optimizers import tracking
-from optimizers.cli import fail, interruptible, session
+from optimizers.cli import fail, interruptible, oracle_suffix, session
 from optimizers.evaluation import evaluate
 from optimizers.suite import parser as suite_parser
 from optimizers.suite import run_suite
@@ -41,12 +41,14 @@ def main(argv=None) -> dict:
     s = session(args, programs.spec(args.program).needs_search)
     taxonomy = error_taxonomy(args.data_dir) if args.error_profile else None
     try:
-        program = (s.with_mc_scoring(args.program, programs.load_compiled(artifact, search=s.retriever, roles=s.roles))
+        program = (s.with_mc_scoring(args.program, programs.load_compiled(artifact, search=s.retriever, roles=s.roles,
+                                                                          oracle=s.oracle(args.program)))
                    if artifact else s.build(args.program))
     except ValueError as err:  # a compiled program saved by another version of the program
         fail(str(err))
     examples = s.evaluated(getattr(s.splits, args.split))
-    run_name = f"{args.program}-{args.dataset}-{args.split}" + ("-compiled" if artifact else "")
+    run_name = (f"{args.program}{oracle_suffix(s.oracle(args.program))}-{args.dataset}-{args.split}"
+                + ("-compiled" if artifact else ""))
     with tracking.run(args.experiment, run_name, tags={"entry": "evaluate.py"}) as run:
         tracking.log_params(s.params(args.program) | {"split": args.split, "compiled_from": args.compiled or ""})
         if args.program in s.calibrations:

@@ -1,7 +1,8 @@
 """Compile a program and track it: ``python optimize.py --program rag [--dataset hotpotqa --optimizer bootstrap]``.
 
 Evaluates the uncompiled program on dev and test, compiles on train (search optimizers select on dev), with
-``--decisions logprob|fused`` fits the decision gates' thresholds (and fusion weights) on dev against gold titles,
+``--decisions logprob|fused`` fits the decision gates' thresholds (and fusion weights) on dev against gold titles
+(answer-level gates: the compile metric's verdict on the answer they judged),
 evaluates the compiled program on dev and test, saves it as DSPy JSON state and logs one MLflow run."""
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import dspy
 import mlflow
 
 import programs
@@ -36,6 +38,9 @@ def main(argv=None) -> str:
     args = p.parse_args(argv)
     if not args.program:
         fail(f"--program is required; choose one of: {', '.join(programs.names())}")
+    if args.oracle:
+        fail("--oracle is for evaluation (evaluate.py, --suite): compiling reads no gold labels; compile without it "
+             "and evaluate the compiled program with --oracle")
     s = session(args, programs.spec(args.program).needs_search)
     if not s.splits.train or (args.optimizer != "bootstrap" and not s.splits.dev):
         fail(f"--optimizer {args.optimizer} needs --train" + ("" if args.optimizer == "bootstrap" else " and --dev")
@@ -76,7 +81,8 @@ def main(argv=None) -> str:
                               "prompt_tokens": cost.prompt_tokens, "completion_tokens": cost.completion_tokens},
                              "compile")
         if args.decisions != "generate" and s.splits.dev:  # thresholds (and fusion weights) fitted on dev
-            fits = calibrate_decisions(compiled, s.splits.dev, args.decisions == "fused", args.retries)
+            fits = calibrate_decisions(compiled, s.splits.dev, args.decisions == "fused", args.retries,
+                                       lambda ex, answer: bool(metric(ex, dspy.Prediction(answer=answer), trace=True)))
             for gate, fit in fits.items():
                 mlflow.log_dict(fit, f"calibration/{gate}.json")  # the dev ROC curve and the chosen operating point
                 if "auc" in fit:

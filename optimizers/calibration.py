@@ -15,9 +15,10 @@ import dspy
 from dspy.utils.exceptions import AdapterParseError
 
 import data as datasets
+from optimizers import metrics
 from optimizers.evaluation import _run
 from programs.choice import MCScoring, estimate_prior
-from programs.decisions import fit_gate, gates, recorded_decisions
+from programs.decisions import ANSWER_KINDS, fit_gate, gates, recorded_decisions
 from programs.writer import recorded_choices, set_mc_scoring
 from runtime.metering import metered
 
@@ -48,23 +49,30 @@ def calibrate_pride(program: dspy.Module, examples: list[dspy.Example], retries:
             **{f"cost_{k}": v for k, v in cost.as_dict().items()}}
 
 
-def calibrate_decisions(program: dspy.Module, examples: list[dspy.Example], fused: bool, retries: int = 1) -> dict:
+def calibrate_decisions(program: dspy.Module, examples: list[dspy.Example], fused: bool, retries: int = 1,
+                        correct=None) -> dict:
     """Fit every gate of ``program`` (``programs.decisions.Gate``) on the decisions it makes on ``examples``
-    (the dev split), labelled from the examples' ``gold_titles``: a passage decision is gold when its passage's
-    title is, a sufficiency decision when its set holds every gold title. ``fused``: per-passage gates also fit
-    fusion weights with the retriever's score. Returns, per gate, the fit (AUC, ROC curve, thresholds, weights) or
-    why it was skipped; gates without labelled decisions keep their thresholds."""
+    (the dev split), labelled by the gate's kind: a passage decision is gold when its passage's title is one of the
+    example's ``gold_titles``, a sufficiency decision when its set holds every gold title, a stop or acceptance
+    when the answer it judged is correct and an error verdict when it is wrong (``correct(example, answer)``,
+    default :func:`optimizers.metrics.correct`: the task metric). ``fused``: per-passage gates also fit fusion
+    weights with the retriever's score. Returns, per gate, the fit (AUC, ROC curve, thresholds, weights) or why it
+    was skipped; gates without labelled decisions keep their thresholds."""
+    correct = correct or metrics.correct
     found = gates(program)
+    names = {id(gate): name for name, gate in found.items()}
+    by_answer = any(gate.kind in ANSWER_KINDS for gate in found.values())
     rows: dict[str, list[tuple[float, float | None, bool]]] = {name: [] for name in found}
     for example in examples:
         gold = set(example.get("gold_titles") or ())
-        if not gold:
+        if not gold and not by_answer:
             continue
         with recorded_decisions() as calls:
             _run(program, example, retries)
         for call in calls:
-            if call.gate in rows:
-                rows[call.gate].append((call.prob, call.score, call.gold(gold)))
+            label = call.gold(gold, lambda answer: correct(example, answer))
+            if id(call.gate) in names and label is not None:
+                rows[names[id(call.gate)]].append((call.prob, call.score, label))
     info = {}
     for name, decided in rows.items():
         probs, scores, labels = (list(column) for column in zip(*decided)) if decided else ([], [], [])

@@ -16,11 +16,12 @@ import data as datasets
 import programs
 from data import corpora as sources
 from optimizers import tracking
-from optimizers.metrics import ANSWER_METRICS, Judge, answer_metrics
+from optimizers.metrics import ANSWER_METRICS, Judge, answer_metrics, gold_of
 from optimizers.calibration import calibrate_pride
 from optimizers.evaluation import EndpointDown
 from programs.choice import MODES, MCScoring
 from programs.decisions import MODES as DECISION_MODES
+from programs.oracle import parse_roles
 from programs.retrieval import INDEX_TYPES, RETRIEVERS, Retriever
 from programs.writer import mc_state, set_mc_scoring
 from runtime.lm import make_lm
@@ -112,9 +113,16 @@ def parser(description: str) -> argparse.ArgumentParser:
                    help="pride: train-split questions asked at every option shift to estimate the prior")
     p.add_argument("--decisions", default="generate", choices=DECISION_MODES,
                    help="gates and filters (CRAG's grade, Self-RAG's reflection, SEAL's and CORAL's sufficiency, "
-                        "CORAL's criteria): parse the written label (generate), read label probabilities from the "
-                        "LM's token logprobs (logprob), or also fuse a passage's probability with its retrieval "
-                        "score (fused); no logprobs -> generate")
+                        "CORAL's criteria, PAR2's controller, RAG-Critic's verdict, Self-Refine's stop): parse the "
+                        "written label (generate), read label probabilities from the LM's token logprobs (logprob), "
+                        "or also fuse a passage's probability with its retrieval score (fused); no logprobs -> "
+                        "generate")
+    p.add_argument("--oracle", default="", metavar="ROLE[,ROLE]",
+                   help="replace a role's decisions by the question's gold labels (an upper bound, and a check of the "
+                        "loop): relevance (gold passages), sufficiency (every gold passage held), controller (STOP "
+                        "once every gold passage is retrieved), verdict (the answer is right by the task metric), "
+                        "planner (the culture's own corpus); programs without the role run as usual; runs are "
+                        "marked +oracle:ROLE")
     p.add_argument("--no-cache", action="store_true", help="disable DSPy's LM response cache")
     p.add_argument("--ledger-to-writer", action="store_true",
                    help="seal: also show the final writer the verified ledger facts (default: passages only)")
@@ -146,7 +154,20 @@ class Session:
                 **{key: getattr(a, key, None) for key in ("subqueries", "context_tokens", "search_rerank",
                                                           "search_depth", "rounds")},
                 **({"ledger_to_writer": True} if getattr(self.args, "ledger_to_writer", False) else {}),
-                **({"decisions": decisions} if decisions != "generate" else {})}
+                **({"decisions": decisions} if decisions != "generate" else {}),
+                **({"oracle": a.oracle} if getattr(a, "oracle", "") else {})}
+
+    def oracle(self, program_name: str) -> str:
+        """The ``--oracle`` roles program ``program_name`` has a decision for (``""`` when none), as it is built."""
+        requested = parse_roles(getattr(self.args, "oracle", ""))
+        return ",".join(r for r in requested if r in programs.oracle_roles(program_name))
+
+    def program_config(self, program_name: str) -> dict:
+        """:attr:`config` as program ``program_name`` takes it, its own ``--oracle`` roles only."""
+        config = self.config
+        if "oracle" in config:
+            config["oracle"] = self.oracle(program_name)
+        return programs.accepted_config(program_name, config)
 
     @property
     def max_chars(self) -> int | None:
@@ -177,7 +198,8 @@ class Session:
 
     def params(self, program_name: str) -> dict:
         a, sizes = self.args, {k: len(v) for k, v in self.splits.ids().items()}
-        return {"program": program_name, "program_config": programs.accepted_config(program_name, self.config),
+        return {"program": program_name, "program_config": self.program_config(program_name),
+                "oracle": self.oracle(program_name),
                 "dataset": a.dataset, "data_source": self.bundle.source, "data_fingerprint": self.bundle.fingerprint,
                 "task": self.bundle.task, "split_seed": a.seed, **{f"n_{k}": v for k, v in sizes.items()},
                 "split_ids": self.splits.ids(), "embedder": self.retriever.embedder.id if self.retriever else "",
@@ -196,7 +218,8 @@ class Session:
         if self.args.no_retrieval:
             program_name = "cot" if program_name == "cot" else "direct"
         try:
-            program = assign_roles(programs.build(program_name, search=self.retriever, **self.config), self.roles)
+            program = assign_roles(programs.build(program_name, search=self.retriever,
+                                                  **self.program_config(program_name)), self.roles)
         except FileNotFoundError as err:  # e.g. rag_critic's taxonomy file
             fail(str(err))
         return self.with_mc_scoring(program_name, program)
@@ -339,6 +362,7 @@ def session(args: argparse.Namespace, needs_search: bool) -> Session:
              "(or raise --train)")
     if args.circular and bundle.task != "mcq":
         fail(f"--circular needs a multiple-choice dataset; {args.dataset} has free-form answers")
+    check_oracle(args, [ex for part in (splits.train, splits.dev, splits.test) for ex in part])
     roles = Roles(writer=writer, **extra)
     init_dspy(writer, cache=not args.no_cache)
     judge = Judge(roles.lm("judge")) if args.judge else None
@@ -352,6 +376,34 @@ def session(args: argparse.Namespace, needs_search: bool) -> Session:
         except ValueError as err:
             fail(str(err))
     return Session(args, bundle, splits, roles, retriever, answer_metrics(bundle.task, judge), judge)
+
+
+def oracle_suffix(roles: str) -> str:
+    """What marks an oracle run's name and leaderboard row: ``+oracle:relevance,sufficiency`` (nothing without)."""
+    return f"+oracle:{roles}" if roles else ""
+
+
+ORACLE_HINTS = {"relevance": "gold titles, gold_ids or a supporting paragraph", "sufficiency": "gold passages",
+                "controller": "gold passages", "planner": "the culture's language (source_lang, or XRAG's "
+                                                          "support_lang)"}
+
+
+def check_oracle(args: argparse.Namespace, examples: list[dspy.Example]) -> None:
+    """``--oracle``: known roles, each one a decision of ``--program`` (outside a suite), and a gold label for it in
+    every example; else one line naming the problem."""
+    try:
+        roles = parse_roles(getattr(args, "oracle", ""))
+    except ValueError as err:
+        fail(str(err))
+    if args.program and not getattr(args, "suite", None):
+        if stray := [r for r in roles if r not in programs.oracle_roles(args.program)]:
+            fail(f"--oracle {stray[0]}: {args.program} has no such decision; its oracle roles: "
+                 f"{', '.join(programs.oracle_roles(args.program)) or 'none'}")
+    for role in roles:
+        if lacking := [ex.id for ex in examples if gold_of(ex).missing(role)]:
+            fail(f"--oracle {role} needs {ORACLE_HINTS[role]} in every question; {len(lacking)} of {len(examples)} "
+                 f"{args.dataset} questions have none (e.g. {lacking[0]})")
+    args.oracle = ",".join(roles)
 
 
 def compile_metric(task: str, name: str | None):

@@ -15,7 +15,8 @@ from statistics import mean
 import dspy
 from tqdm.auto import tqdm
 
-from optimizers.metrics import ALL_RETRIEVED, citation_precision, retrieval_record
+from optimizers.metrics import ALL_RETRIEVED, citation_precision, gold_of, retrieval_record
+from programs.oracle import gold_labels
 from programs.retrieval import excluded
 from runtime.lm import ATTEMPT, ENDPOINT_ERRORS, ContextOverflow, ServerError, env_number
 from runtime.metering import metered
@@ -27,12 +28,13 @@ def _run(program: dspy.Module, example: dspy.Example, retries: int):
     A parse failure is retried with cache-bypassing sampling (``ATTEMPT``); an LM endpoint error (transport,
     authentication, rate limit, timeout, server error) is retried greedily after a backoff, and when it is the last
     error the example is ``retryable``: not answered, to be asked again by the next run. Documents of the groups in
-    ``example.leave_out`` (if any) are not retrievable during the call."""
+    ``example.leave_out`` (if any) are not retrievable during the call, and the example's gold labels are there for
+    the program's oracle roles (``programs.oracle``; never in its inputs)."""
     error, retryable, sampled = None, False, 0
     for tries in range(1, retries + 2):
         token = ATTEMPT.set(sampled)
         try:
-            with excluded(example.get("leave_out") or ()):
+            with excluded(example.get("leave_out") or ()), gold_labels(gold_of(example)):
                 return program(**example.inputs()), None, tries, False
         except ServerError:
             raise  # the LM server is gone for good: stop the run with its own message

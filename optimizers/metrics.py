@@ -5,10 +5,13 @@ from __future__ import annotations
 import math
 import re
 import threading
+from operator import attrgetter
+from typing import Callable
 
 import dspy
 from dspy.evaluate.metrics import EM, F1
 
+from programs.oracle import Gold
 from programs.text import abstained
 from runtime.lm import ENDPOINT_ERRORS, ServerError
 from signatures.judge import JudgeAnswer, JudgeAnswerToQuestion
@@ -30,6 +33,12 @@ def accuracy(example, pred, trace=None):
     """Multiple choice: the predicted letter equals the gold letter."""
     ok = (pred.answer or "").strip().upper() == example.answer.strip().upper()
     return ok if trace is not None else float(ok)
+
+
+def correct(example, answer: str) -> bool:
+    """Whether ``answer`` is right by the task metric (the gold of answer-level decisions: stops, acceptances,
+    error verdicts): the gold letter for multiple choice, else F1 >= :data:`F1_PASS`."""
+    return bool((accuracy if example.get("options") else f1)(example, dspy.Prediction(answer=answer), trace=True))
 
 
 class Judge:
@@ -105,14 +114,29 @@ def paragraph_id(passage_id: str) -> str:
     return rest.replace("/", ":", 1) if corpus == "pool_en" else base
 
 
+def gold_passages(example) -> tuple[list[str], Callable]:
+    """An example's gold passages as keys, and the key of a passage: paragraph ids where the example has them
+    (``gold_ids``: MuSiQue, where several paragraphs share a title; XRAG's ``supporting`` article), else titles."""
+    ids = example.get("gold_ids") or example.get("supporting")
+    return (list(ids), lambda p: paragraph_id(p.id)) if ids else (list(example.get("gold_titles") or ()),
+                                                                   attrgetter("title"))
+
+
+def gold_of(example) -> Gold:
+    """An example's gold labels for the oracle roles (``programs.oracle``): its gold passages, the task metric's
+    verdict on an answer (:func:`correct`), the language of its culture (BLEnD, CLIcK: ``source_lang``) or of its
+    supporting article (XRAG: ``support_lang``)."""
+    keys, key = gold_passages(example)
+    return Gold(frozenset(keys), key, lambda answer: correct(example, answer),
+                example.get("support_lang") or example.get("source_lang"))
+
+
 def retrieval_record(example, retrieved, k: int) -> dict[str, float]:
     """Retrieval measures of one prediction over ``retrieved``, everything the program retrieved in order of
-    first retrieval: by paragraph identity where the example has ``gold_ids`` (MuSiQue: several paragraphs share a
-    title), else by title. The @k measures (:func:`retrieval_scores`) take the first ``k`` distinct paragraphs; the
-    ``_all`` ones (:data:`ALL_RETRIEVED`) all of them, as the PAR2 paper scores; ``retrieved_n`` counts them."""
-    gold_ids = example.get("gold_ids")
-    key = (lambda p: paragraph_id(p.id)) if gold_ids else (lambda p: p.title)
-    gold = gold_ids or example.gold_titles
+    first retrieval, against :func:`gold_passages`. The @k measures (:func:`retrieval_scores`) take the first ``k``
+    distinct paragraphs; the ``_all`` ones (:data:`ALL_RETRIEVED`) all of them, as the PAR2 paper scores;
+    ``retrieved_n`` counts them."""
+    gold, key = gold_passages(example)
     every = retrieval_scores(gold, retrieved, None, key)
     return {**retrieval_scores(gold, retrieved, k, key), "recall_all": every["title_recall"],
             "recall_any_all": every["recall_any"], "all_pass_all": every["all_pass"], "ndcg_all": every["ndcg"],

@@ -24,6 +24,7 @@ import programs
 from optimizers import cli, leaderboard, tracking
 from optimizers.cli import Session, fail, session
 from optimizers.evaluation import evaluate
+from programs.oracle import parse_roles
 from runtime.paths import PROJECT_ROOT
 
 SHORT = {"k": "k", "loops": "L"}  # grid keys in cell labels: seal_k3_L1
@@ -58,11 +59,12 @@ class Cell:
     dataset: str
     config: tuple[tuple[str, int], ...] = ()  # grid values this program takes, e.g. (("k", 3), ("loops", 1))
     variant: str = ""  # a script's own variant of the program, e.g. "compiled"
+    oracle: str = ""  # the program's --oracle roles: an oracle row, never mixed into a non-oracle one
 
     @property
     def label(self) -> str:
         return (self.program + "".join(f"_{SHORT.get(k, k)}{v}" for k, v in self.config)
-                + (f"_{self.variant}" if self.variant else ""))
+                + (f"_{self.variant}" if self.variant else "") + cli.oracle_suffix(self.oracle))
 
 
 @dataclass
@@ -90,13 +92,17 @@ def _grid_points(grid: dict) -> list[dict]:
     return [dict(zip(keys, values)) for values in itertools.product(*(grid[k] for k in keys))] or [{}]
 
 
-def cell(program: str, dataset: str, point: dict) -> Cell:
-    """The cell of ``program`` on ``dataset`` at grid ``point``, keeping only the values the program takes."""
-    return Cell(program, dataset, tuple(sorted(programs.accepted_config(program, point).items())))
+def cell(program: str, dataset: str, point: dict, oracle: str = "") -> Cell:
+    """The cell of ``program`` on ``dataset`` at grid ``point``, keeping only the values the program takes and the
+    ``oracle`` roles (``--oracle``) it has a decision for."""
+    roles = ",".join(r for r in parse_roles(oracle) if r in programs.oracle_roles(program))
+    return Cell(program, dataset, tuple(sorted(programs.accepted_config(program, point).items())), oracle=roles)
 
 
-def plan(suite: tuple[Entry, ...], only_datasets=None, only_methods=None) -> tuple[list[Cell], list[tuple]]:
-    """The distinct cells to run (in suite order) and the (dataset, method cell, baseline cell) pairs to test."""
+def plan(suite: tuple[Entry, ...], only_datasets=None, only_methods=None,
+         oracle: str = "") -> tuple[list[Cell], list[tuple]]:
+    """The distinct cells to run (in suite order) and the (dataset, method cell, baseline cell) pairs to test;
+    ``oracle``: the ``--oracle`` roles, which mark the cells of programs that have them."""
     cells, pairs = {}, []
     for entry in suite:
         if only_methods and entry.method not in only_methods:
@@ -105,10 +111,10 @@ def plan(suite: tuple[Entry, ...], only_datasets=None, only_methods=None) -> tup
             if only_datasets and dataset not in only_datasets:
                 continue
             for point in _grid_points(entry.grid):
-                method = cell(entry.method, dataset, point)
+                method = cell(entry.method, dataset, point, oracle)
                 cells.setdefault(method, None)
                 for baseline in entry.baselines:
-                    base = cell(baseline, dataset, point)
+                    base = cell(baseline, dataset, point, oracle)
                     cells.setdefault(base, None)
                     if (dataset, method, base) not in pairs:
                         pairs.append((dataset, method, base))
@@ -133,10 +139,11 @@ def run_cell(s: Session, cell: Cell, parent_run_id: str, suite_name: str, progra
     examples = s.evaluated(getattr(s.splits, a.split)) if examples is None else examples
     stage = stage or a.split
     tracking.setup(a.experiment)
-    with tracking.run(a.experiment, f"{cell.label}-{cell.dataset}", parent_run_id=parent_run_id,
+    name = cell.label if cell.oracle else cell.label + cli.oracle_suffix(s.oracle(cell.program))  # a script's cell
+    with tracking.run(a.experiment, f"{name}-{cell.dataset}", parent_run_id=parent_run_id,
                       nested=mlflow.active_run() is not None,
-                      tags={"entry": entry, "suite": suite_name, "cell": cell.label, "dataset": cell.dataset}) as run:
-        tracking.log_params(s.params(cell.program) | {"split": a.split, "threads": a.threads, "cell": cell.label,
+                      tags={"entry": entry, "suite": suite_name, "cell": name, "dataset": cell.dataset}) as run:
+        tracking.log_params(s.params(cell.program) | {"split": a.split, "threads": a.threads, "cell": name,
                                                       "eval_ids": [ex.id for ex in examples]})
         failed_before = s.judge.failures if s.judge else 0
         records, summary = evaluate(program, examples, s.metrics, k=a.k if s.retriever else None,
@@ -198,7 +205,7 @@ def run_suite(args: argparse.Namespace, hook=None, custom: tuple[Entry, ...] | N
     ``report(results, sessions) -> markdown`` (a script's own diagnostics; ``sessions`` by dataset, empty under
     Ray) runs inside the parent run and is logged as report.md."""
     suite = custom or entries(args.suite, args.dataset)
-    cells, pairs = plan(suite, args.datasets, args.methods)
+    cells, pairs = plan(suite, args.datasets, args.methods, getattr(args, "oracle", ""))
     if not cells:
         fail(f"suite '{args.suite}' has no cell for --datasets {args.datasets} / --methods {args.methods}")
     if args.ray and not tracking.tracking_uri().startswith("http"):
@@ -211,7 +218,8 @@ def run_suite(args: argparse.Namespace, hook=None, custom: tuple[Entry, ...] | N
                              "split": args.split, "split_seed": args.seed, "threads": args.threads,
                              "ray": args.ray or "", "trace": args.trace, "cache": not args.no_cache,
                              "lm": args.lm, "judge": args.judge, "embedder": args.embedder, "k": args.k,
-                             "loops": args.loops, "n_test": args.test, "n_dev": args.dev})
+                             "loops": args.loops, "n_test": args.test, "n_dev": args.dev,
+                             "oracle": getattr(args, "oracle", "")})
         if args.ray:
             results = _ray_results(args, cells, parent.info.run_id, hook)
         else:

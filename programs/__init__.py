@@ -108,6 +108,12 @@ def spec(name: str) -> ProgramSpec:
     return REGISTRY[name]
 
 
+def oracle_roles(name: str) -> tuple[str, ...]:
+    """The oracle roles (``programs.oracle``) program ``name`` has a decision for."""
+    s = spec(name)
+    return s.cls.oracle_roles(**s.fixed) if hasattr(s.cls, "oracle_roles") else getattr(s.cls, "ORACLE_ROLES", ())
+
+
 def accepted_config(name: str, config: dict) -> dict:
     """The subset of ``config`` that program ``name`` takes (this is what gets logged as its config); a None value
     (a flag not given) becomes the program's default: its method's (``ProgramSpec.defaults``), else
@@ -229,13 +235,13 @@ def read_artifact(path_or_run_id: str) -> dict:
     return artifact | {"source": str(path)}
 
 
-def load_compiled(path_or_run_id: str | dict, search=None, data_dir=None, roles=None) -> dspy.Module:
+def load_compiled(path_or_run_id: str | dict, search=None, data_dir=None, roles=None, oracle: str = "") -> dspy.Module:
     """A ready module from a compiled artifact: a JSON path, an MLflow run id of this project's store, or the
     artifact dict itself.
 
     Without ``search`` the retriever is rebuilt from the recorded dataset corpora (cached index, no re-embedding).
     With ``roles`` (``runtime.roles.Roles``) the predictors are bound to their LMs; otherwise the default LM
-    configured with ``dspy.configure`` is used."""
+    configured with ``dspy.configure`` is used. ``oracle``: the program's oracle roles (``programs.oracle``)."""
     artifact = path_or_run_id if isinstance(path_or_run_id, dict) else read_artifact(path_or_run_id)
     name, data = artifact["program"], artifact["data"]
     if spec(name).needs_search and search is None:
@@ -246,7 +252,7 @@ def load_compiled(path_or_run_id: str | dict, search=None, data_dir=None, roles=
                               data.get("max_docs"))
         options = {k: data[k] for k in ("retriever", "rerank", "rerank_depth", "fuse_depth", "rrf_k") if k in data}
         search = Retriever(bundle.corpora, embedder=data["embedder"], index_type=data["index"], **options)
-    program = build(name, search=search, **artifact["config"])
+    program = build(name, search=search, **{**artifact["config"], **({"oracle": oracle} if oracle else {})})
     source = artifact.get("source", "the compiled program")
     saved, current = artifact.get("program_version"), program_version(program)
     if saved and saved != current:

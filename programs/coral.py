@@ -10,7 +10,9 @@ and/or rewrite the query. After at most ``loops`` rounds the writer answers from
 documents with the highest ``s_tot`` -- and from no passages at all when nothing was kept, as the paper's writer
 only ever sees validated evidence. With ``decisions="logprob"`` (``fused`` alike for now) each criterion is its
 expected value over the score tokens and the keep rule applies to those, and the sufficiency verdict is read as
-P(enough) against a threshold kept as program state (``programs.decisions``).
+P(enough) against a threshold kept as program state (``programs.decisions``). Oracle roles (``programs.oracle``,
+no call): ``relevance`` keeps exactly the gold candidates, ``sufficiency`` stops once every gold passage is kept,
+``planner`` searches the culture's own corpus (the replanner then only rewrites the query).
 
 Variants (registry): ``coral_select`` keeps the original query and only re-selects corpora (``rewrite=False``);
 ``coral_fixed_{own,all,own_en}`` replace corpus selection by a fixed scope (``all`` pools the top
@@ -38,6 +40,7 @@ from programs.mrag import (DEFAULT_LANG, LANGUAGE_NAMES, SCOPES, answer_writer, 
                            scope_corpora, with_options)
 from programs.constrained import BOOL, constrained_config, name_list, one_of
 from programs.decisions import SCALE, Gate, check_mode, decide, record
+from programs.oracle import check_roles, oracle as oracle_labels
 from programs.retrieval import Passage, Retriever, dedup
 from runtime.lm import ATTEMPT
 from signatures.critic import NOTHING_KEPT, CheckSufficiency, RateDocument, RateDocuments
@@ -48,6 +51,8 @@ SCALES = ("relevance", "usefulness", "specificity", "compatibility")
 SCORE = one_of(list("012345"))  # one critic scale under a grammar
 #: The replanning reason when the sufficiency verdict could not be read (counted as "not enough").
 UNREADABLE_VERDICT = "The sufficiency check gave no readable verdict; search again."
+#: The replanning reason of an oracle "not enough" (it names no gold passage).
+ORACLE_NOT_ENOUGH = "Evidence for part of the question is still missing; search again."
 
 
 #: Completion cap of a one-document critic call: four scores and a critique of a few words fit in ~60 tokens;
@@ -223,19 +228,21 @@ class CORAL(dspy.Module):
     DEFAULT_DATASET = "demo_culture"
     ROLES = {"planner": "planner", "replanner": "planner", "critic": "critic", "critic_each": "critic",
              "sufficiency": "critic"}
+    ORACLE_ROLES = ("relevance", "sufficiency", "planner")
 
     def __init__(self, search: Retriever, k: int = 5, loops: int = 3, max_corpora: int = 3, min_each: int = 2,
                  min_total: float = 6.0, writer_docs: int = 5, scope: str = "dynamic", rewrite: bool = True,
                  critic_batch: bool = False, critic_chunk: int = 15, critic_chars: int | None = None,
                  max_chars: int | None = 600, agent_temperature: float = 0.6, writer_temperature: float = 0.0,
                  shuffle_corpora: bool = True, probe: bool = False, seed: int = 13,
-                 decisions: str = "generate"):
+                 decisions: str = "generate", oracle: str = ""):
         super().__init__()
         self.decisions = check_mode(decisions)
         if decisions != "generate":  # the sufficiency verdict read as P(enough), against a threshold (state)
-            self.sufficiency_gate = Gate(threshold=0.5)
+            self.sufficiency_gate = Gate("set", threshold=0.5)
         if scope not in ("dynamic", *SCOPES):
             raise ValueError(f"unknown scope '{scope}'; choose one of: dynamic, {', '.join(SCOPES)}")
+        self.oracle = check_roles(oracle, self.oracle_roles(scope), f"coral (scope {scope})")
         if loops < 1 or max_corpora < 1 or critic_chunk < 1:
             raise ValueError("loops, max_corpora and critic_chunk must be at least 1")
         self.search, self.k, self.loops, self.max_corpora = search, k, loops, max_corpora
@@ -253,6 +260,11 @@ class CORAL(dspy.Module):
         self.critic_each = dspy.Predict(RateDocument, temperature=t)
         self.sufficiency = dspy.Predict(CheckSufficiency, temperature=t)
         self.writer = answer_writer(max_chars, writer_temperature)
+
+    @classmethod
+    def oracle_roles(cls, scope: str = "dynamic", **_) -> tuple[str, ...]:
+        """The oracle roles of a CORAL variant: a fixed scope has no planner."""
+        return tuple(r for r in cls.ORACLE_ROLES if r != "planner" or scope == "dynamic")
 
     def forward(self, question: str, options: dict[str, str] | None = None,
                 lang: str | None = None) -> dspy.Prediction:
@@ -297,6 +309,8 @@ class CORAL(dspy.Module):
         validated against the pool."""
         if self.scope != "dynamic":
             return scope_corpora(self.scope, self.search, lang)
+        if (culture := oracle_labels(self.oracle, "planner")) is not None:
+            return [self.culture_corpus(culture())]
         languages = self.search.languages()
         if len(languages) == 1:
             return list(languages)
@@ -341,7 +355,9 @@ class CORAL(dspy.Module):
                 continue
             new_query = (getattr(out, "query", "") or "").strip() if self.rewrite else ""
             new_corpora = corpora
-            if choose_corpora:
+            if (culture := oracle_labels(self.oracle, "planner")) is not None:
+                new_corpora = [self.culture_corpus(culture())]
+            elif choose_corpora:
                 new_corpora, unknown = validate_corpora(out.corpora, languages, own, self.max_corpora, require_own)
                 trace.unknown_corpora += unknown
                 if not new_corpora:  # no valid name: the corpora stay as they were (only the query may change)
@@ -354,6 +370,12 @@ class CORAL(dspy.Module):
             else:
                 trace.repeated_plans += 1
         return None
+
+    def culture_corpus(self, lang: str) -> str:
+        """The corpus of the culture's language (the planner oracle's choice)."""
+        if (corpus := corpus_of(self.search, lang)) is None:
+            raise ValueError(f"--oracle planner: no corpus in the culture's language '{lang}'")
+        return corpus
 
     def replan_inputs(self, question: str, query: str, corpora: list[str], reason: str,
                       options: dict[str, str] | None = None) -> dict:
@@ -399,7 +421,10 @@ class CORAL(dspy.Module):
     # -- (3) critic ------------------------------------------------------------------------------------------
     def rate(self, passages: list[Passage], asked: str, trace: Trace) -> list[Rated]:
         """Scores for ``passages``: batched calls of ``critic_chunk`` candidates, falling back to one call per
-        candidate for whatever a batch output leaves unusable; or one call per candidate throughout."""
+        candidate for whatever a batch output leaves unusable; or one call per candidate throughout. Under the
+        relevance oracle a gold candidate scores 5 on every scale and any other 0, without a call."""
+        if (relevant := oracle_labels(self.oracle, "relevance")) is not None:
+            return [Rated.of(p, [5 if relevant(p) else 0] * 4) for p in passages]
         if not self.critic_batch:
             return [self.rate_one(p, asked, trace) for p in passages]
         rated = []
@@ -457,8 +482,12 @@ class CORAL(dspy.Module):
     def check(self, asked: str, kept: list[Rated], new: list[Rated], trace: Trace) -> Verdict:
         """Whether the best kept documents suffice. Nothing kept is "not enough" without a call (the reason then
         carries the critiques of this round's best candidates); an unparseable verdict is "not enough" too, so the
-        loop goes on within its round budget (the critic errs on the side of searching again)."""
-        if not kept:
+        loop goes on within its round budget (the critic errs on the side of searching again). Under the
+        sufficiency oracle: enough exactly when every gold passage is kept, without a call."""
+        if (sufficient := oracle_labels(self.oracle, "sufficiency")) is not None:
+            enough = sufficient([r.passage for r in kept])
+            verdict = Verdict(enough, "" if enough else ORACLE_NOT_ENOUGH)
+        elif not kept:
             notes = "; ".join(r.critique for r in best(new, 3) if r.critique)
             verdict = Verdict(False, NOTHING_KEPT + (notes or "none"))
         else:
@@ -476,8 +505,8 @@ class CORAL(dspy.Module):
                     out, p_enough = decision.output, decision.prob("enough", "True")
                     if out is None or p_enough is None:
                         raise ValueError("unreadable sufficiency verdict")
-                    record("sufficiency_gate", p_enough, None, [r.passage.title for r in best(kept, self.writer_docs)],
-                           per_passage=False)
+                    record(self.sufficiency_gate, p_enough, None,
+                           [r.passage.title for r in best(kept, self.writer_docs)])
                     enough = p_enough >= self.sufficiency_gate.thresholds["threshold"]
                 verdict = Verdict(enough, (out.reason or "").strip())
             except PARSE_ERRORS:

@@ -1,14 +1,17 @@
 """CRAG-style corrective retrieval, a baseline for SEAL-RAG at the same k and loop budget.
 
 A retrieval evaluator grades each of the top-k passages ``correct``, ``ambiguous`` or ``incorrect`` (one critic
-call per passage). The set's action follows the grades: any correct passage -> *correct* (keep the set); every
+call per passage). The set's action follows the grades: any correct passage -> *correct* (keep the set's passages
+not graded incorrect, as CRAG passes on only the relevant knowledge); every
 passage incorrect -> *incorrect* (drop them all and search again with a rewritten query); otherwise *ambiguous*
 (keep the best non-incorrect passages, at most k - max(1, k // 2), and fill up to k from a rewritten-query
 search). Each re-search fetches k passages
 not fetched before and counts against ``loops`` (``loops=0``: grade and refine only). With ``decisions="logprob"``
 the grade is read as a score, CRAG's way: P(yes) of a yes/no relevance decision (``programs.decisions``), graded
 correct at or above the gate's ``upper`` threshold, incorrect below its ``lower`` one, ambiguous between
-(``decisions="fused"``: the probability fused with the passage's retrieval score first). The kept passages are then
+(``decisions="fused"``: the probability fused with the passage's retrieval score first). With ``oracle="relevance"``
+(``programs.oracle``) a gold passage is graded correct and any other incorrect, without a call. The kept passages are
+then
 refined by decompose-then-recompose: each is cut into sentence strips, strips sharing no content word with the
 question or the queries are dropped, and the rest are joined back in order. The shared evidence writer answers from
 the final k passages (graded best first).
@@ -21,6 +24,7 @@ import dspy
 
 from programs.decisions import YES_NO, Gate, check_mode, decide, record
 from programs.evidence import EvidenceWriter, lenient, search_excluding
+from programs.oracle import check_roles, oracle as oracle_labels
 from programs.retrieval import Passage, Retriever
 from programs.seal import clip, sentences
 from programs.text import content_words, repeats
@@ -59,11 +63,13 @@ class CRAG(dspy.Module):
     ``lang`` (passed by multilingual datasets) is accepted and unused."""
 
     ROLES = {"grade": "critic", "grade_relevance": "critic", "rewrite": "planner"}
+    ORACLE_ROLES = ("relevance",)
 
     def __init__(self, search: Retriever, k: int = 3, loops: int = 1, max_chars: int = 600,
-                 max_query_words: int = 12, stuck_jaccard: float = 0.7, decisions: str = "generate"):
+                 max_query_words: int = 12, stuck_jaccard: float = 0.7, decisions: str = "generate",
+                 oracle: str = ""):
         super().__init__()
-        self.decisions = check_mode(decisions)
+        self.decisions, self.oracle = check_mode(decisions), check_roles(oracle, self.ORACLE_ROLES, "crag")
         if decisions != "generate":  # scored grades: a relevance decision and its thresholds (program state)
             self.grade_relevance = dspy.Predict(JudgeRelevance)
             self.grade_gate = Gate(**THRESHOLDS)
@@ -76,6 +82,9 @@ class CRAG(dspy.Module):
     def _grade(self, question: str, passages: list[Passage], grades: dict[str, str]) -> int:
         """Grade ``passages`` into ``grades``; returns the number of unreadable grades (graded ambiguous)."""
         failures = 0
+        if (relevant := oracle_labels(self.oracle, "relevance")) is not None:
+            grades.update((p.id, "correct" if relevant(p) else "incorrect") for p in passages)
+            return failures
         if self.decisions == "generate":
             for p in passages:
                 out = lenient(self.grade, question=question, passage=p.format(self.max_chars))
@@ -88,7 +97,7 @@ class CRAG(dspy.Module):
                          passage=p.format(self.max_chars)).prob("relevant", "yes")
             failures += yes is None
             probs.append(0.5 if yes is None else yes)
-            record("grade_gate", probs[-1], p.score, [p.title], per_passage=True)
+            record(self.grade_gate, probs[-1], p.score, [p.title])
         if self.decisions == "fused":
             probs = self.grade_gate.fuse(probs, [p.score for p in passages])
         grades.update((p.id, graded(s, self.grade_gate.thresholds)) for p, s in zip(passages, probs))
@@ -119,6 +128,8 @@ class CRAG(dspy.Module):
             new = search_excluding(self.search, query, self.k - len(kept), fetched)
             fetched.update(p.id for p in new)
             passages = kept + new
+        if actions[-1] == "correct":  # the relevant knowledge only
+            passages = [p for p in passages if grades[p.id] != "incorrect"]
         passages = sorted(passages, key=lambda p: GRADES.index(grades.get(p.id, "ambiguous")))
         terms = set().union(*map(content_words, queries))
         out = self.writer(question=question, passages=[refine(p, terms, self.max_chars) for p in passages],

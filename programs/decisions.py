@@ -20,7 +20,7 @@ import math
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import NamedTuple, Sequence
+from typing import Callable, NamedTuple, Sequence
 
 import dspy
 from dspy.predict.parameter import Parameter
@@ -32,6 +32,11 @@ MODES = ("generate", "logprob", "fused")
 YES_NO = ("yes", "no")
 SCALE = tuple("012345")
 PARSE_ERRORS = (AdapterParseError, ValueError)
+#: What a gate's decisions are about, and their gold label in calibration: ``passage`` (its title is a gold title),
+#: ``set`` (the set holds every gold title), ``correct`` / ``error`` (the answer judged is right / wrong by the task
+#: metric: a stop or acceptance, and an error verdict).
+KINDS = ("passage", "set", "correct", "error")
+ANSWER_KINDS = ("correct", "error")
 
 
 def check_mode(mode: str) -> str:
@@ -92,6 +97,27 @@ def decide(predictor: dspy.Predict, labels: dict[str, Sequence[str]], config: di
     return Decision(out, labels, probs)
 
 
+def two_way(predictor: dspy.Predict, name: str, labels: tuple[str, str], parse, gate: "Gate | None",
+            judged: str, **inputs) -> tuple[dspy.Prediction | None, str | None, float | None]:
+    """An answer-level two-label decision (a stop, a verdict) on output field ``name``: with a ``gate`` (decisions
+    other than ``generate``) and logprobs in the reply, ``labels[0]`` when its probability reaches the gate's
+    threshold, else ``labels[1]``, recorded for calibration with the ``judged`` answer; otherwise ``parse`` of the
+    written field (the method's generate path). Returns (output or None when unreadable, label or None, the
+    probability of ``labels[0]`` or None)."""
+    if gate is None:
+        try:
+            out = predictor(**inputs)
+        except PARSE_ERRORS:
+            return None, None, None
+    else:
+        decision = decide(predictor, {name: labels}, **inputs)
+        out, prob = decision.output, (decision.probs.get(name) or {}).get(labels[0])
+        if out is not None and prob is not None:
+            record(gate, prob, answer=judged)
+            return out, labels[0] if prob >= gate.thresholds["threshold"] else labels[1], prob
+    return out, parse(out.get(name)) if out is not None else None, None
+
+
 def _logit(p: float) -> float:
     p = min(max(p, 1e-4), 1 - 1e-4)
     return math.log(p / (1 - p))
@@ -112,10 +138,12 @@ class Gate(Parameter):
     ``thresholds`` start at the paper's fixed values (``reset`` restores them). ``weights`` (bias, w_lm,
     w_retrieval) of a logistic model over :func:`features` are fitted by :func:`fit_gate`; while unfitted, a fused
     decision is the even mix of the LM probability and the retriever's score min-max scaled over the passages
-    judged together."""
+    judged together. ``kind`` says what a decision is about, and so how calibration labels it (:data:`KINDS`)."""
 
-    def __init__(self, **thresholds: float):
-        self.defaults = dict(thresholds)
+    def __init__(self, kind: str = "passage", **thresholds: float):
+        if kind not in KINDS:
+            raise ValueError(f"unknown gate kind '{kind}'; choose one of: {', '.join(KINDS)}")
+        self.kind, self.defaults = kind, dict(thresholds)
         self.reset()
 
     def reset(self):
@@ -206,18 +234,22 @@ def gates(program: dspy.Module) -> dict[str, Gate]:
 
 
 class Recorded(NamedTuple):
-    """One gated decision as calibration sees it: the gate's state key, the LM probability, the retriever's score
-    (None for a decision about a set), the titles it concerns, and whether it is about one passage (gold: its
-    title is a gold title) or a set (gold: the set holds every gold title)."""
+    """One gated decision as calibration sees it: its gate, the LM probability, the retriever's score (None for a
+    decision about a set or an answer), the titles it concerns and the answer it judged (answer-level gates)."""
 
-    gate: str
+    gate: Gate
     prob: float
     score: float | None
     titles: tuple[str, ...]
-    per_passage: bool
+    answer: str | None = None
 
-    def gold(self, gold_titles: set[str]) -> bool:
-        return self.titles[0] in gold_titles if self.per_passage else gold_titles <= set(self.titles)
+    def gold(self, gold_titles: set[str], correct: Callable[[str], bool]) -> bool | None:
+        """The decision's gold label (see :data:`KINDS`); None when the example gives none (no gold titles)."""
+        if self.gate.kind in ANSWER_KINDS:
+            return correct(self.answer or "") == (self.gate.kind == "correct")
+        if not gold_titles:
+            return None
+        return self.titles[0] in gold_titles if self.gate.kind == "passage" else gold_titles <= set(self.titles)
 
 
 _RECORDED: ContextVar[list | None] = ContextVar("recorded_decisions", default=None)
@@ -234,7 +266,7 @@ def recorded_decisions():
         _RECORDED.reset(token)
 
 
-def record(gate: str, prob: float, score: float | None, titles, per_passage: bool) -> None:
-    """Note a gated decision for calibration (nothing happens outside :func:`recorded_decisions`)."""
+def record(gate: Gate, prob: float, score: float | None = None, titles=(), answer: str | None = None) -> None:
+    """Note a decision of ``gate`` for calibration (nothing happens outside :func:`recorded_decisions`)."""
     if (calls := _RECORDED.get()) is not None:
-        calls.append(Recorded(gate, prob, score, tuple(titles), per_passage))
+        calls.append(Recorded(gate, prob, score, tuple(titles), answer))

@@ -4,7 +4,11 @@ Error is then labelled with the three-tier taxonomy one tier at a time -- tier-1
 chosen categories' children, tier-3 labels among the chosen types' labels, shortlisted by similarity to the
 critic's analysis (embedding cosine when an embedder is given, else shared content words). Every tier is a closed
 set: a written label that is not an option is snapped to the most similar option or dropped (both counted); a tier
-with a single option takes it without a call.
+with a single option takes it without a call. With ``decisions="logprob"`` (``fused`` alike) the verdict is read as
+P(Error) from token logprobs (``programs.decisions``): flagged at or above the ``verdict_gate`` threshold (program
+state; 0.5 uncompiled); a reply without logprobs is parsed as written (:func:`parse_verdict`). With
+``oracle="verdict"`` (``programs.oracle``) the verdict is the task metric's on the prediction: a right one is Correct
+without a call, a wrong one is Error with the critic's analysis and labels.
 """
 from __future__ import annotations
 
@@ -13,7 +17,9 @@ from dataclasses import asdict, dataclass, field
 
 import dspy
 
+from programs.decisions import Gate, check_mode, two_way
 from programs.evidence import lenient
+from programs.oracle import check_roles, oracle as oracle_labels
 from programs.retrieval import Passage
 from programs.taxonomy import Taxonomy, load_taxonomy, snap
 from programs.text import APOSTROPHES, jaccard, mentions, normalize
@@ -52,6 +58,7 @@ class Critique:
     tier3: list[str] = field(default_factory=list)
     snapped: int = 0  # written labels replaced by their nearest valid label
     dropped: int = 0  # written labels with no valid label close enough
+    p_error: float | None = None  # P(Error) read from logprobs (``decisions``), None when the verdict was parsed
 
     @property
     def flagged(self) -> bool:
@@ -98,25 +105,32 @@ class ErrorCritic(dspy.Module):
     """question + passages + prediction (+ the generator's reasoning) -> :class:`Critique`: one verdict call, then
     at most one call per tier for an Error. ``max_labels`` labels are kept per tier, tier-3 picks among the
     ``shortlist`` labels most similar to the analysis, ``embedder`` (a :class:`runtime.embedders.Embedder`)
-    measures that similarity."""
+    measures that similarity; ``decisions`` reads the verdict as written or as P(Error) (see the module)."""
 
     LEVELS = ("error category", "error type", "specific mistake")
 
     def __init__(self, taxonomy: Taxonomy | None = None, max_chars: int = 600, embedder=None, shortlist: int = 8,
-                 max_labels: int = 2):
+                 max_labels: int = 2, decisions: str = "generate", oracle: str = ""):
         super().__init__()
+        self.decisions, self.oracle = check_mode(decisions), check_roles(oracle, ("verdict",), "the error critic")
+        if decisions != "generate":  # the verdict read as P(Error), against a threshold (program state)
+            self.verdict_gate = Gate("error", threshold=0.5)
         self.taxonomy = taxonomy or load_taxonomy()
         self.max_chars, self.embedder, self.shortlist, self.max_labels = max_chars, embedder, shortlist, max_labels
         self.judge = dspy.Predict(CheckAnswer)
         self.label = dspy.Predict(PickErrorLabels)
 
     def forward(self, question: str, passages: list[Passage], prediction: str, reasoning: str = "") -> Critique:
-        out = lenient(self.judge, question=question,
-                      passages=[f"[{i}] {p.format(self.max_chars)}" for i, p in enumerate(passages)],
-                      reasoning=reasoning or "", prediction=prediction or "(no answer)")
+        right = oracle_labels(self.oracle, "verdict")
+        if right is not None and right(prediction or ""):
+            return Critique(verdict=CORRECT, analysis="none")
+        out, verdict, p_error = two_way(self.judge, "judgement", (ERROR, CORRECT), parse_verdict,
+                                        getattr(self, "verdict_gate", None), prediction or "", question=question,
+                                        passages=[f"[{i}] {p.format(self.max_chars)}" for i, p in enumerate(passages)],
+                                        reasoning=reasoning or "", prediction=prediction or "(no answer)")
         if out is None:
             return Critique(verdict=None, analysis="critic output not parsed")
-        critique = Critique(verdict=parse_verdict(out.judgement), analysis=(out.analysis or "").strip())
+        critique = Critique(verdict=ERROR if right else verdict, analysis=(out.analysis or "").strip(), p_error=p_error)
         if critique.verdict == CORRECT:
             return critique
         tax = self.taxonomy

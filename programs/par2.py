@@ -11,7 +11,11 @@ C_t in order of first retrieval (what retrieval is scored on); ``passages`` is w
 Ablations: ``anchor=False`` (Iterative Chain only: C_1 is the question's own top ``k``) and ``chain=False``
 (Coverage Anchor only: one write over the anchor). Parse failures never crash: an unusable plan is asked for once
 more, then the question itself is the only sub-query; an unusable ESC reply is asked for once more, then means
-STOP. Both are counted in the trace.
+STOP. Both are counted in the trace. With ``decisions="logprob"`` (``fused`` alike: the controller judges a
+draft, not one passage) the controller's decision is read as P(STOP) from token logprobs (``programs.decisions``):
+STOP at or above the ``esc_gate`` threshold (program state; 0.5 uncompiled); a reply without logprobs is parsed as
+written. With ``oracle="controller"`` (``programs.oracle``) the controller says STOP exactly when every gold passage
+is in C_t, without a call; otherwise it is asked only for the query.
 
 Reranking: every search goes through the retriever, which applies its own second stage where it has one.
 ``search_rerank`` (a :mod:`programs.rerank` name, default ``none``) adds one in the program: each search then fetches
@@ -22,11 +26,14 @@ from __future__ import annotations
 
 import re
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from itertools import chain as flatten, zip_longest
 
 import dspy
 
+from programs.decisions import Gate, check_mode, two_way
 from programs.evidence import retried
+from programs.oracle import check_roles, oracle as oracle_labels
 from programs.rerank import get_reranker
 from programs.retrieval import Passage, Retriever, dedup
 from programs.text import APOSTROPHES, approx_tokens, content_words, normalize
@@ -151,11 +158,17 @@ class PAR2(dspy.Module):
     ``lang`` (passed by multilingual datasets) is accepted and unused."""
 
     ROLES = {"planner": "planner", "esc": "critic"}
+    ORACLE_ROLES = ("controller",)
 
     def __init__(self, search: Retriever, k: int = 5, loops: int = 5, subqueries: int = 5,
                  search_rerank: str = "none", search_depth: int = 20, context_tokens: int = 3000,
-                 max_chars: int = 600, anchor: bool = True, chain: bool = True):
+                 max_chars: int = 600, anchor: bool = True, chain: bool = True, decisions: str = "generate",
+                 oracle: str = ""):
         super().__init__()
+        self.decisions = check_mode(decisions)
+        self.oracle = check_roles(oracle, self.oracle_roles(chain=chain), "par2" if chain else "par2_anchor")
+        if decisions != "generate":  # the controller read as P(STOP), against a threshold (program state)
+            self.esc_gate = Gate("correct", threshold=0.5)
         if loops < 1 or subqueries < 1 or k < 1 or context_tokens < 1:
             raise ValueError(f"PAR2 needs loops, subqueries, k and context_tokens >= 1 (got {loops}, {subqueries}, "
                              f"{k}, {context_tokens})")
@@ -167,6 +180,11 @@ class PAR2(dspy.Module):
         self.planner = dspy.Predict(PlanSearches)
         self.esc = dspy.Predict(DecideNextStep)
         self.writer = Writer(use_passages=True, reasoning=True, max_chars=max_chars)
+
+    @classmethod
+    def oracle_roles(cls, chain: bool = True, **_) -> tuple[str, ...]:
+        """The oracle roles of a PAR2 variant: without the chain there is no controller."""
+        return cls.ORACLE_ROLES if chain else ()
 
     def forward(self, question: str, options: dict[str, str] | None = None,
                 lang: str | None = None) -> dspy.Prediction:
@@ -188,7 +206,7 @@ class PAR2(dspy.Module):
             if t == hops:  # no write would follow, so the controller's decision could not change the answer
                 stop = "loop_budget" if self.use_chain else "single_write"
                 break
-            action, query = self._decide(question, shown, response, run)        # (action, q*_{t+1}) <- E(q, r_t, C_t)
+            action, query = self._decide(question, shown, response, answer, run)  # (a, q*_{t+1}) <- E(q, r_t, C_t)
             step.update(action=action, query=query)
             if action == "STOP":
                 stop = "esc_stop"
@@ -217,16 +235,32 @@ class PAR2(dspy.Module):
         hits = many(queries, self.depth) if many else [self.search.search(q, self.depth) for q in queries]
         return [self.reranker.rerank(q, h, self.k) for q, h in zip(queries, hits)]
 
-    def _decide(self, question: str, shown: list[Passage], response: str, run: _Run) -> tuple[str, str]:
-        def parse(out):
-            action = esc_decision(out.decision)
+    def _decide(self, question: str, shown: list[Passage], response: str, answer: str,
+                run: _Run) -> tuple[str, str]:
+        """The controller's (action, query): scored (``decisions``) when the reply has logprobs, else as written;
+        under the controller oracle STOP exactly when C_t holds every gold passage, else the controller's query."""
+        def parse(out, action=None):
             query = " ".join((out.next_query or "").split())
+            action = action or esc_decision(out.decision)
             if action == "CONTINUE" and not content_words(query):
                 return None  # asked to search but gave nothing to search for
             return (action, query) if action else None
 
-        decided, failed = retried(self.esc, parse, question=question, draft_answer=response,
-                                  passages=[p.format(self.max_chars) for p in shown])
+        inputs = {"question": question, "draft_answer": response, "passages": [p.format(self.max_chars) for p in shown]}
+        ask = parse
+        if (gold_stop := oracle_labels(self.oracle, "controller")) is not None:
+            if gold_stop(run.context):
+                return "STOP", ""
+            ask = partial(parse, action="CONTINUE")  # only its query is asked for
+        elif self.decisions != "generate":  # scored; an unusable reply goes on to the generate path's asks
+            out, action, p_stop = two_way(self.esc, "decision", ("STOP", "CONTINUE"), esc_decision, self.esc_gate,
+                                          answer, **inputs)
+            if p_stop is not None:
+                run.steps[-1]["p_stop"] = p_stop
+            if out is not None and action is not None and (decided := parse(out, action)) is not None:
+                return decided
+            run.parse_failures += 1
+        decided, failed = retried(self.esc, ask, **inputs)
         run.parse_failures += failed
         if decided is None:
             run.fallbacks["esc"] += 1

@@ -13,6 +13,7 @@ import dspy
 
 from programs.error_critic import ErrorCritic
 from programs.evidence import lenient
+from programs.oracle import check_roles
 from programs.executor import PlanExecutor
 from programs.constrained import constrained_config
 from programs.plan import GenerateAnswer, Plan, PlanError, Ref, Step, grammar, parse_plan
@@ -32,15 +33,17 @@ class RAGCritic(dspy.Module):
     """Critic-guided correction of a single-shot RAG answer (``rounds`` critic/plan/execute rounds at most)."""
 
     ROLES = {"critic": "critic", "planner": "planner"}
+    ORACLE_ROLES = ("verdict",)
 
     def __init__(self, search: Retriever, k: int = 5, max_chars: int = 600, rounds: int = 1, max_steps: int = 5,
-                 taxonomy: Taxonomy | None = None):
+                 taxonomy: Taxonomy | None = None, decisions: str = "generate", oracle: str = ""):
         super().__init__()
         if rounds < 1:
             raise ValueError(f"rag_critic needs rounds >= 1 (got {rounds}); rounds=0 is the plain `rag` program")
         self.search, self.k, self.max_chars, self.rounds, self.max_steps = search, k, max_chars, rounds, max_steps
         self.writer = Writer(use_passages=True, reasoning=True, max_chars=max_chars)  # the critic reads its reasoning
-        self.critic = ErrorCritic(taxonomy, max_chars, embedder=getattr(search, "embedder", None))
+        self.critic = ErrorCritic(taxonomy, max_chars, embedder=getattr(search, "embedder", None),
+                                  decisions=decisions, oracle=check_roles(oracle, self.ORACLE_ROLES, "rag_critic"))
         self.planner = dspy.Predict(PlanCorrection)
         self.executor = PlanExecutor(search, max_chars)
 

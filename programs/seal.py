@@ -9,7 +9,9 @@ blocked/seen terms (queries issued, titles fetched). One final generation answer
 abstains; it sees the final k passages, like every baseline's writer, plus the ledger only with
 ``ledger_to_writer``. With ``decisions="logprob"`` (``fused`` alike: the gate judges facts, not one passage) the
 gate's verdict is read as P(sufficient) from token logprobs (``programs.decisions``) against a threshold kept as
-program state; the other criteria stay as written. The deterministic parts (verbatim filtering, blocklist, stuck
+program state; the other criteria stay as written. With ``oracle="sufficiency"`` (``programs.oracle``) the gate
+says sufficient exactly when the k passages held include every gold passage, without a call, at every loop. The
+deterministic parts (verbatim filtering, blocklist, stuck
 detection and pivots, ranking, the gate) are plain functions here, testable without an LM.
 """
 from __future__ import annotations
@@ -21,6 +23,7 @@ import dspy
 
 from programs.decisions import Gate, check_mode, decide, record
 from programs.evidence import EvidenceWriter, lenient, search_excluding
+from programs.oracle import check_roles, oracle as oracle_labels
 from programs.retrieval import Passage, Retriever, dedup
 from programs.text import content_words, mentions, normalize, repeats, words
 from signatures.esc import AssessSufficiency
@@ -251,15 +254,16 @@ class SEAL(dspy.Module):
     and unused."""
 
     ROLES = {"extract": "critic", "assess": "critic", "gap": "planner", "micro_query": "planner"}
+    ORACLE_ROLES = ("sufficiency",)
 
     def __init__(self, search: Retriever, k: int = 3, loops: int = 3, max_chars: int = 600, max_triples: int = 10,
                  max_facts: int = 30, min_coverage: float = 0.75, min_answerability: float = 0.7,
                  stuck_jaccard: float = 0.7, max_query_words: int = 12, ledger_to_writer: bool = False,
-                 decisions: str = "generate"):
+                 decisions: str = "generate", oracle: str = ""):
         super().__init__()
-        self.decisions = check_mode(decisions)
+        self.decisions, self.oracle = check_mode(decisions), check_roles(oracle, self.ORACLE_ROLES, "seal")
         if decisions != "generate":  # the verdict read as P(sufficient), against a threshold (program state)
-            self.assess_gate = Gate(threshold=0.5)
+            self.assess_gate = Gate("set", threshold=0.5)
         self.search, self.k, self.loops, self.max_chars = search, k, loops, max_chars
         self.max_triples, self.max_facts = max_triples, max_facts
         self.min_coverage, self.min_answerability = min_coverage, min_answerability
@@ -284,9 +288,14 @@ class SEAL(dspy.Module):
             self._extract(question, evidence, run)                              # Extract (unread passages)
             facts = run.ledger.shown(question, [p.title for p in evidence], self.max_facts)
             fresh = facts != assessed  # unchanged facts would get the same verdict and gap: skip those calls
+            if (gold := oracle_labels(self.oracle, "sufficiency")) is not None:  # Assess: the held passages
+                run.assessments.append({"oracle": gold(evidence)})
+                if gold(evidence):
+                    stop = "sufficient"
+                    break
             if fresh:
                 assessed = facts
-                if self._sufficient(question, facts, run):                     # Assess
+                if gold is None and self._sufficient(question, facts, run):    # Assess
                     stop = "sufficient"
                     break
                 gap = self._gap(question, facts, run)                          # gap specification
@@ -340,8 +349,7 @@ class SEAL(dspy.Module):
             decision = decide(self.assess, {"sufficient": ("True", "False")}, question=question, facts=facts)
             out, p_sufficient = decision.output, decision.prob("sufficient", "True")
             if p_sufficient is not None:
-                record("assess_gate", p_sufficient, None, sorted({f.split("]")[0].lstrip("[") for f in facts}),
-                       per_passage=False)
+                record(self.assess_gate, p_sufficient, None, sorted({f.split("]")[0].lstrip("[") for f in facts}))
         if out is None:
             run.parse_failures += 1
             run.assessments.append({"failed": ["parse_failure"]})

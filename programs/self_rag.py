@@ -8,7 +8,8 @@ query option repeats an earlier one stops ("stuck"). The answer is the best-grad
 its passages. With ``decisions="logprob"`` (or ``fused``: there is no per-passage decision to fuse) the reflection
 is read as Self-RAG reads its reflection tokens, as probabilities (``programs.decisions``): P(relevant),
 P(fully supported) + 0.5 P(partially), expected usefulness; a draft is accepted when P(relevant) and P(fully
-supported) reach the gate's thresholds (program state) and expected usefulness reaches ``min_usefulness``.
+supported) reach the gate's thresholds (program state) and expected usefulness reaches ``min_usefulness``; for
+calibration the acceptance is recorded as min(P(relevant), P(fully supported)), labelled by the draft's correctness.
 """
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from itertools import chain, zip_longest
 
 import dspy
 
-from programs.decisions import Gate, check_mode, decide
+from programs.decisions import Gate, check_mode, decide, record
 from programs.evidence import EvidenceWriter, lenient, search_excluding
 from programs.retrieval import Passage, Retriever
 from programs.text import abstained, normalize, repeats
@@ -68,7 +69,7 @@ class SelfRAG(dspy.Module):
         super().__init__()
         self.decisions = check_mode(decisions)
         if decisions != "generate":
-            self.critic_gate = Gate(relevant=0.5, support=0.5)
+            self.critic_gate = Gate("correct", relevant=0.5, support=0.5)
         self.search, self.k, self.loops, self.max_chars = search, k, loops, max_chars
         self.min_usefulness, self.stuck_jaccard = min_usefulness, stuck_jaccard
         self.writer = EvidenceWriter(max_chars)
@@ -116,7 +117,10 @@ class SelfRAG(dspy.Module):
             out = lenient(self.critic, **inputs)
             return out, {n: out[n] for n in ("relevant", "support", "usefulness")} if out else None
         decision = decide(self.critic, REFLECTION, **inputs)
-        return decision.output, reflection(decision) if decision.output is not None else None
+        critique = reflection(decision) if decision.output is not None else None
+        if critique:  # one threshold on both probabilities: accepted when their minimum reaches it
+            record(self.critic_gate, min(critique["relevant"], critique["support_full"]), answer=answer)
+        return decision.output, critique
 
     def _accepts(self, draft: Draft) -> bool:
         c = draft.critique

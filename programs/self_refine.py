@@ -2,22 +2,34 @@
 its own answer and revises it on that feedback, round after round until its feedback finds no error (its verdict is
 Correct) or the revision changes nothing, within ``rounds`` rounds (``--rounds``). No retrieval beyond the first
 search and no separate critic or planner model. Multiple choice is answered by the letter writer alone: the
-revision has no letter form, so a feedback call could not change the answer.
+revision has no letter form, so a feedback call could not change the answer. With ``decisions="logprob"``
+(``fused`` alike) the feedback's verdict is read as P(Correct) from token logprobs (``programs.decisions``): the loop
+stops at or above the ``stop_gate`` threshold (program state; 0.5 uncompiled); a reply without logprobs is parsed as
+written. With ``oracle="verdict"`` (``programs.oracle``) the loop stops exactly when the answer is right by the task
+metric (no feedback call); a wrong one still gets the model's feedback.
 """
 from __future__ import annotations
 
 import dspy
 
-from programs.error_critic import CORRECT, parse_verdict
+from programs.decisions import Gate, check_mode, two_way
+from programs.error_critic import CORRECT, ERROR, parse_verdict
 from programs.evidence import lenient
+from programs.oracle import check_roles, oracle as oracle_labels
 from programs.retrieval import Retriever
 from programs.writer import Writer
 from signatures.revise import GiveFeedback, ReviseAnswer
 
 
 class SelfRefine(dspy.Module):
-    def __init__(self, search: Retriever, k: int = 5, max_chars: int = 600, rounds: int = 3):
+    ORACLE_ROLES = ("verdict",)
+
+    def __init__(self, search: Retriever, k: int = 5, max_chars: int = 600, rounds: int = 3,
+                 decisions: str = "generate", oracle: str = ""):
         super().__init__()
+        self.decisions, self.oracle = check_mode(decisions), check_roles(oracle, self.ORACLE_ROLES, "self_refine")
+        if decisions != "generate":  # the verdict read as P(Correct), against a threshold (program state)
+            self.stop_gate = Gate("correct", threshold=0.5)
         if rounds < 1:
             raise ValueError(f"self_refine needs rounds >= 1 (got {rounds}); rounds=0 is the plain `rag` program")
         self.search, self.k, self.max_chars, self.rounds = search, k, max_chars, rounds
@@ -31,10 +43,18 @@ class SelfRefine(dspy.Module):
         context = [p.format(self.max_chars) for p in passages]
         answer = self.writer(question=question, passages=passages, options=options).answer          # draft
         rounds, stop = [], "round_budget"
+        right = oracle_labels(self.oracle, "verdict")
         for _ in range(0 if options else self.rounds):
-            fb = lenient(self.feedback, passages=context, question=question, answer=answer)           # feedback
-            verdict = parse_verdict(fb.verdict) if fb else None
-            rounds.append({"answer_in": answer, "verdict": verdict, "feedback": fb.feedback if fb else None})
+            if right is not None and right(answer):
+                rounds.append({"answer_in": answer, "verdict": CORRECT, "feedback": None, "oracle": True})
+                stop = "self_correct"
+                break
+            fb, verdict, p_correct = two_way(self.feedback, "verdict", (CORRECT, ERROR), parse_verdict,    # feedback
+                                             getattr(self, "stop_gate", None), answer, passages=context,
+                                             question=question, answer=answer)
+            verdict = ERROR if right is not None and fb is not None else verdict
+            rounds.append({"answer_in": answer, "verdict": verdict, "feedback": fb.feedback if fb else None,
+                           **({"p_correct": p_correct} if p_correct is not None else {})})
             if fb is None or verdict == CORRECT:
                 stop = "feedback_unparsed" if fb is None else "self_correct"
                 break

@@ -87,10 +87,11 @@ def main(argv=None) -> dict[str, dict]:
     title = (f"PAR2-RAG comparison: {args.dataset} {args.split}, n={len(examples)}, seed={args.seed}, k={args.k}, "
              f"lm={args.lm}, planner={args.planner_lm or args.lm}, judge="
              f"{(args.judge_lm or args.lm) if s.judge else 'none'}")
-    groups = {args.loops: [suite.cell(name, args.dataset, {"loops": args.loops}) for name in args.programs]}
+    groups = {args.loops: [suite.cell(name, args.dataset, {"loops": args.loops}, args.oracle)
+                           for name in args.programs]}
     for h in args.budgets:
         groups.setdefault(h, [])
-        groups[h] += [c for c in (suite.cell(n, args.dataset, {"loops": h}) for n in args.budget_programs)
+        groups[h] += [c for c in (suite.cell(n, args.dataset, {"loops": h}, args.oracle) for n in args.budget_programs)
                       if c not in groups[h]]
     with tracking.run(args.experiment, f"par2-compare-{args.dataset}-n{len(examples)}", tags={"entry": ENTRY}) as run:
         shared = {key: v for key, v in s.params(REFERENCE).items() if key not in ("program", "program_config")}

@@ -129,7 +129,7 @@ def main(argv=None) -> dict:
                 s = session(setting, needs_search=key[1])
                 s = s if args.judge_all else replace(s, metrics={m: f for m, f in s.metrics.items() if m != "judge"})
                 judges.append(s.judge)
-            cell = replace(suite.cell(prog, name, {"k": k}), variant=f"{kind}_{cond}")
+            cell = replace(suite.cell(prog, name, {"k": k}, args.oracle), variant=f"{kind}_{cond}")
             examples = [ex for ex in s.bundle.examples if ex.id.split("@")[0] in chosen]
             result = suite.run_cell(suite.cell_session(s, cell), cell, run.info.run_id, "xrag-eval",
                                     examples=examples, stage="xrag", entry=ENTRY)

@@ -61,7 +61,10 @@ def test_evaluate_a_compiled_artifact(scripted_lm, tmp_path):
     ([], "--program is required"),
     (["--program", "rag", "--circular"], "--circular needs a multiple-choice dataset"),
 ])
-def test_bad_input_is_one_clear_line(argv, message, capsys):
+def test_bad_input_is_one_clear_line(argv, message, capsys, monkeypatch):
+    real = cli.make_lm  # a check after the LMs are made must not start the embedded server for nothing
+    monkeypatch.setattr(cli, "make_lm", lambda model, *a, **k: DummyLM([]) if model.startswith("local:")
+                        else real(model, *a, **k))
     with pytest.raises(SystemExit):
         optimize.main(argv)
     err = capsys.readouterr().err.strip().splitlines()

@@ -169,8 +169,10 @@ def test_crag_grades_by_thresholds_on_p_yes_and_saves_them_as_program_state():
     init_dspy(lm, cache=False)
     crag = CRAG(search, k=3, loops=0, decisions="logprob")
     pred = crag(question=Q)
-    # fixed thresholds 1/3 and 2/3: 0.9 correct, 0.5 ambiguous, 0.1 incorrect (the written "no" is not used)
-    assert pred.trace["actions"] == ["correct"] and pred.trace["grades"] == ["correct", "ambiguous", "incorrect"]
+    # fixed thresholds 1/3 and 2/3: 0.9 correct, 0.5 ambiguous, 0.1 incorrect (the written "no" is not used); the
+    # correct action passes on the passages not graded incorrect
+    assert pred.trace["actions"] == ["correct"] and pred.trace["grades"] == ["correct", "ambiguous"]
+    assert [p.title for p in pred.passages] == ["Blue Fox", "Red Owl"]
     # compiled thresholds travel in the program's state and change the grade
     crag.grade_gate.thresholds.update(upper=0.95, lower=0.4)
     state = programs.portable_state(crag)
@@ -190,7 +192,7 @@ def test_crag_fused_grade_weighs_the_retrieval_score():
                           {"Blue Fox": 0.5, "Red Owl": 0.5, "Green Cat": 0.5}), cache=False)
     crag = CRAG(search, k=3, loops=0, decisions="fused")
     # the LM says 0.5 for all; unfitted fusion: 0.5 * 0.5 + 0.5 * min-max retrieval score (1.0, 0.8, 0.7 -> 1, 1/3, 0)
-    assert crag(question=Q).trace["grades"] == ["correct", "ambiguous", "incorrect"]
+    assert crag(question=Q).trace["grades"] == ["correct", "ambiguous"]  # Green Cat, incorrect, is dropped
 
 
 class MarkedLM(DummyLM):
@@ -349,3 +351,122 @@ def test_fusion_is_not_drowned_by_the_lm_logits_scale_when_the_retriever_separat
     gate.weights = fit_fusion(list(zip(lm_noise, retrieval)), gold)
     fused = gate.fuse(lm_noise, retrieval)
     assert roc_auc_score(gold, fused) > 0.95
+
+
+# --- answer-level decisions: PAR2's controller, RAG-Critic's verdict, Self-Refine's stop --------------------------
+
+def test_par2_controller_stops_on_p_stop_against_its_gate():
+    import programs
+    from tests.test_par2 import ANSWER as WRITE, ESC, PLAN, ROUTES, TWO_SEARCHES, ScriptedSearch as Par2Search, said
+
+    written = {"decision": "CONTINUE", "next_query": "Ana Berg birthplace"}  # the written label says go on
+    payload = {ESC: [field("decision", logs({"STOP": 0.7, "CONTINUE": 0.3}))]}
+    routes = {PLAN: TWO_SEARCHES, ESC: written, WRITE: said("Lyon")}
+    init_dspy(MarkedLM(routes, payload), cache=False)
+    par2 = programs.build("par2", search=Par2Search(ROUTES), search_rerank="none", decisions="logprob")
+    pred = par2(question=Q)
+    assert pred.trace["stop_reason"] == "esc_stop" and pred.trace["steps"][0]["p_stop"] == pytest.approx(0.7)
+    par2.esc_gate.thresholds["threshold"] = 0.8  # a compiled threshold: P(STOP) 0.7 now means CONTINUE
+    assert programs.portable_state(par2)["esc_gate"] == {"thresholds": {"threshold": 0.8}, "weights": None}
+    init_dspy(MarkedLM(routes, payload), cache=False)
+    assert par2(question=Q).trace["steps"][0]["action"] == "CONTINUE"
+    # no logprobs: the written reply is parsed as in generate mode ("Don't continue" is STOP)
+    init_dspy(MarkedLM({**routes, ESC: {"decision": "Don't continue", "next_query": ""}}, {}), cache=False)
+    assert par2(question=Q).trace["stop_reason"] == "esc_stop"
+    assert "esc_gate" not in programs.portable_state(programs.build("par2", search=Par2Search(ROUTES)))
+
+
+def test_rag_critic_verdict_is_flagged_on_p_error_against_its_gate(monkeypatch):
+    import programs
+    from programs.rag_critic import RAGCritic
+    from programs.taxonomy import load_taxonomy
+    from tests.test_rag_critic import CRITIC, ERROR, FIXTURES, LABELS, PLAN, WRITER, ScriptedSearch as CriticSearch
+    from tests.test_rag_critic import said
+
+    monkeypatch.setenv("RAG_DATA_DIR", str(FIXTURES))
+    routes = {CRITIC: ERROR, **LABELS, PLAN: {"plan": "answer = GenerateAnswer(question, documents)"},
+              WRITER: said("Lyon")}
+    payload = {CRITIC: [field("judgement", logs({"Correct": 0.7, "Error": 0.3}))]}
+    init_dspy(MarkedLM(routes, payload), cache=False)
+    program = RAGCritic(CriticSearch(), k=2, taxonomy=load_taxonomy(), decisions="logprob")
+    pred = program(question=Q)
+    critique = pred.trace["rounds"][0]["critique"]  # the written "Error" is not what decides
+    assert not pred.trace["flagged"] and critique["verdict"] == "Correct" and critique["p_error"] == pytest.approx(0.3)
+    program.critic.verdict_gate.thresholds["threshold"] = 0.25
+    assert programs.portable_state(program)["critic.verdict_gate"]["thresholds"] == {"threshold": 0.25}
+    init_dspy(MarkedLM(routes, payload), cache=False)
+    assert program(question=Q).trace["flagged"]
+
+
+def test_self_refine_stops_on_p_correct_against_its_gate():
+    import programs
+    from programs.self_refine import SelfRefine
+    from tests.test_rag_critic import FEEDBACK, REVISE, WRITER, ScriptedSearch as CriticSearch, said
+
+    routes = {FEEDBACK: {"verdict": "Error", "feedback": "Name the city."}, REVISE: {"answer": "Lyon"},
+              WRITER: said("Blue Fox")}
+    payload = {FEEDBACK: [field("verdict", logs({"Correct": 0.6, "Error": 0.4}))]}
+    init_dspy(MarkedLM(routes, payload), cache=False)
+    refine = SelfRefine(CriticSearch(), k=2, decisions="logprob")
+    pred = refine(question=Q)
+    assert pred.answer == "Blue Fox" and pred.trace["stop_reason"] == "self_correct"
+    assert pred.trace["rounds"][0]["p_correct"] == pytest.approx(0.6)
+    refine.stop_gate.thresholds["threshold"] = 0.9
+    assert programs.portable_state(refine)["stop_gate"]["thresholds"] == {"threshold": 0.9}
+    init_dspy(MarkedLM(routes, payload), cache=False)
+    assert refine(question=Q).answer == "Lyon"  # P(Correct) 0.6 < 0.9: revised
+
+
+def test_answer_level_decisions_are_labelled_by_the_correctness_of_the_answer_they_judged():
+    from programs.decisions import Recorded
+
+    right = {"Lyon"}.__contains__
+    stop, flag = Gate("correct", threshold=0.5), Gate("error", threshold=0.5)
+    assert Recorded(stop, 0.9, None, (), "Lyon").gold(set(), right) is True   # stopping on a right draft
+    assert Recorded(stop, 0.9, None, (), "Paris").gold(set(), right) is False
+    assert Recorded(flag, 0.9, None, (), "Paris").gold(set(), right) is True  # flagging a wrong answer
+    assert Recorded(flag, 0.9, None, (), "Lyon").gold(set(), right) is False
+    assert Recorded(Gate(), 0.9, 0.1, ("T",)).gold(set(), right) is None       # a passage decision, no gold titles
+    with pytest.raises(ValueError, match="unknown gate kind"):
+        Gate("draft", threshold=0.5)
+
+
+def test_calibration_fits_an_answer_level_gate_on_the_task_metric_without_gold_titles():
+    from optimizers.calibration import calibrate_decisions
+    from programs.self_refine import SelfRefine
+    from tests.test_rag_critic import FEEDBACK, REVISE, WRITER, ScriptedSearch as CriticSearch, said
+
+    routes = {FEEDBACK: {"verdict": "Error", "feedback": "Check it."}, REVISE: {"answer": "Lyon"},
+              WRITER: said("Lyon")}
+    def payload():  # one P(Correct) per question (a queue, consumed by the calls)
+        return {FEEDBACK: [field("verdict", logs({"Correct": 0.8, "Error": 0.2})),
+                           field("verdict", logs({"Correct": 0.3, "Error": 0.7}))]}
+
+    init_dspy(MarkedLM(routes, payload()), cache=False)
+    refine = SelfRefine(CriticSearch(), k=2, rounds=1, decisions="logprob")
+    # no gold titles: the draft "Lyon" is right for the first question (F1 1) and wrong for the second (F1 0)
+    dev = [dspy.Example(id="right", question=Q, answer="Lyon", answers=["Lyon"]).with_inputs("question"),
+           dspy.Example(id="wrong", question=Q, answer="Paris", answers=["Paris"]).with_inputs("question")]
+    fit = calibrate_decisions(refine, dev, fused=False, retries=0)["stop_gate"]
+    assert fit["n"] == 2 and fit["positives"] == 1 and fit["auc"] == 1.0
+    assert refine.stop_gate.thresholds == {"threshold": pytest.approx(0.8)}
+    # a custom correctness (e.g. EM, or a judge) labels the same decisions the other way round
+    init_dspy(MarkedLM(routes, payload()), cache=False)
+    fit = calibrate_decisions(refine, dev, fused=False, retries=0, correct=lambda ex, answer: ex.id == "wrong")
+    assert fit["stop_gate"]["positives"] == 1 and fit["stop_gate"]["auc"] == 0.0
+
+
+def test_self_rag_acceptance_is_recorded_as_the_smaller_of_its_two_probabilities():
+    from programs.decisions import recorded_decisions
+    from programs.self_rag import SelfRAG
+    from tests.test_seal import CRITIC
+
+    search = ScriptedSearch({Q: ["Blue Fox"]})
+    written = {"relevant": "True", "support": "full", "usefulness": "5", "next_query": "Ana Berg"}
+    init_dspy(MarkedLM({CRITIC: written, ANSWER: {"answer": "Lyon [1]"}},
+                       {CRITIC: [reflection_payload(0.9, 0.6, 0.3, 0.7)]}), cache=False)
+    program = SelfRAG(search, k=1, loops=1, decisions="logprob")
+    with recorded_decisions() as calls:
+        program(question=Q)
+    assert [(c.gate, c.answer) for c in calls] == [(program.critic_gate, "Lyon")]
+    assert calls[0].prob == pytest.approx(0.6, abs=1e-4) and program.critic_gate.kind == "correct"

@@ -1,0 +1,98 @@
+"""Oracle roles (``--oracle ROLE[,ROLE]``): a role's decisions replaced by the gold labels of the question being
+answered -- the upper bound each role leaves on the table, and a check of each method's loop that no model weakness
+can hide.
+
+Roles (:data:`ROLES`): ``relevance`` (a passage is a gold passage), ``sufficiency`` (the passages held include
+every gold passage), ``controller`` (STOP once every gold passage has been retrieved), ``verdict`` (the answer judged
+is right by the task metric), ``planner`` (the corpus of the culture the question is about). Gold passages are
+paragraph ids where the data has them (MuSiQue's ``gold_ids``, XRAG's supporting article), else gold titles.
+
+The labels never travel in a program's inputs, so no prompt can carry them: the evaluation sets them around each
+question's call (:func:`gold_labels`), and a program built with oracle roles reads one role's labels with
+:func:`oracle`, only for the roles it was built with.
+"""
+from __future__ import annotations
+
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass
+from operator import attrgetter
+from typing import Callable, Iterable
+
+from programs.retrieval import Passage
+
+ROLES = ("relevance", "sufficiency", "controller", "verdict", "planner")
+
+
+def parse_roles(text: str | Iterable[str] | None) -> tuple[str, ...]:
+    """``"verdict,relevance"`` -> ``("relevance", "verdict")``; an unknown role is one error naming the choices."""
+    names = [r.strip() for r in (text.split(",") if isinstance(text, str) else text or ()) if r.strip()]
+    if unknown := [r for r in names if r not in ROLES]:
+        raise ValueError(f"unknown --oracle role '{unknown[0]}'; choose from: {', '.join(ROLES)}")
+    return tuple(r for r in ROLES if r in names)
+
+
+def check_roles(text: str | Iterable[str] | None, allowed: Iterable[str], program: str) -> frozenset[str]:
+    """The oracle roles a program is built with; a role it has no decision for is one error naming its roles."""
+    roles, allowed = parse_roles(text), tuple(allowed)
+    if stray := [r for r in roles if r not in allowed]:
+        raise ValueError(f"--oracle {stray[0]}: {program} has no such decision; its oracle roles: "
+                         f"{', '.join(allowed) or 'none'}")
+    return frozenset(roles)
+
+
+@dataclass(frozen=True)
+class Gold:
+    """One question's gold labels, one method per role. ``keys``: its gold passages under ``key`` (paragraph ids or
+    titles); ``correct``: whether an answer is right by the task metric; ``culture``: the language of the corpus
+    of the culture the question is about."""
+
+    keys: frozenset[str] = frozenset()
+    key: Callable[[Passage], str] = attrgetter("title")
+    correct: Callable[[str], bool] | None = None
+    culture: str | None = None
+
+    def missing(self, role: str) -> bool:
+        """Whether this question gives no label for ``role``."""
+        return {"verdict": self.correct is None, "planner": self.culture is None}.get(role, not self.keys)
+
+    def relevance(self, passage: Passage) -> bool:
+        return self.key(passage) in self.keys
+
+    def sufficiency(self, passages: Iterable[Passage]) -> bool:
+        return self.keys <= {self.key(p) for p in passages}
+
+    def controller(self, retrieved: Iterable[Passage]) -> bool:
+        """STOP: every gold passage is among those retrieved so far."""
+        return self.sufficiency(retrieved)
+
+    def verdict(self, answer: str) -> bool:
+        return self.correct(answer)
+
+    def planner(self) -> str | None:
+        return self.culture
+
+
+_GOLD: ContextVar[Gold | None] = ContextVar("gold_labels", default=None)
+
+
+@contextmanager
+def gold_labels(gold: Gold):
+    """Within the block (one question's call), oracle roles read ``gold``."""
+    token = _GOLD.set(gold)
+    try:
+        yield
+    finally:
+        _GOLD.reset(token)
+
+
+def oracle(roles: frozenset[str], role: str) -> Callable | None:
+    """The gold labelling of ``role`` for the question being answered when ``role`` is among the program's oracle
+    ``roles``, else None (the program decides as usual). A question without that label is an error (the example
+    fails): a gold label is never guessed."""
+    if role not in roles:
+        return None
+    gold = _GOLD.get()
+    if gold is None or gold.missing(role):
+        raise ValueError(f"--oracle {role}: no gold label for this question (the evaluation sets them per question)")
+    return getattr(gold, role)

@@ -1,0 +1,190 @@
+"""Oracle roles (--oracle): each role reads only its own gold labels, no prompt carries a label, and the loops do what
+the gold says -- CORAL and CRAG keep exactly the gold passages they retrieve, SEAL stops exactly when it holds them."""
+from types import SimpleNamespace
+
+import dspy
+import pytest
+
+import programs
+from optimizers import cli, evaluation
+from optimizers.metrics import exact_match, gold_of
+from optimizers.suite import Entry, plan, parser as suite_parser
+from programs.coral import CORAL
+from programs.crag import CRAG
+from programs.oracle import Gold, gold_labels
+from programs.par2 import PAR2
+from programs.retrieval import Corpus, Retriever
+from programs.seal import SEAL
+from programs.self_refine import SelfRefine
+from tests.dummies import routed
+from tests.test_coral import EN, ENOUGH, KO, PLAN, QUESTION, REPLAN, SINGLE, WRITE
+from tests.test_seal import (ANSWER, ASSESS, BERG_FACTS, FILM_FACTS, GAP, GAP_BERG, NO_FACTS, QUERY, SUFFICIENT, Q,
+                             ScriptedSearch, extract)
+
+SECRET_TITLE, SECRET_ANSWER = "Secret Gold Title", "Zanzibar Broth"  # labels that no passage or input holds
+
+
+def titles(passages):
+    return [p.title for p in passages]
+
+
+@pytest.fixture
+def coral_search(embedder):
+    return Retriever([Corpus("en", EN, "en"), Corpus("ko", KO, "ko")], embedder)
+
+
+def test_an_oracle_role_reads_gold_only_for_the_role_it_names_and_no_prompt_holds_a_label(coral_search, monkeypatch):
+    read = []
+
+    class Spy(Gold):  # counts which role's labels the program reads
+        def relevance(self, passage):
+            read.append("relevance")
+            return super().relevance(passage)
+
+        def sufficiency(self, passages):
+            read.append("sufficiency")
+            return super().sufficiency(passages)
+
+        def planner(self):
+            read.append("planner")
+            return super().planner()
+
+        def verdict(self, answer):
+            read.append("verdict")
+            return super().verdict(answer)
+
+    monkeypatch.setattr(evaluation, "gold_of", lambda ex: Spy(**vars(gold_of(ex))))
+    lm = routed({PLAN: {"corpora": ["en", "ko"]}, ENOUGH: {"enough": False, "reason": "need more"},
+                 REPLAN: {"corpora": ["ko"], "query": "seaweed soup birthday"}, WRITE: {"answer": "miyeokguk"}})
+    example = dspy.Example(id="q1", question=QUESTION, lang="en", source_lang="ko", answer=SECRET_ANSWER,
+                           answers=[SECRET_ANSWER], gold_titles=["미역국", SECRET_TITLE]).with_inputs("question", "lang")
+    coral = CORAL(coral_search, k=2, loops=2, oracle="relevance")
+    records, _ = evaluation.evaluate(coral, [example], {"em": exact_match}, retries=0)
+    assert not records[0]["failed"] and set(read) == {"relevance"}
+    messages = [h["messages"][-1]["content"] for h in lm.history]
+    assert not any(SINGLE in m for m in messages)   # the critic's relevance is the oracle's: no call
+    assert any(ENOUGH in m for m in messages)       # sufficiency is still the model's
+    assert not any(SECRET_TITLE in m or SECRET_ANSWER in m or "gold" in m.lower() for m in messages)
+    assert [p["title"] for p in records[0]["passages"]] == ["미역국"]
+
+
+def test_an_oracle_role_without_gold_labels_fails_loudly_and_a_program_refuses_a_role_it_lacks():
+    routed({ANSWER: {"answer": "Lyon [1]"}})
+    with pytest.raises(ValueError, match="--oracle relevance: no gold label"):
+        CRAG(ScriptedSearch({Q: ["Blue Fox"]}), k=1, loops=0, oracle="relevance")(question=Q)
+    with pytest.raises(ValueError, match="crag has no such decision; its oracle roles: relevance"):
+        CRAG(ScriptedSearch({}), oracle="controller")
+    with pytest.raises(ValueError, match="unknown --oracle role 'critic'"):
+        SEAL(ScriptedSearch({}), oracle="critic")
+
+
+def test_coral_under_oracle_relevance_keeps_every_gold_passage_it_retrieves_and_drops_the_others(coral_search):
+    routed({PLAN: {"corpora": ["en", "ko"]}, ENOUGH: {"enough": True, "reason": "ok"}, WRITE: {"answer": "x"}})
+    with gold_labels(Gold(frozenset({"미역국", "Birthdays", SECRET_TITLE}))):
+        pred = CORAL(coral_search, k=2, loops=1, oracle="relevance")(question=QUESTION, lang="en")
+    assert sorted(titles(pred.passages)) == ["Birthdays", "미역국"]
+    assert all(s["kept"] == (s["id"] in ("en:e1", "ko:k1")) for s in pred.trace["scores"][0])
+    assert len(pred.trace["scores"][0]) == 4  # all four candidates were judged, two kept
+
+
+def test_coral_under_oracle_sufficiency_and_planner_stops_when_the_gold_is_kept_in_the_cultures_corpus(coral_search):
+    lm = routed({PLAN: {"corpora": ["en"]}, SINGLE: {"relevance": 5, "usefulness": 5, "specificity": 5,
+                                                   "compatibility": 5, "critique": "ok"},
+                 ENOUGH: {"enough": False, "reason": "no"}, WRITE: {"answer": "x"}})
+    with gold_labels(Gold(frozenset({"미역국"}), culture="ko")):
+        pred = CORAL(coral_search, k=2, loops=3, oracle="sufficiency,planner")(question=QUESTION, lang="en")
+    assert pred.trace["corpora"] == [["ko"]] and pred.trace["stop_reason"] == "sufficient"  # the planner: not en
+    messages = [h["messages"][-1]["content"] for h in lm.history]
+    assert not any(PLAN in m or ENOUGH in m for m in messages)  # neither the planner nor sufficiency was asked
+
+
+def test_crag_under_oracle_relevance_keeps_exactly_the_gold_passages_it_retrieves():
+    lm = routed({ANSWER: {"answer": "Lyon [1]"}, QUERY: {"query": "Ana Berg birthplace"}})
+    search = ScriptedSearch({Q: ["Blue Fox", "Red Owl", "Green Cat"]})
+    with gold_labels(Gold(frozenset({"Blue Fox", "Green Cat", SECRET_TITLE}))):
+        pred = CRAG(search, k=3, loops=1, oracle="relevance")(question=Q)
+    assert titles(pred.passages) == ["Blue Fox", "Green Cat"] and pred.trace["actions"] == ["correct"]
+    assert all(SECRET_TITLE not in h["messages"][-1]["content"] for h in lm.history) and len(lm.history) == 1
+    # no gold among the first hits: everything is dropped, the rewritten query's gold hit is what is kept
+    search = ScriptedSearch({Q: ["Red Owl", "Grey Elk"], "ana berg": ["Ana Berg", "Green Cat"]})
+    with gold_labels(Gold(frozenset({"Ana Berg"}))):
+        pred = CRAG(search, k=2, loops=1, oracle="relevance")(question=Q)
+    assert titles(pred.passages) == ["Ana Berg"] and pred.trace["actions"] == ["incorrect", "correct"]
+
+
+def seal_lm():
+    return routed({extract("Blue Fox"): FILM_FACTS, extract("Ana Berg"): BERG_FACTS, extract("Red Owl"): NO_FACTS,
+                   ASSESS: SUFFICIENT, GAP: GAP_BERG, QUERY: {"query": "Ana Berg"}, ANSWER: {"answer": "Lyon [1]"}})
+
+
+def test_seal_under_oracle_sufficiency_stops_exactly_when_the_gold_passages_are_held():
+    search = ScriptedSearch({Q: ["Blue Fox", "Red Owl"], "ana berg": ["Ana Berg"]})
+    lm = seal_lm()  # the model would call the first facts sufficient
+    with gold_labels(Gold(frozenset({"Blue Fox", "Ana Berg"}))):
+        pred = SEAL(search, k=2, loops=3, oracle="sufficiency")(question=Q)
+    assert pred.stop_reason == "sufficient" and pred.loops_used == 1
+    assert sorted(titles(pred.passages)) == ["Ana Berg", "Blue Fox"]
+    assert [a["oracle"] for a in pred.trace["assessments"]] == [False, True]
+    assert not any(ASSESS in h["messages"][-1]["content"] for h in lm.history)  # the gate never asked the model
+    seal_lm()
+    with gold_labels(Gold(frozenset({"Blue Fox"}))):  # held from the start: no repair
+        pred = SEAL(search, k=2, loops=3, oracle="sufficiency")(question=Q)
+    assert pred.stop_reason == "sufficient" and pred.loops_used == 0
+
+
+def test_par2_under_oracle_controller_stops_once_every_gold_passage_is_retrieved():
+    from tests.test_par2 import ANSWER as WRITE_STEP, ESC, PLAN as SEARCHES, ROUTES, TWO_SEARCHES
+    from tests.test_par2 import ScriptedSearch as Par2Search, said
+
+    def run(gold):
+        lm = routed({SEARCHES: TWO_SEARCHES, WRITE_STEP: said("Lyon"),
+                     ESC: {"decision": "STOP", "next_query": "Green Cat film"}})  # the model would always stop
+        with gold_labels(Gold(frozenset(gold))):
+            pred = PAR2(Par2Search(ROUTES), k=2, loops=3, oracle="controller")(question=Q)
+        return pred, sum(ESC in h["messages"][-1]["content"] for h in lm.history)
+
+    pred, asked = run({"Ana Berg"})  # retrieved by the anchor: STOP without asking
+    assert pred.trace["stop_reason"] == "esc_stop" and asked == 0
+    pred, asked = run({"Green Cat"})  # not yet: the model's query is searched, then STOP
+    assert [s.get("action") for s in pred.trace["steps"]] == ["CONTINUE", "STOP"] and asked == 1
+
+
+def test_self_refine_under_oracle_verdict_stops_exactly_on_a_right_answer():
+    from tests.test_rag_critic import FEEDBACK, REVISE, WRITER, ScriptedSearch as CriticSearch
+    from tests.test_rag_critic import said
+
+    def run(answers):
+        lm = routed({FEEDBACK: {"verdict": "Correct", "feedback": "Name the city."}, REVISE: {"answer": "Lyon"},
+                     WRITER: said("Blue Fox")})
+        example = dspy.Example(question=Q, answers=answers)
+        with gold_labels(Gold(correct=lambda answer: bool(exact_match(example, dspy.Prediction(answer=answer))))):
+            pred = SelfRefine(CriticSearch(), k=2, oracle="verdict")(question=Q)
+        return pred, sum(FEEDBACK in h["messages"][-1]["content"] for h in lm.history)
+
+    pred, asked = run(["Blue Fox"])
+    assert pred.answer == "Blue Fox" and pred.trace["stop_reason"] == "self_correct" and asked == 0
+    pred, asked = run(["Lyon"])  # the model's "Correct" is overruled; its feedback revises the draft
+    assert pred.answer == "Lyon" and asked == 1 and pred.trace["rounds"][0]["verdict"] == "Error"
+
+
+def test_oracle_rows_are_marked_in_config_params_and_suite_labels_and_bad_roles_are_one_line(capsys):
+    args = suite_parser("x").parse_args(["--suite", "crag,rag", "--oracle", "verdict, relevance"])
+    examples = [dspy.Example(id="h1", question="q", answer="a", answers=["a"], gold_titles=["T"])]
+    cli.check_oracle(args, examples)
+    assert args.oracle == "relevance,verdict"
+    s = cli.Session(args, SimpleNamespace(task="short"), None, None, None, {}, None)
+    s.args.max_chars = 600
+    assert s.config["oracle"] == "relevance,verdict"  # in every checkpoint key of the run
+    assert s.oracle("crag") == "relevance" and s.program_config("crag")["oracle"] == "relevance"
+    assert s.oracle("rag") == "" and "oracle" not in s.program_config("rag")
+    assert s.oracle("coral_fixed_own") == "relevance" and s.oracle("rag_critic") == "verdict"
+    cells, pairs = plan((Entry("crag", ("rag",), ("hotpotqa",)),), oracle=args.oracle)
+    assert [c.label for c in cells] == ["crag+oracle:relevance", "rag"] and pairs[0][1] is cells[0]
+    for argv, message in ((["--program", "crag", "--oracle", "controller"], "crag has no such decision"),
+                          (["--program", "crag", "--oracle", "critic"], "unknown --oracle role 'critic'"),
+                          (["--program", "coral", "--oracle", "planner"], "needs the culture's language")):
+        with pytest.raises(SystemExit):
+            cli.check_oracle(cli.parser("x").parse_args(argv), examples)
+        assert message in capsys.readouterr().err
+    assert programs.oracle_roles("par2_anchor") == () and programs.oracle_roles("coral") == (
+        "relevance", "sufficiency", "planner")
