@@ -187,7 +187,7 @@ class QuestionTraces:
 
             def finish(rec: dict) -> None:
                 span.set_outputs({"answer": rec.get("answer"), "gold": rec.get("gold"),
-                                  **{m: rec[m] for m in self.metrics if m in rec}})
+                                  **{m: rec[m] for m in self.metrics if m in rec}, "decisions": rec.get("trace")})
                 span.set_attributes({"answer": _cell(rec.get("answer")), "gold": _cell(rec.get("gold")),
                                      "decisions": _cell(rec.get("trace")),
                                      "passages": _cell([p["title"] for p in rec.get("passages") or []])})
