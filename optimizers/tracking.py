@@ -149,8 +149,16 @@ class EvalData:
             warnings.filterwarnings("ignore", message="The specified dataset source can be interpreted")
             dataset = from_pandas(frame, source=_source(self.source), name=self.name, targets="answer",
                                   digest=self.digest)
-        mlflow.log_input(dataset, context=self.context, tags={"data_fingerprint": self.fingerprint[:12]}
-                         if self.fingerprint else None)
+        tags = {"data_fingerprint": self.fingerprint[:12]} if self.fingerprint else None
+        try:
+            mlflow.log_input(dataset, context=self.context, tags=tags)
+        except mlflow.exceptions.MlflowException as error:
+            # The store inserts a new dataset after a lookup, not atomically: two runs logging the same data at
+            # once (Ray cells) make one insert fail on the (experiment, name, digest) key. The dataset now
+            # exists, so logging again links it.
+            if "UNIQUE constraint" not in str(error) and "Duplicate entry" not in str(error):
+                raise
+            mlflow.log_input(dataset, context=self.context, tags=tags)
 
 
 def examples_digest(examples) -> str:

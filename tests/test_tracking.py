@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import mlflow
+import pytest
 from dspy.utils.dummies import DummyLM
 
 import evaluate
@@ -116,3 +117,34 @@ def test_api_base_credentials_are_not_logged_as_params():
     params = mlflow.get_run(run.info.run_id).data.params
     assert params["api_base"] == "https://***@llm.example.org:8443/v1?api-key=***&deployment=***"
     assert params["plain"] == "http://127.0.0.1:8080/v1" and params["lm"] == "openai/gpt-4o-mini"
+
+
+def test_a_dataset_logged_by_two_runs_at_once_is_linked_not_a_crash(monkeypatch):
+    """The tracking store looks a dataset up, then inserts it: a second run inserting the same one in between
+    fails on the unique key (seen in CI with two Ray cells). The retry links the dataset that now exists; any
+    other store error still raises."""
+    examples = tuple(cli.session(cli.parser("t").parse_args(["--program", "direct", "--dataset", "demo", "--train",
+                                                            "0", "--dev", "2"]), needs_search=False).splits.dev)
+    data = tracking.EvalData("demo/dev/seed13", "dev", examples, "demo")
+    real, calls = mlflow.log_input, []
+
+    def racing(error):
+        def log_input(*args, **kwargs):
+            calls.append(error)
+            if len(calls) == 1:
+                raise mlflow.exceptions.MlflowException(error)
+            return real(*args, **kwargs)
+        return log_input
+
+    mlflow.set_tracking_uri(tracking.tracking_uri())
+    mlflow.set_experiment("race")
+    monkeypatch.setattr(mlflow, "log_input", racing("UNIQUE constraint failed: datasets.experiment_id, "
+                                                    "datasets.name, datasets.digest"))
+    with mlflow.start_run() as run:
+        data.log()
+    assert len(calls) == 2 and _inputs(mlflow.get_run(run.info.run_id)) == {"dev": ("demo/dev/seed13", data.digest)}
+    calls.clear()
+    monkeypatch.setattr(mlflow, "log_input", racing("RESOURCE_DOES_NOT_EXIST: run"))
+    with mlflow.start_run(), pytest.raises(mlflow.exceptions.MlflowException, match="RESOURCE_DOES_NOT_EXIST"):
+        data.log()
+    assert len(calls) == 1
