@@ -4,6 +4,7 @@ Holm-Bonferroni adjusted p-value across all pairs of the table."""
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 
 import mlflow
@@ -112,7 +113,14 @@ def report(results: list, pairs: list[tuple], title: str) -> Board:
     for r in results:
         if (share := overhead(r.summary)) is not None:
             metrics[f"{r.cell.dataset}_{r.cell.label}_orchestration"] = share
-    return Board("\n\n".join(parts) + "\n", {k: v for k, v in metrics.items() if not math.isnan(v)}, rows)
+    return Board("\n\n".join(parts) + "\n", {metric_name(k): v for k, v in metrics.items() if not math.isnan(v)},
+                 rows)
+
+
+def metric_name(key: str) -> str:
+    """``key`` as an MLflow metric name: an oracle row's ``+oracle:ROLE`` becomes ``.oracle:ROLE`` (MLflow refuses
+    ``+``; every other character of a cell label is allowed)."""
+    return re.sub(r"[^\w\-. :/]", ".", key)
 
 
 def log(board: Board, results: list, pairs: list[tuple]) -> None:

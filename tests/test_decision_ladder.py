@@ -1,0 +1,70 @@
+"""The decision ladder: every rung a child run paired with the baseline, fused gates fitted on dev only, the
+oracle rung marked, and the writer the same LM throughout."""
+import json
+import math
+
+import mlflow
+import pytest
+
+from optimizers import cli
+from programs.retrieval import Retriever
+from tests.test_decisions import RelevanceLM
+from tests.test_seal import ANSWER
+
+DEMO = "data/demo/multihop.jsonl"
+
+
+def gold_titles() -> set[str]:
+    with open(DEMO, encoding="utf-8") as f:
+        return {t for line in f for t in json.loads(line)["gold_titles"]}
+
+
+@pytest.fixture
+def ladder_lm(embedder, monkeypatch):
+    """CRAG's relevance decisions with P(yes) 0.8 on gold titles and 0.3 elsewhere; the writer answers "Ohio"."""
+    import scripts.decision_ladder as ladder
+
+    with open("data/demo/multihop_corpus.jsonl", encoding="utf-8") as f:
+        titles = [json.loads(line)["title"] for line in f]
+    gold = gold_titles()
+    lm = RelevanceLM({"`[[ ## grade ## ]]`": {"grade": "ambiguous"},
+                      "[[ ## earlier_queries ## ]]": {"query": "another search"}, ANSWER: {"answer": "Ohio [1]"}},
+                     {t: 0.8 if t in gold else 0.3 for t in titles})
+    made = []
+
+    def make_lm(name, *args, **kwargs):
+        made.append(name)
+        return lm
+    monkeypatch.setattr(cli, "make_lm", make_lm)
+    monkeypatch.setattr(cli, "Retriever", lambda corpora, *a, **kw: Retriever(corpora, embedder))
+    return ladder, made
+
+
+def test_every_rung_is_a_child_run_paired_with_the_baseline(ladder_lm, capsys):
+    ladder, made = ladder_lm
+    out = ladder.main(["--program", "crag", "--baseline", "rag_cited", "--dataset", "demo", "--k", "2",
+                       "--loops", "1", "--train", "0", "--dev", "4", "--test", "3", "--critic-lm", "fake:critic"])
+    labels = [r.cell.label for r in out["results"]]
+    assert labels == ["rag_cited_k2", "crag_k2_L1_generate", "crag_k2_L1_fused", "crag_k2_L1_fused_critic",
+                      "crag_k2_L1_oracle+oracle:relevance"]
+    assert "fake:critic" in made  # the fused-critic rung's decisions; the writer stays --lm
+    pairs = out["leaderboard"].markdown.split("Method vs baseline")[1]
+    assert pairs.count("rag_cited_k2") == 4
+    runs = mlflow.search_runs(experiment_names=["agentic-rag"], output_format="list")
+    parent = next(r for r in runs if r.info.run_id == out["run_id"])
+    children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
+    assert len(children) == 5 and {c.data.params["oracle"] for c in children} == {"", "relevance"}
+    fit = json.loads(open(mlflow.artifacts.download_artifacts(
+        run_id=parent.info.run_id, artifact_path="calibration/fused/grade_gate.json")).read())
+    assert fit["n"] > 0 and 0 < fit["positives"] < fit["n"] and fit["auc"] > 0.5  # on dev decisions
+    assert not math.isclose(fit["thresholds"]["upper"], 2 / 3)  # fitted, not the paper's fixed value
+
+
+def test_the_ladder_sets_decisions_and_oracle_itself(ladder_lm, capsys):
+    ladder, _ = ladder_lm
+    base = ["--program", "crag", "--baseline", "rag_cited", "--dataset", "demo", "--dev", "2", "--test", "2"]
+    for extra, message in ((["--oracle", "relevance"], "set per rung"), ([], "needs --critic-lm"),
+                           (["--rungs", "fused", "--dev", "0"], "pass --dev")):
+        with pytest.raises(SystemExit) as stop:
+            ladder.main(base + extra)
+        assert stop.value.code == 2 and message in capsys.readouterr().err
