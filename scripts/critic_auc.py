@@ -16,7 +16,8 @@ Questions are taken in a seeded order until both classes have ``--min`` decision
 ``JudgeRelevance``) read three ways from one call per passage: ``generate`` (the written yes/no), ``logprob``
 (P(yes) at the label token) and ``fused`` (a logistic model of P(yes) and the retriever's score, fitted 5-fold
 grouped by question: no row is scored by a model fitted on it). ROC AUC with a 95% bootstrap CI (questions
-resampled), seconds per decision (wall clock of the LM call). One MLflow run logs every decision's scores."""
+resampled), seconds per decision (wall clock of the LM call) and its prompt / completion tokens (fresh calls: a
+load-free measure of cost). One MLflow run logs every decision's scores."""
 from __future__ import annotations
 
 import argparse
@@ -41,6 +42,7 @@ from programs.decisions import YES_NO, Gate, decide, fit_fusion, written_label  
 from programs.retrieval import Corpus, Passage, Retriever  # noqa: E402
 from runtime.embedders import get_embedder  # noqa: E402
 from runtime.lm import make_lm  # noqa: E402
+from runtime.metering import metered  # noqa: E402
 from runtime.roles import init_dspy  # noqa: E402
 from signatures.critic import JudgeRelevance  # noqa: E402
 
@@ -159,9 +161,11 @@ def judge(rows: list[dict], max_chars: int, prompt: str = "chat") -> None:
     predictor = dspy.Predict(JudgeRelevance)
     for r in rows:
         t0 = time.perf_counter()
-        d = decide(predictor, {"relevant": YES_NO}, {"max_tokens": 32}, chat=prompt == "chat",
-                   question=r["question"], passage=r["passage"].format(max_chars))
+        with metered() as cost:
+            d = decide(predictor, {"relevant": YES_NO}, {"max_tokens": 32}, chat=prompt == "chat",
+                       question=r["question"], passage=r["passage"].format(max_chars))
         r["seconds"] = time.perf_counter() - t0
+        r["tokens"] = (cost.prompt_tokens, cost.completion_tokens)  # (0, 0) for a cached reply
         r["written"] = str(d.output.get("relevant")) if d.output is not None else None
         r["generate"] = {"yes": 1.0, "no": 0.0}.get(written_label(r["written"], YES_NO), 0.5)
         r["logprob"] = d.prob("relevant", "yes") if d.probs.get("relevant") else r["generate"]
@@ -174,9 +178,15 @@ def summarise(rows: list[dict], key: str) -> dict:
     return {"auc": auc(gold, other), "ci": (lo, hi), "n_gold": len(gold), "n_other": len(other)}
 
 
-def table_line(dataset, candidates, row_name, s: dict, seconds: str) -> str:
+def table_line(dataset, candidates, row_name, s: dict, seconds: str, tokens: str = "-") -> str:
     return (f"| {dataset} | {candidates} | {row_name} | {s['n_gold']} / {s['n_other']} | {s['auc']:.3f} | "
-            f"{s['ci'][0]:.3f}-{s['ci'][1]:.3f} | {seconds} |")
+            f"{s['ci'][0]:.3f}-{s['ci'][1]:.3f} | {seconds} | {tokens} |")
+
+
+def tokens_per_decision(rows: list[dict]) -> str:
+    """Mean prompt / completion tokens of the decisions asked afresh (cached replies report none)."""
+    fresh = [r["tokens"] for r in rows if r["tokens"][0]]
+    return f"{np.mean([t[0] for t in fresh]):.0f} / {np.mean([t[1] for t in fresh]):.1f}" if fresh else "(cached)"
 
 
 def main(argv=None) -> list[str]:
@@ -210,8 +220,8 @@ def main(argv=None) -> list[str]:
             retrievers[name] = Retriever([_pool(name, root)], embedder)
         return retrievers[name]
 
-    lines = ["| dataset | candidates | decision | gold / other | ROC AUC | 95% CI | s/decision |",
-             "|---|---|---|---|---|---|---|"]
+    lines = ["| dataset | candidates | decision | gold / other | ROC AUC | 95% CI | s/decision | tokens in / out |",
+             "|---|---|---|---|---|---|---|---|"]
 
     def emit(line):
         lines.append(line)
@@ -248,7 +258,7 @@ def main(argv=None) -> list[str]:
                 unread = sum(not r["read"] for r in rows)
                 for mode in ("generate", "logprob", "fused"):
                     s = summarise(rows, mode)
-                    emit(table_line(name, cand, f"{short} {mode}", s, seconds)
+                    emit(table_line(name, cand, f"{short} {mode}", s, seconds, tokens_per_decision(rows))
                          + (f" <!-- {unread} unread -->" if unread and mode == "logprob" else ""))
                     mlflow.log_metric(f"{name}_{cand}_{short}_{mode}_auc", s["auc"])
                 tracking.log_jsonl(f"scores/{name}_{cand}_{short}.jsonl",

@@ -49,10 +49,9 @@ def test_an_evaluation_logs_its_questions_as_a_dataset_and_a_table(monkeypatch):
 
 
 def test_the_same_examples_have_the_same_digest_wherever_they_are_read():
-    args = cli.parser("t").parse_args(["--program", "direct", "--dataset", "demo", "--train", "1", "--dev", "2"])
-    s = cli.session(args, needs_search=False)
-    again = cli.session(cli.parser("t").parse_args(["--program", "direct", "--dataset", "demo", "--train", "1",
-                                                    "--dev", "2"]), needs_search=False)
+    argv = ["--program", "direct", "--dataset", "demo", "--train", "1", "--dev", "2", "--lm", "openai/unused"]
+    s = cli.session(cli.parser("t").parse_args(argv), needs_search=False)
+    again = cli.session(cli.parser("t").parse_args(list(argv)), needs_search=False)
     assert s.eval_data("dev", s.splits.dev).digest == again.eval_data("dev", again.splits.dev).digest
     assert s.eval_data("dev", s.splits.dev).digest != s.eval_data("train", s.splits.train).digest
 
@@ -123,8 +122,8 @@ def test_a_dataset_logged_by_two_runs_at_once_is_linked_not_a_crash(monkeypatch)
     """The tracking store looks a dataset up, then inserts it: a second run inserting the same one in between
     fails on the unique key (seen in CI with two Ray cells). The retry links the dataset that now exists; any
     other store error still raises."""
-    examples = tuple(cli.session(cli.parser("t").parse_args(["--program", "direct", "--dataset", "demo", "--train",
-                                                            "0", "--dev", "2"]), needs_search=False).splits.dev)
+    argv = ["--program", "direct", "--dataset", "demo", "--train", "0", "--dev", "2", "--lm", "openai/unused"]
+    examples = tuple(cli.session(cli.parser("t").parse_args(argv), needs_search=False).splits.dev)
     data = tracking.EvalData("demo/dev/seed13", "dev", examples, "demo")
     real, calls = mlflow.log_input, []
 
