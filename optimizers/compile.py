@@ -115,17 +115,16 @@ def compile_program(program: dspy.Module, optimizer: str, trainset: list, devset
             tp = _Bootstrap(metric=metric, **demos)
             compiled = tp.compile(program, trainset=trainset)
             if tp.stopped:
-                kept = (f"the demos of the {len(tp.bootstrapped)} of {len(trainset)} train examples bootstrapped so "
-                        "far")
+                kept = f"the demos bootstrapped from {len(tp.bootstrapped)} of {len(trainset)} train examples so far"
         else:
             try:
                 compiled = search(program, optimizer, trainset, devset, metric, demos, candidates, budget, seed,
                                   reflection_lm)
             except BudgetSpent:
                 compiled = best.program or program.deepcopy()
-                kept = (f"the best of the {best.scored} candidates scored on the dev set so far (dev score "
-                        f"{best.score:.1f})" if best.program else "the uncompiled program: no candidate was scored on "
-                                                                  "the whole dev set yet")
+                kept = (f"the best of {best.scored} candidate(s) scored on the dev set so far (dev score "
+                        f"{best.score:.1f})" if best.program
+                        else "the uncompiled program: no candidate was scored on the whole dev set yet")
     if limit and limit.reached:
         print(f"compile budget spent ({limit.reached}): {optimizer} stopped early and kept {kept}", file=sys.stderr)
     return compiled
