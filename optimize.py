@@ -1,6 +1,7 @@
 """Compile a program and track it: ``python optimize.py --program rag [--dataset hotpotqa --optimizer bootstrap]``.
 
-Evaluates the uncompiled program on dev and test, compiles on train (search optimizers select on dev), with
+Evaluates the uncompiled program on dev and test, compiles on train (search optimizers select on dev; within
+``--compile-budget``/``--compile-minutes``, keeping the best program so far), fits the demos to ``--demo-tokens``, with
 ``--decisions logprob|fused`` fits the decision gates' thresholds (and fusion weights) on dev against gold titles
 (answer-level gates: the compile metric's verdict on the answer they judged),
 evaluates the compiled program on dev and test, saves it as DSPy JSON state and logs one MLflow run."""

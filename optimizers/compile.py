@@ -32,8 +32,8 @@ def feedback(gold, pred, score: float) -> str:
     """Why an answer scored what it did, for GEPA's reflection LM: expected vs predicted answer, the gold titles the
     program never retrieved (``retrieved``, else ``passages``, against ``gold_titles``), and its decisions
     (:data:`DECISIONS` in its ``trace``); at most :data:`FEEDBACK_CHARS` characters."""
-    parts = [f"Expected answer: {gold.get('answer')!r}. Predicted: {getattr(pred, 'answer', None)!r}. "
-             f"Score {score:.2f}."]
+    parts = [(f"Expected answer: {gold.get('answer')!r}. Predicted: {getattr(pred, 'answer', None)!r}. "
+              f"Score {score:.2f}.")]
     passages, titles = getattr(pred, "retrieved", None) or getattr(pred, "passages", None), gold.get("gold_titles")
     if passages is not None and titles:
         seen = {getattr(p, "title", None) for p in passages}

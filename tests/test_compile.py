@@ -296,6 +296,12 @@ def test_a_budget_stops_a_search_with_the_best_candidate_scored_so_far(dummy, ca
     kept = compile_program(program, "random_search", TRAIN, DEV, exact_match, limit=Limit(calls=1))
     assert kept is not program and demo_questions(kept) == []
     assert "kept the uncompiled program: no candidate was scored on the whole dev set" in capsys.readouterr().err
+    # GEPA scores the seed program on the dev set (2 calls), then train minibatches: stopped there, it keeps the seed
+    original = instructions(program)
+    gepa = compile_program(program, "gepa", TRAIN, DEV, exact_match, budget=12, reflection_lm=reflection_lm(),
+                           limit=Limit(calls=4))
+    assert instructions(gepa) == original
+    assert "gepa stopped early and kept the best of 1 candidate(s) scored on the dev set" in capsys.readouterr().err
 
 
 def test_a_minute_budget_refuses_the_call_past_its_deadline(dummy):
