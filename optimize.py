@@ -1,6 +1,7 @@
 """Compile a program and track it: ``python optimize.py --program rag [--dataset hotpotqa --optimizer bootstrap]``.
 
-Evaluates the uncompiled program on dev and test, compiles on train (search optimizers select on dev), with
+Evaluates the uncompiled program on dev and test, compiles on train (search optimizers select on dev; within
+``--compile-budget``/``--compile-minutes``, keeping the best program so far), fits the demos to ``--demo-tokens``, with
 ``--decisions logprob|fused`` fits the decision gates' thresholds (and fusion weights) on dev against gold titles
 (answer-level gates: the compile metric's verdict on the answer they judged),
 evaluates the compiled program on dev and test, saves it as DSPy JSON state and logs one MLflow run."""
@@ -19,21 +20,28 @@ import programs
 from optimizers import tracking
 from optimizers.calibration import calibrate_decisions
 from optimizers.cli import compile_metric, fail, interruptible, parser, retrieval_options, session
-from optimizers.compile import OPTIMIZERS, compile_program
+from optimizers.compile import OPTIMIZERS, compile_program, fit_demos
 from optimizers.evaluation import evaluate
-from optimizers.metrics import ANSWER_METRICS
+from optimizers.metrics import METRIC_NAMES
 from optimizers.stats import bootstrap_ci
-from runtime.metering import metered
+from runtime.metering import Limit, metered
 
 
 @interruptible
 def main(argv=None) -> str:
     p = parser(__doc__.splitlines()[0])
     p.add_argument("--optimizer", default="bootstrap", choices=OPTIMIZERS)
-    p.add_argument("--metric", choices=list(ANSWER_METRICS), help="compile metric (default: f1, or accuracy for MCQ)")
+    p.add_argument("--metric", choices=METRIC_NAMES,
+                   help="compile metric (default: f1, or accuracy for MCQ; judge needs --judge)")
     p.add_argument("--demos", type=int, default=2, help="max bootstrapped and labeled demos per predictor")
     p.add_argument("--candidates", type=int, default=4, help="candidate programs (random_search, mipro)")
     p.add_argument("--budget", type=int, help="mipro trials / gepa metric calls")
+    p.add_argument("--compile-budget", type=int, metavar="N",
+                   help="stop the compile at N LM calls (cache hits included) and keep the best program so far")
+    p.add_argument("--compile-minutes", type=float, metavar="M",
+                   help="stop the compile after M minutes and keep the best program so far")
+    p.add_argument("--demo-tokens", type=int, metavar="T",
+                   help="drop each predictor's longest demos until its demos fit T estimated tokens (chars/4)")
     p.add_argument("--out", help="where to write the compiled program JSON (also logged to MLflow)")
     args = p.parse_args(argv)
     if not args.program:
@@ -45,7 +53,10 @@ def main(argv=None) -> str:
     if not s.splits.train or (args.optimizer != "bootstrap" and not s.splits.dev):
         fail(f"--optimizer {args.optimizer} needs --train" + ("" if args.optimizer == "bootstrap" else " and --dev")
              + " of at least 1 example")
-    metric_name, metric = compile_metric(s.bundle.task, args.metric)
+    for flag in ("compile_budget", "compile_minutes", "demo_tokens"):
+        if getattr(args, flag) is not None and getattr(args, flag) <= 0:
+            fail(f"--{flag.replace('_', '-')} must be positive (leave it out for no limit)")
+    metric_name, metric = compile_metric(s.bundle.task, args.metric, s.judge)
     program = s.build(args.program)
     k = args.k if s.retriever else None
 
@@ -53,7 +64,8 @@ def main(argv=None) -> str:
     with tracking.run(args.experiment, run_name, tags={"entry": "optimize.py"}) as run:
         tracking.log_params(s.params(args.program) | {
             "optimizer": args.optimizer, "compile_metric": metric_name, "max_demos": args.demos,
-            "candidates": args.candidates, "budget": args.budget or ""})
+            "candidates": args.candidates, "budget": args.budget or "", "compile_budget": args.compile_budget or "",
+            "compile_minutes": args.compile_minutes or "", "demo_tokens": args.demo_tokens or ""})
         stages, scores = {}, {}
         traces = tracking.question_traces(run.info.run_id, s.metrics, args.trace)
 
@@ -72,14 +84,19 @@ def main(argv=None) -> str:
         s.eval_data("train", s.splits.train).log()  # what compile learns from
         stage("dev_before", program, s.splits.dev)
         stage("test_before", program, s.splits.test)
-        t0 = time.perf_counter()
+        t0, limit = time.perf_counter(), Limit(args.compile_budget, args.compile_minutes)
         with tracking.untraced(), metered() as cost:  # compile's own calls are counted, not traced
             compiled = compile_program(program, args.optimizer, s.splits.train, s.splits.dev, metric,
                                        max_demos=args.demos, candidates=args.candidates, budget=args.budget,
-                                       seed=args.seed, reflection_lm=s.roles.lm("planner"))
+                                       seed=args.seed, reflection_lm=s.roles.lm("planner"), limit=limit)
         tracking.log_metrics({"seconds": time.perf_counter() - t0, "lm_calls": cost.lm_calls,
-                              "prompt_tokens": cost.prompt_tokens, "completion_tokens": cost.completion_tokens},
-                             "compile")
+                              "prompt_tokens": cost.prompt_tokens, "completion_tokens": cost.completion_tokens,
+                              "budget_exhausted": float(bool(limit.reached))}, "compile")
+        for name, (tokens, dropped) in fit_demos(compiled, args.demo_tokens).items():
+            mlflow.log_metric(f"demo_tokens_{name}", tokens)
+            if dropped:
+                print(f"{name}: dropped its {dropped} longest demo(s) to fit --demo-tokens {args.demo_tokens} "
+                      f"({tokens} estimated tokens kept)", file=sys.stderr)
         if args.decisions != "generate" and s.splits.dev:  # thresholds (and fusion weights) fitted on dev
             fits = calibrate_decisions(compiled, s.splits.dev, args.decisions == "fused", args.retries,
                                        lambda ex, answer: bool(metric(ex, dspy.Prediction(answer=answer), trace=True)))

@@ -406,7 +406,13 @@ def check_oracle(args: argparse.Namespace, examples: list[dspy.Example]) -> None
     args.oracle = ",".join(roles)
 
 
-def compile_metric(task: str, name: str | None):
+def compile_metric(task: str, name: str | None, judge=None):
+    """The compile metric ``--metric`` names (default: f1, accuracy for multiple choice); ``judge`` is the session's
+    LLM judge, which ``--judge`` configures."""
     name = name or ("accuracy" if task == "mcq" else "f1")
-    return name, ANSWER_METRICS[name]
+    if name != "judge":
+        return name, ANSWER_METRICS[name]
+    if task == "mcq" or judge is None:
+        fail("--metric judge needs --judge (and a short-answer dataset: multiple choice is scored by accuracy)")
+    return name, judge
 

@@ -1,9 +1,21 @@
-"""Teleprompter registry: compile a program's few-shot demos (and, for MIPROv2/GEPA, instructions)."""
+"""Teleprompter registry: compile a program's few-shot demos (and, for MIPROv2/GEPA, instructions), within an LM
+budget if given; fit the demos to a prompt-token budget."""
 from __future__ import annotations
 
+import json
+import random
+import sys
+from contextlib import nullcontext
+
 import dspy
+from dspy.utils.callback import BaseCallback
+
+from runtime.metering import BudgetSpent, Limit, limited
 
 OPTIMIZERS = ("bootstrap", "random_search", "mipro", "gepa")
+#: Trace entries of a prediction that GEPA's feedback quotes: the method's decisions.
+DECISIONS = ("queries", "actions", "grades", "stop_reason")
+FEEDBACK_CHARS = 600  # the feedback text is cut here; each quoted decision at a quarter of it
 
 
 def never_raises(metric):
@@ -16,26 +28,110 @@ def never_raises(metric):
     return wrapped
 
 
+def feedback(gold, pred, score: float) -> str:
+    """Why an answer scored what it did, for GEPA's reflection LM: expected vs predicted answer, the gold titles the
+    program never retrieved (``retrieved``, else ``passages``, against ``gold_titles``), and its decisions
+    (:data:`DECISIONS` in its ``trace``); at most :data:`FEEDBACK_CHARS` characters."""
+    parts = [(f"Expected answer: {gold.get('answer')!r}. Predicted: {getattr(pred, 'answer', None)!r}. "
+              f"Score {score:.2f}.")]
+    passages, titles = getattr(pred, "retrieved", None) or getattr(pred, "passages", None), gold.get("gold_titles")
+    if passages is not None and titles:
+        seen = {getattr(p, "title", None) for p in passages}
+        missed = [t for t in titles if t not in seen]
+        parts.append(f"Gold passages never retrieved: {', '.join(map(repr, missed))}." if missed
+                     else "Every gold passage was retrieved.")
+    trace = getattr(pred, "trace", None)
+    if isinstance(trace, dict):
+        decisions = [f"{key}={json.dumps(trace[key], ensure_ascii=False, default=str)[:FEEDBACK_CHARS // 4]}"
+                     for key in DECISIONS if trace.get(key) not in (None, "", [])]
+        if decisions:
+            parts.append(f"Decisions: {'; '.join(decisions)}.")
+    return " ".join(parts)[:FEEDBACK_CHARS]
+
+
 def with_feedback(metric):
-    """GEPA's metric shape: a score plus textual feedback for the reflection LM."""
+    """GEPA's metric shape: a score plus textual :func:`feedback` for the reflection LM."""
     def gepa_metric(gold, pred, trace=None, pred_name=None, pred_trace=None):
         score = float(metric(gold, pred))
-        feedback = f"Expected answer: {gold.answer!r}. Predicted: {getattr(pred, 'answer', None)!r}. Score {score:.2f}."
-        return dspy.Prediction(score=score, feedback=feedback)
+        return dspy.Prediction(score=score, feedback=feedback(gold, pred, score))
     return gepa_metric
+
+
+class _Bootstrap(dspy.BootstrapFewShot):
+    """BootstrapFewShot that, stopped by a budget, keeps the demos bootstrapped so far (and, as DSPy does, labeled
+    demos from the train examples not bootstrapped)."""
+
+    def _bootstrap(self, **kwargs):
+        self.bootstrapped, self.stopped = [], False
+        try:
+            super()._bootstrap(**kwargs)
+        except BudgetSpent:
+            self.stopped = True
+            self.validation = [x for x in self.trainset if x not in self.bootstrapped]
+            random.Random(0).shuffle(self.validation)
+
+    def _bootstrap_one_example(self, example, round_idx=0):
+        ok = super()._bootstrap_one_example(example, round_idx)
+        if ok:
+            self.bootstrapped.append(example)
+        return ok
+
+
+class BestSoFar(BaseCallback):
+    """The best program a search optimizer has scored (a ``dspy.Evaluate`` run) on the whole devset so far: what a
+    budget stop keeps of random search, MIPROv2 and GEPA."""
+
+    def __init__(self, devset: list):
+        self.devset, self.program, self.score, self.scored, self._started = devset, None, None, 0, {}
+
+    def on_evaluate_start(self, call_id, instance, inputs):
+        self._started[call_id] = (inputs.get("program"), inputs.get("devset") or instance.devset)
+
+    def on_evaluate_end(self, call_id, outputs, exception=None):
+        program, examples = self._started.pop(call_id, (None, ()))
+        whole = len(examples) == len(self.devset) and all(ex in self.devset for ex in examples)
+        if exception is None and program is not None and whole:
+            self.scored += 1
+            if self.score is None or outputs.score > self.score:
+                self.program, self.score = program, outputs.score
 
 
 def compile_program(program: dspy.Module, optimizer: str, trainset: list, devset: list, metric, *,
                     max_demos: int = 2, candidates: int = 4, budget: int | None = None, seed: int = 0,
-                    reflection_lm: dspy.LM | None = None) -> dspy.Module:
+                    reflection_lm: dspy.LM | None = None, limit: Limit | None = None) -> dspy.Module:
     """Compile ``program`` on ``trainset``; optimizers that search (all but ``bootstrap``) select on ``devset``.
 
-    ``budget`` is MIPROv2's trial count or GEPA's metric-call budget; GEPA reflects with ``reflection_lm``. Threads are 1: the embedded server
-    serves one request at a time on 2 cores."""
+    ``budget`` is MIPROv2's trial count or GEPA's metric-call budget; GEPA reflects with ``reflection_lm``. Threads
+    are 1: the embedded server serves one request at a time on 2 cores. A ``limit`` (LM calls, minutes) reached
+    stops the compile: it keeps the demos bootstrapped so far (bootstrap) or the best candidate scored on the whole
+    devset so far (else the uncompiled program), says so in one line, and leaves ``limit.reached`` set."""
+    if optimizer not in OPTIMIZERS:
+        raise ValueError(f"unknown optimizer '{optimizer}'; choose one of: {', '.join(OPTIMIZERS)}")
     metric = never_raises(metric)
     demos = {"max_bootstrapped_demos": max_demos, "max_labeled_demos": max_demos}
-    if optimizer == "bootstrap":
-        return dspy.BootstrapFewShot(metric=metric, **demos).compile(program, trainset=trainset)
+    best = BestSoFar(devset)
+    with limited(limit) if limit else nullcontext(), dspy.context(callbacks=[*dspy.settings.callbacks, best]):
+        if optimizer == "bootstrap":
+            tp = _Bootstrap(metric=metric, **demos)
+            compiled = tp.compile(program, trainset=trainset)
+            if tp.stopped:
+                kept = f"the demos bootstrapped from {len(tp.bootstrapped)} of {len(trainset)} train examples so far"
+        else:
+            try:
+                compiled = search(program, optimizer, trainset, devset, metric, demos, candidates, budget, seed,
+                                  reflection_lm)
+            except BudgetSpent:
+                compiled = best.program or program.deepcopy()
+                kept = (f"the best of {best.scored} candidate(s) scored on the dev set so far (dev score "
+                        f"{best.score:.1f})" if best.program
+                        else "the uncompiled program: no candidate was scored on the whole dev set yet")
+    if limit and limit.reached:
+        print(f"compile budget spent ({limit.reached}): {optimizer} stopped early and kept {kept}", file=sys.stderr)
+    return compiled
+
+
+def search(program, optimizer, trainset, devset, metric, demos, candidates, budget, seed, reflection_lm):
+    """Compile with one of the optimizers that select on ``devset``."""
     if optimizer == "random_search":
         tp = dspy.BootstrapFewShotWithRandomSearch(metric=metric, num_candidate_programs=candidates, num_threads=1,
                                                    **demos)
@@ -44,8 +140,26 @@ def compile_program(program: dspy.Module, optimizer: str, trainset: list, devset
         tp = dspy.MIPROv2(metric=metric, auto=None, num_candidates=candidates, num_threads=1, seed=seed, **demos)
         return tp.compile(program, trainset=trainset, valset=devset, num_trials=budget or 2 * candidates,
                           minibatch=len(devset) > 35, minibatch_size=min(35, len(devset)))
-    if optimizer == "gepa":
-        tp = dspy.GEPA(metric=with_feedback(metric), reflection_lm=reflection_lm, max_metric_calls=budget or 60,
-                       num_threads=1, seed=seed)
-        return tp.compile(program, trainset=trainset, valset=devset)
-    raise ValueError(f"unknown optimizer '{optimizer}'; choose one of: {', '.join(OPTIMIZERS)}")
+    tp = dspy.GEPA(metric=with_feedback(metric), reflection_lm=reflection_lm, max_metric_calls=budget or 60,
+                   num_threads=1, seed=seed)
+    return tp.compile(program, trainset=trainset, valset=devset)
+
+
+def demo_tokens(demos: list) -> int:
+    """Estimated prompt tokens of ``demos``: the characters of their field values / 4 (no tokenizer needed; about
+    right for English text under Qwen's tokenizer)."""
+    return sum(len(str(value)) for demo in demos for key, value in demo.items() if key != "augmented") // 4
+
+
+def fit_demos(program: dspy.Module, max_tokens: int | None) -> dict[str, tuple[int, int]]:
+    """Drop each predictor's longest demos until its demos' :func:`demo_tokens` fit ``max_tokens`` (None: keep all),
+    so short traces are kept first. Returns per predictor: (demo tokens kept, demos dropped)."""
+    fitted = {}
+    for name, predictor in program.named_predictors():
+        kept, dropped = list(predictor.demos), 0
+        while max_tokens is not None and kept and demo_tokens(kept) > max_tokens:
+            kept.remove(max(kept, key=lambda d: demo_tokens([d])))
+            dropped += 1
+        predictor.demos = kept
+        fitted[name] = (demo_tokens(kept), dropped)
+    return fitted

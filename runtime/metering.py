@@ -1,4 +1,5 @@
-"""Cost accounting for LM work: calls and LM latency (a DSPy callback), tokens (DSPy usage tracking), wall seconds.
+"""Cost accounting for LM work: calls and LM latency (a DSPy callback), tokens (DSPy usage tracking), wall seconds;
+and LM budgets (:func:`limited`), enforced by the same callback.
 
 Each ``metered()`` block owns one :class:`Cost`, carried in DSPy's per-context settings, so blocks running at the
 same time in different threads (``evaluate(..., threads=N)``) each count only their own calls."""
@@ -13,6 +14,7 @@ import dspy
 from dspy.utils.callback import BaseCallback
 
 _KEY = "cost_meters"  # DSPy settings key: the Costs of the enclosing metered() blocks, outermost first
+_LIMITS = "lm_limits"  # DSPy settings key: the Limits of the enclosing limited() blocks
 _LOCK = threading.Lock()  # a program's own threads (dspy.Parallel) share their caller's Costs
 
 
@@ -28,8 +30,35 @@ class Cost:
         return asdict(self)
 
 
+class BudgetSpent(BaseException):
+    """Raised in place of an LM call past a :class:`Limit`. A BaseException, so neither DSPy's guard around callbacks
+    nor code that catches ``Exception`` around one example (the optimizers' scoring) swallows it."""
+
+
+@dataclass
+class Limit:
+    """At most ``calls`` LM calls (counted as :class:`CallMeter` counts them, cache hits included, so a re-run with
+    the same limit stops at the same call) and ``minutes`` of wall time, checked when an LM call starts."""
+    calls: int | None = None
+    minutes: float | None = None
+    used: int = 0
+    deadline: float | None = None
+    reached: str = ""  # what stopped the block ("12 LM calls", "5 minutes"); empty while within the limit
+
+    def take(self) -> None:
+        """Count one LM call, or raise :class:`BudgetSpent` (again at every later call) once the limit is reached."""
+        if self.calls is not None and self.used >= self.calls:
+            self.reached = f"{self.calls} LM calls"
+        elif self.deadline is not None and time.perf_counter() >= self.deadline:
+            self.reached = f"{self.minutes:g} minutes"
+        if self.reached:
+            raise BudgetSpent(self.reached)
+        self.used += 1
+
+
 class CallMeter(BaseCallback):
-    """Adds every LM call made through DSPy (cache hits included), and its latency, to the enclosing Costs."""
+    """Adds every LM call made through DSPy (cache hits included), and its latency, to the enclosing Costs; refuses
+    a call past an enclosing :class:`Limit`."""
 
     def __init__(self):
         self._started: dict[str, tuple[float, tuple[Cost, ...]]] = {}
@@ -37,6 +66,8 @@ class CallMeter(BaseCallback):
     def on_lm_start(self, call_id, instance, inputs):
         meters = dspy.settings.get(_KEY) or ()
         with _LOCK:
+            for limit in dspy.settings.get(_LIMITS) or ():
+                limit.take()
             for cost in meters:
                 cost.lm_calls += 1
             self._started[call_id] = (time.perf_counter(), meters)
@@ -65,3 +96,13 @@ def metered():
             for usage in tracker.get_total_tokens().values():
                 cost.prompt_tokens += int(usage.get("prompt_tokens") or 0)
                 cost.completion_tokens += int(usage.get("completion_tokens") or 0)
+
+
+@contextmanager
+def limited(limit: Limit):
+    """Enforce ``limit`` on the LM calls of this thread (and threads it starts through DSPy) inside the block: the
+    call past it raises :class:`BudgetSpent`, and so does every later one."""
+    if limit.minutes is not None:
+        limit.deadline = time.perf_counter() + 60 * limit.minutes
+    with dspy.context(**{_LIMITS: (*(dspy.settings.get(_LIMITS) or ()), limit)}):
+        yield limit

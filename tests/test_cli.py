@@ -36,6 +36,30 @@ def test_optimize_logs_one_complete_run_and_a_loadable_program(scripted_lm, tmp_
     assert str(tracking.mlruns()) in tracking.tracking_uri()
 
 
+def test_optimize_within_a_compile_budget_says_so_and_logs_it_and_the_demo_tokens(scripted_lm, capsys):
+    argv = ["--program", "direct", "--train", "3", "--dev", "0", "--test", "1", "--demos", "3"]
+    spent = mlflow.get_run(optimize.main(argv + ["--compile-budget", "1", "--demo-tokens", "5"])).data
+    err = capsys.readouterr().err
+    # the scripted answer is wrong: nothing bootstraps, and the train examples are labeled demos, too long for 5 tokens
+    assert ("compile budget spent (1 LM calls): bootstrap stopped early and kept the demos bootstrapped from 0 of 3 "
+            "train examples so far") in err
+    assert "writer.short: dropped its 3 longest demo(s) to fit --demo-tokens 5 (0 estimated tokens kept)" in err
+    assert spent.metrics["compile_budget_exhausted"] == 1.0 and spent.metrics["compile_lm_calls"] == 1.0
+    assert spent.params["compile_budget"] == "1" and spent.metrics["demo_tokens_writer.short"] == 0
+    free = mlflow.get_run(optimize.main(argv)).data
+    assert free.metrics["compile_budget_exhausted"] == 0.0 and free.metrics["compile_lm_calls"] == 3.0
+    assert free.metrics["demo_tokens_writer.short"] > spent.metrics["demo_tokens_writer.short"]
+    assert "budget" not in capsys.readouterr().err
+
+
+def test_the_judge_as_compile_metric():
+    judge = object()
+    assert cli.compile_metric("short", "judge", judge) == ("judge", judge)
+    assert cli.compile_metric("mcq", None) == ("accuracy", cli.ANSWER_METRICS["accuracy"])
+    with pytest.raises(SystemExit):
+        cli.compile_metric("mcq", "judge", judge)
+
+
 def test_empty_dev_split_is_skipped_not_logged_as_zero(scripted_lm):
     run_id = optimize.main(["--program", "direct", "--train", "2", "--dev", "0", "--test", "1"])
     metrics = mlflow.get_run(run_id).data.metrics
@@ -60,6 +84,8 @@ def test_evaluate_a_compiled_artifact(scripted_lm, tmp_path):
     (["--program", "rag", "--optimizer", "random_search", "--dev", "0"], "needs --train and --dev of at least 1"),
     ([], "--program is required"),
     (["--program", "rag", "--circular"], "--circular needs a multiple-choice dataset"),
+    (["--program", "rag", "--metric", "judge"], "--metric judge needs --judge"),
+    (["--program", "rag", "--compile-budget", "0"], "--compile-budget must be positive"),
 ])
 def test_bad_input_is_one_clear_line(argv, message, capsys, monkeypatch):
     real = cli.make_lm  # a check after the LMs are made must not start the embedded server for nothing

@@ -1,5 +1,6 @@
 """compile_program on a DummyLM: random search, MIPROv2 and GEPA pick demos / instructions from the trainset and
-select on the devset; the metric wrappers never abort a compile. (BootstrapFewShot is covered by test_cli.)"""
+select on the devset; the metric wrappers never abort a compile; an LM budget stops a compile with the best program
+so far; demos fit a token budget. (BootstrapFewShot's CLI run is covered by test_cli.)"""
 from __future__ import annotations
 
 
@@ -8,8 +9,13 @@ import pytest
 from dspy.utils.dummies import DummyLM
 
 import programs
-from optimizers.compile import OPTIMIZERS, compile_program, never_raises, with_feedback
+from fake_openai import FakeOpenAI
+from optimizers.compile import OPTIMIZERS, compile_program, feedback, fit_demos, never_raises, with_feedback
 from optimizers.metrics import exact_match
+from programs.retrieval import Passage
+from runtime.lm import make_lm
+from runtime.metering import BudgetSpent, Limit, limited
+from runtime.roles import init_dspy
 
 CAPITALS = [("capital of France", "Paris"), ("capital of Italy", "Rome"), ("capital of Spain", "Madrid"),
             ("capital of Japan", "Tokyo"), ("capital of Peru", "Lima"), ("capital of Chile", "Santiago")]
@@ -219,3 +225,116 @@ def test_gepa_keeps_the_instructions_when_no_reflection_helps(dummy):
     writer.history.clear()
     compile_program(program, "gepa", TRAIN, DEV, exact_match, budget=30, reflection_lm=reflection_lm())
     assert len(writer.history) > calls_small  # budget is GEPA's metric-call budget
+
+
+# --- GEPA feedback ----------------------------------------------------------------------------------------------
+
+def test_feedback_names_the_gold_titles_never_retrieved_and_the_decisions():
+    gold = dspy.Example(question="Who directed Alien?", answer="Ridley Scott", answers=["Ridley Scott"],
+                        gold_titles=["Alien (film)", "Ridley Scott"])
+    passages = [Passage("1", "Alien (film)", "Alien is a 1979 film."), Passage("2", "Aliens", "Aliens is a sequel.")]
+    trace = {"iterations": 1, "queries": ["Alien director"], "actions": ["ambiguous"], "grades": ["correct", None],
+             "stop_reason": "max_loops", "parse_failures": 0}
+    pred = dspy.Prediction(answer="James Cameron", passages=passages, trace=trace)
+    assert feedback(gold, pred, 0.0) == (
+        "Expected answer: 'Ridley Scott'. Predicted: 'James Cameron'. Score 0.00. "
+        "Gold passages never retrieved: 'Ridley Scott'. "
+        'Decisions: queries=["Alien director"]; actions=["ambiguous"]; grades=["correct", null]; '
+        'stop_reason="max_loops".')
+    # everything retrieved (``retrieved`` counts, not only the passages shown); no trace: no decisions
+    found = dspy.Prediction(answer="Ridley Scott", passages=passages[:1],
+                            retrieved=[*passages, Passage("3", "Ridley Scott", "Scott is a director.")])
+    assert feedback(gold, found, 1.0) == ("Expected answer: 'Ridley Scott'. Predicted: 'Ridley Scott'. Score 1.00. "
+                                          "Every gold passage was retrieved.")
+    long = dspy.Prediction(answer="x", passages=passages, trace={"queries": ["a very long search " * 40] * 5})
+    text = feedback(gold, long, 0.0)
+    assert len(text) <= 600 and text.count("a very long search") < 10  # capped
+    assert with_feedback(exact_match)(gold, pred).feedback == feedback(gold, pred, 0.0)
+
+
+# --- compile budget ---------------------------------------------------------------------------------------------
+
+def augmented_questions(program: dspy.Module) -> list[str]:
+    return [d["question"] for p in program.predictors() for d in p.demos if d.get("augmented")]
+
+
+def test_a_call_budget_stops_bootstrap_and_keeps_the_demos_bootstrapped_so_far(dummy, capsys):
+    lm = dummy({q: {"answer": a} for q, a in CAPITALS})  # every answer right: each train example bootstraps
+    limit = Limit(calls=2)
+    compiled = compile_program(programs.build("direct"), "bootstrap", TRAIN, DEV, exact_match, max_demos=4,
+                               limit=limit)
+    assert len(lm.history) == 2 and limit.reached == "2 LM calls"  # the third call was never made
+    assert augmented_questions(compiled) == [q for q, _ in CAPITALS[:2]]
+    labeled = [d["question"] for d in compiled.writer.short.demos if not d.get("augmented")]
+    assert sorted(labeled) == sorted(q for q, _ in CAPITALS[2:4])  # as unstopped: the rest as labeled demos
+    assert ("compile budget spent (2 LM calls): bootstrap stopped early and kept the demos bootstrapped from 2 of 4 "
+            "train examples so far") in capsys.readouterr().err
+    assert compiled(question="capital of Peru").answer == "Lima"  # usable, outside the budget
+
+
+def test_without_a_budget_bootstrap_compiles_as_dspy_does(dummy, capsys):
+    lm = dummy({q: {"answer": a} for q, a in CAPITALS})
+    limit = Limit()
+    ours = compile_program(programs.build("direct"), "bootstrap", TRAIN, DEV, exact_match, max_demos=2, limit=limit)
+    calls = len(lm.history)
+    plain = dspy.BootstrapFewShot(metric=exact_match, max_bootstrapped_demos=2, max_labeled_demos=2).compile(
+        programs.build("direct"), trainset=TRAIN)
+    assert calls == len(lm.history) - calls == 2 and not limit.reached
+    assert [p.demos for p in ours.predictors()] == [p.demos for p in plain.predictors()]
+    assert "budget" not in capsys.readouterr().err
+
+
+def test_a_budget_stops_a_search_with_the_best_candidate_scored_so_far(dummy, capsys):
+    dummy({q: {"answer": a} for q, a in CAPITALS})
+    # random search scores zero-shot on the dev set first (2 calls, all right), then the labeled-only candidate
+    compiled = compile_program(programs.build("direct"), "random_search", TRAIN, DEV, exact_match, candidates=2,
+                               limit=Limit(calls=3))
+    assert demo_questions(compiled) == []  # the zero-shot candidate
+    assert ("random_search stopped early and kept the best of 1 candidate(s) scored on the dev set so far (dev "
+            "score 100.0)") in capsys.readouterr().err
+    program = programs.build("direct")
+    kept = compile_program(program, "random_search", TRAIN, DEV, exact_match, limit=Limit(calls=1))
+    assert kept is not program and demo_questions(kept) == []
+    assert "kept the uncompiled program: no candidate was scored on the whole dev set" in capsys.readouterr().err
+    # GEPA scores the seed program on the dev set (2 calls), then train minibatches: stopped there, it keeps the seed
+    original = instructions(program)
+    gepa = compile_program(program, "gepa", TRAIN, DEV, exact_match, budget=12, reflection_lm=reflection_lm(),
+                           limit=Limit(calls=4))
+    assert instructions(gepa) == original
+    assert "gepa stopped early and kept the best of 1 candidate(s) scored on the dev set" in capsys.readouterr().err
+
+
+def test_a_minute_budget_refuses_the_call_past_its_deadline(dummy):
+    lm = dummy([{"answer": "Paris"}])
+    limit = Limit(minutes=0)
+    with limited(limit), pytest.raises(BudgetSpent):
+        programs.build("direct")(question="capital of France")  # DSPy's callback guard let it through
+    assert not lm.history and limit.reached == "0 minutes"
+
+
+def test_a_rerun_of_an_interrupted_bootstrap_reads_what_it_asked_from_the_lm_cache():
+    """An interrupted bootstrap (here by a budget) run again asks the LM endpoint only what it had not asked: its
+    calls are greedy and DSPy's disk cache (init_dspy) holds the first run's replies."""
+    with FakeOpenAI() as server:  # its answers are wrong: no example bootstraps, every train example is asked
+        def run(limit=None):
+            init_dspy(make_lm("openai/fake", server.api_base), cache=True)  # a new process: empty memory cache
+            return compile_program(programs.build("direct"), "bootstrap", TRAIN, DEV, exact_match, limit=limit)
+
+        run(Limit(calls=2))
+        assert server.requests == 2
+        run()
+        assert server.requests == len(TRAIN)  # the first two came from the disk cache
+
+
+# --- demo token budget ------------------------------------------------------------------------------------------
+
+def test_fit_demos_drops_the_longest_demos_until_they_fit():
+    program = programs.build("direct")
+    short = dspy.Example(question="q" * 8, answer="a" * 4, augmented=True)  # 12 characters: 3 tokens
+    long = dspy.Example(question="q" * 36, answer="a" * 4)  # 10 tokens
+    middle = dspy.Example(question="q" * 16, answer="a" * 4)  # 5 tokens
+    program.writer.short.demos = [short, long, middle]
+    assert fit_demos(program, None) == {"writer.short": (18, 0), "writer.choice": (0, 0)}
+    assert program.writer.short.demos == [short, long, middle]
+    assert fit_demos(program, 9)["writer.short"] == (8, 1) and program.writer.short.demos == [short, middle]
+    assert fit_demos(program, 2)["writer.short"] == (0, 2) and program.writer.short.demos == []
