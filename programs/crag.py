@@ -22,7 +22,7 @@ from dataclasses import replace
 
 import dspy
 
-from programs.decisions import YES_NO, Gate, check_mode, decide, record
+from programs.decisions import YES_NO, Gate, check_mode, decide, record, relative
 from programs.evidence import EvidenceWriter, lenient, search_excluding
 from programs.oracle import check_roles, oracle as oracle_labels
 from programs.retrieval import Passage, Retriever
@@ -91,15 +91,15 @@ class CRAG(dspy.Module):
                 failures += out is None or out.grade not in GRADES
                 grades[p.id] = out.grade if out is not None and out.grade in GRADES else "ambiguous"
             return failures
-        probs = []
-        for p in passages:
+        probs, scores = [], relative([p.score for p in passages])
+        for p, score in zip(passages, scores):
             yes = decide(self.grade_relevance, {"relevant": YES_NO}, question=question,
                          passage=p.format(self.max_chars)).prob("relevant", "yes")
             failures += yes is None
             probs.append(0.5 if yes is None else yes)
-            record(self.grade_gate, probs[-1], p.score, [p.title])
+            record(self.grade_gate, probs[-1], score, [p.title])
         if self.decisions == "fused":
-            probs = self.grade_gate.fuse(probs, [p.score for p in passages])
+            probs = self.grade_gate.fuse(probs, scores)
         grades.update((p.id, graded(s, self.grade_gate.thresholds)) for p, s in zip(passages, probs))
         return failures
 

@@ -186,8 +186,17 @@ def _sigmoid(x: float) -> float:
 
 
 def features(p_lm: float, retrieval: float) -> list[float]:
-    """The fusion model's two features: the LM probability's logit and the retriever's score."""
+    """The fusion model's two features: the LM probability's logit and the retriever's (:func:`relative`) score."""
     return [_logit(p_lm), float(retrieval)]
+
+
+def relative(scores: Sequence[float]) -> list[float]:
+    """Retriever scores as the fusion reads them: each minus the best of the passages judged together. Scores
+    compare within one search, not across questions (a question with close cosines is not a question with
+    relevant passages): among the retriever's top-5 this separates gold at AUC 0.787 where the raw cosine gives
+    0.742 (MuSiQue; HotpotQA 0.813 vs 0.798; docs/decision_quality.md)."""
+    top = max(scores, default=0.0)
+    return [s - top for s in scores]
 
 
 class Gate(Parameter):

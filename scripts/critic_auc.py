@@ -14,7 +14,8 @@ For each dataset and candidate set, labelled (question, passage, is_gold) decisi
 Questions are taken in a seeded order until both classes have ``--min`` decisions. Rows: the retriever's score
 (and, on ``topk``, its rank) with no LM; per LM the relevance decision (``programs.decisions``, signature
 ``JudgeRelevance``) read three ways from one call per passage: ``generate`` (the written yes/no), ``logprob``
-(P(yes) at the label token) and ``fused`` (a logistic model of P(yes) and the retriever's score, fitted 5-fold
+(P(yes) at the label token) and ``fused`` (a logistic model of P(yes) and the retriever's score minus the best score
+of the question's candidates, as programs fuse it: ``programs.decisions.relative``; fitted 5-fold
 grouped by question: no row is scored by a model fitted on it). ROC AUC with a 95% bootstrap CI (questions
 resampled), seconds per decision (wall clock of the LM call) and its prompt / completion tokens (fresh calls: a
 load-free measure of cost). One MLflow run logs every decision's scores."""
@@ -38,7 +39,7 @@ import data as datasets  # noqa: E402
 from data import hotpotqa, musique  # noqa: E402
 from data.xrag import paragraph, read_xquad, xquad_records  # noqa: E402
 from optimizers import tracking  # noqa: E402
-from programs.decisions import YES_NO, Gate, decide, fit_fusion, written_label  # noqa: E402
+from programs.decisions import YES_NO, Gate, decide, fit_fusion, relative, written_label  # noqa: E402
 from programs.retrieval import Corpus, Passage, Retriever  # noqa: E402
 from runtime.embedders import get_embedder  # noqa: E402
 from runtime.lm import make_lm  # noqa: E402
@@ -77,9 +78,9 @@ def cross_fitted(rows: list[dict], folds: int = 5) -> list[float]:
     groups = [r["qid"] for r in rows]
     for train, test in GroupKFold(n_splits=min(folds, len(set(groups)))).split(rows, groups=groups):
         gate = Gate()
-        gate.weights = fit_fusion([(rows[i]["logprob"], rows[i]["retriever"]) for i in train],
+        gate.weights = fit_fusion([(rows[i]["logprob"], rows[i]["relative"]) for i in train],
                                   [rows[i]["gold"] for i in train])
-        for i, p in zip(test, gate.fuse([rows[i]["logprob"] for i in test], [rows[i]["retriever"] for i in test])):
+        for i, p in zip(test, gate.fuse([rows[i]["logprob"] for i in test], [rows[i]["relative"] for i in test])):
             out[i] = p
     return out
 
@@ -146,7 +147,8 @@ def labelled(name: str, candidates: str, root: Path | None, retriever_of, embedd
             scored = [(p, _key(p) in gold, p.score, rank)
                       for rank, p in enumerate(retriever_of(name).search(rec["question"], k), 1)]
         rows += [{"dataset": name, "candidates": candidates, "qid": rec["qid"], "question": rec["question"],
-                  "passage": p, "gold": bool(g), "retriever": s, "rank": rank} for p, g, s, rank in scored]
+                  "passage": p, "gold": bool(g), "retriever": s, "relative": rel, "rank": rank}
+                 for (p, g, s, rank), rel in zip(scored, relative([s for _, _, s, _ in scored]))]
     return rows
 
 
@@ -242,6 +244,8 @@ def main(argv=None) -> list[str]:
                     raise SystemExit(2)
                 rows = sets[name, cand]
                 emit(table_line(name, cand, "retriever score (no LM)", summarise(rows, "retriever"), "-"))
+                emit(table_line(name, cand, "retriever score - question's best (no LM)",
+                                summarise(rows, "relative"), "-"))
                 if cand == "topk":
                     for r in rows:
                         r["neg_rank"] = -r["rank"]

@@ -38,7 +38,7 @@ def test_questions_are_taken_until_both_classes_hold_the_minimum(hotpot_dir, emb
 
 
 def test_fused_scores_of_a_question_never_see_its_own_labels():
-    rows = [{"qid": f"q{i // 4}", "logprob": 0.2 + 0.1 * (i % 4), "retriever": (i * 7 % 10) / 10, "gold": i % 2 == 0}
+    rows = [{"qid": f"q{i // 4}", "logprob": 0.2 + 0.1 * (i % 4), "relative": (i * 7 % 10) / 10 - 1, "gold": i % 2 == 0}
             for i in range(40)]
     before = critic_auc.cross_fitted(rows)
     flipped = [r | {"gold": not r["gold"]} if r["qid"] == "q0" else r for r in rows]
