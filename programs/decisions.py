@@ -131,8 +131,7 @@ def decide(predictor: dspy.Predict, labels: dict[str, Sequence[str]], config: di
     Fields not in ``labels`` stay free text. A signature whose one output is the label is asked through
     :class:`LabelAdapter` (the reply is the label: 170 prompt tokens and 1 output token where the ChatAdapter
     spends 298 and 6.5 on the 0.5B, the same AUC within noise, docs/decision_quality.md) unless ``chat`` asks for
-    the configured adapter. Unparseable output gives
-    ``Decision(output=None)``."""
+    the configured adapter. Unparseable output gives ``Decision(output=None)``."""
     lm = predictor.lm or dspy.settings.lm
     config = {**(config or {}), "logprobs": True, "top_logprobs": TOP_LOGPROBS}
     bare = not chat and len(labels) == 1 and list(predictor.signature.output_fields) == list(labels)

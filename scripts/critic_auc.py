@@ -25,7 +25,6 @@ import argparse
 import itertools
 import random
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -154,19 +153,18 @@ def labelled(name: str, candidates: str, root: Path | None, retriever_of, embedd
 
 # ---------------------------------------------------------------- the LM decisions
 
-def judge(rows: list[dict], max_chars: int, prompt: str = "chat") -> None:
+def judge(rows: list[dict], max_chars: int, chat: bool = False) -> None:
     """Adds ``generate`` (1/0 written yes/no, 0.5 unreadable), ``logprob`` (P(yes); the written reading where no
     logprobs were read), ``read`` and ``seconds`` to every row, from one relevance decision per passage with the
-    configured LM."""
+    configured LM, asked bare (``chat``: in the ChatAdapter's field layout)."""
     import dspy
 
     predictor = dspy.Predict(JudgeRelevance)
     for r in rows:
-        t0 = time.perf_counter()
         with metered() as cost:
-            d = decide(predictor, {"relevant": YES_NO}, {"max_tokens": 32}, chat=prompt == "chat",
+            d = decide(predictor, {"relevant": YES_NO}, {"max_tokens": 32}, chat=chat,
                        question=r["question"], passage=r["passage"].format(max_chars))
-        r["seconds"] = time.perf_counter() - t0
+        r["seconds"] = cost.seconds
         r["tokens"] = (cost.prompt_tokens, cost.completion_tokens)  # (0, 0) for a cached reply
         r["written"] = str(d.output.get("relevant")) if d.output is not None else None
         r["generate"] = {"yes": 1.0, "no": 0.0}.get(written_label(r["written"], YES_NO), 0.5)
@@ -254,7 +252,7 @@ def main(argv=None) -> list[str]:
             init_dspy(make_lm(lm_name, args.api_base, cache=not args.no_cache), cache=not args.no_cache)
             for prompt, ((name, cand), rows) in itertools.product(args.prompt, sets.items()):
                 short = lm_name.split(":")[-1] + ("" if prompt == "label" else f" {prompt}-prompt")
-                judge(rows, args.max_chars, prompt)
+                judge(rows, args.max_chars, chat=prompt == "chat")
                 rows_fused = cross_fitted(rows)
                 for r, f in zip(rows, rows_fused):
                     r["fused"] = f

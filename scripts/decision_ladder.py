@@ -22,13 +22,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import dspy  # noqa: E402
 import mlflow  # noqa: E402
 
 import programs  # noqa: E402
 from optimizers import suite, tracking  # noqa: E402
 from optimizers.calibration import calibrate_decisions  # noqa: E402
-from optimizers.cli import compile_metric, fail, interruptible, session  # noqa: E402
+from optimizers.cli import fail, interruptible, session  # noqa: E402
 
 RUNGS = ("generate", "fused", "fused-critic", "oracle")
 ENTRY = "scripts/decision_ladder.py"
@@ -41,13 +40,6 @@ def rung_args(args, rung: str):
     a.critic_lm = args.critic_lm if rung == "fused-critic" else None
     a.oracle = ",".join(programs.oracle_roles(args.program)) if rung == "oracle" else ""
     return a
-
-
-def calibrated(s, program_name: str, correct) -> tuple[dspy.Module, dict]:
-    """The program with every decision gate fitted on the dev split; the fits as MLflow logs them."""
-    program = s.build(program_name)
-    fits = calibrate_decisions(program, s.splits.dev, fused=True, retries=s.args.retries, correct=correct)
-    return program, fits
 
 
 @interruptible
@@ -66,11 +58,6 @@ def main(argv=None) -> dict:
     base = session(args, True)
     if any(r.startswith("fused") for r in args.rungs) and not base.splits.dev:
         fail("the fused rungs fit their gates on the dev split: pass --dev N (N >= 10)")
-    _, metric = compile_metric(base.bundle.task, None)
-
-    def correct(example, answer):
-        return bool(metric(example, dspy.Prediction(answer=answer), trace=True))
-
     baseline = suite.Cell(args.baseline, args.dataset, (("k", args.k),))
     results = []
     with tracking.run(args.experiment, args.suite, tags={"entry": ENTRY}) as parent:
@@ -82,7 +69,8 @@ def main(argv=None) -> dict:
                               variant=rung.replace("-", "_"), oracle=s.oracle(args.program))
             program = None
             if rung.startswith("fused"):
-                program, fits = calibrated(s, args.program, correct)
+                program = s.build(args.program)  # its gates fitted on dev against gold (the task metric's verdict)
+                fits = calibrate_decisions(program, s.splits.dev, fused=True, retries=args.retries)
                 for gate, fit in fits.items():
                     mlflow.log_dict(fit, f"calibration/{rung}/{gate}.json")
                     print(f"{rung} {gate}: " + (f"dev AUC {fit['auc']:.3f} on {fit['n']} decisions, thresholds "
