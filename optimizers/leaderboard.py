@@ -1,6 +1,6 @@
 """The suite's leaderboard: per dataset one row per cell (quality, retrieval, cost, failures) and, for every
-method-vs-baseline pair, the paired difference with a 95% bootstrap CI, the exact McNemar p-value and the
-Holm-Bonferroni adjusted p-value across all pairs of the table."""
+method-vs-baseline pair, the paired difference with a 95% bootstrap CI, the exact McNemar p-value (and for F1 a
+paired t-test) and the Holm-Bonferroni adjusted p-value across all pairs of the same metric in the table."""
 from __future__ import annotations
 
 import math
@@ -11,7 +11,7 @@ import mlflow
 
 from optimizers import plots
 from optimizers.evaluation import per_question
-from optimizers.stats import bootstrap_ci, holm, mcnemar_exact
+from optimizers.stats import bootstrap_ci, holm, mcnemar_exact, paired_t
 
 QUALITY = (("judge", "judge"), ("em", "EM"), ("f1", "F1"), ("accuracy", "acc"), ("circular_accuracy", "circ acc"))
 RETRIEVAL = (("title_recall", "R@k"), ("title_precision", "P@k"), ("all_pass", "all-pass"), ("ndcg", "nDCG"),
@@ -20,6 +20,7 @@ COST = (("iterations", "iters/q", "{:.2f}"), ("lm_calls", "LM calls/q", "{:.1f}"
         ("prompt_tokens", "prompt tok/q", "{:.0f}"), ("completion_tokens", "compl tok/q", "{:.0f}"),
         ("seconds", "s/q", "{:.1f}"), ("lm_seconds", "LM s/q", "{:.1f}"))
 PRIMARY = ("judge", "accuracy", "em")  # the per-question correctness the paired tests use, first one present
+GRADED = ("f1",)  # also paired when present beside the primary: on hard sets EM sits at the floor, F1 still moves
 
 
 @dataclass
@@ -64,52 +65,68 @@ def cell_table(results: list) -> str:
     return "\n".join(lines)
 
 
-def paired(method, baseline) -> dict:
-    """``method`` vs ``baseline`` on the questions both answered: difference of the primary metric (per
-    question, the worst circular copy), its 95% bootstrap CI, discordant counts and the exact McNemar p."""
-    metric = primary(method.summary)
+def paired(method, baseline, metric: str | None = None) -> dict:
+    """``method`` vs ``baseline`` on the questions both answered: difference of ``metric`` (default: the primary
+    correctness metric; per question, the worst circular copy), its 95% bootstrap CI, and a test -- exact McNemar
+    on per-question correctness, or for a graded metric (F1) a paired t-test, with the questions each side wins."""
+    metric = metric or primary(method.summary)
     a, b = per_question(method.records, metric), per_question(baseline.records, metric)
     ids = [q for q in a if q in b]
     diffs = [a[q] - b[q] for q in ids]
-    only_a, only_b, p = mcnemar_exact([a[q] >= 1.0 for q in ids], [b[q] >= 1.0 for q in ids])
+    if metric in GRADED:
+        only_a, only_b = sum(d > 0 for d in diffs), sum(d < 0 for d in diffs)
+        test, p = "paired t", paired_t([a[q] for q in ids], [b[q] for q in ids])
+    else:
+        only_a, only_b, p = mcnemar_exact([a[q] >= 1.0 for q in ids], [b[q] >= 1.0 for q in ids])
+        test = "McNemar"
     _, low, high = bootstrap_ci(diffs)
     return {"dataset": method.cell.dataset, "method": method.cell.label, "baseline": baseline.cell.label,
             "metric": metric, "n": len(ids), "method_mean": sum(a[q] for q in ids) / len(ids) if ids else math.nan,
             "baseline_mean": sum(b[q] for q in ids) / len(ids) if ids else math.nan,
             "diff": sum(diffs) / len(diffs) if diffs else math.nan, "ci_low": low, "ci_high": high,
-            "only_method": only_a, "only_baseline": only_b, "mcnemar_p": p}
+            "only_method": only_a, "only_baseline": only_b, "test": test, "p": p,
+            ("ttest_p" if metric in GRADED else "mcnemar_p"): p}
 
 
 def pair_table(rows: list[dict]) -> str:
     lines = ["| dataset | method | baseline | metric | n | method | baseline | diff | 95% CI | only method right | "
-             "only baseline right | McNemar p | Holm p |", "|" + "---|" * 13]
+             "only baseline right | test | p | Holm p |", "|" + "---|" * 14]
     for r in rows:
         lines.append(f"| {r['dataset']} | {r['method']} | {r['baseline']} | {r['metric']} | {r['n']} | "
                      f"{fmt(r['method_mean'])} | {fmt(r['baseline_mean'])} | {fmt(r['diff'], '{:+.3f}')} | "
                      f"[{fmt(r['ci_low'], '{:+.3f}')}, {fmt(r['ci_high'], '{:+.3f}')}] | {r['only_method']} | "
-                     f"{r['only_baseline']} | {fmt(r['mcnemar_p'])} | {fmt(r['holm_p'])} |")
+                     f"{r['only_baseline']} | {r['test']} | {fmt(r['p'])} | {fmt(r['holm_p'])} |")
     return "\n".join(lines)
 
 
 def report(results: list, pairs: list[tuple], title: str) -> Board:
     """The markdown leaderboard of a suite run and its numbers as flat metrics."""
     by_cell = {(r.cell.dataset, r.cell): r for r in results}
-    rows = [paired(by_cell[(d, m)], by_cell[(d, b)]) for d, m, b in pairs
-            if (d, m) in by_cell and (d, b) in by_cell]
-    for row, adjusted in zip(rows, holm([r["mcnemar_p"] for r in rows])):
-        row["holm_p"] = adjusted
+    rows = []
+    for d, m, b in pairs:
+        if (d, m) in by_cell and (d, b) in by_cell:
+            method, baseline = by_cell[(d, m)], by_cell[(d, b)]
+            main = primary(method.summary)
+            rows += [paired(method, baseline, metric) for metric in (main, *GRADED)
+                     if metric == main or (metric in method.summary and metric in baseline.summary)]
+    for metric in dict.fromkeys(r["metric"] for r in rows):  # Holm within each metric's family of tests
+        family = [r for r in rows if r["metric"] == metric]
+        for row, adjusted in zip(family, holm([r["p"] for r in family])):
+            row["holm_p"] = adjusted
     parts = [f"# Leaderboard: {title}"]
     for dataset in dict.fromkeys(r.cell.dataset for r in results):
         parts.append(f"## {dataset}\n\n" + cell_table([r for r in results if r.cell.dataset == dataset]))
     if rows:
         parts.append("## Method vs baseline (paired, same questions)\n\n" + pair_table(rows) +
-                     "\n\ndiff = method - baseline on the primary metric; 95% percentile bootstrap CI of the mean "
-                     "per-question difference; exact McNemar test on per-question correctness; Holm-Bonferroni "
-                     "over every pair in this table. orchestration = share of wall time outside LM calls.")
+                     "\n\ndiff = method - baseline on the row's metric; 95% percentile bootstrap CI of the mean "
+                     "per-question difference; exact McNemar test on per-question correctness, paired t-test on F1 "
+                     "(only method/baseline right = questions where its F1 is higher); Holm-Bonferroni over every "
+                     "pair of the same metric in this table. orchestration = share of wall time outside LM calls.")
     metrics = {}
     for r in rows:
-        key = f"{r['dataset']}_{r['method']}_vs_{r['baseline']}"
-        metrics |= {f"{key}_diff": r["diff"], f"{key}_mcnemar_p": r["mcnemar_p"], f"{key}_holm_p": r["holm_p"]}
+        key = f"{r['dataset']}_{r['method']}_vs_{r['baseline']}" + ("_" + r["metric"] if r["metric"] in GRADED else "")
+        test = "ttest_p" if r["metric"] in GRADED else "mcnemar_p"
+        metrics |= {f"{key}_diff": r["diff"], f"{key}_{test}": r["p"], f"{key}_holm_p": r["holm_p"]}
     for r in results:
         if (share := overhead(r.summary)) is not None:
             metrics[f"{r.cell.dataset}_{r.cell.label}_orchestration"] = share

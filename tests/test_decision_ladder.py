@@ -49,7 +49,7 @@ def test_every_rung_is_a_child_run_paired_with_the_baseline(ladder_lm, capsys):
                       "crag_k2_L1_oracle+oracle:relevance"]
     assert "fake:critic" in made  # the fused-critic rung's decisions; the writer stays --lm
     pairs = out["leaderboard"].markdown.split("Method vs baseline")[1]
-    assert pairs.count("rag_cited_k2") == 4
+    assert pairs.count("| rag_cited_k2 | em |") == 4 and pairs.count("| rag_cited_k2 | f1 |") == 4  # every rung, EM and F1
     runs = mlflow.search_runs(experiment_names=["agentic-rag"], output_format="list")
     parent = next(r for r in runs if r.info.run_id == out["run_id"])
     children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]

@@ -177,3 +177,18 @@ def test_each_suite_cell_logs_its_own_judge_failures(dummy):
     mlflow.set_tracking_uri(tracking.tracking_uri())
     runs = mlflow.search_runs(experiment_names=["suite-judge"])
     assert sorted(runs["metrics.test_judge_failures"].dropna()) == [3, 3]
+
+
+def test_f1_is_paired_beside_a_primary_metric_at_the_floor():
+    def graded(label, f1s):
+        records = [{"id": f"q{i}", "em": 0.0, "f1": f} for i, f in enumerate(f1s)]
+        return suite.Result(suite.Cell(label, "d"), "run", {"n": len(f1s), "em": 0.0, "f1": sum(f1s) / len(f1s)},
+                            records)
+
+    method, base = graded("seal", [0.6, 0.5, 0.7, 0.4, 0.5, 0.6]), graded("rag", [0.1, 0.2, 0.1, 0.0, 0.3, 0.6])
+    board = leaderboard.report([method, base], [("d", method.cell, base.cell)], "t")
+    em, f1 = board.pairs
+    assert (em["metric"], em["test"], em["p"], em["diff"]) == ("em", "McNemar", 1.0, 0.0)  # EM cannot tell them apart
+    assert (f1["metric"], f1["test"], f1["only_method"], f1["only_baseline"]) == ("f1", "paired t", 5, 0)
+    assert f1["p"] < 0.05 and f1["holm_p"] == f1["p"]  # its own family: not adjusted by the EM test
+    assert "d_seal_vs_rag_f1_ttest_p" in board.metrics and "| paired t |" in board.markdown
