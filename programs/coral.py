@@ -8,9 +8,11 @@ kept documents accumulate over rounds, (4) the critic decides whether the kept d
 planner gets the original question, the previous query and corpora and the reason, and must change the corpora
 and/or rewrite the query. After at most ``loops`` rounds the writer answers from the ``writer_docs`` kept
 documents with the highest ``s_tot`` -- and from no passages at all when nothing was kept, as the paper's writer
-only ever sees validated evidence. With ``decisions="logprob"`` (``fused`` alike for now) each criterion is its
-expected value over the score tokens and the keep rule applies to those, and the sufficiency verdict is read as
-P(enough) against a threshold kept as program state (``programs.decisions``). Oracle roles (``programs.oracle``,
+only ever sees validated evidence. With ``decisions="logprob"`` each criterion is its expected value over the score
+tokens and the keep rule applies to those, and the sufficiency verdict is read as P(enough) against a threshold kept
+as program state (``programs.decisions``). ``decisions="fused"`` replaces the keep rule by a gate over the expected
+``s_tot`` (scaled to 0-1) fused with the candidate's retrieval score relative to the best of its corpus this round,
+so the critic can only add to what the retriever knew; calibration fits the fusion and its threshold on dev. Oracle roles (``programs.oracle``,
 no call): ``relevance`` keeps exactly the gold candidates, ``sufficiency`` stops once every gold passage is kept,
 ``planner`` searches the culture's own corpus (the replanner then only rewrites the query).
 
@@ -39,7 +41,7 @@ from dspy.utils.exceptions import AdapterParseError
 from programs.mrag import (DEFAULT_LANG, LANGUAGE_NAMES, SCOPES, answer_writer, corpus_of, language_label,
                            scope_corpora, with_options)
 from programs.constrained import BOOL, constrained_config, name_list, one_of
-from programs.decisions import SCALE, Gate, check_mode, decide, record
+from programs.decisions import SCALE, Gate, check_mode, decide, record, relative
 from programs.oracle import check_roles, oracle as oracle_labels
 from programs.retrieval import Passage, Retriever, dedup
 from runtime.lm import ATTEMPT
@@ -58,6 +60,7 @@ ORACLE_NOT_ENOUGH = "Evidence for part of the question is still missing; search 
 #: Completion cap of a one-document critic call: four scores and a critique of a few words fit in ~60 tokens;
 #: without it a small model that pastes the document back as its critique spends hundreds of tokens per call.
 CRITIC_TOKENS = 96
+MAX_TOTAL = 12.5  # s_tot of a candidate scoring 5 on every scale
 
 
 @dataclass(frozen=True)
@@ -240,6 +243,8 @@ class CORAL(dspy.Module):
         self.decisions = check_mode(decisions)
         if decisions != "generate":  # the sufficiency verdict read as P(enough), against a threshold (state)
             self.sufficiency_gate = Gate("set", threshold=0.5)
+        if decisions == "fused":  # keep = fused(critic's s_tot / 12.5, relative retrieval score) >= threshold
+            self.keep_gate = Gate("passage", threshold=0.5)
         if scope not in ("dynamic", *SCOPES):
             raise ValueError(f"unknown scope '{scope}'; choose one of: dynamic, {', '.join(SCOPES)}")
         self.oracle = check_roles(oracle, self.oracle_roles(scope), f"coral (scope {scope})")
@@ -282,7 +287,7 @@ class CORAL(dspy.Module):
             candidates = self.retrieve(query, corpora)                              # (2) retrieval
             new = self.rate([p for p in candidates if p.id not in rated], asked, trace)  # (3) critique
             rated.update((r.passage.id, r) for r in new)
-            kept = accumulate(kept, [r for r in new if passes(r, self.min_each, self.min_total)])
+            kept = accumulate(kept, self.keep(new, candidates))
             trace.round(query, corpora, languages, [rated[p.id] for p in candidates], kept)
             if round_no == self.loops:
                 break
@@ -433,6 +438,22 @@ class CORAL(dspy.Module):
             by_position = self.rate_batch(chunk, asked, trace)
             rated += [by_position.get(i) or self.rate_one(p, asked, trace) for i, p in enumerate(chunk, 1)]
         return rated
+
+    def keep(self, new: list[Rated], candidates: list[Passage]) -> list[Rated]:
+        """The candidates that pass: the paper's keep rule, or with ``decisions="fused"`` the keep gate over the
+        critic's ``s_tot / 12.5`` fused with the retrieval score relative to the best candidate of the same corpus
+        this round (the oracle's ratings keep the paper's rule)."""
+        if self.decisions != "fused" or "relevance" in self.oracle:
+            return [r for r in new if passes(r, self.min_each, self.min_total)]
+        by_corpus: dict[str, list[Passage]] = {}
+        for p in candidates:
+            by_corpus.setdefault(p.corpus, []).append(p)
+        score = {p.id: s for group in by_corpus.values() for p, s in zip(group, relative([q.score for q in group]))}
+        probs, scores = [r.total / MAX_TOTAL for r in new], [score[r.passage.id] for r in new]
+        for r, prob, s in zip(new, probs, scores):
+            record(self.keep_gate, prob, s, [r.passage.title])
+        fused = self.keep_gate.fuse(probs, scores)
+        return [r for r, f in zip(new, fused) if f >= self.keep_gate.thresholds["threshold"]]
 
     def rate_batch(self, chunk: list[Passage], asked: str, trace: Trace) -> dict[int, Rated]:
         """One call for the whole chunk -> {position (1-based): Rated}; positions it misses are counted."""

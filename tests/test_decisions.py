@@ -321,6 +321,27 @@ def test_coral_keep_rule_and_sufficiency_apply_to_expected_scores_and_p_enough(e
     assert coral.check("Q?", [rated], [rated], trace).enough is True
 
 
+def test_coral_fused_keep_weighs_the_retrieval_score_within_each_corpus(embedder):
+    from programs.coral import CORAL, Rated
+    from programs.decisions import recorded_decisions
+    from programs.retrieval import Corpus, Passage, Retriever
+
+    search = Retriever([Corpus("en", [{"id": "e1", "title": "T", "text": "x"}], "en")], embedder)
+    a, b = Passage("en:a", "A", "x", "en", "en", 0.9), Passage("en:b", "B", "x", "en", "en", 0.5)
+    c = Passage("de:c", "C", "x", "de", "de", 0.4)  # the best of its corpus, below both English scores
+    rated = [Rated(p, 2.5, 2.5, 2.5, 2.5) for p in (a, b, c)]  # s_tot 6.25: the paper's rule keeps all three
+    assert len(CORAL(search, decisions="logprob").keep(rated, [a, b, c])) == 3
+    fused = CORAL(search, decisions="fused")
+    with recorded_decisions() as calls:
+        kept = fused.keep(rated, [a, b, c])
+    # unfitted: 0.5 * 6.25/12.5 + 0.5 * min-max of the score relative to its corpus's best (A 0, B -0.4, C 0)
+    assert [r.passage.title for r in kept] == ["A", "C"]
+    assert [(round(x.prob, 3), round(x.score, 3), x.titles) for x in calls] == [
+        (0.5, 0.0, ("A",)), (0.5, -0.4, ("B",)), (0.5, 0.0, ("C",))]
+    fused.keep_gate.thresholds["threshold"] = 0.2  # a calibrated threshold travels as program state
+    assert len(fused.keep(rated, [a, b, c])) == 3 and "keep_gate" in dict(fused.named_parameters())
+
+
 @pytest.mark.parametrize("mode", ["logprob", "fused"])
 def test_calibration_fits_the_crag_gate_on_dev_gold_titles(mode):
     from optimizers.calibration import calibrate_decisions
