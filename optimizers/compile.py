@@ -8,6 +8,7 @@ import sys
 from contextlib import nullcontext
 
 import dspy
+import mlflow
 from dspy.utils.callback import BaseCallback
 
 from runtime.metering import BudgetSpent, Limit, limited
@@ -79,7 +80,8 @@ class _Bootstrap(dspy.BootstrapFewShot):
 
 class BestSoFar(BaseCallback):
     """The best program a search optimizer has scored (a ``dspy.Evaluate`` run) on the whole devset so far: what a
-    budget stop keeps of random search, MIPROv2 and GEPA."""
+    budget stop keeps of random search, MIPROv2 and GEPA. Each such score is also logged to the active MLflow run as
+    a step of ``compile_candidate_dev_score`` (and the best so far as ``compile_best_dev_score``)."""
 
     def __init__(self, devset: list):
         self.devset, self.program, self.score, self.scored, self._started = devset, None, None, 0, {}
@@ -94,6 +96,9 @@ class BestSoFar(BaseCallback):
             self.scored += 1
             if self.score is None or outputs.score > self.score:
                 self.program, self.score = program, outputs.score
+            if mlflow.active_run():
+                mlflow.log_metrics({"compile_candidate_dev_score": outputs.score,
+                                    "compile_best_dev_score": self.score}, step=self.scored)
 
 
 def compile_program(program: dspy.Module, optimizer: str, trainset: list, devset: list, metric, *,

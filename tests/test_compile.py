@@ -100,6 +100,23 @@ def test_random_search_picks_trainset_demos_on_the_devset(dummy):
     assert hits and cands[0]["score"] == 100 * len(hits) / len(dev)
 
 
+def test_every_candidate_scored_on_the_devset_is_a_step_of_the_mlflow_run(dummy):
+    import mlflow
+
+    from optimizers import tracking
+
+    dummy([], follow_examples=True)
+    with tracking.run("compile-test", "random-search") as active:
+        compiled = compile_program(programs.build("direct"), "random_search", TRAIN, EXAMPLES[2:], exact_match,
+                                   max_demos=2, candidates=2)
+    history = mlflow.MlflowClient().get_metric_history(active.info.run_id, "compile_candidate_dev_score")
+    scores = sorted(c["score"] for c in compiled.candidate_programs)
+    assert [m.step for m in history] == list(range(1, len(scores) + 1))  # one step per candidate, in order
+    assert sorted(m.value for m in history) == scores
+    best = mlflow.MlflowClient().get_metric_history(active.info.run_id, "compile_best_dev_score")
+    assert best[-1].value == max(scores) and all(a.value <= b.value for a, b in zip(best, best[1:]))
+
+
 def test_a_crashing_metric_scores_zero_instead_of_aborting_the_compile(dummy):
     """Unwrapped, a metric that raises is an evaluation error, and DSPy cancels a run after 10 of them."""
     dummy({q: {"answer": a} for q, a in CAPITALS})
