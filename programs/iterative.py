@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from contextvars import ContextVar
+from typing import Annotated, Any
 
 import dspy
 
@@ -18,6 +19,7 @@ from programs.evidence import lenient
 from programs.retrieval import Passage, Retriever, dedup
 from programs.text import content_words
 from programs.writer import Writer
+from runtime.caps import Cap, Text
 from signatures.reasoning import SEARCH_TOOL, AnswerWithSearch, NextThought
 
 ANSWERED = re.compile(r"\banswer is\b", re.I)
@@ -121,6 +123,9 @@ class ReAct(dspy.Module):
         self.loops, self.max_passages = loops, max_passages
         tool = dspy.Tool(SearchTool(search, k, max_chars), name="search", desc=SEARCH_TOOL)
         self.agent = dspy.ReAct(AnswerWithSearch, tools=[tool], max_iters=loops)
+        step = self.agent.react  # DSPy's own step signature: its free-text fields capped like ours (runtime.caps)
+        step.signature = (step.signature.with_updated_fields("next_thought", type_=Text[96])
+                          .with_updated_fields("next_tool_args", type_=Annotated[dict[str, Any], Cap(48)]))
         self.writer = Writer(use_passages=True, max_chars=max_chars)
 
     def forward(self, question: str, options: dict[str, str] | None = None,

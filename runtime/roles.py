@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import dspy
 
+from runtime.caps import CappedChatAdapter
 from runtime.metering import COUNTER
 from runtime.paths import project_cache
 
@@ -42,8 +43,9 @@ def assign_roles(program: dspy.Module, roles: Roles) -> dspy.Module:
 
 
 def init_dspy(lm: dspy.LM | None, cache: bool = True) -> None:
-    """Configure DSPy once per process: project-local disk cache (restricted unpickling), ChatAdapter, metering."""
+    """Configure DSPy once per process: project-local disk cache (restricted unpickling), the ChatAdapter with
+    per-signature output caps (``runtime.caps``), metering."""
     dspy.configure_cache(enable_disk_cache=cache, enable_memory_cache=cache,
                          disk_cache_dir=str(project_cache() / "dspy"), restrict_pickle=True)
     callbacks = [cb for cb in dspy.settings.callbacks if cb is not COUNTER] + [COUNTER]
-    dspy.configure(lm=lm, adapter=dspy.ChatAdapter(), track_usage=True, callbacks=callbacks)
+    dspy.configure(lm=lm, adapter=CappedChatAdapter(), track_usage=True, callbacks=callbacks)

@@ -1,6 +1,8 @@
 """Construction role: build cross-document question-answer items from a pair of related articles (XRAG §4)."""
 import dspy
 
+from runtime.caps import Text
+
 # the four cross-document question types, in this project's words
 QUESTION_TYPES = {
     "aggregation": "combine a number or fact stated in one article with one from the other (a total, a "
@@ -19,7 +21,7 @@ class MainEntities(dspy.Signature):
     things. Copy each name as it is written in the text."""
 
     text: str = dspy.InputField()
-    entities: str = dspy.OutputField(desc="one line: up to 6 names separated by commas, the most central first")
+    entities: Text[48] = dspy.OutputField(desc="one line: up to 6 names separated by commas, the most central first")
 
 
 class RelatedArticles(dspy.Signature):
@@ -37,7 +39,7 @@ class SummarizeArticle(dspy.Signature):
     few of the article's phrases as possible."""
 
     article: str = dspy.InputField()
-    summary: str = dspy.OutputField(desc="3-5 sentences")
+    summary: Text[200] = dspy.OutputField(desc="3-5 sentences")
 
 
 class SimpleQuestions(dspy.Signature):
@@ -45,7 +47,7 @@ class SimpleQuestions(dspy.Signature):
     in one step, with a short answer."""
 
     summary: str = dspy.InputField()
-    qa_pairs: str = dspy.OutputField(desc="3-5 lines, each exactly 'Q: <question> A: <answer>'")
+    qa_pairs: Text[240] = dspy.OutputField(desc="3-5 lines, each exactly 'Q: <question> A: <answer>'")
 
 
 class CrossDocumentQuestion(dspy.Signature):
@@ -58,8 +60,8 @@ class CrossDocumentQuestion(dspy.Signature):
     qa_pairs_a: str = dspy.InputField(desc="pairs from article A")
     qa_pairs_b: str = dspy.InputField(desc="pairs from article B")
     question_type: str = dspy.InputField(desc="the type and its definition")
-    connection: str = dspy.OutputField(desc="what links the chosen pairs, one sentence")
-    question: str = dspy.OutputField(desc="the new question")
+    connection: Text[64] = dspy.OutputField(desc="what links the chosen pairs, one sentence")
+    question: Text[80] = dspy.OutputField(desc="the new question")
 
 
 class AnswerFromSummaries(dspy.Signature):
@@ -70,7 +72,7 @@ class AnswerFromSummaries(dspy.Signature):
     summary_b: str = dspy.InputField()
     facts: str = dspy.InputField(desc="the question-answer pairs the question was built from")
     question: str = dspy.InputField()
-    answer: str = dspy.OutputField()
+    answer: Text[48] = dspy.OutputField()
 
 
 class TranslateQA(dspy.Signature):
@@ -79,5 +81,5 @@ class TranslateQA(dspy.Signature):
     question: str = dspy.InputField()
     answer: str = dspy.InputField()
     target_language: str = dspy.InputField()
-    translated_question: str = dspy.OutputField()
-    translated_answer: str = dspy.OutputField()
+    translated_question: Text[120] = dspy.OutputField()
+    translated_answer: Text[48] = dspy.OutputField()

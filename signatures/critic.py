@@ -3,6 +3,8 @@ from typing import Literal
 
 import dspy
 
+from runtime.caps import Text
+
 
 class CritiqueDraft(dspy.Signature):
     """Review a draft answer against the passages it was written from: are the passages on topic, do they back
@@ -14,7 +16,7 @@ class CritiqueDraft(dspy.Signature):
     relevant: bool = dspy.OutputField(desc="the passages concern what the question asks")
     support: Literal["full", "partial", "none"] = dspy.OutputField(desc="how far the passages back the draft")
     usefulness: int = dspy.OutputField(desc="1 (does not answer) to 5 (complete, direct answer)")
-    next_query: str = dspy.OutputField(desc="a search query for the missing evidence")
+    next_query: Text[32] = dspy.OutputField(desc="a search query for the missing evidence")
 
 
 RUBRIC = ("relevance: matches the question's topic and intent; usefulness: helps find the correct answer; "
@@ -28,7 +30,7 @@ class RateDocuments(dspy.Signature):
 
     question: str = dspy.InputField()
     candidates: list[str] = dspy.InputField(desc="documents, each starting with its number [n]")
-    ratings: str = dspy.OutputField(desc=f"one line per candidate, in order; {RUBRIC}")
+    ratings: Text[272] = dspy.OutputField(desc=f"one line per candidate, in order; {RUBRIC}")
 
 
 class RateDocument(dspy.Signature):
@@ -41,7 +43,7 @@ class RateDocument(dspy.Signature):
     usefulness: int = dspy.OutputField(desc="helps find the correct answer")
     specificity: int = dspy.OutputField(desc="clear and precise, not vague")
     compatibility: int = dspy.OutputField(desc="fits the question's language, culture and setting")
-    critique: str = dspy.OutputField()
+    critique: Text[64] = dspy.OutputField()
 
 
 class CheckSufficiency(dspy.Signature):
@@ -51,7 +53,7 @@ class CheckSufficiency(dspy.Signature):
     question: str = dspy.InputField()
     evidence: list[str] = dspy.InputField(desc="kept documents with their critic notes")
     enough: bool = dspy.OutputField()
-    reason: str = dspy.OutputField()
+    reason: Text[64] = dspy.OutputField()
 
 
 #: The sufficiency reason used, without an LM call, when no candidate passed the critic.
@@ -74,8 +76,8 @@ class CheckAnswer(dspy.Signature):
     passages: list[str] = dspy.InputField(desc="retrieved passages, numbered from 0")
     reasoning: str = dspy.InputField(desc="how the answer was reached; may be empty")
     prediction: str = dspy.InputField(desc="the answer to check")
-    judgement: str = dspy.OutputField(desc="exactly one word: Correct or Error")
-    analysis: str = dspy.OutputField(desc="one or two sentences on what is wrong and why; none if correct")
+    judgement: Text[8] = dspy.OutputField(desc="exactly one word: Correct or Error")
+    analysis: Text[96] = dspy.OutputField(desc="one or two sentences on what is wrong and why; none if correct")
 
 
 class PickErrorLabels(dspy.Signature):
@@ -87,7 +89,7 @@ class PickErrorLabels(dspy.Signature):
     analysis: str = dspy.InputField(desc="why the answer is wrong")
     level: str = dspy.InputField(desc="what kind of label to pick")
     options: list[str] = dspy.InputField(desc="the valid labels, numbered")
-    picks: str = dspy.OutputField(desc="the numbers of the 1 or 2 fitting options, one per line")
+    picks: Text[16] = dspy.OutputField(desc="the numbers of the 1 or 2 fitting options, one per line")
 
 
 class JudgeRelevance(dspy.Signature):
@@ -95,4 +97,4 @@ class JudgeRelevance(dspy.Signature):
 
     question: str = dspy.InputField()
     passage: str = dspy.InputField()
-    relevant: str = dspy.OutputField(desc="yes or no")
+    relevant: Text[8] = dspy.OutputField(desc="yes or no")

@@ -3,6 +3,8 @@ from typing import Literal
 
 import dspy
 
+from runtime.caps import Text
+
 
 class AssessSufficiency(dspy.Signature):
     """Check, criterion by criterion, whether the facts gathered so far are enough to answer the question."""
@@ -26,5 +28,5 @@ class DecideNextStep(dspy.Signature):
     question: str = dspy.InputField()
     passages: list[str] = dspy.InputField(desc="evidence gathered so far")
     draft_answer: str = dspy.InputField()
-    decision: str = dspy.OutputField(desc="STOP or CONTINUE")
-    next_query: str = dspy.OutputField(desc="the search for the missing fact; empty when STOP")
+    decision: Text[8] = dspy.OutputField(desc="STOP or CONTINUE")
+    next_query: Text[32] = dspy.OutputField(desc="the search for the missing fact; empty when STOP")

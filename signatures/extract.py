@@ -1,6 +1,8 @@
 """Extraction role: pull checkable facts out of a passage."""
 import dspy
 
+from runtime.caps import Text
+
 
 class ExtractFacts(dspy.Signature):
     """List the facts in the passage that help answer the question, one per line as 'head | relation | tail'.
@@ -10,4 +12,4 @@ class ExtractFacts(dspy.Signature):
 
     question: str = dspy.InputField()
     passage: str = dspy.InputField()
-    triples: str = dspy.OutputField(desc="one 'head | relation | tail' per line, most useful first")
+    triples: Text[192] = dspy.OutputField(desc="one 'head | relation | tail' per line, most useful first")

@@ -1,6 +1,8 @@
 """Gap role: say what evidence is still missing."""
 import dspy
 
+from runtime.caps import Items
+
 
 class SpecifyGap(dspy.Signature):
     """Name what is still missing to answer the question: the entities whose facts are absent and the
@@ -10,5 +12,5 @@ class SpecifyGap(dspy.Signature):
     facts: list[str] = dspy.InputField(desc="'[source] head | relation | tail' facts found so far")
     blocked: list[str] = dspy.InputField(desc="queries already searched and titles of pages already read: "
                                               "name what they did not give")
-    missing_entities: list[str] = dspy.OutputField(desc="names the question depends on that the facts do not cover")
-    missing_relations: list[str] = dspy.OutputField(desc="attributes or links still unknown, e.g. 'birthplace'")
+    missing_entities: Items[48] = dspy.OutputField(desc="names the question depends on that the facts do not cover")
+    missing_relations: Items[48] = dspy.OutputField(desc="attributes or links still unknown, e.g. 'birthplace'")

@@ -1,6 +1,8 @@
 """Planner role: choose where to search (language corpora) and what to search for (the query)."""
 import dspy
 
+from runtime.caps import Items, Text
+
 
 class SelectCorpora(dspy.Signature):
     """Pick the language corpora to search for evidence on this question: the question's own language, plus the
@@ -10,7 +12,7 @@ class SelectCorpora(dspy.Signature):
     question_language: str = dspy.InputField()
     available: list[str] = dspy.InputField(desc="'code: language' of each corpus, in no particular order "
                                                  "(some list each corpus's best-matching passage title and score)")
-    corpora: list[str] = dspy.OutputField(desc="chosen corpus codes")
+    corpora: Items[32] = dspy.OutputField(desc="chosen corpus codes")
 
 
 class ReplanSearch(dspy.Signature):
@@ -24,8 +26,8 @@ class ReplanSearch(dspy.Signature):
     reason: str = dspy.InputField(desc="why the evidence was not enough")
     available: list[str] = dspy.InputField(desc="'code: language' of each corpus, in no particular order "
                                                  "(some list each corpus's best-matching passage title and score)")
-    corpora: list[str] = dspy.OutputField(desc="corpus codes for the next search")
-    query: str = dspy.OutputField(desc="the new search query")
+    corpora: Items[32] = dspy.OutputField(desc="corpus codes for the next search")
+    query: Text[32] = dspy.OutputField(desc="the new search query")
 
 
 class ReselectCorpora(dspy.Signature):
@@ -37,7 +39,7 @@ class ReselectCorpora(dspy.Signature):
     reason: str = dspy.InputField(desc="why the evidence was not enough")
     available: list[str] = dspy.InputField(desc="'code: language' of each corpus, in no particular order "
                                                  "(some list each corpus's best-matching passage title and score)")
-    corpora: list[str] = dspy.OutputField(desc="corpus codes for the next search")
+    corpora: Items[32] = dspy.OutputField(desc="corpus codes for the next search")
 
 
 class RewriteQuery(dspy.Signature):
@@ -47,7 +49,7 @@ class RewriteQuery(dspy.Signature):
     question: str = dspy.InputField(desc="the original question")
     previous_query: str = dspy.InputField()
     reason: str = dspy.InputField(desc="why the evidence was not enough")
-    query: str = dspy.OutputField(desc="the new search query")
+    query: Text[32] = dspy.OutputField(desc="the new search query")
 
 
 class PlanSearches(dspy.Signature):
@@ -57,7 +59,7 @@ class PlanSearches(dspy.Signature):
 
     question: str = dspy.InputField()
     count: int = dspy.InputField(desc="how many searches to list")
-    searches: str = dspy.OutputField(desc="one line per search: 'search terms | reason'")
+    searches: Text[160] = dspy.OutputField(desc="one line per search: 'search terms | reason'")
 # RAG-Critic's correction planner. The function menu and the error -> action table (after the paper's Table 11)
 # are inputs of the planner, written here so that every word the LM reads lives in signatures/.
 FUNCTIONS = """\
@@ -114,4 +116,4 @@ class PlanCorrection(dspy.Signature):
     suggested_actions: list[str] = dspy.InputField(desc="'error category: actions' for the flagged errors")
     functions: str = dspy.InputField(desc="the available functions")
     example: str = dspy.InputField(desc="a valid program, for the form only")
-    plan: str = dspy.OutputField(desc="the program: at most 5 lines, no comments, no loops")
+    plan: Text[200] = dspy.OutputField(desc="the program: at most 5 lines, no comments, no loops")

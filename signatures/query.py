@@ -1,6 +1,8 @@
 """Query role: turn a gap into one search query."""
 import dspy
 
+from runtime.caps import Text
+
 
 class WriteMicroQuery(dspy.Signature):
     """Write one short keyword search query that would find a passage stating the missing facts. Name the
@@ -11,7 +13,7 @@ class WriteMicroQuery(dspy.Signature):
     missing_relations: list[str] = dspy.InputField()
     blocked: list[str] = dspy.InputField(desc="queries already searched and titles of pages already read: "
                                               "do not repeat them")
-    query: str = dspy.OutputField(desc="4 to 12 keywords")
+    query: Text[32] = dspy.OutputField(desc="4 to 12 keywords")
 
 
 class RewriteQuery(dspy.Signature):
@@ -20,4 +22,4 @@ class RewriteQuery(dspy.Signature):
 
     question: str = dspy.InputField()
     earlier_queries: list[str] = dspy.InputField(desc="queries already tried")
-    query: str = dspy.OutputField(desc="4 to 12 keywords")
+    query: Text[32] = dspy.OutputField(desc="4 to 12 keywords")

@@ -2,6 +2,8 @@
 given to a tool-using agent (ReAct)."""
 import dspy
 
+from runtime.caps import Text
+
 
 class NextThought(dspy.Signature):
     """Continue the step-by-step reasoning towards the answer of the question with exactly one new sentence,
@@ -11,7 +13,7 @@ class NextThought(dspy.Signature):
     passages: list[str] = dspy.InputField(desc="retrieved passages")
     question: str = dspy.InputField()
     thoughts: str = dspy.InputField(desc="the reasoning sentences written so far; may be empty")
-    next_sentence: str = dspy.OutputField(desc="one sentence")
+    next_sentence: Text[64] = dspy.OutputField(desc="one sentence")
 
 
 class AnswerWithSearch(dspy.Signature):
@@ -19,7 +21,7 @@ class AnswerWithSearch(dspy.Signature):
     at a time, read the results, then search for the next fact. The answer is a short phrase of a few words."""
 
     question: str = dspy.InputField()
-    answer: str = dspy.OutputField(desc="a short phrase, usually 1-5 words")
+    answer: Text[32] = dspy.OutputField(desc="a short phrase, usually 1-5 words")
 
 
 SEARCH_TOOL = "Search the text collection. Give a short query about one fact; returns the best matching passages."

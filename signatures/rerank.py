@@ -1,6 +1,8 @@
 """Reranker role: grade how useful one retrieved passage is for a question (second-stage retrieval)."""
 import dspy
 
+from runtime.caps import Text
+
 
 class GradePassage(dspy.Signature):
     """Rate how much the passage helps answer the question, as a whole number from 0 to 10: 10 if it states the
@@ -9,4 +11,4 @@ class GradePassage(dspy.Signature):
 
     question: str = dspy.InputField()
     passage: str = dspy.InputField()
-    score: str = dspy.OutputField(desc="an integer from 0 to 10")
+    score: Text[8] = dspy.OutputField(desc="an integer from 0 to 10")

@@ -2,6 +2,8 @@
 functions and the Self-Refine baseline)."""
 import dspy
 
+from runtime.caps import Text
+
 
 class RewriteForSearch(dspy.Signature):
     """Rewrite the search query as instructed: "clarify" makes it more specific, "expand" adds related names and
@@ -9,14 +11,14 @@ class RewriteForSearch(dspy.Signature):
 
     query: str = dspy.InputField()
     instruction: str = dspy.InputField()
-    queries: str = dspy.OutputField(desc="1 to 3 rewritten queries, one per line")
+    queries: Text[64] = dspy.OutputField(desc="1 to 3 rewritten queries, one per line")
 
 
 class DecomposeQuestion(dspy.Signature):
     """Split the question into the simpler sub-questions that must be answered, in order, to answer it."""
 
     question: str = dspy.InputField()
-    sub_questions: str = dspy.OutputField(desc="2 to 4 sub-questions, one per line")
+    sub_questions: Text[96] = dspy.OutputField(desc="2 to 4 sub-questions, one per line")
 
 
 REFINE_INSTRUCTIONS = {
@@ -34,7 +36,7 @@ class RefineDocument(dspy.Signature):
     query: str = dspy.InputField()
     document: str = dspy.InputField()
     instruction: str = dspy.InputField()
-    rewritten: str = dspy.OutputField(desc="the rewritten document, at most four sentences")
+    rewritten: Text[160] = dspy.OutputField(desc="the rewritten document, at most four sentences")
 
 
 class AnswerWithInstruction(dspy.Signature):
@@ -44,7 +46,7 @@ class AnswerWithInstruction(dspy.Signature):
     passages: list[str] = dspy.InputField(desc="evidence passages")
     question: str = dspy.InputField()
     instruction: str = dspy.InputField(desc="what to fix or watch for; may be empty")
-    answer: str = dspy.OutputField(desc="a short phrase, usually 1-5 words")
+    answer: Text[32] = dspy.OutputField(desc="a short phrase, usually 1-5 words")
 
 
 class GiveFeedback(dspy.Signature):
@@ -54,8 +56,8 @@ class GiveFeedback(dspy.Signature):
     passages: list[str] = dspy.InputField(desc="evidence passages")
     question: str = dspy.InputField()
     answer: str = dspy.InputField()
-    verdict: str = dspy.OutputField(desc="exactly one word: Correct or Error")
-    feedback: str = dspy.OutputField(desc="what is wrong and how to fix it; none if correct")
+    verdict: Text[8] = dspy.OutputField(desc="exactly one word: Correct or Error")
+    feedback: Text[96] = dspy.OutputField(desc="what is wrong and how to fix it; none if correct")
 
 
 class ReviseAnswer(dspy.Signature):
@@ -66,4 +68,4 @@ class ReviseAnswer(dspy.Signature):
     question: str = dspy.InputField()
     previous_answer: str = dspy.InputField()
     feedback: str = dspy.InputField()
-    answer: str = dspy.OutputField(desc="a short phrase, usually 1-5 words")
+    answer: Text[32] = dspy.OutputField(desc="a short phrase, usually 1-5 words")

@@ -1,12 +1,14 @@
 """Writer role: produce the final answer."""
 import dspy
 
+from runtime.caps import Text
+
 
 class AnswerDirectly(dspy.Signature):
     """Answer the question from your own knowledge with a short phrase of a few words. No explanation."""
 
     question: str = dspy.InputField()
-    answer: str = dspy.OutputField(desc="a short phrase, usually 1-5 words")
+    answer: Text[32] = dspy.OutputField(desc="a short phrase, usually 1-5 words")
 
 
 def in_language(signature: type[dspy.Signature]) -> type[dspy.Signature]:
@@ -22,7 +24,7 @@ class AnswerFromPassages(dspy.Signature):
 
     passages: list[str] = dspy.InputField(desc="retrieved passages, most relevant first")
     question: str = dspy.InputField()
-    answer: str = dspy.OutputField(desc="a short phrase, usually 1-5 words")
+    answer: Text[32] = dspy.OutputField(desc="a short phrase, usually 1-5 words")
 
 
 class ChooseOption(dspy.Signature):
@@ -32,7 +34,7 @@ class ChooseOption(dspy.Signature):
     passages: list[str] = dspy.InputField(desc="checked evidence passages; empty when none was found")
     question: str = dspy.InputField()
     options: str = dspy.InputField(desc="one option per line as 'LETTER. text'")
-    answer: str = dspy.OutputField(desc="only the letter of the chosen option")
+    answer: Text[8] = dspy.OutputField(desc="only the letter of the chosen option")
 
 
 class AnswerWithCitations(dspy.Signature):
@@ -42,7 +44,7 @@ class AnswerWithCitations(dspy.Signature):
 
     passages: list[str] = dspy.InputField(desc="evidence passages, each starting with its number [n]")
     question: str = dspy.InputField()
-    answer: str = dspy.OutputField(desc="2-4 words and [passage numbers], or I don't know")
+    answer: Text[48] = dspy.OutputField(desc="2-4 words and [passage numbers], or I don't know")
 
 
 #: The same answer with the verified ledger facts as an extra input (SEAL's ``ledger_to_writer`` option).
