@@ -6,7 +6,7 @@ PriDe calibration for ``--mc-scoring pride``: the option-ID prior of one program
 The prior belongs to the writer that picks the letter. Each calibration question is run once through the program
 (its own knowledge-corpus documents hidden, as in evaluation); the writer call that answered it is then asked again
 with the same question and evidence at every cyclic shift of the options, in ``logprob`` mode, and those letter
-distributions give the prior (``programs.choice.estimate_prior``). Holding the evidence fixed isolates the option
+distributions give the prior (``decoding.choice.estimate_prior``). Holding the evidence fixed isolates the option
 order, and a pipeline's retrieval, planner and critic run once per question instead of once per shift. The slice
 must not overlap the evaluated questions."""
 from __future__ import annotations
@@ -15,10 +15,10 @@ import dspy
 from dspy.utils.exceptions import AdapterParseError
 
 import data as datasets
+from decoding.choice import MCScoring, estimate_prior
+from decoding.decisions import ANSWER_KINDS, fit_gate, gates, recorded_decisions
 from optimizers import metrics
 from optimizers.evaluation import _run
-from programs.choice import MCScoring, estimate_prior
-from programs.decisions import ANSWER_KINDS, fit_gate, gates, recorded_decisions
 from programs.writer import recorded_choices, set_mc_scoring
 from runtime.metering import metered
 
@@ -51,7 +51,7 @@ def calibrate_pride(program: dspy.Module, examples: list[dspy.Example], retries:
 
 def calibrate_decisions(program: dspy.Module, examples: list[dspy.Example], fused: bool, retries: int = 1,
                         correct=None) -> dict:
-    """Fit every gate of ``program`` (``programs.decisions.Gate``) on the decisions it makes on ``examples``
+    """Fit every gate of ``program`` (``decoding.decisions.Gate``) on the decisions it makes on ``examples``
     (the dev split), labelled by the gate's kind: a passage decision is gold when its passage's title is one of the
     example's ``gold_titles``, a sufficiency decision when its set holds every gold title, a stop or acceptance
     when the answer it judged is correct and an error verdict when it is wrong (``correct(example, answer)``,

@@ -16,13 +16,15 @@ import data as datasets
 import programs
 from data import corpora as sources
 from optimizers import tracking
-from optimizers.metrics import ANSWER_METRICS, Judge, answer_metrics, gold_of
+from optimizers.metrics import ANSWER_METRICS, Judge, gold_of
+from optimizers.task_metrics import answer_metrics
 from optimizers.calibration import calibrate_pride
 from optimizers.evaluation import EndpointDown
-from programs.choice import MODES, MCScoring
-from programs.decisions import MODES as DECISION_MODES
+from decoding.choice import MODES, MCScoring
+from decoding.decisions import MODES as DECISION_MODES
 from programs.oracle import parse_roles
-from programs.retrieval import INDEX_TYPES, RETRIEVERS, Retriever
+from retrieval.dense import INDEX_TYPES
+from retrieval.retriever import RETRIEVERS, Retriever
 from programs.writer import mc_state, set_mc_scoring
 from runtime.lm import make_lm
 from runtime.paths import PROJECT_ROOT, project_cache
@@ -286,9 +288,10 @@ def saved_calibration(path: Path) -> dict | None:
 
 
 #: The code that writes and scores the answers a checkpoint holds: a change to any of it starts new checkpoints.
-ANSWER_CODE = ("programs", "signatures", "optimizers/metrics.py", "optimizers/xlingual.py", "runtime/lm.py")
-#: Files under ANSWER_CODE that build datasets and answer nothing (the XRAG construction pipeline).
-NOT_ANSWER_CODE = ("programs/xrag_build.py", "signatures/construct.py")
+ANSWER_CODE = ("programs", "decoding", "retrieval", "signatures", "optimizers/metrics.py", "optimizers/task_metrics.py",
+               "optimizers/xlingual.py", "runtime/language.py", "runtime/lm.py")
+#: Files under ANSWER_CODE that build datasets and answer nothing (the XRAG construction pipeline's signatures).
+NOT_ANSWER_CODE = ("signatures/construct.py",)
 
 
 @functools.lru_cache(maxsize=1)

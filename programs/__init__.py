@@ -9,9 +9,10 @@ from pathlib import Path
 
 import dspy
 
+from data import corpora
+from decoding.decisions import Gate
 from programs.baselines import RAG, Direct
 from programs.coral import CORAL
-from programs.decisions import Gate
 from programs.iterative import IRCoT, ReAct
 from programs.crag import CRAG
 from programs.mrag import MultilingualRAG
@@ -20,6 +21,9 @@ from programs.rag_critic import RAGCritic
 from programs.seal import SEAL
 from programs.self_rag import SelfRAG
 from programs.self_refine import SelfRefine
+from retrieval.retriever import Retriever
+from runtime.roles import assign_roles
+from runtime.store import download, tracking_uri
 
 
 @dataclass(frozen=True)
@@ -145,7 +149,7 @@ DATA_KEYS = ("dataset", "embedder", "index", "corpus", "leave_question_out", "ma
 PREDICTOR_STATE = {"demos": [dict], "traces": list, "train": list, "fields": dict, "lm": None,
                    "signature": {"instructions": str, "fields": [{"prefix": str, "description": str}]}}
 
-#: A decision gate's saved state (``programs.decisions.Gate``, which checks the values when it loads them).
+#: A decision gate's saved state (``decoding.decisions.Gate``, which checks the values when it loads them).
 GATE_STATE = {"thresholds": dict, "weights": object}
 
 
@@ -211,8 +215,6 @@ def read_artifact(path_or_run_id: str) -> dict:
             raise FileNotFoundError(f"compiled program not found: {path}; pass a program.json path or an MLflow run id")
         from mlflow.exceptions import MlflowException
 
-        from optimizers.tracking import download, tracking_uri
-
         try:
             path = download(path_or_run_id, "program.json")
         except (MlflowException, OSError) as err:  # no such run, or a run without a compiled program
@@ -245,9 +247,6 @@ def load_compiled(path_or_run_id: str | dict, search=None, data_dir=None, roles=
     artifact = path_or_run_id if isinstance(path_or_run_id, dict) else read_artifact(path_or_run_id)
     name, data = artifact["program"], artifact["data"]
     if spec(name).needs_search and search is None:
-        from data import corpora
-        from programs.retrieval import Retriever
-
         bundle = corpora.load(data["dataset"], data_dir, data.get("corpus"), data.get("leave_question_out", True),
                               data.get("max_docs"))
         options = {k: data[k] for k in ("retriever", "rerank", "rerank_depth", "fuse_depth", "rrf_k") if k in data}
@@ -270,7 +269,5 @@ def load_compiled(path_or_run_id: str | dict, search=None, data_dir=None, roles=
         raise ValueError(f"{source}: its saved state does not fit {name} ({type(err).__name__}: {err}); "
                          f"recompile: python optimize.py --program {name}") from None
     if roles is not None:
-        from runtime.roles import assign_roles
-
         assign_roles(program, roles)
     return program

@@ -4,8 +4,8 @@ from __future__ import annotations
 import dspy
 
 from programs.evidence import EvidenceWriter
-from programs.retrieval import Retriever
 from programs.writer import Writer
+from retrieval.retriever import Retriever
 
 
 class Direct(dspy.Module):

@@ -10,7 +10,7 @@ and/or rewrite the query. After at most ``loops`` rounds the writer answers from
 documents with the highest ``s_tot`` -- and from no passages at all when nothing was kept, as the paper's writer
 only ever sees validated evidence. With ``decisions="logprob"`` (``fused`` alike for now) each criterion is its
 expected value over the score tokens and the keep rule applies to those, and the sufficiency verdict is read as
-P(enough) against a threshold kept as program state (``programs.decisions``). Oracle roles (``programs.oracle``,
+P(enough) against a threshold kept as program state (``decoding.decisions``). Oracle roles (``programs.oracle``,
 no call): ``relevance`` keeps exactly the gold candidates, ``sufficiency`` stops once every gold passage is kept,
 ``planner`` searches the culture's own corpus (the replanner then only rewrites the query).
 
@@ -36,12 +36,13 @@ from typing import NamedTuple
 import dspy
 from dspy.utils.exceptions import AdapterParseError
 
-from programs.mrag import (DEFAULT_LANG, LANGUAGE_NAMES, SCOPES, answer_writer, corpus_of, language_label,
-                           scope_corpora, with_options)
-from programs.constrained import BOOL, constrained_config, name_list, one_of
-from programs.decisions import SCALE, Gate, check_mode, decide, record
+from decoding.constrained import BOOL, constrained_config, name_list, one_of
+from decoding.decisions import SCALE, Gate, check_mode, decide, record
+from programs.mrag import DEFAULT_LANG, SCOPES, answer_writer, corpus_of, language_label, scope_corpora, with_options
 from programs.oracle import check_roles, oracle as oracle_labels
-from programs.retrieval import Passage, Retriever, dedup
+from retrieval.corpus import Passage, dedup
+from retrieval.retriever import Retriever
+from runtime.language import LANGUAGE_NAMES
 from runtime.lm import ATTEMPT
 from signatures.critic import NOTHING_KEPT, CheckSufficiency, RateDocument, RateDocuments
 from signatures.planner import ReplanSearch, ReselectCorpora, RewriteQuery, SelectCorpora
@@ -223,7 +224,7 @@ class CORAL(dspy.Module):
     the question with its options, as the paper's planner does; ``probe`` (off by default, not in the paper; the
     ``coral_probe`` variant) adds each corpus's top passage title and score for the question. After two identical
     plans in a row the loop stops with the evidence kept (``repeated_plans``). On the embedded llama.cpp server its
-    corpus names and the sufficiency verdict are decoded under a grammar (``programs.constrained``)."""
+    corpus names and the sufficiency verdict are decoded under a grammar (``decoding.constrained``)."""
 
     DEFAULT_DATASET = "demo_culture"
     ROLES = {"planner": "planner", "replanner": "planner", "critic": "critic", "critic_each": "critic",

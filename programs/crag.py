@@ -7,7 +7,7 @@ passage incorrect -> *incorrect* (drop them all and search again with a rewritte
 (keep the best non-incorrect passages, at most k - max(1, k // 2), and fill up to k from a rewritten-query
 search). Each re-search fetches k passages
 not fetched before and counts against ``loops`` (``loops=0``: grade and refine only). With ``decisions="logprob"``
-the grade is read as a score, CRAG's way: P(yes) of a yes/no relevance decision (``programs.decisions``), graded
+the grade is read as a score, CRAG's way: P(yes) of a yes/no relevance decision (``decoding.decisions``), graded
 correct at or above the gate's ``upper`` threshold, incorrect below its ``lower`` one, ambiguous between
 (``decisions="fused"``: the probability fused with the passage's retrieval score first). With ``oracle="relevance"``
 (``programs.oracle``) a gold passage is graded correct and any other incorrect, without a call. The kept passages are
@@ -22,10 +22,11 @@ from dataclasses import replace
 
 import dspy
 
-from programs.decisions import YES_NO, Gate, check_mode, decide, record, relative
+from decoding.decisions import YES_NO, Gate, check_mode, decide, record, relative
 from programs.evidence import EvidenceWriter, lenient, search_excluding
 from programs.oracle import check_roles, oracle as oracle_labels
-from programs.retrieval import Passage, Retriever
+from retrieval.corpus import Passage
+from retrieval.retriever import Retriever
 from programs.seal import clip, sentences
 from programs.text import content_words, repeats
 from signatures.critic import GradeRetrieval, JudgeRelevance

@@ -8,9 +8,11 @@ import re
 import dspy
 from dspy.utils.exceptions import AdapterParseError
 
-from programs.retrieval import Passage, Retriever
 from programs.text import abstained
-from programs.writer import Writer, language_name
+from programs.writer import Writer
+from retrieval.corpus import Passage
+from retrieval.retriever import Retriever
+from runtime.language import language_name
 from signatures.writer import AnswerWithCitations, AnswerWithCitationsAndFacts, in_language
 
 IDK = "I don't know"

@@ -15,9 +15,10 @@ from contextvars import ContextVar
 import dspy
 
 from programs.evidence import lenient
-from programs.retrieval import Passage, Retriever, dedup
 from programs.text import content_words
 from programs.writer import Writer
+from retrieval.corpus import Passage, dedup
+from retrieval.retriever import Retriever
 from signatures.reasoning import SEARCH_TOOL, AnswerWithSearch, NextThought
 
 ANSWERED = re.compile(r"\banswer is\b", re.I)

@@ -14,18 +14,14 @@ from dataclasses import replace
 
 import dspy
 
-from programs.retrieval import Passage, Retriever
 from programs.writer import Writer
+from retrieval.corpus import Passage
+from retrieval.retriever import Retriever
+from runtime.language import LANGUAGE_NAMES
 from signatures.translate import TranslateDocument, TranslateQuery
 
 DEFAULT_LANG = "en"
 SCOPES = ("own", "en", "own_en", "all")
-LANGUAGE_NAMES = {
-    "am": "Amharic", "ar": "Arabic", "as": "Assamese", "az": "Azerbaijani", "de": "German", "el": "Greek",
-    "en": "English", "es": "Spanish", "fa": "Persian", "ha": "Hausa", "hi": "Hindi", "id": "Indonesian",
-    "ko": "Korean", "ro": "Romanian", "ru": "Russian", "su": "Sundanese", "th": "Thai", "tr": "Turkish",
-    "vi": "Vietnamese", "zh": "Chinese",
-}
 
 
 def corpus_of(search: Retriever, lang: str | None) -> str | None:

@@ -12,13 +12,13 @@ Ablations: ``anchor=False`` (Iterative Chain only: C_1 is the question's own top
 (Coverage Anchor only: one write over the anchor). Parse failures never crash: an unusable plan is asked for once
 more, then the question itself is the only sub-query; an unusable ESC reply is asked for once more, then means
 STOP. Both are counted in the trace. With ``decisions="logprob"`` (``fused`` alike: the controller judges a
-draft, not one passage) the controller's decision is read as P(STOP) from token logprobs (``programs.decisions``):
+draft, not one passage) the controller's decision is read as P(STOP) from token logprobs (``decoding.decisions``):
 STOP at or above the ``esc_gate`` threshold (program state; 0.5 uncompiled); a reply without logprobs is parsed as
 written. With ``oracle="controller"`` (``programs.oracle``) the controller says STOP exactly when every gold passage
 is in C_t, without a call; otherwise it is asked only for the query.
 
 Reranking: every search goes through the retriever, which applies its own second stage where it has one.
-``search_rerank`` (a :mod:`programs.rerank` name, default ``none``) adds one in the program: each search then fetches
+``search_rerank`` (a :mod:`retrieval.rerank` name, default ``none``) adds one in the program: each search then fetches
 ``search_depth`` candidates and the reranker keeps the best ``k`` for that search. ``embed`` scores by cosine under the
 retriever's own embedder, so over the dense retriever it keeps the retriever's order.
 """
@@ -31,11 +31,12 @@ from itertools import chain as flatten, zip_longest
 
 import dspy
 
-from programs.decisions import Gate, check_mode, two_way
+from decoding.decisions import Gate, check_mode, two_way
 from programs.evidence import retried
 from programs.oracle import check_roles, oracle as oracle_labels
-from programs.rerank import get_reranker
-from programs.retrieval import Passage, Retriever, dedup
+from retrieval.rerank import get_reranker
+from retrieval.corpus import Passage, dedup
+from retrieval.retriever import Retriever
 from programs.text import APOSTROPHES, approx_tokens, content_words, normalize
 from programs.writer import Writer
 from signatures.esc import DecideNextStep

@@ -15,9 +15,10 @@ from programs.error_critic import ErrorCritic
 from programs.evidence import lenient
 from programs.oracle import check_roles
 from programs.executor import PlanExecutor
-from programs.constrained import constrained_config
+from decoding.constrained import constrained_config
 from programs.plan import GenerateAnswer, Plan, PlanError, Ref, Step, grammar, parse_plan
-from programs.retrieval import Passage, Retriever
+from retrieval.corpus import Passage
+from retrieval.retriever import Retriever
 from programs.taxonomy import Taxonomy
 from programs.writer import Writer
 from signatures.planner import ERROR_ACTIONS, FUNCTIONS, PLAN_EXAMPLE, PlanCorrection

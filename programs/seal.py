@@ -8,7 +8,7 @@ the gap entities and relations its verified facts support. The gap specification
 blocked/seen terms (queries issued, titles fetched). One final generation answers in 2-4 words with cited passages, or
 abstains; it sees the final k passages, like every baseline's writer, plus the ledger only with
 ``ledger_to_writer``. With ``decisions="logprob"`` (``fused`` alike: the gate judges facts, not one passage) the
-gate's verdict is read as P(sufficient) from token logprobs (``programs.decisions``) against a threshold kept as
+gate's verdict is read as P(sufficient) from token logprobs (``decoding.decisions``) against a threshold kept as
 program state; the other criteria stay as written. With ``oracle="sufficiency"`` (``programs.oracle``) the gate
 says sufficient exactly when the k passages held include every gold passage, without a call, at every loop. The
 deterministic parts (verbatim filtering, blocklist, stuck
@@ -21,10 +21,11 @@ from dataclasses import asdict, dataclass, field
 
 import dspy
 
-from programs.decisions import Gate, check_mode, decide, record
+from decoding.decisions import Gate, check_mode, decide, record
 from programs.evidence import EvidenceWriter, lenient, search_excluding
 from programs.oracle import check_roles, oracle as oracle_labels
-from programs.retrieval import Passage, Retriever, dedup
+from retrieval.corpus import Passage, dedup
+from retrieval.retriever import Retriever
 from programs.text import content_words, mentions, normalize, repeats, words
 from signatures.esc import AssessSufficiency
 from signatures.extract import ExtractFacts

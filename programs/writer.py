@@ -7,9 +7,10 @@ from contextvars import ContextVar
 
 import dspy
 
-from programs.choice import TOP_LOGPROBS, MCScoring, letter_logprobs, normalized, warn_no_logprobs
-from programs.retrieval import Passage
+from decoding.choice import TOP_LOGPROBS, MCScoring, letter_logprobs, normalized, warn_no_logprobs
 from programs.text import mentions, normalize
+from retrieval.corpus import Passage
+from runtime.language import language_name
 from signatures.writer import AnswerDirectly, AnswerFromPassages, ChooseOption, in_language
 
 
@@ -59,17 +60,10 @@ def recorded_choices():
         _CHOICES.reset(token)
 
 
-def language_name(code: str) -> str:
-    """The name of a language code, as the writer is told it."""
-    from programs.mrag import LANGUAGE_NAMES  # mrag builds on this module
-
-    return LANGUAGE_NAMES.get(code, code)
-
-
 class Writer(dspy.Module):
     """Final answer from the question (+ passages, + options for multiple choice).
 
-    ``mc`` says how a multiple-choice letter is picked (``programs.choice``): from the written reply, or from the
+    ``mc`` says how a multiple-choice letter is picked (``decoding.choice``): from the written reply, or from the
     option-letter probabilities of the LM, optionally debiased (``set_mc_scoring``)."""
 
     def __init__(self, use_passages: bool = True, reasoning: bool = False, max_chars: int = 600):

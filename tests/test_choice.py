@@ -7,8 +7,8 @@ import pytest
 from dspy.utils.dummies import DummyLM
 
 import programs
+from decoding.choice import MCScoring, debias, estimate_prior, letter_logprobs, sample_prior
 from optimizers.calibration import calibrate_pride
-from programs.choice import MCScoring, debias, estimate_prior, letter_logprobs, sample_prior
 from programs.writer import Writer, mc_state, set_mc_scoring
 from runtime.roles import init_dspy
 
@@ -112,7 +112,7 @@ def test_writer_reads_letters_from_logprobs_and_debiases_them():
 
 
 def test_no_logprobs_falls_back_to_the_written_letter_with_one_warning(dummy, capsys, monkeypatch):
-    monkeypatch.setattr("programs.choice._WARNED", set())
+    monkeypatch.setattr("decoding.choice._WARNED", set())
     dummy([{"answer": "B"}, {"answer": "B"}])
     program = programs.build("direct")
     set_mc_scoring(program, MCScoring("logprob"))
@@ -139,7 +139,8 @@ def test_pride_calibration_recovers_the_prior_and_switches_the_program():
 
 
 def test_pride_calibration_runs_a_pipeline_once_per_question_and_shifts_only_the_writer(embedder):
-    from programs.retrieval import Corpus, Retriever
+    from retrieval.corpus import Corpus
+    from retrieval.retriever import Retriever
 
     class Counting(Retriever):
         searches = 0
