@@ -4,6 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import dspy
+
 from data import Bundle, load_records, require_file
 from retrieval.corpus import Corpus
 

@@ -15,17 +15,17 @@ import dspy
 import data as datasets
 import programs
 from data import corpora as sources
-from optimizers import tracking
-from optimizers.metrics import ANSWER_METRICS, Judge, gold_of
-from optimizers.task_metrics import answer_metrics
-from optimizers.calibration import calibrate_pride
-from optimizers.evaluation import EndpointDown
 from decoding.choice import MODES, MCScoring
 from decoding.decisions import MODES as DECISION_MODES
+from optimizers import tracking
+from optimizers.calibration import calibrate_pride
+from optimizers.evaluation import EndpointDown
+from optimizers.metrics import ANSWER_METRICS, Judge, gold_of
+from optimizers.task_metrics import answer_metrics
 from programs.oracle import parse_roles
+from programs.writer import mc_state, set_mc_scoring
 from retrieval.dense import INDEX_TYPES
 from retrieval.retriever import RETRIEVERS, Retriever
-from programs.writer import mc_state, set_mc_scoring
 from runtime.lm import make_lm
 from runtime.paths import PROJECT_ROOT, project_cache
 from runtime.roles import Roles, assign_roles, init_dspy

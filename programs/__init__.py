@@ -13,8 +13,8 @@ from data import corpora
 from decoding.decisions import Gate
 from programs.baselines import RAG, Direct
 from programs.coral import CORAL
-from programs.iterative import IRCoT, ReAct
 from programs.crag import CRAG
+from programs.iterative import IRCoT, ReAct
 from programs.mrag import MultilingualRAG
 from programs.par2 import PAR2
 from programs.rag_critic import RAGCritic

@@ -25,10 +25,10 @@ import dspy
 from decoding.decisions import YES_NO, Gate, check_mode, decide, record, relative
 from programs.evidence import EvidenceWriter, lenient, search_excluding
 from programs.oracle import check_roles, oracle as oracle_labels
-from retrieval.corpus import Passage
-from retrieval.retriever import Retriever
 from programs.seal import clip, sentences
 from programs.text import content_words, repeats
+from retrieval.corpus import Passage
+from retrieval.retriever import Retriever
 from signatures.critic import GradeRetrieval, JudgeRelevance
 from signatures.query import RewriteQuery
 

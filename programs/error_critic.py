@@ -20,9 +20,9 @@ import dspy
 from decoding.decisions import Gate, check_mode, two_way
 from programs.evidence import lenient
 from programs.oracle import check_roles, oracle as oracle_labels
-from retrieval.corpus import Passage
 from programs.taxonomy import Taxonomy, load_taxonomy, snap
 from programs.text import APOSTROPHES, jaccard, mentions, normalize
+from retrieval.corpus import Passage
 from signatures.critic import CheckAnswer, PickErrorLabels
 
 CORRECT, ERROR = "Correct", "Error"

@@ -16,9 +16,9 @@ import dspy
 
 from programs.evidence import lenient
 from programs.plan import GenerateAnswer, Plan, Ref, Step
+from programs.writer import Writer
 from retrieval.corpus import Passage, dedup
 from retrieval.retriever import Retriever
-from programs.writer import Writer
 from signatures.revise import (REFINE_INSTRUCTIONS, AnswerWithInstruction, DecomposeQuestion, RefineDocument,
                                RewriteForSearch)
 

@@ -34,11 +34,11 @@ import dspy
 from decoding.decisions import Gate, check_mode, two_way
 from programs.evidence import retried
 from programs.oracle import check_roles, oracle as oracle_labels
-from retrieval.rerank import get_reranker
-from retrieval.corpus import Passage, dedup
-from retrieval.retriever import Retriever
 from programs.text import APOSTROPHES, approx_tokens, content_words, normalize
 from programs.writer import Writer
+from retrieval.corpus import Passage, dedup
+from retrieval.rerank import get_reranker
+from retrieval.retriever import Retriever
 from signatures.esc import DecideNextStep
 from signatures.planner import PlanSearches
 

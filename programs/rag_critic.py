@@ -11,16 +11,16 @@ from __future__ import annotations
 
 import dspy
 
+from decoding.constrained import constrained_config
 from programs.error_critic import ErrorCritic
 from programs.evidence import lenient
-from programs.oracle import check_roles
 from programs.executor import PlanExecutor
-from decoding.constrained import constrained_config
+from programs.oracle import check_roles
 from programs.plan import GenerateAnswer, Plan, PlanError, Ref, Step, grammar, parse_plan
-from retrieval.corpus import Passage
-from retrieval.retriever import Retriever
 from programs.taxonomy import Taxonomy
 from programs.writer import Writer
+from retrieval.corpus import Passage
+from retrieval.retriever import Retriever
 from signatures.planner import ERROR_ACTIONS, FUNCTIONS, PLAN_EXAMPLE, PlanCorrection
 
 

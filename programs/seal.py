@@ -24,9 +24,9 @@ import dspy
 from decoding.decisions import Gate, check_mode, decide, record
 from programs.evidence import EvidenceWriter, lenient, search_excluding
 from programs.oracle import check_roles, oracle as oracle_labels
+from programs.text import content_words, mentions, normalize, repeats, words
 from retrieval.corpus import Passage, dedup
 from retrieval.retriever import Retriever
-from programs.text import content_words, mentions, normalize, repeats, words
 from signatures.esc import AssessSufficiency
 from signatures.extract import ExtractFacts
 from signatures.gap import SpecifyGap

@@ -16,8 +16,8 @@ from decoding.decisions import Gate, check_mode, two_way
 from programs.error_critic import CORRECT, ERROR, parse_verdict
 from programs.evidence import lenient
 from programs.oracle import check_roles, oracle as oracle_labels
-from retrieval.retriever import Retriever
 from programs.writer import Writer
+from retrieval.retriever import Retriever
 from signatures.revise import GiveFeedback, ReviseAnswer
 
 
