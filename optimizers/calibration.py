@@ -15,18 +15,21 @@ import dspy
 from dspy.utils.exceptions import AdapterParseError
 
 import data as datasets
-from decoding.choice import MCScoring, estimate_prior
+from decoding.choice import estimate_prior
 from decoding.decisions import ANSWER_KINDS, fit_gate, gates, recorded_decisions
 from optimizers import metrics
 from optimizers.evaluation import _run
-from programs.writer import recorded_choices, set_mc_scoring
+from programs.writer import mc_state, recorded_choices
 from runtime.metering import metered
 
 
 def calibrate_pride(program: dspy.Module, examples: list[dspy.Example], retries: int = 1) -> dict:
-    """Estimate the prior on ``examples`` and switch ``program`` to ``pride`` scoring with it. Returns what to log:
-    the prior, the questions asked and those used (every shift read), and the calibration's LM cost."""
-    set_mc_scoring(program, MCScoring("logprob"))
+    """Estimate the option-ID prior on ``examples`` with ``program`` built with ``logprob`` scoring; a ``pride``
+    program is then built with ``MCScoring("pride", prior=...)``. Returns what to log: the prior, the questions
+    asked and those used (every shift read), and the calibration's LM cost."""
+    if {state["mode"] for state in mc_state(program)} != {"logprob"}:
+        raise ValueError("PriDe calibration reads letter probabilities: build the program with "
+                         "mc=MCScoring('logprob')")
     samples, used = [], []
     with metered() as cost:
         for example in examples:
@@ -44,7 +47,6 @@ def calibrate_pride(program: dspy.Module, examples: list[dspy.Example], retries:
                 samples.append(shifts)
                 used.append(example.id)
     prior = estimate_prior(samples)
-    set_mc_scoring(program, MCScoring("pride", prior=prior))
     return {"prior": prior, "asked": [ex.id for ex in examples], "used": used,
             **{f"cost_{k}": v for k, v in cost.as_dict().items()}}
 

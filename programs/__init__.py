@@ -10,6 +10,7 @@ from pathlib import Path
 import dspy
 
 from data import corpora
+from decoding.choice import MCScoring
 from decoding.decisions import Gate
 from programs.baselines import RAG, Direct
 from programs.coral import CORAL
@@ -36,7 +37,7 @@ class ProgramSpec:
     @property
     def params(self) -> list[str]:
         names = inspect.signature(self.cls.__init__).parameters
-        return [n for n in names if n not in ("self", "search", *self.fixed)]
+        return [n for n in names if n not in ("self", "search", "mc", *self.fixed)]
 
     @property
     def default_dataset(self) -> str:
@@ -128,10 +129,12 @@ def accepted_config(name: str, config: dict) -> dict:
             for k, v in config.items() if k in s.params}
 
 
-def build(name: str, search=None, **config) -> dspy.Module:
-    """Build program ``name``; config keys it does not take (e.g. ``loops`` for ``rag``) are left out."""
+def build(name: str, search=None, mc: MCScoring | None = None, **config) -> dspy.Module:
+    """Build program ``name``; config keys it does not take (e.g. ``loops`` for ``rag``) are left out. ``mc``: how
+    its writers pick multiple-choice letters (``decoding.choice``; default: the written letter), a choice of the
+    run, not of the program's config (a compiled program does not record it)."""
     s = spec(name)
-    kwargs = {**accepted_config(name, config), **s.fixed}
+    kwargs = {**accepted_config(name, config), **s.fixed, **({"mc": mc} if mc is not None else {})}
     if s.needs_search:
         if search is None:
             raise ValueError(f"program '{name}' needs a retriever: build('{name}', search=Retriever(...))")
@@ -237,13 +240,15 @@ def read_artifact(path_or_run_id: str) -> dict:
     return artifact | {"source": str(path)}
 
 
-def load_compiled(path_or_run_id: str | dict, search=None, data_dir=None, roles=None, oracle: str = "") -> dspy.Module:
+def load_compiled(path_or_run_id: str | dict, search=None, data_dir=None, roles=None, oracle: str = "",
+                  mc: MCScoring | None = None) -> dspy.Module:
     """A ready module from a compiled artifact: a JSON path, an MLflow run id of this project's store, or the
     artifact dict itself.
 
     Without ``search`` the retriever is rebuilt from the recorded dataset corpora (cached index, no re-embedding).
     With ``roles`` (``runtime.roles.Roles``) the predictors are bound to their LMs; otherwise the default LM
-    configured with ``dspy.configure`` is used. ``oracle``: the program's oracle roles (``programs.oracle``)."""
+    configured with ``dspy.configure`` is used. ``oracle``: the program's oracle roles (``programs.oracle``); ``mc``:
+    its multiple-choice scoring (:func:`build`)."""
     artifact = path_or_run_id if isinstance(path_or_run_id, dict) else read_artifact(path_or_run_id)
     name, data = artifact["program"], artifact["data"]
     if spec(name).needs_search and search is None:
@@ -251,7 +256,7 @@ def load_compiled(path_or_run_id: str | dict, search=None, data_dir=None, roles=
                               data.get("max_docs"))
         options = {k: data[k] for k in ("retriever", "rerank", "rerank_depth", "fuse_depth", "rrf_k") if k in data}
         search = Retriever(bundle.corpora, embedder=data["embedder"], index_type=data["index"], **options)
-    program = build(name, search=search, **{**artifact["config"], **({"oracle": oracle} if oracle else {})})
+    program = build(name, search=search, mc=mc, **{**artifact["config"], **({"oracle": oracle} if oracle else {})})
     source = artifact.get("source", "the compiled program")
     saved, current = artifact.get("program_version"), program_version(program)
     if saved and saved != current:

@@ -36,6 +36,7 @@ from typing import NamedTuple
 import dspy
 from dspy.utils.exceptions import AdapterParseError
 
+from decoding.choice import MCScoring
 from decoding.constrained import BOOL, constrained_config, name_list, one_of
 from decoding.decisions import SCALE, Gate, check_mode, decide, record
 from programs.mrag import DEFAULT_LANG, SCOPES, answer_writer, corpus_of, language_label, scope_corpora, with_options
@@ -236,7 +237,7 @@ class CORAL(dspy.Module):
                  critic_batch: bool = False, critic_chunk: int = 15, critic_chars: int | None = None,
                  max_chars: int | None = 600, agent_temperature: float = 0.6, writer_temperature: float = 0.0,
                  shuffle_corpora: bool = True, probe: bool = False, seed: int = 13,
-                 decisions: str = "generate", oracle: str = ""):
+                 decisions: str = "generate", oracle: str = "", mc: MCScoring | None = None):
         super().__init__()
         self.decisions = check_mode(decisions)
         if decisions != "generate":  # the sufficiency verdict read as P(enough), against a threshold (state)
@@ -260,7 +261,7 @@ class CORAL(dspy.Module):
         self.critic = dspy.Predict(RateDocuments, temperature=t)
         self.critic_each = dspy.Predict(RateDocument, temperature=t)
         self.sufficiency = dspy.Predict(CheckSufficiency, temperature=t)
-        self.writer = answer_writer(max_chars, writer_temperature)
+        self.writer = answer_writer(max_chars, writer_temperature, mc)
 
     @classmethod
     def oracle_roles(cls, scope: str = "dynamic", **_) -> tuple[str, ...]:

@@ -22,6 +22,7 @@ from dataclasses import replace
 
 import dspy
 
+from decoding.choice import MCScoring
 from decoding.decisions import YES_NO, Gate, check_mode, decide, record, relative
 from programs.evidence import EvidenceWriter, lenient, search_excluding
 from programs.oracle import check_roles, oracle as oracle_labels
@@ -68,7 +69,7 @@ class CRAG(dspy.Module):
 
     def __init__(self, search: Retriever, k: int = 3, loops: int = 1, max_chars: int = 600,
                  max_query_words: int = 12, stuck_jaccard: float = 0.7, decisions: str = "generate",
-                 oracle: str = ""):
+                 oracle: str = "", mc: MCScoring | None = None):
         super().__init__()
         self.decisions, self.oracle = check_mode(decisions), check_roles(oracle, self.ORACLE_ROLES, "crag")
         if decisions != "generate":  # scored grades: a relevance decision and its thresholds (program state)
@@ -78,7 +79,7 @@ class CRAG(dspy.Module):
         self.max_query_words, self.stuck_jaccard = max_query_words, stuck_jaccard
         self.grade = dspy.Predict(GradeRetrieval)
         self.rewrite = dspy.Predict(RewriteQuery)
-        self.writer = EvidenceWriter(max_chars)
+        self.writer = EvidenceWriter(max_chars, mc=mc)
 
     def _grade(self, question: str, passages: list[Passage], grades: dict[str, str]) -> int:
         """Grade ``passages`` into ``grades``; returns the number of unreadable grades (graded ambiguous)."""

@@ -14,6 +14,7 @@ from contextvars import ContextVar
 
 import dspy
 
+from decoding.choice import MCScoring
 from programs.evidence import lenient
 from programs.text import content_words
 from programs.writer import Writer
@@ -49,12 +50,13 @@ class IRCoT(dspy.Module):
     """Interleaved retrieval and chain of thought: each new sentence is the next query (top ``k``); the LM sees at
     most ``max_passages`` passages, newest first. ``lang`` is accepted and unused."""
 
-    def __init__(self, search: Retriever, k: int = 5, loops: int = 5, max_passages: int = 8, max_chars: int = 600):
+    def __init__(self, search: Retriever, k: int = 5, loops: int = 5, max_passages: int = 8, max_chars: int = 600,
+                 mc: MCScoring | None = None):
         super().__init__()
         self.search, self.k, self.loops = search, k, loops
         self.max_passages, self.max_chars = max_passages, max_chars
         self.step = dspy.Predict(NextThought)
-        self.writer = Writer(use_passages=True, max_chars=max_chars)
+        self.writer = Writer(use_passages=True, max_chars=max_chars, mc=mc)
 
     def forward(self, question: str, options: dict[str, str] | None = None,
                 lang: str | None = None) -> dspy.Prediction:
@@ -117,12 +119,13 @@ class ReAct(dspy.Module):
     """``dspy.ReAct`` with the search tool, at most ``loops`` agent steps (finishing is a step). When the agent's
     final answer cannot be parsed, the shared writer answers from the passages found (counted in the trace)."""
 
-    def __init__(self, search: Retriever, k: int = 5, loops: int = 5, max_passages: int = 8, max_chars: int = 600):
+    def __init__(self, search: Retriever, k: int = 5, loops: int = 5, max_passages: int = 8, max_chars: int = 600,
+                 mc: MCScoring | None = None):
         super().__init__()
         self.loops, self.max_passages = loops, max_passages
         tool = dspy.Tool(SearchTool(search, k, max_chars), name="search", desc=SEARCH_TOOL)
         self.agent = dspy.ReAct(AnswerWithSearch, tools=[tool], max_iters=loops)
-        self.writer = Writer(use_passages=True, max_chars=max_chars)
+        self.writer = Writer(use_passages=True, max_chars=max_chars, mc=mc)
 
     def forward(self, question: str, options: dict[str, str] | None = None,
                 lang: str | None = None) -> dspy.Prediction:

@@ -31,6 +31,7 @@ from itertools import chain as flatten, zip_longest
 
 import dspy
 
+from decoding.choice import MCScoring
 from decoding.decisions import Gate, check_mode, two_way
 from programs.evidence import retried
 from programs.oracle import check_roles, oracle as oracle_labels
@@ -164,7 +165,7 @@ class PAR2(dspy.Module):
     def __init__(self, search: Retriever, k: int = 5, loops: int = 5, subqueries: int = 5,
                  search_rerank: str = "none", search_depth: int = 20, context_tokens: int = 3000,
                  max_chars: int = 600, anchor: bool = True, chain: bool = True, decisions: str = "generate",
-                 oracle: str = ""):
+                 oracle: str = "", mc: MCScoring | None = None):
         super().__init__()
         self.decisions = check_mode(decisions)
         self.oracle = check_roles(oracle, self.oracle_roles(chain=chain), "par2" if chain else "par2_anchor")
@@ -180,7 +181,7 @@ class PAR2(dspy.Module):
         self.reranker = get_reranker(search_rerank, search)
         self.planner = dspy.Predict(PlanSearches)
         self.esc = dspy.Predict(DecideNextStep)
-        self.writer = Writer(use_passages=True, reasoning=True, max_chars=max_chars)
+        self.writer = Writer(use_passages=True, reasoning=True, max_chars=max_chars, mc=mc)
 
     @classmethod
     def oracle_roles(cls, chain: bool = True, **_) -> tuple[str, ...]:

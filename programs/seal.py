@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass, field
 
 import dspy
 
+from decoding.choice import MCScoring
 from decoding.decisions import Gate, check_mode, decide, record
 from programs.evidence import EvidenceWriter, lenient, search_excluding
 from programs.oracle import check_roles, oracle as oracle_labels
@@ -260,7 +261,7 @@ class SEAL(dspy.Module):
     def __init__(self, search: Retriever, k: int = 3, loops: int = 3, max_chars: int = 600, max_triples: int = 10,
                  max_facts: int = 30, min_coverage: float = 0.75, min_answerability: float = 0.7,
                  stuck_jaccard: float = 0.7, max_query_words: int = 12, ledger_to_writer: bool = False,
-                 decisions: str = "generate", oracle: str = ""):
+                 decisions: str = "generate", oracle: str = "", mc: MCScoring | None = None):
         super().__init__()
         self.decisions, self.oracle = check_mode(decisions), check_roles(oracle, self.ORACLE_ROLES, "seal")
         if decisions != "generate":  # the verdict read as P(sufficient), against a threshold (program state)
@@ -274,7 +275,7 @@ class SEAL(dspy.Module):
         self.gap = dspy.Predict(SpecifyGap)
         self.micro_query = dspy.Predict(WriteMicroQuery)
         self.ledger_to_writer = ledger_to_writer
-        self.writer = EvidenceWriter(max_chars, facts=ledger_to_writer)
+        self.writer = EvidenceWriter(max_chars, facts=ledger_to_writer, mc=mc)
 
     def forward(self, question: str, options: dict[str, str] | None = None,
                 lang: str | None = None) -> dspy.Prediction:

@@ -18,6 +18,7 @@ from itertools import chain, zip_longest
 
 import dspy
 
+from decoding.choice import MCScoring
 from decoding.decisions import Gate, check_mode, decide, record
 from programs.evidence import EvidenceWriter, lenient, search_excluding
 from programs.text import abstained, normalize, repeats
@@ -66,14 +67,14 @@ class SelfRAG(dspy.Module):
     ROLES = {"critic": "critic"}
 
     def __init__(self, search: Retriever, k: int = 3, loops: int = 3, max_chars: int = 600, min_usefulness: int = 4,
-                 stuck_jaccard: float = 0.7, decisions: str = "generate"):
+                 stuck_jaccard: float = 0.7, decisions: str = "generate", mc: MCScoring | None = None):
         super().__init__()
         self.decisions = check_mode(decisions)
         if decisions != "generate":
             self.critic_gate = Gate("correct", relevant=0.5, support=0.5)
         self.search, self.k, self.loops, self.max_chars = search, k, loops, max_chars
         self.min_usefulness, self.stuck_jaccard = min_usefulness, stuck_jaccard
-        self.writer = EvidenceWriter(max_chars)
+        self.writer = EvidenceWriter(max_chars, mc=mc)
         self.critic = dspy.Predict(CritiqueDraft)
 
     def forward(self, question: str, options: dict[str, str] | None = None,

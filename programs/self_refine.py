@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dspy
 
+from decoding.choice import MCScoring
 from decoding.decisions import Gate, check_mode, two_way
 from programs.error_critic import CORRECT, ERROR, parse_verdict
 from programs.evidence import lenient
@@ -25,7 +26,7 @@ class SelfRefine(dspy.Module):
     ORACLE_ROLES = ("verdict",)
 
     def __init__(self, search: Retriever, k: int = 5, max_chars: int = 600, rounds: int = 3,
-                 decisions: str = "generate", oracle: str = ""):
+                 decisions: str = "generate", oracle: str = "", mc: MCScoring | None = None):
         super().__init__()
         self.decisions, self.oracle = check_mode(decisions), check_roles(oracle, self.ORACLE_ROLES, "self_refine")
         if decisions != "generate":  # the verdict read as P(Correct), against a threshold (program state)
@@ -33,7 +34,7 @@ class SelfRefine(dspy.Module):
         if rounds < 1:
             raise ValueError(f"self_refine needs rounds >= 1 (got {rounds}); rounds=0 is the plain `rag` program")
         self.search, self.k, self.max_chars, self.rounds = search, k, max_chars, rounds
-        self.writer = Writer(use_passages=True, max_chars=max_chars)
+        self.writer = Writer(use_passages=True, max_chars=max_chars, mc=mc)
         self.feedback = dspy.Predict(GiveFeedback)
         self.revise = dspy.Predict(ReviseAnswer)
 

@@ -5,7 +5,6 @@ import pytest
 import data
 import programs
 from decoding.choice import MCScoring
-from programs.writer import set_mc_scoring
 from runtime.lm import make_lm
 from runtime.roles import init_dspy
 
@@ -22,9 +21,8 @@ def lm(monkeypatch):
 
 def test_the_server_returns_option_letter_probabilities(capsys):
     examples = data.load("demo_culture").examples[:2]
-    program = programs.build("direct")
     observed = []
-    set_mc_scoring(program, MCScoring("logprob", observed=observed))
+    program = programs.build("direct", mc=MCScoring("logprob", observed=observed))
     for ex in examples:
         pred = program(**ex.inputs())
         assert pred.answer in ex.options
