@@ -41,8 +41,8 @@ def main(argv=None) -> dict:
     s = session(args, programs.spec(args.program).needs_search)
     taxonomy = error_taxonomy(args.data_dir) if args.error_profile else None
     try:
-        program = (s.with_mc_scoring(args.program, programs.load_compiled(artifact, search=s.retriever, roles=s.roles,
-                                                                          oracle=s.oracle(args.program)))
+        program = (s.build_scored(args.program, lambda mc: programs.load_compiled(
+                       artifact, search=s.retriever, roles=s.roles, oracle=s.oracle(args.program), mc=mc))
                    if artifact else s.build(args.program))
     except ValueError as err:  # a compiled program saved by another version of the program
         fail(str(err))

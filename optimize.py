@@ -24,6 +24,7 @@ from optimizers.compile import OPTIMIZERS, compile_program, fit_demos
 from optimizers.evaluation import evaluate
 from optimizers.metrics import METRIC_NAMES
 from optimizers.stats import bootstrap_ci
+from runtime import store
 from runtime.metering import Limit, metered
 
 
@@ -137,7 +138,7 @@ def main(argv=None) -> str:
     print(f"prompt versions: {', '.join(prompts)}")
     print(f"compiled program: {stored} (MLflow run {run.info.run_id}, artifact {out.name})")
     print(f"load it with programs.load_compiled({run.info.run_id!r}) or evaluate.py --compiled {run.info.run_id}")
-    print(f"browse runs: mlflow ui --backend-store-uri {tracking.tracking_uri()}  (then open http://127.0.0.1:5000)")
+    print(f"browse runs: mlflow ui --backend-store-uri {store.tracking_uri()}  (then open http://127.0.0.1:5000)")
     return run.info.run_id
 
 

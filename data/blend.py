@@ -8,7 +8,7 @@ written in, a program input) is ``en`` for every example; the country's own lang
 resource tier ``tier`` (both only for metric breakdowns, so no program is told the culture). Each example also
 carries ``leave_out``: the group of the knowledge-corpus documents rendered from its question id -- the documents of
 every country, since the other countries' answers to the same question are where its distractors come from (see
-``data.corpora.blend_kb``) -- hidden while it is evaluated.
+:func:`blend_kb`) -- hidden while it is evaluated.
 """
 from __future__ import annotations
 
@@ -21,7 +21,9 @@ from pathlib import Path
 
 import dspy
 
-from data import Bundle, read_json, require_file
+from data import Bundle, require_file
+from retrieval.corpus import Corpus
+from runtime.files import read_json
 
 # country -> (source language, resource tier). Tiers follow the CORAL paper (Sec. 5.1): Joshi et al. (2020)
 # classes 1-2 low, 3-4 mid, 5 high; the language sets match its tier averages (Table 1 vs. per-language Table 8).
@@ -137,8 +139,6 @@ def kb_group(qid: str) -> str:
 
 def load_mcq(root: Path | None, seed: int = 13) -> Bundle:
     """Multiple choice: one option set per (question, country); construction counts go into ``Bundle.source``."""
-    from data.corpora import blend_kb
-
     annotations = read_annotations(root)
     examples, stats = [], {}
     for country in COUNTRIES:
@@ -158,8 +158,6 @@ def load_mcq(root: Path | None, seed: int = 13) -> Bundle:
 
 def load_short(root: Path | None) -> Bundle:
     """Short answers: correct when the answer matches any English spelling annotated for the country."""
-    from data.corpora import blend_kb
-
     annotations = read_annotations(root)
     examples = []
     for country in COUNTRIES:
@@ -174,3 +172,23 @@ def load_short(root: Path | None) -> Bundle:
                             .with_inputs("question", "lang"))
     return Bundle("blend_short", examples, blend_kb(root, annotations), "short", str(root / "blend"),
                   groups=("source_lang", "tier", "country"))
+
+
+def blend_kb(root: Path | None, annotations: dict[str, dict] | None = None, top: int = 5) -> list[Corpus]:
+    """One corpus per BLEnD source language; per (country, question) one document listing the ``top`` most
+    voted answers (English spellings with vote counts, then the local-language question and answers)."""
+    annotations = annotations or read_annotations(root)
+    by_lang: dict[str, list[dict]] = {}
+    for country, records in annotations.items():
+        for qid, record in records.items():
+            answers = sorted(record.get("annotations", []), key=lambda a: -a["count"])[:top]
+            english = [f"{' / '.join(a['en_answers'][:2])} ({a['count']})" for a in answers if a.get("en_answers")]
+            if not english:
+                continue
+            local = ", ".join(dict.fromkeys(s for a in answers for s in a.get("answers", [])[:1]))
+            text = (f"Most common answers in {country_name(country)}: {'; '.join(english)}. "
+                    f"{record.get('question', '').strip()} {local}").strip()
+            by_lang.setdefault(COUNTRIES[country][0], []).append(
+                {"id": f"{country}/{qid}", "title": record["en_question"].strip(), "text": text,
+                 "group": kb_group(qid)})
+    return [Corpus(lang, docs, lang) for lang, docs in sorted(by_lang.items())]

@@ -17,7 +17,9 @@ from pathlib import Path
 
 import dspy
 
-from data import Bundle, read_json, require_file
+from data import Bundle, require_file
+from data.blend import blend_kb
+from runtime.files import read_json
 
 LETTERS = "ABCDEFGH"
 SERVED = ("Tradition", "Society")  # the CLIcK Culture categories blend_kb has documents for
@@ -44,8 +46,6 @@ def to_example(path: Path, record: dict) -> dspy.Example | None:
 
 def load(root: Path | None, categories: tuple[str, ...] | None = SERVED) -> Bundle:
     """The CLIcK Culture questions of ``categories`` (None: every category)."""
-    from data.corpora import blend_kb
-
     folder = require_file(root, "click/Culture")
     examples, skipped = [], 0
     for path in sorted(folder.glob("**/*.json")):

@@ -5,7 +5,7 @@
   into passages at sentence ends), e.g. Wikipedia articles exported on a machine with hub access;
 - ``index:DIR``: corpora embedded and indexed beforehand, read from disk without re-embedding (the index memory-
   mapped, texts read by byte offset): a folder written by ``scripts/build_index.py`` or in FlashRAG's released
-  layout (one ``*.jsonl`` + one ``*.index``), or a folder of such folders, one per language (:mod:`programs.ondisk`);
+  layout (one ``*.jsonl`` + one ``*.index``), or a folder of such folders, one per language (:mod:`retrieval.ondisk`);
 - ``wikipedia:LANGS`` (e.g. ``wikipedia:en,ko,es``): the first ``--max-docs`` articles (default 1000) of each
   language's Wikipedia from the HF hub (``wikimedia/wikipedia``, streamed, cut into passages); needs hub access;
 - ``multihop_pool``: the pooled English open-retrieval setting (default of ``scripts/seal_grid.py``): every
@@ -33,8 +33,11 @@ from itertools import islice
 from pathlib import Path
 
 import data as datasets
-from data import Bundle, read_json, read_jsonl, require_file
-from programs.retrieval import Corpus
+from data import Bundle, require_file
+from data.blend import blend_kb
+from retrieval.corpus import Corpus
+from retrieval.ondisk import open_corpus
+from runtime.files import read_json, read_jsonl
 
 SOURCES = ("bundled", "xquad", "blend_kb", "multihop_pool", "multihop_windows", "jsonl:DIR", "index:DIR",
            "wikipedia:LANGS")
@@ -71,8 +74,6 @@ def build(source: str, root: Path | None, bundle: Bundle | None = None, max_docs
     if source.startswith("jsonl:"):
         return jsonl(Path(source[len("jsonl:"):]).expanduser(), max_docs=max_docs)
     if source.startswith("index:"):
-        from programs.ondisk import open_corpus
-
         return open_corpus(Path(source[len("index:"):]))
     if source.startswith("wikipedia:"):
         return wikipedia(source[len("wikipedia:"):].split(","), max_docs or 1000)
@@ -173,28 +174,6 @@ def xquad(root: Path | None, langs=XQUAD_LANGS) -> list[Corpus]:
                     docs.append({"id": f"{a:02d}-{p:02d}", "title": article["title"].replace("_", " "), "text": text})
         corpora.append(Corpus(lang, docs, lang))
     return corpora
-
-
-def blend_kb(root: Path | None, annotations: dict[str, dict] | None = None, top: int = 5) -> list[Corpus]:
-    """One corpus per BLEnD source language; per (country, question) one document listing the ``top`` most
-    voted answers (English spellings with vote counts, then the local-language question and answers)."""
-    from data.blend import COUNTRIES, country_name, kb_group, read_annotations
-
-    annotations = annotations or read_annotations(root)
-    by_lang: dict[str, list[dict]] = {}
-    for country, records in annotations.items():
-        for qid, record in records.items():
-            answers = sorted(record.get("annotations", []), key=lambda a: -a["count"])[:top]
-            english = [f"{' / '.join(a['en_answers'][:2])} ({a['count']})" for a in answers if a.get("en_answers")]
-            if not english:
-                continue
-            local = ", ".join(dict.fromkeys(s for a in answers for s in a.get("answers", [])[:1]))
-            text = (f"Most common answers in {country_name(country)}: {'; '.join(english)}. "
-                    f"{record.get('question', '').strip()} {local}").strip()
-            by_lang.setdefault(COUNTRIES[country][0], []).append(
-                {"id": f"{country}/{qid}", "title": record["en_question"].strip(), "text": text,
-                 "group": kb_group(qid)})
-    return [Corpus(lang, docs, lang) for lang, docs in sorted(by_lang.items())]
 
 
 POOL_SOURCES = ("hotpotqa", "2wiki", "musique")  # multi-hop datasets whose contexts go into ``multihop_pool``

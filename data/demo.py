@@ -5,8 +5,9 @@ from pathlib import Path
 
 import dspy
 
-from data import Bundle, read_jsonl
-from programs.retrieval import Corpus
+from data import Bundle
+from retrieval.corpus import Corpus
+from runtime.files import read_jsonl
 
 DEMO_DIR = Path(__file__).resolve().parent / "demo"
 

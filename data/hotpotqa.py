@@ -4,8 +4,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import dspy
+
 from data import Bundle, load_records, require_file
-from programs.retrieval import Corpus
+from retrieval.corpus import Corpus
 
 FILES = ("hotpotqa/dev_distractor_sample.json", "hotpotqa/hotpot_dev_distractor_v1.json")
 

@@ -6,7 +6,7 @@ from pathlib import Path
 import dspy
 
 from data import Bundle, load_records, require_file
-from programs.retrieval import Corpus
+from retrieval.corpus import Corpus
 
 FILES = ("musique/musique_ans_dev_sample.jsonl", "musique/musique_ans_v1.0_dev.jsonl")
 

@@ -13,7 +13,7 @@ monolingual setting and, in the multilingual one, English or the question's lang
 **Contexts** (how much of an item's grounding a program may see), chosen by the dataset name:
 
 - ``full`` (default): supporting + distracting articles only (every other document is hidden through the
-  example's ``leave_out`` groups, see ``programs.retrieval.excluded``); ``rag --k 8`` then reads all of them;
+  example's ``leave_out`` groups, see ``retrieval.corpus.excluded``); ``rag --k 8`` then reads all of them;
 - ``oracle``: the supporting articles only;
 - ``open``: nothing hidden, every article pooled into one corpus per language (open retrieval);
 - no retrieval: run a closed-book program (``direct``) on any of them.
@@ -40,8 +40,10 @@ from pathlib import Path
 
 import dspy
 
-from data import Bundle, load_records, read_json, require_file
-from programs.retrieval import Corpus
+from data import Bundle, load_records, require_file
+from retrieval.corpus import Corpus
+from runtime.files import read_json
+from runtime.language import detect
 
 HUB_ID = "AmazonScience/XRAG"
 LANGS = ("de", "es", "zh", "ar")
@@ -102,8 +104,6 @@ def article_language(text: str, lang: str, setting: str) -> str:
     the text's opening, else English."""
     if setting == "mono" or lang == "en":
         return "en"
-    from optimizers.xlingual import detect
-
     return lang if detect(text[:500]) == lang else "en"
 
 
@@ -138,8 +138,6 @@ def normalize(row: dict) -> dict:
 
 
 def _question_language(question: str) -> str:
-    from optimizers.xlingual import detect
-
     return detect(question) or "en"
 
 

@@ -6,7 +6,7 @@ PriDe calibration for ``--mc-scoring pride``: the option-ID prior of one program
 The prior belongs to the writer that picks the letter. Each calibration question is run once through the program
 (its own knowledge-corpus documents hidden, as in evaluation); the writer call that answered it is then asked again
 with the same question and evidence at every cyclic shift of the options, in ``logprob`` mode, and those letter
-distributions give the prior (``programs.choice.estimate_prior``). Holding the evidence fixed isolates the option
+distributions give the prior (``decoding.choice.estimate_prior``). Holding the evidence fixed isolates the option
 order, and a pipeline's retrieval, planner and critic run once per question instead of once per shift. The slice
 must not overlap the evaluated questions."""
 from __future__ import annotations
@@ -15,18 +15,21 @@ import dspy
 from dspy.utils.exceptions import AdapterParseError
 
 import data as datasets
+from decoding.choice import estimate_prior
+from decoding.decisions import ANSWER_KINDS, fit_gate, gates, recorded_decisions
 from optimizers import metrics
 from optimizers.evaluation import _run
-from programs.choice import MCScoring, estimate_prior
-from programs.decisions import ANSWER_KINDS, fit_gate, gates, recorded_decisions
-from programs.writer import recorded_choices, set_mc_scoring
+from programs.writer import mc_state, recorded_choices
 from runtime.metering import metered
 
 
 def calibrate_pride(program: dspy.Module, examples: list[dspy.Example], retries: int = 1) -> dict:
-    """Estimate the prior on ``examples`` and switch ``program`` to ``pride`` scoring with it. Returns what to log:
-    the prior, the questions asked and those used (every shift read), and the calibration's LM cost."""
-    set_mc_scoring(program, MCScoring("logprob"))
+    """Estimate the option-ID prior on ``examples`` with ``program`` built with ``logprob`` scoring; a ``pride``
+    program is then built with ``MCScoring("pride", prior=...)``. Returns what to log: the prior, the questions
+    asked and those used (every shift read), and the calibration's LM cost."""
+    if {state["mode"] for state in mc_state(program)} != {"logprob"}:
+        raise ValueError("PriDe calibration reads letter probabilities: build the program with "
+                         "mc=MCScoring('logprob')")
     samples, used = [], []
     with metered() as cost:
         for example in examples:
@@ -44,14 +47,13 @@ def calibrate_pride(program: dspy.Module, examples: list[dspy.Example], retries:
                 samples.append(shifts)
                 used.append(example.id)
     prior = estimate_prior(samples)
-    set_mc_scoring(program, MCScoring("pride", prior=prior))
     return {"prior": prior, "asked": [ex.id for ex in examples], "used": used,
             **{f"cost_{k}": v for k, v in cost.as_dict().items()}}
 
 
 def calibrate_decisions(program: dspy.Module, examples: list[dspy.Example], fused: bool, retries: int = 1,
                         correct=None) -> dict:
-    """Fit every gate of ``program`` (``programs.decisions.Gate``) on the decisions it makes on ``examples``
+    """Fit every gate of ``program`` (``decoding.decisions.Gate``) on the decisions it makes on ``examples``
     (the dev split), labelled by the gate's kind: a passage decision is gold when its passage's title is one of the
     example's ``gold_titles``, a sufficiency decision when its set holds every gold title, a stop or acceptance
     when the answer it judged is correct and an error verdict when it is wrong (``correct(example, answer)``,

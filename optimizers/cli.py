@@ -7,6 +7,7 @@ import hashlib
 import json
 import signal
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -15,15 +16,17 @@ import dspy
 import data as datasets
 import programs
 from data import corpora as sources
+from decoding.choice import MODES, MCScoring
+from decoding.decisions import MODES as DECISION_MODES
 from optimizers import tracking
-from optimizers.metrics import ANSWER_METRICS, Judge, answer_metrics, gold_of
 from optimizers.calibration import calibrate_pride
 from optimizers.evaluation import EndpointDown
-from programs.choice import MODES, MCScoring
-from programs.decisions import MODES as DECISION_MODES
+from optimizers.metrics import ANSWER_METRICS, Judge, gold_of
+from optimizers.task_metrics import answer_metrics
 from programs.oracle import parse_roles
-from programs.retrieval import INDEX_TYPES, RETRIEVERS, Retriever
-from programs.writer import mc_state, set_mc_scoring
+from programs.writer import mc_state
+from retrieval.dense import INDEX_TYPES
+from retrieval.retriever import RETRIEVERS, Retriever
 from runtime.lm import make_lm
 from runtime.paths import PROJECT_ROOT, project_cache
 from runtime.roles import Roles, assign_roles, init_dspy
@@ -217,38 +220,41 @@ class Session:
         """The program with its role LMs and ``--mc-scoring`` (``pride`` calibrates it here, on train questions)."""
         if self.args.no_retrieval:
             program_name = "cot" if program_name == "cot" else "direct"
-        try:
-            program = assign_roles(programs.build(program_name, search=self.retriever,
-                                                  **self.program_config(program_name)), self.roles)
-        except FileNotFoundError as err:  # e.g. rag_critic's taxonomy file
-            fail(str(err))
-        return self.with_mc_scoring(program_name, program)
+        config = self.program_config(program_name)
 
-    def with_mc_scoring(self, program_name: str, program: dspy.Module) -> dspy.Module:
-        """``program`` answering multiple choice as ``--mc-scoring`` says; ``pride`` calibrates it on the first
-        ``--mc-calibration`` train questions (recorded in ``calibrations``)."""
-        if self.bundle.task == "mcq" and self.args.mc_scoring == "logprob":
-            set_mc_scoring(program, MCScoring("logprob"))
-        elif self.bundle.task == "mcq" and self.args.mc_scoring == "pride":
-            slice_ = self.splits.train[:self.args.mc_calibration]
-            # kept like a checkpoint: a re-run reuses the prior, so its evaluation checkpoint (keyed by it) resumes
-            saved = self.checkpoint("pride", program_name, program, tuple(ex.id for ex in slice_)).with_suffix(".json")
-            info = saved_calibration(saved)
-            reused = info is not None
-            if reused:
-                set_mc_scoring(program, MCScoring("pride", prior=info["prior"]))
-            else:
-                info = calibrate_pride(program, slice_, self.args.retries)
-                saved.parent.mkdir(parents=True, exist_ok=True)
-                tmp = saved.with_suffix(".tmp")
-                tmp.write_text(json.dumps(info), encoding="utf-8")
-                tmp.replace(saved)
-            self.calibrations[program_name] = info
-            print(f"pride calibration of {program_name} on {len(info['used'])}/{len(slice_)} train questions "
-                  f"({', '.join(info['used'])}): prior " + " ".join(f"{k}={v:.3f}" for k, v in info["prior"].items())
-                  + (f" (reused: {saved})" if reused else ""),
-                  file=sys.stderr)
-        return program
+        def make(mc: MCScoring | None) -> dspy.Module:
+            try:
+                return assign_roles(programs.build(program_name, search=self.retriever, mc=mc, **config), self.roles)
+            except FileNotFoundError as err:  # e.g. rag_critic's taxonomy file
+                fail(str(err))
+
+        return self.build_scored(program_name, make)
+
+    def build_scored(self, program_name: str, make: Callable[[MCScoring | None], dspy.Module]) -> dspy.Module:
+        """``make(mc)``, the program built with the multiple-choice scoring ``--mc-scoring`` asks for; for ``pride``
+        a ``logprob`` build is calibrated first, on the first ``--mc-calibration`` train questions (recorded in
+        ``calibrations``)."""
+        mode = self.args.mc_scoring if self.bundle.task == "mcq" else "generate"
+        if mode != "pride":
+            return make(MCScoring(mode) if mode != "generate" else None)
+        slice_ = self.splits.train[:self.args.mc_calibration]
+        # kept like a checkpoint (keyed by the program as built before calibration): a re-run reuses the prior, so
+        # its evaluation checkpoint (keyed by it) resumes
+        saved = self.checkpoint("pride", program_name, make(None), tuple(ex.id for ex in slice_)).with_suffix(".json")
+        info = saved_calibration(saved)
+        reused = info is not None
+        if not reused:
+            info = calibrate_pride(make(MCScoring("logprob")), slice_, self.args.retries)
+            saved.parent.mkdir(parents=True, exist_ok=True)
+            tmp = saved.with_suffix(".tmp")
+            tmp.write_text(json.dumps(info), encoding="utf-8")
+            tmp.replace(saved)
+        self.calibrations[program_name] = info
+        print(f"pride calibration of {program_name} on {len(info['used'])}/{len(slice_)} train questions "
+              f"({', '.join(info['used'])}): prior " + " ".join(f"{k}={v:.3f}" for k, v in info["prior"].items())
+              + (f" (reused: {saved})" if reused else ""),
+              file=sys.stderr)
+        return make(MCScoring("pride", prior=info["prior"]))
 
     def checkpoint(self, stage: str, program_name: str, program: dspy.Module, pooled: tuple[str, ...] = ()) -> Path:
         """Per-example results file keyed by everything that changes them (the dataset and what its examples and
@@ -286,9 +292,10 @@ def saved_calibration(path: Path) -> dict | None:
 
 
 #: The code that writes and scores the answers a checkpoint holds: a change to any of it starts new checkpoints.
-ANSWER_CODE = ("programs", "signatures", "optimizers/metrics.py", "optimizers/xlingual.py", "runtime/lm.py")
-#: Files under ANSWER_CODE that build datasets and answer nothing (the XRAG construction pipeline).
-NOT_ANSWER_CODE = ("programs/xrag_build.py", "signatures/construct.py")
+ANSWER_CODE = ("programs", "decoding", "retrieval", "signatures", "optimizers/metrics.py", "optimizers/task_metrics.py",
+               "optimizers/xlingual.py", "runtime/language.py", "runtime/lm.py")
+#: Files under ANSWER_CODE that build datasets and answer nothing (the XRAG construction pipeline's signatures).
+NOT_ANSWER_CODE = ("signatures/construct.py",)
 
 
 @functools.lru_cache(maxsize=1)

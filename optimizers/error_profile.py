@@ -17,7 +17,7 @@ from tqdm.auto import tqdm  # noqa: E402
 
 from optimizers.metrics import F1_PASS  # noqa: E402
 from programs.error_critic import ErrorCritic  # noqa: E402
-from programs.retrieval import Corpus, Passage  # noqa: E402
+from retrieval.corpus import Corpus, Passage  # noqa: E402
 
 
 def is_wrong(record: dict) -> bool:

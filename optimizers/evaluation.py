@@ -17,7 +17,7 @@ from tqdm.auto import tqdm
 
 from optimizers.metrics import ALL_RETRIEVED, citation_precision, gold_of, retrieval_record
 from programs.oracle import gold_labels
-from programs.retrieval import excluded
+from retrieval.corpus import excluded
 from runtime.lm import ATTEMPT, ENDPOINT_ERRORS, ContextOverflow, ServerError, env_number
 from runtime.metering import metered
 

@@ -152,15 +152,3 @@ def citation_precision(gold_titles, cited_titles) -> float | None:
 
 ANSWER_METRICS = {"em": exact_match, "f1": f1, "accuracy": accuracy}
 METRIC_NAMES = (*ANSWER_METRICS, "judge")
-
-
-def answer_metrics(task: str, judge: Judge | None = None) -> dict:
-    """The metrics reported for a task: EM/F1 (+ judge) for short answers, accuracy for multiple choice."""
-    if task == "xrag":
-        from optimizers.xlingual import xrag_metrics
-
-        return xrag_metrics(judge)
-    metrics = {"accuracy": accuracy} if task == "mcq" else {"em": exact_match, "f1": f1}
-    if judge is not None and task != "mcq":
-        metrics["judge"] = judge
-    return metrics

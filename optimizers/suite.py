@@ -25,6 +25,7 @@ from optimizers import cli, leaderboard, tracking
 from optimizers.cli import Session, fail, session
 from optimizers.evaluation import evaluate
 from programs.oracle import parse_roles
+from runtime import store
 from runtime.paths import PROJECT_ROOT
 
 SHORT = {"k": "k", "loops": "L"}  # grid keys in cell labels: seal_k3_L1
@@ -208,7 +209,7 @@ def run_suite(args: argparse.Namespace, hook=None, custom: tuple[Entry, ...] | N
     cells, pairs = plan(suite, args.datasets, args.methods, getattr(args, "oracle", ""))
     if not cells:
         fail(f"suite '{args.suite}' has no cell for --datasets {args.datasets} / --methods {args.methods}")
-    if args.ray and not tracking.tracking_uri().startswith("http"):
+    if args.ray and not store.tracking_uri().startswith("http"):
         print("warning: --ray with the sqlite store: concurrent cells should log through a tracking server "
               "(mlflow server ...; MLFLOW_TRACKING_URI=http://...)")
     results: list[Result] = []

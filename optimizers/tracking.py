@@ -4,7 +4,6 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import json
-import os
 import re
 import subprocess
 import tempfile
@@ -17,19 +16,9 @@ from urllib.parse import parse_qsl, unquote, urlencode, urlparse, urlsplit, urlu
 import mlflow
 
 from runtime.paths import PROJECT_ROOT
+from runtime.store import mlruns, tracking_uri
 
 MAX_PARAM = 6000
-
-
-def mlruns() -> Path:
-    """The store folder (``RAG_MLRUNS``, default ``./mlruns``): sqlite db + ``artifacts/``."""
-    path = Path(os.environ.get("RAG_MLRUNS", PROJECT_ROOT / "mlruns"))
-    path.mkdir(parents=True, exist_ok=True)
-    return path
-
-
-def tracking_uri() -> str:
-    return os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{mlruns() / 'mlflow.db'}"
 
 
 def git_commit() -> str:
@@ -257,13 +246,6 @@ def artifact_path(name: str) -> str:
     uri = mlflow.get_artifact_uri(name)
     parsed = urlparse(uri)
     return unquote(parsed.path) if parsed.scheme == "file" else uri
-
-
-def download(run_id: str, artifact: str) -> Path:
-    """Fetch one artifact of ``run_id`` from the project store into a temp dir."""
-    mlflow.set_tracking_uri(tracking_uri())
-    return Path(mlflow.artifacts.download_artifacts(run_id=run_id, artifact_path=artifact,
-                                                    dst_path=tempfile.mkdtemp(prefix="rag-artifact-")))
 
 
 @contextmanager

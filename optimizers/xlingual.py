@@ -13,56 +13,18 @@ import re
 import threading
 import unicodedata
 from collections import Counter
-from functools import lru_cache
 
 import dspy
 from dspy.dsp.utils import DPR_normalize, has_answer
 from dspy.evaluate.metrics import normalize_text
 
 from optimizers.metrics import Judge, exact_match, f1
+from runtime.language import in_language, language_name, language_verdict
 from runtime.lm import ServerError
 from signatures.judge import JudgeAnswerLanguage
 
-MIN_CONFIDENCE = 0.5  # below this lingua's top language counts as undecided
 ECHO_SHARE = 0.8  # share of an answer's 3-grams found in the question from which it counts as an echo
 STATED_SLACK = 20  # words beyond a gold span that an answer stating it may have (longer ones go to the judges)
-# the languages the detector chooses among: the XRAG languages plus the rest of XQuAD's
-DETECTED = ("en", "de", "es", "zh", "ar", "el", "hi", "ro", "ru", "th", "tr", "vi")
-
-
-@lru_cache(maxsize=1)
-def _detector():
-    from lingua import IsoCode639_1, LanguageDetectorBuilder
-
-    codes = [getattr(IsoCode639_1, code.upper()) for code in DETECTED]
-    return LanguageDetectorBuilder.from_iso_codes_639_1(*codes).with_preloaded_language_models().build()
-
-
-def detect(text: str) -> str | None:
-    """ISO 639-1 code of ``text`` when lingua is confident (``MIN_CONFIDENCE``), else None (too short,
-    digits only, mixed)."""
-    if not re.search(r"[^\W\d_]", text or ""):
-        return None
-    values = _detector().compute_language_confidence_values(text)
-    if not values or values[0].value < MIN_CONFIDENCE:
-        return None
-    return values[0].language.iso_code_639_1.name.lower()
-
-
-def language_verdict(answer: str, lang: str, golds=()) -> bool | None:
-    """Whether a short ``answer`` counts as written in ``lang`` by lingua (see the module rule); None when lingua
-    cannot tell an answer with letters that is not a gold."""
-    if not re.search(r"[^\W\d_]", answer or "") or any(normalize_text(answer) == normalize_text(g) for g in golds):
-        return True  # digits only, or a gold as it is: the gold is in the question's language by construction
-    found = detect(answer)
-    if found is None:
-        return None
-    return found == lang or any(detect(g) == found for g in golds)
-
-
-def in_language(answer: str, lang: str, golds=()) -> bool:
-    """:func:`language_verdict`, an undecided answer passing (no judge to ask)."""
-    return language_verdict(answer, lang, golds) is not False
 
 
 def language_correct(example, pred, trace=None):
@@ -144,8 +106,6 @@ class JudgePanel:
     def language(self, example, pred, trace=None):
         """Whether the answer is in the question's language: lingua's verdict, or when lingua cannot tell, the
         panel's majority (an unreadable vote counts as "no")."""
-        from programs.writer import language_name
-
         answer, lang = (pred.answer or "").strip(), example.get("lang") or "en"
         key = ("language", example.get("id"), example.question, answer)
         with self._lock:

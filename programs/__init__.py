@@ -9,17 +9,22 @@ from pathlib import Path
 
 import dspy
 
+from data import corpora
+from decoding.choice import MCScoring
+from decoding.decisions import Gate
 from programs.baselines import RAG, Direct
 from programs.coral import CORAL
-from programs.decisions import Gate
-from programs.iterative import IRCoT, ReAct
 from programs.crag import CRAG
+from programs.iterative import IRCoT, ReAct
 from programs.mrag import MultilingualRAG
 from programs.par2 import PAR2
 from programs.rag_critic import RAGCritic
 from programs.seal import SEAL
 from programs.self_rag import SelfRAG
 from programs.self_refine import SelfRefine
+from retrieval.retriever import Retriever
+from runtime.roles import assign_roles
+from runtime.store import download, tracking_uri
 
 
 @dataclass(frozen=True)
@@ -32,7 +37,7 @@ class ProgramSpec:
     @property
     def params(self) -> list[str]:
         names = inspect.signature(self.cls.__init__).parameters
-        return [n for n in names if n not in ("self", "search", *self.fixed)]
+        return [n for n in names if n not in ("self", "search", "mc", *self.fixed)]
 
     @property
     def default_dataset(self) -> str:
@@ -124,10 +129,12 @@ def accepted_config(name: str, config: dict) -> dict:
             for k, v in config.items() if k in s.params}
 
 
-def build(name: str, search=None, **config) -> dspy.Module:
-    """Build program ``name``; config keys it does not take (e.g. ``loops`` for ``rag``) are left out."""
+def build(name: str, search=None, mc: MCScoring | None = None, **config) -> dspy.Module:
+    """Build program ``name``; config keys it does not take (e.g. ``loops`` for ``rag``) are left out. ``mc``: how
+    its writers pick multiple-choice letters (``decoding.choice``; default: the written letter), a choice of the
+    run, not of the program's config (a compiled program does not record it)."""
     s = spec(name)
-    kwargs = {**accepted_config(name, config), **s.fixed}
+    kwargs = {**accepted_config(name, config), **s.fixed, **({"mc": mc} if mc is not None else {})}
     if s.needs_search:
         if search is None:
             raise ValueError(f"program '{name}' needs a retriever: build('{name}', search=Retriever(...))")
@@ -145,7 +152,7 @@ DATA_KEYS = ("dataset", "embedder", "index", "corpus", "leave_question_out", "ma
 PREDICTOR_STATE = {"demos": [dict], "traces": list, "train": list, "fields": dict, "lm": None,
                    "signature": {"instructions": str, "fields": [{"prefix": str, "description": str}]}}
 
-#: A decision gate's saved state (``programs.decisions.Gate``, which checks the values when it loads them).
+#: A decision gate's saved state (``decoding.decisions.Gate``, which checks the values when it loads them).
 GATE_STATE = {"thresholds": dict, "weights": object}
 
 
@@ -211,8 +218,6 @@ def read_artifact(path_or_run_id: str) -> dict:
             raise FileNotFoundError(f"compiled program not found: {path}; pass a program.json path or an MLflow run id")
         from mlflow.exceptions import MlflowException
 
-        from optimizers.tracking import download, tracking_uri
-
         try:
             path = download(path_or_run_id, "program.json")
         except (MlflowException, OSError) as err:  # no such run, or a run without a compiled program
@@ -235,24 +240,23 @@ def read_artifact(path_or_run_id: str) -> dict:
     return artifact | {"source": str(path)}
 
 
-def load_compiled(path_or_run_id: str | dict, search=None, data_dir=None, roles=None, oracle: str = "") -> dspy.Module:
+def load_compiled(path_or_run_id: str | dict, search=None, data_dir=None, roles=None, oracle: str = "",
+                  mc: MCScoring | None = None) -> dspy.Module:
     """A ready module from a compiled artifact: a JSON path, an MLflow run id of this project's store, or the
     artifact dict itself.
 
     Without ``search`` the retriever is rebuilt from the recorded dataset corpora (cached index, no re-embedding).
     With ``roles`` (``runtime.roles.Roles``) the predictors are bound to their LMs; otherwise the default LM
-    configured with ``dspy.configure`` is used. ``oracle``: the program's oracle roles (``programs.oracle``)."""
+    configured with ``dspy.configure`` is used. ``oracle``: the program's oracle roles (``programs.oracle``); ``mc``:
+    its multiple-choice scoring (:func:`build`)."""
     artifact = path_or_run_id if isinstance(path_or_run_id, dict) else read_artifact(path_or_run_id)
     name, data = artifact["program"], artifact["data"]
     if spec(name).needs_search and search is None:
-        from data import corpora
-        from programs.retrieval import Retriever
-
         bundle = corpora.load(data["dataset"], data_dir, data.get("corpus"), data.get("leave_question_out", True),
                               data.get("max_docs"))
         options = {k: data[k] for k in ("retriever", "rerank", "rerank_depth", "fuse_depth", "rrf_k") if k in data}
         search = Retriever(bundle.corpora, embedder=data["embedder"], index_type=data["index"], **options)
-    program = build(name, search=search, **{**artifact["config"], **({"oracle": oracle} if oracle else {})})
+    program = build(name, search=search, mc=mc, **{**artifact["config"], **({"oracle": oracle} if oracle else {})})
     source = artifact.get("source", "the compiled program")
     saved, current = artifact.get("program_version"), program_version(program)
     if saved and saved != current:
@@ -270,7 +274,5 @@ def load_compiled(path_or_run_id: str | dict, search=None, data_dir=None, roles=
         raise ValueError(f"{source}: its saved state does not fit {name} ({type(err).__name__}: {err}); "
                          f"recompile: python optimize.py --program {name}") from None
     if roles is not None:
-        from runtime.roles import assign_roles
-
         assign_roles(program, roles)
     return program

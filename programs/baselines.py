@@ -3,17 +3,18 @@ from __future__ import annotations
 
 import dspy
 
+from decoding.choice import MCScoring
 from programs.evidence import EvidenceWriter
-from programs.retrieval import Retriever
 from programs.writer import Writer
+from retrieval.retriever import Retriever
 
 
 class Direct(dspy.Module):
     """Closed-book answer (``reasoning=True`` gives the chain-of-thought baseline)."""
 
-    def __init__(self, reasoning: bool = False):
+    def __init__(self, reasoning: bool = False, mc: MCScoring | None = None):
         super().__init__()
-        self.writer = Writer(use_passages=False, reasoning=reasoning)
+        self.writer = Writer(use_passages=False, reasoning=reasoning, mc=mc)
 
     def forward(self, question: str, options: dict[str, str] | None = None,
                 lang: str | None = None) -> dspy.Prediction:
@@ -28,10 +29,12 @@ class RAG(dspy.Module):
     ``cite=True`` uses the evidence loops' writer (2-4 words with cited passages, or "I don't know"), so ``rag``
     is compared with seal, self_rag and crag under one answer profile."""
 
-    def __init__(self, search: Retriever, k: int = 5, max_chars: int = 600, cite: bool = False):
+    def __init__(self, search: Retriever, k: int = 5, max_chars: int = 600, cite: bool = False,
+                 mc: MCScoring | None = None):
         super().__init__()
         self.search, self.k = search, k
-        self.writer = EvidenceWriter(max_chars) if cite else Writer(use_passages=True, max_chars=max_chars)
+        self.writer = (EvidenceWriter(max_chars, mc=mc) if cite
+                       else Writer(use_passages=True, max_chars=max_chars, mc=mc))
 
     def forward(self, question: str, options: dict[str, str] | None = None,
                 lang: str | None = None) -> dspy.Prediction:

@@ -10,11 +10,12 @@ and/or rewrite the query. After at most ``loops`` rounds the writer answers from
 documents with the highest ``s_tot`` -- and from no passages at all when nothing was kept, as the paper's writer
 only ever sees validated evidence. With ``decisions="logprob"`` each criterion is its expected value over the score
 tokens and the keep rule applies to those, and the sufficiency verdict is read as P(enough) against a threshold kept
-as program state (``programs.decisions``). ``decisions="fused"`` replaces the keep rule by a gate over the expected
+as program state (``decoding.decisions``). ``decisions="fused"`` replaces the keep rule by a gate over the expected
 ``s_tot`` (scaled to 0-1) fused with the candidate's retrieval score relative to the best of its corpus this round,
-so the critic can only add to what the retriever knew; calibration fits the fusion and its threshold on dev. Oracle roles (``programs.oracle``,
-no call): ``relevance`` keeps exactly the gold candidates, ``sufficiency`` stops once every gold passage is kept,
-``planner`` searches the culture's own corpus (the replanner then only rewrites the query).
+so the critic can only add to what the retriever knew; calibration fits the fusion and its threshold on dev. Oracle
+roles (``programs.oracle``, no call): ``relevance`` keeps exactly the gold candidates, ``sufficiency`` stops once
+every gold passage is kept, ``planner`` searches the culture's own corpus (the replanner then only rewrites the
+query).
 
 Variants (registry): ``coral_select`` keeps the original query and only re-selects corpora (``rewrite=False``);
 ``coral_fixed_{own,all,own_en}`` replace corpus selection by a fixed scope (``all`` pools the top
@@ -38,12 +39,14 @@ from typing import NamedTuple
 import dspy
 from dspy.utils.exceptions import AdapterParseError
 
-from programs.mrag import (DEFAULT_LANG, LANGUAGE_NAMES, SCOPES, answer_writer, corpus_of, language_label,
-                           scope_corpora, with_options)
-from programs.constrained import BOOL, constrained_config, name_list, one_of
-from programs.decisions import SCALE, Gate, check_mode, decide, record, relative
+from decoding.choice import MCScoring
+from decoding.constrained import BOOL, constrained_config, name_list, one_of
+from decoding.decisions import SCALE, Gate, check_mode, decide, record, relative
+from programs.mrag import DEFAULT_LANG, SCOPES, answer_writer, corpus_of, language_label, scope_corpora, with_options
 from programs.oracle import check_roles, oracle as oracle_labels
-from programs.retrieval import Passage, Retriever, dedup
+from retrieval.corpus import Passage, dedup
+from retrieval.retriever import Retriever
+from runtime.language import LANGUAGE_NAMES
 from runtime.lm import ATTEMPT
 from signatures.critic import NOTHING_KEPT, CheckSufficiency, RateDocument, RateDocuments
 from signatures.planner import ReplanSearch, ReselectCorpora, RewriteQuery, SelectCorpora
@@ -226,7 +229,7 @@ class CORAL(dspy.Module):
     the question with its options, as the paper's planner does; ``probe`` (off by default, not in the paper; the
     ``coral_probe`` variant) adds each corpus's top passage title and score for the question. After two identical
     plans in a row the loop stops with the evidence kept (``repeated_plans``). On the embedded llama.cpp server its
-    corpus names and the sufficiency verdict are decoded under a grammar (``programs.constrained``)."""
+    corpus names and the sufficiency verdict are decoded under a grammar (``decoding.constrained``)."""
 
     DEFAULT_DATASET = "demo_culture"
     ROLES = {"planner": "planner", "replanner": "planner", "critic": "critic", "critic_each": "critic",
@@ -238,7 +241,7 @@ class CORAL(dspy.Module):
                  critic_batch: bool = False, critic_chunk: int = 15, critic_chars: int | None = None,
                  max_chars: int | None = 600, agent_temperature: float = 0.6, writer_temperature: float = 0.0,
                  shuffle_corpora: bool = True, probe: bool = False, seed: int = 13,
-                 decisions: str = "generate", oracle: str = ""):
+                 decisions: str = "generate", oracle: str = "", mc: MCScoring | None = None):
         super().__init__()
         self.decisions = check_mode(decisions)
         if decisions != "generate":  # the sufficiency verdict read as P(enough), against a threshold (state)
@@ -264,7 +267,7 @@ class CORAL(dspy.Module):
         self.critic = dspy.Predict(RateDocuments, temperature=t)
         self.critic_each = dspy.Predict(RateDocument, temperature=t)
         self.sufficiency = dspy.Predict(CheckSufficiency, temperature=t)
-        self.writer = answer_writer(max_chars, writer_temperature)
+        self.writer = answer_writer(max_chars, writer_temperature, mc)
 
     @classmethod
     def oracle_roles(cls, scope: str = "dynamic", **_) -> tuple[str, ...]:

@@ -7,7 +7,7 @@ passage incorrect -> *incorrect* (drop them all and search again with a rewritte
 (keep the best non-incorrect passages, at most k - max(1, k // 2), and fill up to k from a rewritten-query
 search). Each re-search fetches k passages
 not fetched before and counts against ``loops`` (``loops=0``: grade and refine only). With ``decisions="logprob"``
-the grade is read as a score, CRAG's way: P(yes) of a yes/no relevance decision (``programs.decisions``), graded
+the grade is read as a score, CRAG's way: P(yes) of a yes/no relevance decision (``decoding.decisions``), graded
 correct at or above the gate's ``upper`` threshold, incorrect below its ``lower`` one, ambiguous between
 (``decisions="fused"``: the probability fused with the passage's retrieval score first). With ``oracle="relevance"``
 (``programs.oracle``) a gold passage is graded correct and any other incorrect, without a call. The kept passages are
@@ -22,12 +22,14 @@ from dataclasses import replace
 
 import dspy
 
-from programs.decisions import YES_NO, Gate, check_mode, decide, record, relative
+from decoding.choice import MCScoring
+from decoding.decisions import YES_NO, Gate, check_mode, decide, record, relative
 from programs.evidence import EvidenceWriter, lenient, search_excluding
 from programs.oracle import check_roles, oracle as oracle_labels
-from programs.retrieval import Passage, Retriever
 from programs.seal import clip, sentences
 from programs.text import content_words, repeats
+from retrieval.corpus import Passage
+from retrieval.retriever import Retriever
 from signatures.critic import GradeRetrieval, JudgeRelevance
 from signatures.query import RewriteQuery
 
@@ -67,7 +69,7 @@ class CRAG(dspy.Module):
 
     def __init__(self, search: Retriever, k: int = 3, loops: int = 1, max_chars: int = 600,
                  max_query_words: int = 12, stuck_jaccard: float = 0.7, decisions: str = "generate",
-                 oracle: str = ""):
+                 oracle: str = "", mc: MCScoring | None = None):
         super().__init__()
         self.decisions, self.oracle = check_mode(decisions), check_roles(oracle, self.ORACLE_ROLES, "crag")
         if decisions != "generate":  # scored grades: a relevance decision and its thresholds (program state)
@@ -77,7 +79,7 @@ class CRAG(dspy.Module):
         self.max_query_words, self.stuck_jaccard = max_query_words, stuck_jaccard
         self.grade = dspy.Predict(GradeRetrieval)
         self.rewrite = dspy.Predict(RewriteQuery)
-        self.writer = EvidenceWriter(max_chars)
+        self.writer = EvidenceWriter(max_chars, mc=mc)
 
     def _grade(self, question: str, passages: list[Passage], grades: dict[str, str]) -> int:
         """Grade ``passages`` into ``grades``; returns the number of unreadable grades (graded ambiguous)."""

@@ -5,7 +5,7 @@ chosen categories' children, tier-3 labels among the chosen types' labels, short
 critic's analysis (embedding cosine when an embedder is given, else shared content words). Every tier is a closed
 set: a written label that is not an option is snapped to the most similar option or dropped (both counted); a tier
 with a single option takes it without a call. With ``decisions="logprob"`` (``fused`` alike) the verdict is read as
-P(Error) from token logprobs (``programs.decisions``): flagged at or above the ``verdict_gate`` threshold (program
+P(Error) from token logprobs (``decoding.decisions``): flagged at or above the ``verdict_gate`` threshold (program
 state; 0.5 uncompiled); a reply without logprobs is parsed as written (:func:`parse_verdict`). With
 ``oracle="verdict"`` (``programs.oracle``) the verdict is the task metric's on the prediction: a right one is Correct
 without a call, a wrong one is Error with the critic's analysis and labels.
@@ -17,12 +17,12 @@ from dataclasses import asdict, dataclass, field
 
 import dspy
 
-from programs.decisions import Gate, check_mode, two_way
+from decoding.decisions import Gate, check_mode, two_way
 from programs.evidence import lenient
 from programs.oracle import check_roles, oracle as oracle_labels
-from programs.retrieval import Passage
 from programs.taxonomy import Taxonomy, load_taxonomy, snap
 from programs.text import APOSTROPHES, jaccard, mentions, normalize
+from retrieval.corpus import Passage
 from signatures.critic import CheckAnswer, PickErrorLabels
 
 CORRECT, ERROR = "Correct", "Error"

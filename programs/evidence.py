@@ -8,9 +8,12 @@ import re
 import dspy
 from dspy.utils.exceptions import AdapterParseError
 
-from programs.retrieval import Passage, Retriever
+from decoding.choice import MCScoring
 from programs.text import abstained
-from programs.writer import Writer, language_name
+from programs.writer import Writer
+from retrieval.corpus import Passage
+from retrieval.retriever import Retriever
+from runtime.language import language_name
 from signatures.writer import AnswerWithCitations, AnswerWithCitationsAndFacts, in_language
 
 IDK = "I don't know"
@@ -71,8 +74,8 @@ class EvidenceWriter(Writer):
     ``facts=True`` adds verified ledger facts as an input (SEAL's ``ledger_to_writer`` option). Multiple-choice
     questions keep the shared :class:`Writer` path (letter out, no citations)."""
 
-    def __init__(self, max_chars: int = 600, facts: bool = False):
-        super().__init__(use_passages=True, max_chars=max_chars)
+    def __init__(self, max_chars: int = 600, facts: bool = False, mc: MCScoring | None = None):
+        super().__init__(use_passages=True, max_chars=max_chars, mc=mc)
         self.with_facts = facts
         self.short = dspy.Predict(AnswerWithCitationsAndFacts if facts else AnswerWithCitations)
 

@@ -14,10 +14,12 @@ import dataclasses
 
 import dspy
 
+from decoding.choice import MCScoring
 from programs.evidence import lenient
 from programs.plan import GenerateAnswer, Plan, Ref, Step
-from programs.retrieval import Passage, Retriever, dedup
 from programs.writer import Writer
+from retrieval.corpus import Passage, dedup
+from retrieval.retriever import Retriever
 from signatures.revise import (REFINE_INSTRUCTIONS, AnswerWithInstruction, DecomposeQuestion, RefineDocument,
                                RewriteForSearch)
 
@@ -45,14 +47,14 @@ class _Run:
 
 
 class PlanExecutor(dspy.Module):
-    def __init__(self, search: Retriever, max_chars: int = 600):
+    def __init__(self, search: Retriever, max_chars: int = 600, mc: MCScoring | None = None):
         super().__init__()
         self.search, self.max_chars = search, max_chars
         self.rewrite = dspy.Predict(RewriteForSearch)
         self.decompose = dspy.Predict(DecomposeQuestion)
         self.refine = dspy.Predict(RefineDocument)
         self.generate = dspy.Predict(AnswerWithInstruction)
-        self.choice = Writer(use_passages=True, max_chars=max_chars)  # multiple choice: the shared letter writer
+        self.choice = Writer(use_passages=True, max_chars=max_chars, mc=mc)  # multiple choice: the shared letter writer
 
     def forward(self, plan: Plan, question: str, passages: list[Passage],
                 options: dict[str, str] | None = None) -> dspy.Prediction:

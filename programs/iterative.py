@@ -15,10 +15,12 @@ from typing import Annotated, Any
 
 import dspy
 
+from decoding.choice import MCScoring
 from programs.evidence import lenient
-from programs.retrieval import Passage, Retriever, dedup
 from programs.text import content_words
 from programs.writer import Writer
+from retrieval.corpus import Passage, dedup
+from retrieval.retriever import Retriever
 from runtime.caps import Cap, Text
 from signatures.reasoning import SEARCH_TOOL, AnswerWithSearch, NextThought
 
@@ -50,12 +52,13 @@ class IRCoT(dspy.Module):
     """Interleaved retrieval and chain of thought: each new sentence is the next query (top ``k``); the LM sees at
     most ``max_passages`` passages, newest first. ``lang`` is accepted and unused."""
 
-    def __init__(self, search: Retriever, k: int = 5, loops: int = 5, max_passages: int = 8, max_chars: int = 600):
+    def __init__(self, search: Retriever, k: int = 5, loops: int = 5, max_passages: int = 8, max_chars: int = 600,
+                 mc: MCScoring | None = None):
         super().__init__()
         self.search, self.k, self.loops = search, k, loops
         self.max_passages, self.max_chars = max_passages, max_chars
         self.step = dspy.Predict(NextThought)
-        self.writer = Writer(use_passages=True, max_chars=max_chars)
+        self.writer = Writer(use_passages=True, max_chars=max_chars, mc=mc)
 
     def forward(self, question: str, options: dict[str, str] | None = None,
                 lang: str | None = None) -> dspy.Prediction:
@@ -118,7 +121,8 @@ class ReAct(dspy.Module):
     """``dspy.ReAct`` with the search tool, at most ``loops`` agent steps (finishing is a step). When the agent's
     final answer cannot be parsed, the shared writer answers from the passages found (counted in the trace)."""
 
-    def __init__(self, search: Retriever, k: int = 5, loops: int = 5, max_passages: int = 8, max_chars: int = 600):
+    def __init__(self, search: Retriever, k: int = 5, loops: int = 5, max_passages: int = 8, max_chars: int = 600,
+                 mc: MCScoring | None = None):
         super().__init__()
         self.loops, self.max_passages = loops, max_passages
         tool = dspy.Tool(SearchTool(search, k, max_chars), name="search", desc=SEARCH_TOOL)
@@ -126,7 +130,7 @@ class ReAct(dspy.Module):
         step = self.agent.react  # DSPy's own step signature: its free-text fields capped like ours (runtime.caps)
         step.signature = (step.signature.with_updated_fields("next_thought", type_=Text[96])
                           .with_updated_fields("next_tool_args", type_=Annotated[dict[str, Any], Cap(48)]))
-        self.writer = Writer(use_passages=True, max_chars=max_chars)
+        self.writer = Writer(use_passages=True, max_chars=max_chars, mc=mc)
 
     def forward(self, question: str, options: dict[str, str] | None = None,
                 lang: str | None = None) -> dspy.Prediction:

@@ -14,18 +14,15 @@ from dataclasses import replace
 
 import dspy
 
-from programs.retrieval import Passage, Retriever
+from decoding.choice import MCScoring
 from programs.writer import Writer
+from retrieval.corpus import Passage
+from retrieval.retriever import Retriever
+from runtime.language import LANGUAGE_NAMES
 from signatures.translate import TranslateDocument, TranslateQuery
 
 DEFAULT_LANG = "en"
 SCOPES = ("own", "en", "own_en", "all")
-LANGUAGE_NAMES = {
-    "am": "Amharic", "ar": "Arabic", "as": "Assamese", "az": "Azerbaijani", "de": "German", "el": "Greek",
-    "en": "English", "es": "Spanish", "fa": "Persian", "ha": "Hausa", "hi": "Hindi", "id": "Indonesian",
-    "ko": "Korean", "ro": "Romanian", "ru": "Russian", "su": "Sundanese", "th": "Thai", "tr": "Turkish",
-    "vi": "Vietnamese", "zh": "Chinese",
-}
 
 
 def corpus_of(search: Retriever, lang: str | None) -> str | None:
@@ -53,9 +50,10 @@ def with_options(question: str, options: dict[str, str] | None) -> str:
     return question + "\nOptions: " + " | ".join(f"{letter}. {text}" for letter, text in options.items())
 
 
-def answer_writer(max_chars: int, temperature: float = 0.0) -> Writer:
-    """The shared evidence-based writer (short answers and option letters), decoding at ``temperature``."""
-    writer = Writer(use_passages=True, max_chars=max_chars)
+def answer_writer(max_chars: int, temperature: float = 0.0, mc: MCScoring | None = None) -> Writer:
+    """The shared evidence-based writer (short answers and option letters, scored by ``mc``), decoding at
+    ``temperature``."""
+    writer = Writer(use_passages=True, max_chars=max_chars, mc=mc)
     for predictor in writer.predictors():
         predictor.update_config(temperature=temperature)
     return writer
@@ -90,14 +88,14 @@ class MultilingualRAG(dspy.Module):
     DEFAULT_DATASET = "demo_culture"
 
     def __init__(self, search: Retriever, k: int = 5, scope: str = "own", translate_query: bool = False,
-                 translate_docs: bool = False, max_chars: int = 600):
+                 translate_docs: bool = False, max_chars: int = 600, mc: MCScoring | None = None):
         super().__init__()
         if scope not in SCOPES:
             raise ValueError(f"unknown scope '{scope}'; choose one of: {', '.join(SCOPES)}")
         self.search, self.k, self.scope, self.max_chars = search, k, scope, max_chars
         self.translate_query, self.translate_docs = translate_query, translate_docs
         self.translator = Translator() if translate_query or translate_docs else None
-        self.writer = answer_writer(max_chars)
+        self.writer = answer_writer(max_chars, mc=mc)
 
     def forward(self, question: str, options: dict[str, str] | None = None,
                 lang: str | None = None) -> dspy.Prediction:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from operator import attrgetter
 from typing import Callable, Iterable
 
-from programs.retrieval import Passage
+from retrieval.corpus import Passage
 
 ROLES = ("relevance", "sufficiency", "controller", "verdict", "planner")
 

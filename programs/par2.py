@@ -12,13 +12,13 @@ Ablations: ``anchor=False`` (Iterative Chain only: C_1 is the question's own top
 (Coverage Anchor only: one write over the anchor). Parse failures never crash: an unusable plan is asked for once
 more, then the question itself is the only sub-query; an unusable ESC reply is asked for once more, then means
 STOP. Both are counted in the trace. With ``decisions="logprob"`` (``fused`` alike: the controller judges a
-draft, not one passage) the controller's decision is read as P(STOP) from token logprobs (``programs.decisions``):
+draft, not one passage) the controller's decision is read as P(STOP) from token logprobs (``decoding.decisions``):
 STOP at or above the ``esc_gate`` threshold (program state; 0.5 uncompiled); a reply without logprobs is parsed as
 written. With ``oracle="controller"`` (``programs.oracle``) the controller says STOP exactly when every gold passage
 is in C_t, without a call; otherwise it is asked only for the query.
 
 Reranking: every search goes through the retriever, which applies its own second stage where it has one.
-``search_rerank`` (a :mod:`programs.rerank` name, default ``none``) adds one in the program: each search then fetches
+``search_rerank`` (a :mod:`retrieval.rerank` name, default ``none``) adds one in the program: each search then fetches
 ``search_depth`` candidates and the reranker keeps the best ``k`` for that search. ``embed`` scores by cosine under the
 retriever's own embedder, so over the dense retriever it keeps the retriever's order.
 """
@@ -31,13 +31,15 @@ from itertools import chain as flatten, zip_longest
 
 import dspy
 
-from programs.decisions import Gate, check_mode, two_way
+from decoding.choice import MCScoring
+from decoding.decisions import Gate, check_mode, two_way
 from programs.evidence import retried
 from programs.oracle import check_roles, oracle as oracle_labels
-from programs.rerank import get_reranker
-from programs.retrieval import Passage, Retriever, dedup
 from programs.text import APOSTROPHES, approx_tokens, content_words, normalize
 from programs.writer import Writer
+from retrieval.corpus import Passage, dedup
+from retrieval.rerank import get_reranker
+from retrieval.retriever import Retriever
 from signatures.esc import DecideNextStep
 from signatures.planner import PlanSearches
 
@@ -163,7 +165,7 @@ class PAR2(dspy.Module):
     def __init__(self, search: Retriever, k: int = 5, loops: int = 5, subqueries: int = 5,
                  search_rerank: str = "none", search_depth: int = 20, context_tokens: int = 3000,
                  max_chars: int = 600, anchor: bool = True, chain: bool = True, decisions: str = "generate",
-                 oracle: str = ""):
+                 oracle: str = "", mc: MCScoring | None = None):
         super().__init__()
         self.decisions = check_mode(decisions)
         self.oracle = check_roles(oracle, self.oracle_roles(chain=chain), "par2" if chain else "par2_anchor")
@@ -179,7 +181,7 @@ class PAR2(dspy.Module):
         self.reranker = get_reranker(search_rerank, search)
         self.planner = dspy.Predict(PlanSearches)
         self.esc = dspy.Predict(DecideNextStep)
-        self.writer = Writer(use_passages=True, reasoning=True, max_chars=max_chars)
+        self.writer = Writer(use_passages=True, reasoning=True, max_chars=max_chars, mc=mc)
 
     @classmethod
     def oracle_roles(cls, chain: bool = True, **_) -> tuple[str, ...]:

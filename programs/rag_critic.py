@@ -11,15 +11,17 @@ from __future__ import annotations
 
 import dspy
 
+from decoding.choice import MCScoring
+from decoding.constrained import constrained_config
 from programs.error_critic import ErrorCritic
 from programs.evidence import lenient
-from programs.oracle import check_roles
 from programs.executor import PlanExecutor
-from programs.constrained import constrained_config
+from programs.oracle import check_roles
 from programs.plan import GenerateAnswer, Plan, PlanError, Ref, Step, grammar, parse_plan
-from programs.retrieval import Passage, Retriever
 from programs.taxonomy import Taxonomy
 from programs.writer import Writer
+from retrieval.corpus import Passage
+from retrieval.retriever import Retriever
 from signatures.planner import ERROR_ACTIONS, FUNCTIONS, PLAN_EXAMPLE, PlanCorrection
 
 
@@ -36,16 +38,18 @@ class RAGCritic(dspy.Module):
     ORACLE_ROLES = ("verdict",)
 
     def __init__(self, search: Retriever, k: int = 5, max_chars: int = 600, rounds: int = 1, max_steps: int = 5,
-                 taxonomy: Taxonomy | None = None, decisions: str = "generate", oracle: str = ""):
+                 taxonomy: Taxonomy | None = None, decisions: str = "generate", oracle: str = "",
+                 mc: MCScoring | None = None):
         super().__init__()
         if rounds < 1:
             raise ValueError(f"rag_critic needs rounds >= 1 (got {rounds}); rounds=0 is the plain `rag` program")
         self.search, self.k, self.max_chars, self.rounds, self.max_steps = search, k, max_chars, rounds, max_steps
-        self.writer = Writer(use_passages=True, reasoning=True, max_chars=max_chars)  # the critic reads its reasoning
+        # the critic reads the writer's reasoning
+        self.writer = Writer(use_passages=True, reasoning=True, max_chars=max_chars, mc=mc)
         self.critic = ErrorCritic(taxonomy, max_chars, embedder=getattr(search, "embedder", None),
                                   decisions=decisions, oracle=check_roles(oracle, self.ORACLE_ROLES, "rag_critic"))
         self.planner = dspy.Predict(PlanCorrection)
-        self.executor = PlanExecutor(search, max_chars)
+        self.executor = PlanExecutor(search, max_chars, mc)
 
     def forward(self, question: str, options: dict[str, str] | None = None,
                 lang: str | None = None) -> dspy.Prediction:

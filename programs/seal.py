@@ -8,7 +8,7 @@ the gap entities and relations its verified facts support. The gap specification
 blocked/seen terms (queries issued, titles fetched). One final generation answers in 2-4 words with cited passages, or
 abstains; it sees the final k passages, like every baseline's writer, plus the ledger only with
 ``ledger_to_writer``. With ``decisions="logprob"`` (``fused`` alike: the gate judges facts, not one passage) the
-gate's verdict is read as P(sufficient) from token logprobs (``programs.decisions``) against a threshold kept as
+gate's verdict is read as P(sufficient) from token logprobs (``decoding.decisions``) against a threshold kept as
 program state; the other criteria stay as written. With ``oracle="sufficiency"`` (``programs.oracle``) the gate
 says sufficient exactly when the k passages held include every gold passage, without a call, at every loop. The
 deterministic parts (verbatim filtering, blocklist, stuck
@@ -21,11 +21,13 @@ from dataclasses import asdict, dataclass, field
 
 import dspy
 
-from programs.decisions import Gate, check_mode, decide, record
+from decoding.choice import MCScoring
+from decoding.decisions import Gate, check_mode, decide, record
 from programs.evidence import EvidenceWriter, lenient, search_excluding
 from programs.oracle import check_roles, oracle as oracle_labels
-from programs.retrieval import Passage, Retriever, dedup
 from programs.text import content_words, mentions, normalize, repeats, words
+from retrieval.corpus import Passage, dedup
+from retrieval.retriever import Retriever
 from signatures.esc import AssessSufficiency
 from signatures.extract import ExtractFacts
 from signatures.gap import SpecifyGap
@@ -259,7 +261,7 @@ class SEAL(dspy.Module):
     def __init__(self, search: Retriever, k: int = 3, loops: int = 3, max_chars: int = 600, max_triples: int = 10,
                  max_facts: int = 30, min_coverage: float = 0.75, min_answerability: float = 0.7,
                  stuck_jaccard: float = 0.7, max_query_words: int = 12, ledger_to_writer: bool = False,
-                 decisions: str = "generate", oracle: str = ""):
+                 decisions: str = "generate", oracle: str = "", mc: MCScoring | None = None):
         super().__init__()
         self.decisions, self.oracle = check_mode(decisions), check_roles(oracle, self.ORACLE_ROLES, "seal")
         if decisions != "generate":  # the verdict read as P(sufficient), against a threshold (program state)
@@ -273,7 +275,7 @@ class SEAL(dspy.Module):
         self.gap = dspy.Predict(SpecifyGap)
         self.micro_query = dspy.Predict(WriteMicroQuery)
         self.ledger_to_writer = ledger_to_writer
-        self.writer = EvidenceWriter(max_chars, facts=ledger_to_writer)
+        self.writer = EvidenceWriter(max_chars, facts=ledger_to_writer, mc=mc)
 
     def forward(self, question: str, options: dict[str, str] | None = None,
                 lang: str | None = None) -> dspy.Prediction:

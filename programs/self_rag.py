@@ -6,7 +6,7 @@ otherwise the critic's query (or, when it repeats an earlier query, the question
 not held before, which are merged with the held ones, newest first and alternating, back to k. A loop whose every
 query option repeats an earlier one stops ("stuck"). The answer is the best-graded draft (the latest on ties), with
 its passages. With ``decisions="logprob"`` (or ``fused``: there is no per-passage decision to fuse) the reflection
-is read as Self-RAG reads its reflection tokens, as probabilities (``programs.decisions``): P(relevant),
+is read as Self-RAG reads its reflection tokens, as probabilities (``decoding.decisions``): P(relevant),
 P(fully supported) + 0.5 P(partially), expected usefulness; a draft is accepted when P(relevant) and P(fully
 supported) reach the gate's thresholds (program state) and expected usefulness reaches ``min_usefulness``; for
 calibration the acceptance is recorded as min(P(relevant), P(fully supported)), labelled by the draft's correctness.
@@ -18,10 +18,12 @@ from itertools import chain, zip_longest
 
 import dspy
 
-from programs.decisions import Gate, check_mode, decide, record
+from decoding.choice import MCScoring
+from decoding.decisions import Gate, check_mode, decide, record
 from programs.evidence import EvidenceWriter, lenient, search_excluding
-from programs.retrieval import Passage, Retriever
 from programs.text import abstained, normalize, repeats
+from retrieval.corpus import Passage
+from retrieval.retriever import Retriever
 from signatures.critic import CritiqueDraft
 
 SUPPORT = {"full": 1.0, "partial": 0.5, "none": 0.0}
@@ -65,14 +67,14 @@ class SelfRAG(dspy.Module):
     ROLES = {"critic": "critic"}
 
     def __init__(self, search: Retriever, k: int = 3, loops: int = 3, max_chars: int = 600, min_usefulness: int = 4,
-                 stuck_jaccard: float = 0.7, decisions: str = "generate"):
+                 stuck_jaccard: float = 0.7, decisions: str = "generate", mc: MCScoring | None = None):
         super().__init__()
         self.decisions = check_mode(decisions)
         if decisions != "generate":
             self.critic_gate = Gate("correct", relevant=0.5, support=0.5)
         self.search, self.k, self.loops, self.max_chars = search, k, loops, max_chars
         self.min_usefulness, self.stuck_jaccard = min_usefulness, stuck_jaccard
-        self.writer = EvidenceWriter(max_chars)
+        self.writer = EvidenceWriter(max_chars, mc=mc)
         self.critic = dspy.Predict(CritiqueDraft)
 
     def forward(self, question: str, options: dict[str, str] | None = None,

@@ -3,7 +3,7 @@ its own answer and revises it on that feedback, round after round until its feed
 Correct) or the revision changes nothing, within ``rounds`` rounds (``--rounds``). No retrieval beyond the first
 search and no separate critic or planner model. Multiple choice is answered by the letter writer alone: the
 revision has no letter form, so a feedback call could not change the answer. With ``decisions="logprob"``
-(``fused`` alike) the feedback's verdict is read as P(Correct) from token logprobs (``programs.decisions``): the loop
+(``fused`` alike) the feedback's verdict is read as P(Correct) from token logprobs (``decoding.decisions``): the loop
 stops at or above the ``stop_gate`` threshold (program state; 0.5 uncompiled); a reply without logprobs is parsed as
 written. With ``oracle="verdict"`` (``programs.oracle``) the loop stops exactly when the answer is right by the task
 metric (no feedback call); a wrong one still gets the model's feedback.
@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import dspy
 
-from programs.decisions import Gate, check_mode, two_way
+from decoding.choice import MCScoring
+from decoding.decisions import Gate, check_mode, two_way
 from programs.error_critic import CORRECT, ERROR, parse_verdict
 from programs.evidence import lenient
 from programs.oracle import check_roles, oracle as oracle_labels
-from programs.retrieval import Retriever
 from programs.writer import Writer
+from retrieval.retriever import Retriever
 from signatures.revise import GiveFeedback, ReviseAnswer
 
 
@@ -25,7 +26,7 @@ class SelfRefine(dspy.Module):
     ORACLE_ROLES = ("verdict",)
 
     def __init__(self, search: Retriever, k: int = 5, max_chars: int = 600, rounds: int = 3,
-                 decisions: str = "generate", oracle: str = ""):
+                 decisions: str = "generate", oracle: str = "", mc: MCScoring | None = None):
         super().__init__()
         self.decisions, self.oracle = check_mode(decisions), check_roles(oracle, self.ORACLE_ROLES, "self_refine")
         if decisions != "generate":  # the verdict read as P(Correct), against a threshold (program state)
@@ -33,7 +34,7 @@ class SelfRefine(dspy.Module):
         if rounds < 1:
             raise ValueError(f"self_refine needs rounds >= 1 (got {rounds}); rounds=0 is the plain `rag` program")
         self.search, self.k, self.max_chars, self.rounds = search, k, max_chars, rounds
-        self.writer = Writer(use_passages=True, max_chars=max_chars)
+        self.writer = Writer(use_passages=True, max_chars=max_chars, mc=mc)
         self.feedback = dspy.Predict(GiveFeedback)
         self.revise = dspy.Predict(ReviseAnswer)
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 
+from data import data_dir, require_file
 from programs.text import normalize
 
 TAXONOMY_FILE = "rag_critic/all_tags_structure_final.json"
@@ -57,8 +58,6 @@ class Taxonomy:
 
 def load_taxonomy(data_dir_: str | Path | None = None) -> Taxonomy:
     """The taxonomy from ``<data dir>/rag_critic/all_tags_structure_final.json`` (one-line error when missing)."""
-    from data import data_dir, require_file  # data imports programs: resolve at call time
-
     return _load(require_file(data_dir(data_dir_), TAXONOMY_FILE))
 
 

@@ -7,9 +7,10 @@ from contextvars import ContextVar
 
 import dspy
 
-from programs.choice import TOP_LOGPROBS, MCScoring, letter_logprobs, normalized, warn_no_logprobs
-from programs.retrieval import Passage
+from decoding.choice import TOP_LOGPROBS, MCScoring, letter_logprobs, normalized, warn_no_logprobs
 from programs.text import mentions, normalize
+from retrieval.corpus import Passage
+from runtime.language import language_name
 from signatures.writer import AnswerDirectly, AnswerFromPassages, ChooseOption, in_language
 
 
@@ -59,26 +60,21 @@ def recorded_choices():
         _CHOICES.reset(token)
 
 
-def language_name(code: str) -> str:
-    """The name of a language code, as the writer is told it."""
-    from programs.mrag import LANGUAGE_NAMES  # mrag builds on this module
-
-    return LANGUAGE_NAMES.get(code, code)
-
-
 class Writer(dspy.Module):
     """Final answer from the question (+ passages, + options for multiple choice).
 
-    ``mc`` says how a multiple-choice letter is picked (``programs.choice``): from the written reply, or from the
-    option-letter probabilities of the LM, optionally debiased (``set_mc_scoring``)."""
+    ``mc`` says how a multiple-choice letter is picked (``decoding.choice``): from the written reply (the default),
+    or from the option-letter probabilities of the LM, optionally debiased. A program passes its own ``mc`` (a
+    constructor argument, :func:`programs.build`) to every writer it builds, so they all share it."""
 
-    def __init__(self, use_passages: bool = True, reasoning: bool = False, max_chars: int = 600):
+    def __init__(self, use_passages: bool = True, reasoning: bool = False, max_chars: int = 600,
+                 mc: MCScoring | None = None):
         super().__init__()
         step = dspy.ChainOfThought if reasoning else dspy.Predict
         self.use_passages, self.max_chars = use_passages, max_chars
         self.short = step(AnswerFromPassages if use_passages else AnswerDirectly)
         self.choice = step(ChooseOption)
-        self.mc = MCScoring()
+        self.mc = mc or MCScoring()
 
     def forward(self, question: str, passages: list[Passage] = (), options: dict[str, str] | None = None,
                 lang: str | None = None):
@@ -122,9 +118,3 @@ def mc_state(program: dspy.Module) -> list[dict]:
     """The scoring mode (and prior) of every writer in ``program``: what its multiple-choice answers depend on."""
     return [{"mode": w.mc.mode, "prior": w.mc.prior} for _, w in program.named_sub_modules(Writer)]
 
-
-def set_mc_scoring(program: dspy.Module, scoring: MCScoring) -> dspy.Module:
-    """Make every writer inside ``program`` pick multiple-choice letters with ``scoring``."""
-    for _, writer in program.named_sub_modules(Writer):
-        writer.mc = scoring
-    return program

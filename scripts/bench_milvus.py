@@ -12,7 +12,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import data  # noqa: E402
-from programs.retrieval import Retriever  # noqa: E402
+from retrieval.retriever import Retriever  # noqa: E402
 
 
 def qps(retriever: Retriever, questions: list[str], k: int, batch: int) -> tuple[float, list]:

@@ -19,7 +19,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import data  # noqa: E402
-from programs.retrieval import Corpus, CorpusIndex  # noqa: E402
+from retrieval.corpus import Corpus  # noqa: E402
+from retrieval.dense import CorpusIndex  # noqa: E402
 from runtime.embedders import get_embedder  # noqa: E402
 
 

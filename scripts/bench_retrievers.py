@@ -25,7 +25,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import data  # noqa: E402
-from programs.retrieval import Retriever  # noqa: E402
+from retrieval.retriever import Retriever  # noqa: E402
 from runtime.embedders import get_embedder  # noqa: E402
 from runtime.paths import index_dir  # noqa: E402
 

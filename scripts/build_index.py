@@ -15,7 +15,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from programs.ondisk import build_index  # noqa: E402
+from retrieval.ondisk import build_index  # noqa: E402
 
 
 def main() -> None:

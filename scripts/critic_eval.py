@@ -29,6 +29,7 @@ from optimizers.error_profile import passage_lookup  # noqa: E402
 from optimizers.leaderboard import fmt  # noqa: E402
 from programs.error_critic import ErrorCritic  # noqa: E402
 from programs.taxonomy import load_taxonomy  # noqa: E402
+from runtime import store  # noqa: E402
 from runtime.lm import make_lm  # noqa: E402
 from runtime.roles import init_dspy  # noqa: E402
 
@@ -85,7 +86,7 @@ def main(argv=None) -> dict:
     p.add_argument("--data-dir", help="benchmark data folder (default: $RAG_DATA_DIR)")
     p.add_argument("--experiment", default="agentic-rag")
     args = p.parse_args(argv)
-    path = tracking.download(args.run, args.predictions)
+    path = store.download(args.run, args.predictions)
     params = mlflow.get_run(args.run).data.params
     items = first_rounds([json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()])
     if not items:

@@ -15,7 +15,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import data as datasets  # noqa: E402
 from data.xrag import read_xquad  # noqa: E402
-from programs.retrieval import Passage  # noqa: E402
+from retrieval.corpus import Passage  # noqa: E402
 
 
 def cut_rates(root, lang: str, cuts: list[int]) -> dict[int, float]:

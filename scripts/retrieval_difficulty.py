@@ -14,7 +14,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from data import corpora as sources  # noqa: E402
 from optimizers.metrics import retrieval_scores  # noqa: E402
-from programs.retrieval import Retriever  # noqa: E402
+from retrieval.retriever import Retriever  # noqa: E402
 
 
 def main(argv=None) -> dict:

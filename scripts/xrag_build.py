@@ -1,4 +1,4 @@
-"""Run the XRAG construction pipeline (``programs.xrag_build``) on article pairs and write XRAG-format JSONL.
+"""Run the XRAG construction pipeline (``construction.xrag``) on article pairs and write XRAG-format JSONL.
 
 ``python scripts/xrag_build.py --pairs 3 --out xrag_items.jsonl``                   (XQuAD demo pairs)
 ``python scripts/xrag_build.py --articles my_news.jsonl --pairs 10 --translate de --out xrag/xrag.de.jsonl``
@@ -22,10 +22,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import data as datasets  # noqa: E402
+from construction.xrag import XRAGBuilder  # noqa: E402
 from data.xrag import paragraph, read_xquad  # noqa: E402
-from programs.bm25 import BM25Index  # noqa: E402
-from programs.retrieval import Corpus  # noqa: E402
-from programs.xrag_build import XRAGBuilder  # noqa: E402
+from retrieval.bm25 import BM25Index  # noqa: E402
+from retrieval.corpus import Corpus  # noqa: E402
 from runtime.lm import make_lm  # noqa: E402
 from runtime.metering import metered  # noqa: E402
 from runtime.roles import init_dspy  # noqa: E402

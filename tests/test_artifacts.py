@@ -106,7 +106,8 @@ def test_what_a_compiled_program_needs_still_loads(saved):
 
 
 def test_a_decision_gates_fitted_thresholds_load_and_a_stray_gate_key_is_refused(tmp_path, embedder):
-    from programs.retrieval import Corpus, Retriever
+    from retrieval.corpus import Corpus
+    from retrieval.retriever import Retriever
 
     search = Retriever([Corpus("en", [{"id": "1", "title": "T", "text": "text"}], "en")], embedder=embedder)
     program = programs.build("crag", search=search, k=1, decisions="fused")

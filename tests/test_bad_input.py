@@ -10,6 +10,7 @@ from dspy.utils.dummies import DummyLM
 
 import evaluate
 from optimizers import cli, suite, tracking
+from runtime import store
 from tests.fake_openai import FakeOpenAI
 from tests.test_choice import LetterBiasLM
 from tests.test_xrag import RELEASE_ROWS, xquad_file
@@ -149,7 +150,7 @@ def test_an_interrupted_suite_ends_its_child_run_killed_like_a_single_run():
                                              "--test", "3", "--lm", "openai/unused", "--experiment", "interrupted"])
     with pytest.raises(KeyboardInterrupt):
         suite.run_suite(args, hook=hook)
-    mlflow.set_tracking_uri(tracking.tracking_uri())
+    mlflow.set_tracking_uri(store.tracking_uri())
     runs = mlflow.search_runs(experiment_names=["interrupted"], output_format="list")
     assert len(runs) == 2 and {r.info.status for r in runs} == {"KILLED"}
 

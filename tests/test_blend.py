@@ -10,10 +10,10 @@ import pytest
 
 import data
 from data import corpora
-from data.blend import COUNTRIES, build_mcq, clash, kb_group, read_annotations
+from data.blend import COUNTRIES, blend_kb, build_mcq, clash, kb_group, read_annotations
 from optimizers.evaluation import evaluate
-from programs.retrieval import Retriever
-from programs.retrieval import excluded as corpora_excluded
+from retrieval.corpus import excluded as corpora_excluded
+from retrieval.retriever import Retriever
 
 NO_IDK = {"idk": 0, "no-answer": 0, "not-applicable": 0}
 REAL = pytest.mark.skipif(not os.environ.get("RAG_DATA_DIR"),
@@ -129,7 +129,7 @@ def test_short_answer_loader_accepts_every_annotated_spelling(blend_dir):
 
 
 def test_knowledge_corpus_files_each_country_under_its_language(blend_dir):
-    kb = {c.name: c for c in corpora.blend_kb(blend_dir)}
+    kb = {c.name: c for c in blend_kb(blend_dir)}
     assert set(kb) == {lang for lang, _ in COUNTRIES.values()}
     doc = next(d for d in kb["en"].docs if d["id"] == "US/Q-1")
     assert doc["group"] == kb_group("Q-1") and "coffee / black coffee (4)" in doc["text"]

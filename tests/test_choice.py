@@ -1,15 +1,16 @@
 """Multiple-choice scoring from option-letter logprobs, PriDe debiasing, and the fallback to the written letter."""
 import math
 import re
+from pathlib import Path
 
 import dspy
 import pytest
 from dspy.utils.dummies import DummyLM
 
 import programs
+from decoding.choice import MCScoring, debias, estimate_prior, letter_logprobs, sample_prior
 from optimizers.calibration import calibrate_pride
-from programs.choice import MCScoring, debias, estimate_prior, letter_logprobs, sample_prior
-from programs.writer import Writer, mc_state, set_mc_scoring
+from programs.writer import Writer, mc_state
 from runtime.roles import init_dspy
 
 PRIOR = {"A": 0.4, "B": 0.3, "C": 0.2, "D": 0.1}  # the option-ID prior the fake LM applies
@@ -98,38 +99,51 @@ OPTIONS = {"A": "coffee", "B": "juice", "C": "milk", "D": "tea"}
 def test_writer_reads_letters_from_logprobs_and_debiases_them():
     lm = LogprobLM([{"answer": "A"}])
     init_dspy(lm, cache=False)
-    writer = Writer(use_passages=False)
-    assert writer(question="Drink?", options=OPTIONS).answer == "A"  # generate: the written letter
-    set_mc_scoring(writer, MCScoring("logprob"))
+    assert Writer(use_passages=False)(question="Drink?", options=OPTIONS).answer == "A"  # generate: the written letter
+    writer = Writer(use_passages=False, mc=MCScoring("logprob"))
     out = writer(question="Drink?", options=OPTIONS)
     assert out.answer == "D" and out.option_probs == pytest.approx(biased(list(OPTIONS.values())))
     assert lm.history[-1]["kwargs"]["logprobs"] is True and lm.history[-1]["kwargs"]["top_logprobs"] == 20
     shifted = {"A": "tea", "B": "coffee", "C": "juice", "D": "milk"}  # tea at A: 0.4*0.7 wins anyway
     assert writer(question="Drink?", options=shifted).answer == "A"
-    set_mc_scoring(writer, MCScoring("pride", prior=PRIOR))
+    writer = Writer(use_passages=False, mc=MCScoring("pride", prior=PRIOR))
     assert writer(question="Drink?", options=shifted).answer == "A"
     assert mc_state(writer) == [{"mode": "pride", "prior": PRIOR}]
 
 
+def test_every_program_is_built_with_the_multiple_choice_scoring_it_is_given(embedder, monkeypatch):
+    from retrieval.corpus import Corpus
+    from retrieval.retriever import Retriever
+
+    monkeypatch.setenv("RAG_DATA_DIR", str(Path(__file__).parent / "fixtures"))  # rag_critic's taxonomy
+    search = Retriever([Corpus("en", [{"id": "e1", "title": "Drinks", "text": "Tea is drunk."}], "en")], embedder)
+    scoring = MCScoring("logprob")
+    for name in programs.names():
+        writers = [w for _, w in programs.build(name, search=search, mc=scoring).named_sub_modules(Writer)]
+        assert writers and all(w.mc is scoring for w in writers), name
+    init_dspy(LogprobLM([{"answer": "A"}]), cache=False)
+    assert programs.build("direct", mc=scoring)(question="Drink?", options=OPTIONS).answer == "D"  # A is written
+
+
 def test_no_logprobs_falls_back_to_the_written_letter_with_one_warning(dummy, capsys, monkeypatch):
-    monkeypatch.setattr("programs.choice._WARNED", set())
+    monkeypatch.setattr("decoding.choice._WARNED", set())
     dummy([{"answer": "B"}, {"answer": "B"}])
-    program = programs.build("direct")
-    set_mc_scoring(program, MCScoring("logprob"))
+    program = programs.build("direct", mc=MCScoring("logprob"))
     assert program(question="Drink?", options=OPTIONS).answer == "B"
     assert program(question="Drink again?", options=OPTIONS).answer == "B"
     assert capsys.readouterr().err.count("returned no token logprobs") == 1
 
 
-def test_pride_calibration_recovers_the_prior_and_switches_the_program():
+def test_pride_calibration_recovers_the_prior_a_pride_program_is_built_with():
     init_dspy(LogprobLM([{"answer": "A"}]), cache=False)
-    program = programs.build("direct")
+    program = programs.build("direct", mc=MCScoring("logprob"))
     examples = [dspy.Example(id=f"q{i}", question=f"Drink {i}?", options=dict(zip("ABCD", texts)), answer="A",
                              lang="en").with_inputs("question", "options", "lang")
                 for i, texts in enumerate([["tea", "coffee", "juice", "milk"], ["juice", "milk", "tea", "coffee"]])]
     info = calibrate_pride(program, examples, retries=0)
     assert info["prior"] == pytest.approx(PRIOR) and info["used"] == ["q0", "q1"]
     assert info["cost_lm_calls"] == 10  # per question: the program once, then its writer at the 4 shifts
+    program = programs.build("direct", mc=MCScoring("pride", prior=info["prior"]))
     assert program.writer.mc.mode == "pride" and program.writer.mc.prior == info["prior"]
     # debiased, the program picks the option it likes best wherever it stands
     for shift in range(4):
@@ -139,7 +153,8 @@ def test_pride_calibration_recovers_the_prior_and_switches_the_program():
 
 
 def test_pride_calibration_runs_a_pipeline_once_per_question_and_shifts_only_the_writer(embedder):
-    from programs.retrieval import Corpus, Retriever
+    from retrieval.corpus import Corpus
+    from retrieval.retriever import Retriever
 
     class Counting(Retriever):
         searches = 0
@@ -150,7 +165,7 @@ def test_pride_calibration_runs_a_pipeline_once_per_question_and_shifts_only_the
 
     init_dspy(LogprobLM([{"answer": "A"}]), cache=False)
     search = Counting([Corpus("en", [{"id": "e1", "title": "Drinks", "text": "Tea is drunk."}], "en")], embedder)
-    program = programs.build("mono_rag", search=search, k=1)
+    program = programs.build("mono_rag", search=search, k=1, mc=MCScoring("logprob"))
     examples = [dspy.Example(id=f"q{i}", question=f"Drink {i}?", options=dict(zip("ABCD", ["tea", "coffee", "juice",
                              "milk"])), answer="A", lang="en").with_inputs("question", "options", "lang")
                 for i in range(2)]

@@ -8,6 +8,7 @@ import evaluate
 import optimize
 import programs
 from optimizers import cli, tracking
+from runtime import store
 
 
 @pytest.fixture
@@ -33,7 +34,7 @@ def test_optimize_logs_one_complete_run_and_a_loadable_program(scripted_lm, tmp_
     assert {"program.json", "predictions", "params"} & artifacts >= {"program.json", "predictions"}
     loaded = programs.load_compiled(run_id)
     assert loaded.k == 2 and len(loaded.writer.short.demos) >= 1
-    assert str(tracking.mlruns()) in tracking.tracking_uri()
+    assert str(store.mlruns()) in store.tracking_uri()
 
 
 def test_optimize_within_a_compile_budget_says_so_and_logs_it_and_the_demo_tokens(scripted_lm, capsys):
@@ -137,14 +138,16 @@ def test_a_checkpoint_is_resumed_only_by_the_code_that_wrote_it(scripted_lm, tmp
     s = cli.session(args, needs_search=False)
     program = s.build("direct")
     same = [s.checkpoint("dev", "direct", program) for _ in range(2)]
-    (tmp_path / "programs").mkdir()
+    for folder in ("programs", "signatures", "construction"):
+        (tmp_path / folder).mkdir()
     (tmp_path / "programs" / "writer.py").write_text("# an edited prompt\n")
     monkeypatch.setattr(cli, "PROJECT_ROOT", tmp_path)
-    monkeypatch.setattr(cli, "ANSWER_CODE", ("programs",))
+    monkeypatch.setattr(cli, "ANSWER_CODE", ("programs", "signatures"))
     cli.code_version.cache_clear()
     edited = s.checkpoint("dev", "direct", program)
     cli.code_version.cache_clear()
-    (tmp_path / "programs" / "xrag_build.py").write_text("# the construction pipeline answers nothing\n")
+    (tmp_path / "signatures" / "construct.py").write_text("# the construction pipeline answers nothing\n")
+    (tmp_path / "construction" / "xrag.py").write_text("# nor does it here\n")
     pipeline_edited = s.checkpoint("dev", "direct", program)
     cli.code_version.cache_clear()
     assert same[0] == same[1] and edited != same[0] and pipeline_edited == edited

@@ -12,7 +12,7 @@ import programs
 from fake_openai import FakeOpenAI
 from optimizers.compile import OPTIMIZERS, compile_program, feedback, fit_demos, never_raises, with_feedback
 from optimizers.metrics import exact_match
-from programs.retrieval import Passage
+from retrieval.corpus import Passage
 from runtime.lm import make_lm
 from runtime.metering import BudgetSpent, Limit, limited
 from runtime.roles import init_dspy

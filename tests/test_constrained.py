@@ -2,7 +2,7 @@
 import dspy
 import pytest
 
-from programs.constrained import BOOL, FREE_LINE, chat_grammar, constrained_config, name_list, one_of
+from decoding.constrained import BOOL, FREE_LINE, chat_grammar, constrained_config, name_list, one_of
 from signatures.critic import CheckSufficiency
 
 

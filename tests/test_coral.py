@@ -7,7 +7,8 @@ from dspy.utils.dummies import DummyLM
 import programs
 from programs.coral import CORAL, Rated, accumulate, best, passes, same_plan, validate_corpora
 from programs.mrag import corpus_of, scope_corpora
-from programs.retrieval import Corpus, Passage, Retriever
+from retrieval.corpus import Corpus, Passage
+from retrieval.retriever import Retriever
 from runtime.roles import Roles, assign_roles
 
 EN = [{"id": "e1", "title": "Birthdays", "text": "In many countries people eat cake on birthdays."},

@@ -8,7 +8,8 @@ import data
 from data import corpora
 from data.demo import load_culture
 from optimizers import cli
-from programs.retrieval import Corpus, Retriever, excluded
+from retrieval.corpus import Corpus, excluded
+from retrieval.retriever import Retriever
 
 XQUAD = {"version": "1.1", "data": [
     {"title": "Blue_Lake", "paragraphs": [{"context": "Blue Lake is a made-up lake.", "qas": []},

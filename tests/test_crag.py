@@ -5,7 +5,7 @@ import pytest
 import programs
 from programs.crag import CRAG, action, refine
 from programs.evidence import EvidenceWriter, cited_passages, clean_answer
-from programs.retrieval import Passage
+from retrieval.corpus import Passage
 from runtime.roles import Roles, assign_roles
 from tests.test_seal import ANSWER, P, Q, Queue, ScriptedSearch, routed
 
@@ -100,7 +100,8 @@ def test_citations_are_bracketed_passage_numbers_only(raw, cited, answer):
 
 @pytest.mark.parametrize("name", ["seal", "self_rag", "crag"])
 def test_every_arm_uses_the_same_writer_signature(name, embedder):
-    from programs.retrieval import Corpus, Retriever
+    from retrieval.corpus import Corpus
+    from retrieval.retriever import Retriever
 
     retriever = Retriever([Corpus("toy", [{"id": "0", "title": "t", "text": "x"}])], embedder)
     arm, rag = programs.build(name, search=retriever, k=1), programs.build("rag", search=retriever, k=1, cite=True)
@@ -110,7 +111,8 @@ def test_every_arm_uses_the_same_writer_signature(name, embedder):
 
 
 def test_crag_roles(embedder):
-    from programs.retrieval import Corpus, Retriever
+    from retrieval.corpus import Corpus
+    from retrieval.retriever import Retriever
 
     retriever = Retriever([Corpus("toy", [{"id": "0", "title": "t", "text": "x"}])], embedder)
     crag = programs.build("crag", search=retriever, k=2, loops=1)

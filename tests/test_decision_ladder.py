@@ -7,7 +7,7 @@ import mlflow
 import pytest
 
 from optimizers import cli
-from programs.retrieval import Retriever
+from retrieval.retriever import Retriever
 from tests.test_decisions import RelevanceLM
 from tests.test_seal import ANSWER
 

@@ -7,7 +7,7 @@ import pytest
 from dspy.utils.dummies import DummyLM
 from sklearn.metrics import roc_auc_score
 
-from programs.decisions import (SCALE, YES_NO, Gate, LabelAdapter, check_mode, decide, features, fit_fusion, fit_gate,
+from decoding.decisions import (SCALE, YES_NO, Gate, LabelAdapter, check_mode, decide, features, fit_fusion, fit_gate,
                                 recall_threshold, written_label, youden_threshold)
 from runtime.roles import init_dspy
 from signatures.critic import JudgeRelevance, RateDocument
@@ -117,7 +117,7 @@ def test_written_labels_are_matched_whole_and_case_blind():
 
 
 def test_no_logprobs_falls_back_to_the_written_label_with_one_warning(capsys, monkeypatch):
-    monkeypatch.setattr("programs.choice._WARNED", set())
+    monkeypatch.setattr("decoding.choice._WARNED", set())
     init_dspy(BareLM(["Yes", "Yes."]), cache=False)
     predictor = dspy.Predict(JudgeRelevance)
     first = decide(predictor, {"relevant": YES_NO}, question="Q?", passage="P.")
@@ -299,7 +299,8 @@ def test_seal_gate_reads_the_verdict_as_p_sufficient():
 
 def test_coral_keep_rule_and_sufficiency_apply_to_expected_scores_and_p_enough(embedder):
     from programs.coral import CORAL, Trace, passes
-    from programs.retrieval import Corpus, Passage, Retriever
+    from retrieval.corpus import Corpus, Passage
+    from retrieval.retriever import Retriever
 
     single, enough = "[[ ## document ## ]]", "[[ ## evidence ## ]]"
     written = {"relevance": 3, "usefulness": 2, "specificity": 3, "compatibility": 3, "critique": "ok"}
@@ -323,8 +324,9 @@ def test_coral_keep_rule_and_sufficiency_apply_to_expected_scores_and_p_enough(e
 
 def test_coral_fused_keep_weighs_the_retrieval_score_within_each_corpus(embedder):
     from programs.coral import CORAL, Rated
-    from programs.decisions import recorded_decisions
-    from programs.retrieval import Corpus, Passage, Retriever
+    from decoding.decisions import recorded_decisions
+    from retrieval.corpus import Corpus, Passage
+    from retrieval.retriever import Retriever
 
     search = Retriever([Corpus("en", [{"id": "e1", "title": "T", "text": "x"}], "en")], embedder)
     a, b = Passage("en:a", "A", "x", "en", "en", 0.9), Passage("en:b", "B", "x", "en", "en", 0.5)
@@ -385,7 +387,7 @@ def test_sufficiency_decisions_are_labelled_by_whether_the_set_holds_every_gold_
 
 
 def test_label_tokens_are_matched_by_prefix_without_taking_other_words():
-    from programs.choice import label_logprobs
+    from decoding.choice import label_logprobs
 
     alternatives = [(" Not", math.log(0.3)), ("No", math.log(0.2)), ("Nope", math.log(0.1)), ("**yes", math.log(0.2)),
                     ("Y", math.log(0.1)), ("\u201cno", math.log(0.05))]
@@ -479,7 +481,7 @@ def test_self_refine_stops_on_p_correct_against_its_gate():
 
 
 def test_answer_level_decisions_are_labelled_by_the_correctness_of_the_answer_they_judged():
-    from programs.decisions import Recorded
+    from decoding.decisions import Recorded
 
     right = {"Lyon"}.__contains__
     stop, flag = Gate("correct", threshold=0.5), Gate("error", threshold=0.5)
@@ -518,7 +520,7 @@ def test_calibration_fits_an_answer_level_gate_on_the_task_metric_without_gold_t
 
 
 def test_self_rag_acceptance_is_recorded_as_the_smaller_of_its_two_probabilities():
-    from programs.decisions import recorded_decisions
+    from decoding.decisions import recorded_decisions
     from programs.self_rag import SelfRAG
     from tests.test_seal import CRITIC
 

@@ -7,8 +7,9 @@ from dspy.utils.dummies import DummyLM
 import optimize
 from optimizers import cli
 from programs import retrieval
-from programs.bm25 import BM25Index, tokenize
-from programs.retrieval import Corpus, Passage, Retriever, excluded, rrf
+from retrieval.bm25 import BM25Index, tokenize
+from retrieval.corpus import Corpus, Passage, excluded
+from retrieval.retriever import Retriever, rrf
 
 # "title. text" token lists: d1 [alpha, beta, beta], d2 [gamma, beta], d3 [delta, epsilon]
 DOCS = [{"id": "1", "title": "Alpha", "text": "beta beta"}, {"id": "2", "title": "Gamma", "text": "beta"},

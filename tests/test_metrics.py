@@ -4,7 +4,7 @@ import dspy
 import pytest
 
 from optimizers.metrics import Judge, accuracy, exact_match, f1, paragraph_id, retrieval_scores
-from programs.retrieval import Passage
+from retrieval.corpus import Passage
 
 EX = dspy.Example(question="Capital of France?", answer="Paris", answers=["Paris", "City of Paris"])
 

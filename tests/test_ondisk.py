@@ -6,8 +6,10 @@ import pytest
 
 from conftest import HashEmbedder
 from data import corpora as sources
-from programs.ondisk import build_index, open_corpus
-from programs.retrieval import Corpus, Retriever, encode_passages, excluded
+from retrieval.ondisk import build_index, open_corpus
+from retrieval.corpus import Corpus, excluded
+from retrieval.dense import encode_passages
+from retrieval.retriever import Retriever
 
 WORDS = "river city mountain lake bridge tower castle forest island desert valley harbour".split()
 DOCS = [{"id": f"d{i}", "title": f"Place {i}", "text": f"The {WORDS[i % 12]} near the {WORDS[(i * 5) % 12]} "

@@ -13,7 +13,8 @@ from programs.coral import CORAL
 from programs.crag import CRAG
 from programs.oracle import Gold, gold_labels
 from programs.par2 import PAR2
-from programs.retrieval import Corpus, Retriever
+from retrieval.corpus import Corpus
+from retrieval.retriever import Retriever
 from programs.seal import SEAL
 from programs.self_refine import SelfRefine
 from tests.dummies import routed

@@ -5,7 +5,8 @@ from dspy.utils.dummies import DummyLM
 import programs
 from programs.iterative import first_sentence
 from programs.par2 import esc_decision, interleave, plan_lines
-from programs.retrieval import Corpus, Passage, Retriever
+from retrieval.corpus import Corpus, Passage
+from retrieval.retriever import Retriever
 from programs.text import approx_tokens
 from tests.dummies import Queue, routed
 from tests.test_seal import P, Q, TEXTS  # the shared made-up toy world

@@ -5,7 +5,8 @@ import pytest
 from dspy.utils.dummies import DummyLM
 
 import programs
-from programs.retrieval import Corpus, Retriever
+from retrieval.corpus import Corpus
+from retrieval.retriever import Retriever
 from runtime.roles import Roles, assign_roles
 
 DOCS = [{"id": "1", "title": "Paris", "text": "Paris is the capital of France."},

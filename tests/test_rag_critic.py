@@ -17,9 +17,9 @@ from programs.error_critic import ErrorCritic, parse_verdict
 from programs.executor import PlanExecutor
 from programs.plan import REFINE_OPTIONS, PlanError, grammar, parse_plan
 from programs.rag_critic import RAGCritic
-from programs.retrieval import Passage
 from programs.self_refine import SelfRefine
 from programs.taxonomy import load_taxonomy, snap
+from retrieval.corpus import Passage
 from runtime.roles import Roles, assign_roles
 from signatures.planner import ERROR_ACTIONS, FUNCTIONS
 from tests.dummies import Queue, routed

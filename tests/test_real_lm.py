@@ -7,8 +7,8 @@ import data
 import optimize
 import programs
 from optimizers.evaluation import evaluate
-from optimizers.metrics import answer_metrics
-from programs.retrieval import Retriever
+from optimizers.task_metrics import answer_metrics
+from retrieval.retriever import Retriever
 from runtime.lm import make_lm
 from runtime.roles import init_dspy
 

@@ -4,8 +4,7 @@ import pytest
 
 import data
 import programs
-from programs.choice import MCScoring
-from programs.writer import set_mc_scoring
+from decoding.choice import MCScoring
 from runtime.lm import make_lm
 from runtime.roles import init_dspy
 
@@ -22,9 +21,8 @@ def lm(monkeypatch):
 
 def test_the_server_returns_option_letter_probabilities(capsys):
     examples = data.load("demo_culture").examples[:2]
-    program = programs.build("direct")
     observed = []
-    set_mc_scoring(program, MCScoring("logprob", observed=observed))
+    program = programs.build("direct", mc=MCScoring("logprob", observed=observed))
     for ex in examples:
         pred = program(**ex.inputs())
         assert pred.answer in ex.options
@@ -34,7 +32,7 @@ def test_the_server_returns_option_letter_probabilities(capsys):
 
 
 def test_planner_names_only_pool_corpora_under_the_grammar():
-    from programs.retrieval import Retriever
+    from retrieval.retriever import Retriever
 
     bundle = data.load("demo_culture")
     program = programs.build("coral", search=Retriever(bundle.corpora), k=1, loops=1)

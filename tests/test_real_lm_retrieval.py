@@ -4,8 +4,8 @@ import pytest
 import data
 import programs
 from optimizers.evaluation import evaluate
-from optimizers.metrics import answer_metrics
-from programs.retrieval import Retriever
+from optimizers.task_metrics import answer_metrics
+from retrieval.retriever import Retriever
 from runtime.lm import make_lm
 from runtime.roles import init_dspy
 from test_real_lm import one_call_per_try

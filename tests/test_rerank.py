@@ -3,8 +3,9 @@ import copy
 
 import pytest
 
-from programs.rerank import RERANKERS, get_reranker
-from programs.retrieval import Corpus, Passage, Retriever
+from retrieval.corpus import Corpus, Passage
+from retrieval.rerank import RERANKERS, get_reranker
+from retrieval.retriever import Retriever
 
 DOCS = [{"id": str(i), "title": t, "text": x} for i, (t, x) in enumerate([
     ("Seine", "The Seine flows through Paris."), ("Danube", "The Danube flows through Vienna and Budapest."),

@@ -4,7 +4,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from programs.retrieval import Corpus, CorpusIndex, Passage, Retriever
+from retrieval.corpus import Corpus, Passage
+from retrieval.dense import CorpusIndex
+from retrieval.retriever import Retriever
 
 DOCS = [
     {"id": "1", "title": "Danube", "text": "The Danube flows through Vienna and Budapest into the Black Sea."},
@@ -60,7 +62,7 @@ def test_concurrent_builds_of_one_index_embed_once(embedder, tmp_path, monkeypat
 
 
 def test_changed_corpus_gets_a_new_index_and_keeps_the_most_recently_used_versions(embedder, tmp_path, monkeypatch):
-    monkeypatch.setattr("programs.retrieval.KEEP_VERSIONS", 2)
+    monkeypatch.setattr("retrieval.dense.KEEP_VERSIONS", 2)
     versions = [Corpus("rivers", DOCS[:n]) for n in (1, 2, 3)]
     CorpusIndex.build(versions[0], embedder, tmp_path)
     time.sleep(0.01)
@@ -93,7 +95,7 @@ def test_passage_format_truncates_at_a_word_boundary():
 
 
 def test_dedup_keeps_first_occurrence_in_order():
-    from programs.retrieval import dedup
+    from retrieval.corpus import dedup
 
     a, b = Passage("c:1", "A", "x", score=0.9), Passage("c:2", "B", "y")
     assert dedup([a, b, Passage("c:1", "A", "x", score=0.1)]) == [a, b]

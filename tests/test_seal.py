@@ -6,7 +6,8 @@ import pytest
 from dspy.utils.dummies import DummyLM
 
 import programs
-from programs.retrieval import Corpus, Passage, Retriever
+from retrieval.corpus import Corpus, Passage
+from retrieval.retriever import Retriever
 from programs.evidence import search_excluding
 from programs.seal import (SEAL, Gap, Ledger, clip, entity_first_rank, failed_criteria, occurs_verbatim, pivots,
                            triple_lines, verbatim_facts)

@@ -49,7 +49,7 @@ def test_grid_runs_every_arm_in_the_pool_and_logs_one_run(pool_dir, embedder, mo
 
     import scripts.seal_grid as grid
     from optimizers import cli
-    from programs.retrieval import Retriever
+    from retrieval.retriever import Retriever
     from tests.test_seal import ANSWER, ASSESS, GAP, INSUFFICIENT, QUERY, Queue
 
     lm = DummyLM({"`[[ ## triples ## ]]`": Queue({"triples": "Blue Fox | is a | painting"}),

@@ -9,6 +9,7 @@ import mlflow
 import pytest
 
 from optimizers import leaderboard, suite, tracking
+from runtime import store
 
 
 def suite_args(argv: list[str]) -> argparse.Namespace:
@@ -79,7 +80,7 @@ def test_an_oracle_row_is_logged_under_a_name_mlflow_accepts():
     board = leaderboard.report([oracle, base], [("d", oracle.cell, base.cell)], "t")
     assert "| crag+oracle:relevance | 10 |" in board.markdown  # the table keeps the label as the run names it
     assert "d_crag.oracle:relevance_vs_rag_diff" in board.metrics
-    mlflow.set_tracking_uri(tracking.tracking_uri())
+    mlflow.set_tracking_uri(store.tracking_uri())
     mlflow.set_experiment("oracle-row")
     with mlflow.start_run():
         leaderboard.log(board, [oracle, base], [("d", oracle.cell, base.cell)])  # MLflow refused "+" before
@@ -93,7 +94,7 @@ def test_suite_runs_cells_into_child_runs_and_resumes_without_lm_calls(dummy):
     assert all(r.summary["n"] == 3 and r.summary["lm_calls"] == 1.0 for r in out["results"])
     again = suite.run_suite(args, hook=make_hook())
     assert [r.records for r in again["results"]] == [r.records for r in out["results"]]
-    mlflow.set_tracking_uri(tracking.tracking_uri())
+    mlflow.set_tracking_uri(store.tracking_uri())
     runs = mlflow.search_runs(experiment_names=["suite-test"])
     children = runs[runs["tags.mlflow.parentRunId"] == out["run_id"]]
     assert sorted(children["tags.cell"]) == ["cot", "direct"]
@@ -162,7 +163,8 @@ def test_each_suite_cell_logs_its_own_judge_failures(dummy):
     def hook(s):
         from dspy.utils.dummies import DummyLM
 
-        from optimizers.metrics import Judge, answer_metrics
+        from optimizers.metrics import Judge
+        from optimizers.task_metrics import answer_metrics
         from runtime.roles import Roles, init_dspy
 
         lm = DummyLM({"": {"reasoning": "because", "answer": "Lyon"}})
@@ -174,7 +176,7 @@ def test_each_suite_cell_logs_its_own_judge_failures(dummy):
                        "--lm", "openai/unused", "--no-cache", "--judge", "--experiment", "suite-judge"])
     out = suite.run_suite(args, hook=hook)
     assert [r.summary["judge_failures"] for r in out["results"]] == [3, 3]
-    mlflow.set_tracking_uri(tracking.tracking_uri())
+    mlflow.set_tracking_uri(store.tracking_uri())
     runs = mlflow.search_runs(experiment_names=["suite-judge"])
     assert sorted(runs["metrics.test_judge_failures"].dropna()) == [3, 3]
 

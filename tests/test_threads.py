@@ -10,7 +10,7 @@ from fake_openai import FakeOpenAI
 from fault_host import comparable
 from optimizers.evaluation import evaluate
 from optimizers.metrics import exact_match
-from programs.retrieval import Retriever
+from retrieval.retriever import Retriever
 from runtime.roles import init_dspy
 
 EXAMPLES = [dspy.Example(id=f"q{i}", question=f"question {i}", answer="yes", answers=["yes"]).with_inputs("question")

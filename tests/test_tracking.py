@@ -11,10 +11,11 @@ from dspy.utils.dummies import DummyLM
 import evaluate
 import optimize
 from optimizers import cli, tracking
+from runtime import store
 
 
 def _run(run_id: str):
-    mlflow.set_tracking_uri(tracking.tracking_uri())
+    mlflow.set_tracking_uri(store.tracking_uri())
     return mlflow.get_run(run_id)
 
 
@@ -25,7 +26,7 @@ def _inputs(run) -> dict[str, tuple[str, str]]:
 
 
 def _last_run_id() -> str:
-    mlflow.set_tracking_uri(tracking.tracking_uri())
+    mlflow.set_tracking_uri(store.tracking_uri())
     return mlflow.search_runs(search_all_experiments=True, order_by=["start_time DESC"]).iloc[0].run_id
 
 
@@ -42,7 +43,7 @@ def test_an_evaluation_logs_its_questions_as_a_dataset_and_a_table(monkeypatch):
     tags = {t.key: t.value for t in first.inputs.dataset_inputs[0].tags}
     assert tags["data_fingerprint"] == first.data.params["data_fingerprint"][:12]  # what checkpoints are keyed by
     assert _inputs(second)["dev"][0] == name and _inputs(second)["dev"][1] != digest  # other questions, other digest
-    table = json.loads(open(tracking.download(first.info.run_id, "predictions/dev_table.json")).read())
+    table = json.loads(open(store.download(first.info.run_id, "predictions/dev_table.json")).read())
     rows = [dict(zip(table["columns"], row)) for row in table["data"]]
     assert [r["answer"] for r in rows] == ["Paris", "Paris"]
     assert {"question", "gold", "em", "failed", "lm_calls"} <= set(table["columns"])
@@ -66,7 +67,7 @@ def test_a_compile_logs_train_dev_and_test_inputs(monkeypatch):
 
 
 def _traces(run_id: str):
-    mlflow.set_tracking_uri(tracking.tracking_uri())
+    mlflow.set_tracking_uri(store.tracking_uri())
     return mlflow.search_traces(run_id=run_id, return_type="list")
 
 
@@ -77,7 +78,7 @@ def test_every_question_is_a_trace_of_its_run_with_its_score_and_decisions(monke
     evaluate.main(argv)
     traces = _traces(_last_run_id())
     records = [json.loads(line) for line in
-               open(tracking.download(_last_run_id(), "predictions/dev.jsonl")).read().splitlines()]
+               open(store.download(_last_run_id(), "predictions/dev.jsonl")).read().splitlines()]
     assert sorted(t.info.tags["question_id"] for t in traces) == sorted(r["id"] for r in records)
     by_id = {t.info.tags["question_id"]: t for t in traces}
     for r in records:
@@ -99,7 +100,7 @@ def test_a_compile_registers_each_predictors_instructions_and_demos_as_a_prompt_
     lm = DummyLM({"question": {"answer": "Paris"}})
     monkeypatch.setattr(cli, "make_lm", lambda *a, **k: lm)
     run_id = optimize.main(["--program", "direct", "--dataset", "demo", "--train", "2", "--dev", "1", "--test", "1"])
-    artifact = json.loads(open(tracking.download(run_id, "program.json")).read())
+    artifact = json.loads(open(store.download(run_id, "program.json")).read())
     for path, state in artifact["state"].items():
         prompt = mlflow.genai.load_prompt(f"prompts:/direct.{path}/1")
         assert prompt.template.startswith(state["signature"]["instructions"]) and run_id in prompt.commit_message
@@ -135,7 +136,7 @@ def test_a_dataset_logged_by_two_runs_at_once_is_linked_not_a_crash(monkeypatch)
             return real(*args, **kwargs)
         return log_input
 
-    mlflow.set_tracking_uri(tracking.tracking_uri())
+    mlflow.set_tracking_uri(store.tracking_uri())
     mlflow.set_experiment("race")
     monkeypatch.setattr(mlflow, "log_input", racing("UNIQUE constraint failed: datasets.experiment_id, "
                                                     "datasets.name, datasets.digest"))

@@ -1,7 +1,7 @@
 import pytest
 
-from programs.retrieval import Passage
 from programs.writer import Writer, parse_choice
+from retrieval.corpus import Passage
 
 OPTS = {"A": "Tteokguk", "B": "Zongzi", "C": "Mooncake", "D": "Turkey"}
 

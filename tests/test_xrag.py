@@ -13,12 +13,14 @@ import evaluate
 from data import xrag
 from optimizers import cli
 from optimizers.evaluation import evaluate as run_eval
-from optimizers.xlingual import JudgePanel, char3_recall, in_language, language_correct, xrag_metrics
+from optimizers.xlingual import JudgePanel, char3_recall, language_correct, xrag_metrics
+from runtime.language import in_language
 from programs import build
-from programs.retrieval import Corpus, Retriever, excluded
+from retrieval.corpus import Corpus, excluded
+from retrieval.retriever import Retriever
 from programs.writer import Writer
-from programs.xrag_build import (XRAGBuilder, entity_names, lexical_overlap, parse_qa_pairs, question_problem,
-                                 shared_entities, translation_problem)
+from construction.xrag import (XRAGBuilder, entity_names, lexical_overlap, parse_qa_pairs, question_problem,
+                               shared_entities, translation_problem)
 
 REAL = pytest.mark.skipif(not os.environ.get("RAG_DATA_DIR"), reason="needs RAG_DATA_DIR with the shared files")
 
@@ -341,7 +343,7 @@ def test_pipeline_builds_translated_items_that_read_back(dummy):
 
 
 def test_a_pair_of_an_x_article_and_an_english_one_is_a_multilingual_item():
-    from programs.xrag_build import setting_of
+    from construction.xrag import setting_of
 
     assert setting_of(ART_A, dict(ART_B, language="de")) == "multi" and setting_of(ART_A, ART_B) == "mono"
 
@@ -558,7 +560,7 @@ def test_build_distractors_are_retrieved_for_the_question_not_picked_by_title():
     import random
 
     import scripts.xrag_build as script
-    from programs.bm25 import BM25Index
+    from retrieval.bm25 import BM25Index
 
     docs = [{"id": str(i), "title": title, "text": text} for i, (title, text) in enumerate([
         ("Harbor", "The harbor opened in 1902."), ("Harbor", "A ferry to the harbor started in 1910."),
@@ -574,7 +576,7 @@ def test_dated_distractors_predate_the_pair_by_two_weeks():
     import random
 
     import scripts.xrag_build as script
-    from programs.bm25 import BM25Index
+    from retrieval.bm25 import BM25Index
 
     docs = [{"id": str(i), "title": "Harbor", "text": f"The ferry to the harbor, note {i}.", "date": d}
             for i, d in enumerate(["2024-06-01", "2024-06-03", "2024-05-25", "2024-05-10", "2024-04-01"])]

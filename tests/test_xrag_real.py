@@ -7,11 +7,11 @@ import pytest
 
 import data
 import programs
+from construction.xrag import XRAGBuilder
 from data.xrag import paragraph, read_xquad
 from optimizers.evaluation import evaluate
 from optimizers.xlingual import JudgePanel, xrag_metrics
-from programs.retrieval import Retriever
-from programs.xrag_build import XRAGBuilder
+from retrieval.retriever import Retriever
 from runtime.lm import make_lm
 from runtime.roles import init_dspy
 

@@ -13,21 +13,28 @@ from __future__ import annotations
 
 import re
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import dspy
 import numpy as np
 
+from retrieval.corpus import Passage
+from runtime.embedders import Embedder
 from signatures.rerank import GradePassage
-
-if TYPE_CHECKING:
-    from programs.retrieval import Passage, Retriever
 
 RERANKERS = ("none", "embed", "cross", "lm")
 DEFAULT_CROSS_ENCODER = "cross-encoder/ms-marco-MiniLM-L6-v2"
 
 
-def _passage_text(p: "Passage") -> str:
+class Searcher(Protocol):
+    """What the ``embed`` reranker needs of the retriever (:class:`retrieval.retriever.Retriever`)."""
+
+    embedder: Embedder
+
+    def stored_vectors(self, passages: list[Passage]) -> np.ndarray | None: ...
+
+
+def _passage_text(p: Passage) -> str:
     return f"{p.title}. {p.text}"
 
 
@@ -36,14 +43,14 @@ class Reranker:
 
     name = "none"
 
-    def rerank(self, query: str, passages: list["Passage"], top_n: int) -> list["Passage"]:
+    def rerank(self, query: str, passages: list[Passage], top_n: int) -> list[Passage]:
         if not passages:
             return []
         scores = [float(s) for s in self.scores(query, passages)]
         order = sorted(range(len(passages)), key=lambda i: -scores[i])  # stable: ties keep first-stage order
         return [replace(passages[i], score=scores[i]) for i in order[:top_n]]
 
-    def scores(self, query: str, passages: list["Passage"]) -> list[float]:
+    def scores(self, query: str, passages: list[Passage]) -> list[float]:
         raise NotImplementedError
 
     def __deepcopy__(self, memo):
@@ -61,7 +68,7 @@ class EmbedReranker(Reranker):
 
     name = "embed"
 
-    def __init__(self, search: "Retriever"):
+    def __init__(self, search: Searcher):
         self.search, self.embedder = search, search.embedder
 
     def scores(self, query, passages):
@@ -99,7 +106,7 @@ class LMReranker(Reranker):
     def scores(self, query, passages):
         return [self.score_one(query, p) for p in passages]
 
-    def score_one(self, query: str, passage: "Passage") -> float:
+    def score_one(self, query: str, passage: Passage) -> float:
         self.calls += 1
         try:
             text = self.grade(question=query, passage=passage.format(self.max_chars), config={"max_tokens": 8}).score
@@ -112,7 +119,7 @@ class LMReranker(Reranker):
         return float(np.clip(int(match.group()), 0, 10))
 
 
-def get_reranker(name: str, search: "Retriever") -> Reranker:
+def get_reranker(name: str, search: Searcher) -> Reranker:
     """The reranker called ``name`` (see the module docstring) for candidates of ``search``."""
     if name == "none":
         return NoReranker()

@@ -6,7 +6,7 @@ Modes (set when a program is built, ``decisions=``):
 
 - ``generate``: the written label, parsed (each method's own path, as before);
 - ``logprob``: the distribution over the labels at the field's first token, from the endpoint's token logprobs
-  (``programs.choice.label_logprobs``), renormalised over the labels; graded scales read as expected values
+  (``decoding.choice.label_logprobs``), renormalised over the labels; graded scales read as expected values
   ``sum p(s) s``. The reply is written freely (no grammar), so the same call also gives the written label;
 - ``fused``: ``logprob``, and a decision about one passage also weighs the retriever's score for it (:class:`Gate`).
 
@@ -27,7 +27,7 @@ import dspy
 from dspy.predict.parameter import Parameter
 from dspy.utils.exceptions import AdapterParseError
 
-from programs.choice import TOP_LOGPROBS, label_logprobs, normalized, warn_no_logprobs
+from decoding.choice import TOP_LOGPROBS, label_logprobs, normalized, warn_no_logprobs
 
 MODES = ("generate", "logprob", "fused")
 YES_NO = ("yes", "no")

@@ -23,7 +23,8 @@ _WARNED: set[tuple[str, str]] = set()
 
 @dataclass
 class MCScoring:
-    """How every multiple-choice writer of a program picks its letter (set with ``programs.writer.set_mc_scoring``).
+    """How every multiple-choice writer of a program picks its letter (the program is built with it:
+    ``programs.build(name, mc=MCScoring(...))``).
 
     ``prior``: option-ID prior (letter -> probability) for ``pride``; ``observed``: when a list, every call
     that read letter probabilities appends ``{"written", "probs", "answer"}`` to it: the letter parsed from the

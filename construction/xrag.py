@@ -19,12 +19,19 @@ import re
 
 import dspy
 
-from optimizers.xlingual import detect, in_language
-from programs.constrained import BOOL, constrained_config
+from decoding.constrained import BOOL, constrained_config
 from programs.text import content_words, mentions, normalize, words
-from programs.writer import language_name
-from signatures.construct import (QUESTION_TYPES, AnswerFromSummaries, CrossDocumentQuestion, MainEntities,
-                                  RelatedArticles, SimpleQuestions, SummarizeArticle, TranslateQA)
+from runtime.language import detect, in_language, language_name
+from signatures.construct import (
+    QUESTION_TYPES,
+    AnswerFromSummaries,
+    CrossDocumentQuestion,
+    MainEntities,
+    RelatedArticles,
+    SimpleQuestions,
+    SummarizeArticle,
+    TranslateQA,
+)
 
 MAX_OVERLAP = 0.5  # share of the summary's word trigrams copied from the article above which it is redone once
 _QA = re.compile(r"Q\s*[:：]\s*(?P<q>.+?)\s*A\s*[:：]\s*(?P<a>.+)", re.S)

@@ -23,7 +23,8 @@ import faiss
 import numpy as np
 from tqdm.auto import tqdm
 
-from programs.retrieval import Corpus, CorpusIndex, encode_passages, index_factory
+from retrieval.corpus import Corpus
+from retrieval.dense import CorpusIndex, encode_passages, index_factory
 from runtime.embedders import Embedder, get_embedder
 from runtime.paths import index_dir
 

@@ -3,7 +3,7 @@ Milvus server or a cluster (``milvus:http://host:19530``), through ``pymilvus`` 
 
 One collection per corpus (so one per language corpus), named by corpus, content hash and embedder id; it is filled
 once from the corpus's faiss index (the cached in-memory one, or the prebuilt one of an on-disk corpus), so nothing
-is embedded twice. Leave-out filters (:func:`programs.retrieval.excluded`) become server-side filters on ``grp``.
+is embedded twice. Leave-out filters (:func:`retrieval.corpus.excluded`) become server-side filters on ``grp``.
 Many processes (e.g. Ray workers) share one Milvus server instead of each loading an index.
 """
 from __future__ import annotations
@@ -15,7 +15,8 @@ from pathlib import Path
 import faiss
 import numpy as np
 
-from programs.retrieval import _EXCLUDED, Corpus, CorpusIndex, Passage
+from retrieval.corpus import _EXCLUDED, Corpus, Passage
+from retrieval.dense import CorpusIndex
 from runtime.embedders import Embedder
 
 INDEX_TYPES = {"flat": "FLAT", "ivf": "IVF_FLAT", "hnsw": "HNSW"}
@@ -35,7 +36,7 @@ def client(uri: str):
 
 
 class MilvusIndex:
-    """The :class:`programs.retrieval.CorpusIndex` search contract over one Milvus collection."""
+    """The :class:`retrieval.dense.CorpusIndex` search contract over one Milvus collection."""
 
     def __init__(self, corpus: Corpus, uri: str, collection: str):
         self.corpus, self.uri, self.collection, self.client = corpus, uri, collection, client(uri)
@@ -82,7 +83,7 @@ class MilvusIndex:
                                                  for i, (d, v) in enumerate(zip(docs, vectors))])
 
     def search_vectors(self, queries: np.ndarray, k: int) -> list[list[Passage]]:
-        """Top-``k`` per query; groups hidden by :func:`programs.retrieval.excluded` are filtered by Milvus."""
+        """Top-``k`` per query; groups hidden by :func:`retrieval.corpus.excluded` are filtered by Milvus."""
         k = min(k, len(self.corpus), MAX_LIMIT)
         if k <= 0 or not len(queries):
             return [[] for _ in range(len(queries))]
