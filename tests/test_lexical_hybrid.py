@@ -6,10 +6,9 @@ from dspy.utils.dummies import DummyLM
 
 import optimize
 from optimizers import cli
-from programs import retrieval
 from retrieval.bm25 import BM25Index, tokenize
 from retrieval.corpus import Corpus, Passage, excluded
-from retrieval.retriever import Retriever, rrf
+from retrieval.retriever import RETRIEVERS, Retriever, rrf
 
 # "title. text" token lists: d1 [alpha, beta, beta], d2 [gamma, beta], d3 [delta, epsilon]
 DOCS = [{"id": "1", "title": "Alpha", "text": "beta beta"}, {"id": "2", "title": "Gamma", "text": "beta"},
@@ -86,7 +85,7 @@ def test_bm25_cache_is_reused_and_a_changed_or_corrupt_one_rebuilt(tmp_path, mon
     assert builds == [3, 3, 3] and "rebuilding BM25 cache" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("method", retrieval.RETRIEVERS)
+@pytest.mark.parametrize("method", RETRIEVERS)
 def test_search_many_equals_one_search_per_query(embedder, tmp_path, method):
     r = Retriever([Corpus("a", DOCS), Corpus("b", [{"id": "x", "title": "Beta", "text": "epsilon gamma"}])],
                   embedder, cache_dir=tmp_path, retriever=method)
