@@ -11,6 +11,8 @@ from dspy.utils.dummies import DummyLM
 import evaluate
 from optimizers import cli, suite, tracking
 from runtime import store
+from runtime.caps import output_cap
+from signatures.writer import AnswerDirectly
 from tests.fake_openai import FakeOpenAI
 from tests.test_choice import LetterBiasLM
 from tests.test_xrag import RELEASE_ROWS, xquad_file
@@ -107,8 +109,9 @@ def test_a_prompt_longer_than_the_context_is_one_line_naming_the_question_and_th
     lines = [line for line in capsys.readouterr().err.splitlines() if "context window" in line]
     assert len(lines) == 2 and all(line.startswith("warning: question ") for line in lines)
     assert "failed: ContextOverflow: the prompt does not fit openai/fake's context window: " in lines[0]
-    assert re.search(r"\d+ tokens \(\d+ prompt \+ 512 answer\) > 120; lower --k, --max-chars or "
-                                   r"--loops", lines[0]), lines[0]
+    answer = output_cap(AnswerDirectly)  # the call's own output cap, not the LM's 512 (runtime.caps)
+    assert re.search(rf"\d+ tokens \(\d+ prompt \+ {answer} answer\) > 120; lower --k, --max-chars or "
+                     r"--loops", lines[0]), lines[0]
 
 
 def test_a_corrupt_pride_prior_is_computed_again(monkeypatch, capsys):
