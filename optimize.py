@@ -7,6 +7,7 @@ Evaluates the uncompiled program on dev and test, compiles on train (search opti
 evaluates the compiled program on dev and test, saves it as DSPy JSON state and logs one MLflow run."""
 from __future__ import annotations
 
+import json
 import shutil
 import sys
 import tempfile
@@ -126,20 +127,31 @@ def compile_params(args, optimizer: str, metric_name: str) -> dict:
             "compile_minutes": args.compile_minutes or "", "demo_tokens": args.demo_tokens or ""}
 
 
-def compile_fitted(s, program: dspy.Module, optimizer: str, metric, proposer: dspy.LM) -> tuple[dspy.Module, dict]:
+def compile_fitted(s, program: dspy.Module, optimizer: str, metric, proposer: dspy.LM,
+                   ledger: Path | None = None) -> tuple[dspy.Module, dict]:
     """Compile ``program`` with ``optimizer`` as the compile flags say (its calls metered, within the compile
     budget; ``proposer``: MIPROv2's instruction proposer and GEPA's reflection LM), fit its demos to
     ``--demo-tokens`` and its gates to dev (:func:`fit_gates`); all logged to the active run.
     Returns the compiled program and what the compile cost: LM calls, tokens, seconds, the budget that stopped it
-    (empty: none) and the demo tokens of each predictor."""
+    (empty: none) and the demo tokens of each predictor. ``ledger``: a file keyed by the compile's setting that
+    keeps its cost across runs (:func:`carried`), so a compile re-run from the LM cache reports what it cost."""
     args = s.args
     t0, limit = time.perf_counter(), Limit(args.compile_budget, args.compile_minutes)
-    with tracking.untraced(), metered() as cost:  # compile's own calls are counted, not traced
-        compiled = compile_program(program, optimizer, s.splits.train, s.splits.dev, metric,
-                                   max_demos=args.demos, candidates=args.candidates, budget=args.budget,
-                                   seed=args.seed, reflection_lm=proposer, limit=limit)
+    cost = None
+    try:
+        with tracking.untraced(), metered() as cost:  # compile's own calls are counted, not traced
+            compiled = compile_program(program, optimizer, s.splits.train, s.splits.dev, metric,
+                                       max_demos=args.demos, candidates=args.candidates, budget=args.budget,
+                                       seed=args.seed, reflection_lm=proposer, limit=limit)
+    except BaseException:
+        if ledger and cost:
+            carried(ledger, time.perf_counter() - t0, cost, finished=False)
+        raise
     spent = {"seconds": time.perf_counter() - t0, "lm_calls": cost.lm_calls, "prompt_tokens": cost.prompt_tokens,
-             "completion_tokens": cost.completion_tokens, "budget_exhausted": float(bool(limit.reached))}
+             "completion_tokens": cost.completion_tokens}
+    if ledger:
+        spent = carried(ledger, spent["seconds"], cost, finished=True)
+    spent["budget_exhausted"] = float(bool(limit.reached))
     tracking.log_metrics(spent, "compile")
     demos = fit_demos(compiled, args.demo_tokens)
     for name, (tokens, dropped) in demos.items():
@@ -149,6 +161,21 @@ def compile_fitted(s, program: dspy.Module, optimizer: str, metric, proposer: ds
                   f"({tokens} estimated tokens kept)", file=sys.stderr)
     fit_gates(s, compiled, metric)
     return compiled, spent | {"budget_stop": limit.reached, "demo_tokens": {n: t for n, (t, _) in demos.items()}}
+
+
+def carried(ledger: Path, seconds: float, cost, finished: bool) -> dict:
+    """The cost of a compile whose calls may partly come from the LM cache (which reports no tokens and takes no
+    time), kept in ``ledger`` across runs: a finished compile's cost as first recorded; an interrupted one's tokens
+    and seconds added to those of the run that finishes it (its LM calls, cache hits included, count them all)."""
+    earlier = json.loads(ledger.read_text(encoding="utf-8")) if ledger.exists() else {}
+    if earlier.get("finished"):
+        return {k: v for k, v in earlier.items() if k != "finished"}
+    spent = {"seconds": seconds + earlier.get("seconds", 0.0), "lm_calls": cost.lm_calls,
+             "prompt_tokens": cost.prompt_tokens + earlier.get("prompt_tokens", 0),
+             "completion_tokens": cost.completion_tokens + earlier.get("completion_tokens", 0)}
+    ledger.parent.mkdir(parents=True, exist_ok=True)
+    ledger.write_text(json.dumps(spent | {"finished": finished}), encoding="utf-8")
+    return spent
 
 
 def fit_gates(s, program: dspy.Module, metric) -> None:

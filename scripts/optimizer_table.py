@@ -15,6 +15,8 @@ reads finished test questions from their checkpoints and every compile call it a
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 import sys
 import tempfile
 from pathlib import Path
@@ -36,6 +38,14 @@ def compile_cost(spent: dict) -> dict:
     return {"compile_lm_calls": spent["lm_calls"], "compile_prompt_tokens": spent["prompt_tokens"],
             "compile_completion_tokens": spent["completion_tokens"], "compile_minutes": spent["seconds"] / 60,
             "compile_demo_tokens": demos, "compile_budget_stop": spent["budget_stop"] or "no"}
+
+
+def ledger(s, cell: suite.Cell, program, params: dict) -> Path:
+    """Where the cost of compiling ``cell`` (from ``program``, with compile ``params``) is kept across runs: beside
+    its checkpoints, keyed like them and by the compile's settings."""
+    base = s.checkpoint("compile", cell.label, program)
+    setting = hashlib.sha256(json.dumps(params, sort_keys=True, default=str).encode()).hexdigest()[:12]
+    return base.with_name(f"{base.stem}-{setting}.json")
 
 
 @interruptible
@@ -72,9 +82,11 @@ def main(argv=None) -> dict:
                 if optimizer == "uncompiled":  # its gates fitted on dev too: the rows differ in the prompts only
                     optimize.fit_gates(s, program, metric)
                 else:
-                    tracking.log_params(optimize.compile_params(args, optimizer, metric_name)
-                                        | {"proposer": proposer_id if optimizer in ("mipro", "gepa") else ""})
-                    program, spent = optimize.compile_fitted(s, program, optimizer, metric, proposer)
+                    params = (optimize.compile_params(args, optimizer, metric_name)
+                              | {"proposer": proposer_id if optimizer in ("mipro", "gepa") else ""})
+                    tracking.log_params(params)
+                    program, spent = optimize.compile_fitted(s, program, optimizer, metric, proposer,
+                                                             ledger(s, cell, program, params))
                     cost = compile_cost(spent)
                     with tempfile.TemporaryDirectory() as tmp:
                         optimize.log_compiled(s, program, Path(tmp) / "program.json")

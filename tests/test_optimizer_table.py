@@ -1,8 +1,10 @@
 """scripts/optimizer_table.py on the fake OpenAI server (deterministic replies that depend on the whole prompt, with
 usage): one row per optimizer plus uncompiled, each paired with uncompiled, its compile cost in its row, one child run
 per cell holding its compiled program (which evaluate.py --compiled reproduces), and a re-run that asks nothing."""
+import dspy
 import mlflow
 import pytest
+from dspy.utils.callback import BaseCallback
 from dspy.utils.dummies import DummyLM
 from fake_openai import FakeOpenAI
 
@@ -83,11 +85,46 @@ def test_a_rerun_reads_the_compile_from_the_lm_cache_and_the_test_answers_from_c
     again = table.main(argv)
     assert server.requests == asked  # nothing asked again
     assert [r.records for r in again["results"]] == [r.records for r in first["results"]]
-    assert again["results"][1].summary["compile_lm_calls"] == first["results"][1].summary["compile_lm_calls"]
+    cost = ("compile_lm_calls", "compile_prompt_tokens", "compile_completion_tokens", "compile_minutes")
+    # the row still shows what the compile cost, though the LM cache answered it (no tokens, no time)
+    assert [again["results"][1].summary[k] for k in cost] == [first["results"][1].summary[k] for k in cost]
+    assert first["results"][1].summary["compile_prompt_tokens"] > 0
     # without the LM cache the compile asks again, but the finished test questions still come from checkpoints
     third = table.main(argv + ["--no-cache"])
     compile_calls = third["results"][1].summary["compile_lm_calls"]
     assert compile_calls > 0 and server.requests - asked == compile_calls
+
+
+class Interrupt(BaseCallback):
+    """Ctrl-C at the LM call after the first ``calls``."""
+
+    def __init__(self, calls: int):
+        self.left = calls
+
+    def on_lm_start(self, call_id, instance, inputs):
+        self.left -= 1
+        if self.left < 0:
+            raise KeyboardInterrupt
+
+
+def test_an_interrupted_compile_resumes_and_its_row_counts_both_attempts(table, server, monkeypatch, tmp_path):
+    argv = ["--program", "rag", *SPLIT, *lm(server), "--optimizers", "bootstrap"]
+    real = optimize.compile_program
+
+    def interrupted(*args, **kwargs):
+        with dspy.context(callbacks=[*dspy.settings.callbacks, Interrupt(2)]):
+            return real(*args, **kwargs)
+
+    monkeypatch.setattr(optimize, "compile_program", interrupted)
+    with pytest.raises(SystemExit) as stop:
+        table.main(argv)
+    assert stop.value.code == 130
+    monkeypatch.setattr(optimize, "compile_program", real)
+    resumed = table.main(argv)["results"][1].summary
+    monkeypatch.setenv("RAG_PROJECT_CACHE", str(tmp_path / "fresh"))  # no LM cache, no checkpoints, no ledger
+    whole = table.main(argv)["results"][1].summary
+    for key in ("compile_lm_calls", "compile_prompt_tokens", "compile_completion_tokens"):
+        assert resumed[key] == whole[key] > 0  # the 2 calls before the interrupt are counted once
 
 
 def test_mipro_and_gepa_get_the_proposer_lm_while_the_program_runs_on_lm(table, monkeypatch):
