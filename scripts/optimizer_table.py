@@ -11,7 +11,8 @@ questions, checkpointed per question. The leaderboard pairs every optimizer with
 (exact McNemar, bootstrap CI, Holm; paired t-test on F1) and shows each compile's cost in the same row. The program
 runs on ``--lm`` (its roles on ``--planner-lm``/``--critic-lm`` as usual); MIPROv2 proposes instructions and GEPA
 reflects with ``--proposer-lm`` (default: the planner role's LM). An interrupted run, re-run with the same command,
-reads finished test questions from their checkpoints and every compile call it already made from the LM cache."""
+reads finished test questions from their checkpoints and every compile call it already made from the LM cache; a row
+still shows what its compile cost (:func:`ledger`). ``--budget`` is both MIPROv2's trials and GEPA's metric calls."""
 from __future__ import annotations
 
 import dataclasses
