@@ -7,6 +7,7 @@ Evaluates the uncompiled program on dev and test, compiles on train (search opti
 evaluates the compiled program on dev and test, saves it as DSPy JSON state and logs one MLflow run."""
 from __future__ import annotations
 
+import json
 import shutil
 import sys
 import tempfile
@@ -32,41 +33,23 @@ from runtime.metering import Limit, metered
 def main(argv=None) -> str:
     p = parser(__doc__.splitlines()[0])
     p.add_argument("--optimizer", default="bootstrap", choices=OPTIMIZERS)
-    p.add_argument("--metric", choices=METRIC_NAMES,
-                   help="compile metric (default: f1, or accuracy for MCQ; judge needs --judge)")
-    p.add_argument("--demos", type=int, default=2, help="max bootstrapped and labeled demos per predictor")
-    p.add_argument("--candidates", type=int, default=4, help="candidate programs (random_search, mipro)")
-    p.add_argument("--budget", type=int, help="mipro trials / gepa metric calls")
-    p.add_argument("--compile-budget", type=int, metavar="N",
-                   help="stop the compile at N LM calls (cache hits included) and keep the best program so far")
-    p.add_argument("--compile-minutes", type=float, metavar="M",
-                   help="stop the compile after M minutes and keep the best program so far")
-    p.add_argument("--demo-tokens", type=int, metavar="T",
-                   help="drop each predictor's longest demos until its demos fit T estimated tokens (chars/4)")
+    compile_flags(p)
     p.add_argument("--out", help="where to write the compiled program JSON (also logged to MLflow)")
     args = p.parse_args(argv)
     if not args.program:
         fail(f"--program is required; choose one of: {', '.join(programs.names())}")
-    if args.oracle:
-        fail("--oracle is for evaluation (evaluate.py, --suite): compiling reads no gold labels; compile without it "
-             "and evaluate the compiled program with --oracle")
+    check_compile_flags(args)
     s = session(args, programs.spec(args.program).needs_search)
     if not s.splits.train or (args.optimizer != "bootstrap" and not s.splits.dev):
         fail(f"--optimizer {args.optimizer} needs --train" + ("" if args.optimizer == "bootstrap" else " and --dev")
              + " of at least 1 example")
-    for flag in ("compile_budget", "compile_minutes", "demo_tokens"):
-        if getattr(args, flag) is not None and getattr(args, flag) <= 0:
-            fail(f"--{flag.replace('_', '-')} must be positive (leave it out for no limit)")
     metric_name, metric = compile_metric(s.bundle.task, args.metric, s.judge)
     program = s.build(args.program)
     k = args.k if s.retriever else None
 
     run_name = f"{args.program}-{args.dataset}-{args.optimizer}"
     with tracking.run(args.experiment, run_name, tags={"entry": "optimize.py"}) as run:
-        tracking.log_params(s.params(args.program) | {
-            "optimizer": args.optimizer, "compile_metric": metric_name, "max_demos": args.demos,
-            "candidates": args.candidates, "budget": args.budget or "", "compile_budget": args.compile_budget or "",
-            "compile_minutes": args.compile_minutes or "", "demo_tokens": args.demo_tokens or ""})
+        tracking.log_params(s.params(args.program) | compile_params(args, args.optimizer, metric_name))
         stages, scores = {}, {}
         traces = tracking.question_traces(run.info.run_id, s.metrics, args.trace)
 
@@ -85,41 +68,14 @@ def main(argv=None) -> str:
         s.eval_data("train", s.splits.train).log()  # what compile learns from
         stage("dev_before", program, s.splits.dev)
         stage("test_before", program, s.splits.test)
-        t0, limit = time.perf_counter(), Limit(args.compile_budget, args.compile_minutes)
-        with tracking.untraced(), metered() as cost:  # compile's own calls are counted, not traced
-            compiled = compile_program(program, args.optimizer, s.splits.train, s.splits.dev, metric,
-                                       max_demos=args.demos, candidates=args.candidates, budget=args.budget,
-                                       seed=args.seed, reflection_lm=s.roles.lm("planner"), limit=limit)
-        tracking.log_metrics({"seconds": time.perf_counter() - t0, "lm_calls": cost.lm_calls,
-                              "prompt_tokens": cost.prompt_tokens, "completion_tokens": cost.completion_tokens,
-                              "budget_exhausted": float(bool(limit.reached))}, "compile")
-        for name, (tokens, dropped) in fit_demos(compiled, args.demo_tokens).items():
-            mlflow.log_metric(f"demo_tokens_{name}", tokens)
-            if dropped:
-                print(f"{name}: dropped its {dropped} longest demo(s) to fit --demo-tokens {args.demo_tokens} "
-                      f"({tokens} estimated tokens kept)", file=sys.stderr)
-        if args.decisions != "generate" and s.splits.dev:  # thresholds (and fusion weights) fitted on dev
-            fits = calibrate_decisions(compiled, s.splits.dev, args.decisions == "fused", args.retries,
-                                       lambda ex, answer: bool(metric(ex, dspy.Prediction(answer=answer), trace=True)))
-            for gate, fit in fits.items():
-                mlflow.log_dict(fit, f"calibration/{gate}.json")  # the dev ROC curve and the chosen operating point
-                if "auc" in fit:
-                    mlflow.log_metrics({f"calibration_{gate}_auc": fit["auc"], f"calibration_{gate}_n": fit["n"]})
-                print(f"calibrated {gate}: " + (f"dev AUC {fit['auc']:.3f} on {fit['n']} decisions, thresholds "
-                                                f"{fit['thresholds']}, fusion weights {fit['weights']}"
-                                                if "auc" in fit else f"kept its thresholds ({fit['skipped']})"),
-                      file=sys.stderr)
+        compiled, _ = compile_fitted(s, program, args.optimizer, metric, s.roles.lm("planner"))
         stage("dev_after", compiled, s.splits.dev)
         stage("test_after", compiled, s.splits.test)
         if s.judge:
             mlflow.log_metric("judge_failures", s.judge.failures)
 
         out = Path(args.out) if args.out else Path(tempfile.mkdtemp()) / "program.json"
-        programs.save_compiled(compiled, out, args.program, s.config,
-                               {"dataset": args.dataset, "embedder": args.embedder, "index": args.index,
-                                "corpus": args.corpus, "leave_question_out": args.leave_question_out,
-                                "max_docs": args.max_docs, **retrieval_options(args)})
-        mlflow.log_artifact(str(out))
+        log_compiled(s, compiled, out)
         prompts = tracking.register_prompts(compiled, args.program, {"optimizer": args.optimizer,
                                                                      "dataset": args.dataset})
         stored = tracking.artifact_path(out.name)
@@ -140,6 +96,115 @@ def main(argv=None) -> str:
     print(f"load it with programs.load_compiled({run.info.run_id!r}) or evaluate.py --compiled {run.info.run_id}")
     print(f"browse runs: mlflow ui --backend-store-uri {store.tracking_uri()}  (then open http://127.0.0.1:5000)")
     return run.info.run_id
+
+
+def compile_flags(p) -> None:
+    """The flags that say how a program is compiled (also scripts/optimizer_table.py's)."""
+    p.add_argument("--metric", choices=METRIC_NAMES,
+                   help="compile metric (default: f1, or accuracy for MCQ; judge needs --judge)")
+    p.add_argument("--demos", type=int, default=2, help="max bootstrapped and labeled demos per predictor")
+    p.add_argument("--candidates", type=int, default=4, help="candidate programs (random_search, mipro)")
+    p.add_argument("--budget", type=int, help="mipro trials / gepa metric calls")
+    p.add_argument("--compile-budget", type=int, metavar="N",
+                   help="stop the compile at N LM calls (cache hits included) and keep the best program so far")
+    p.add_argument("--compile-minutes", type=float, metavar="M",
+                   help="stop the compile after M minutes and keep the best program so far")
+    p.add_argument("--demo-tokens", type=int, metavar="T",
+                   help="drop each predictor's longest demos until its demos fit T estimated tokens (chars/4)")
+
+
+def check_compile_flags(args) -> None:
+    if args.oracle:
+        fail("--oracle is for evaluation (evaluate.py, --suite): compiling reads no gold labels; compile without it "
+             "and evaluate the compiled program with --oracle")
+    for flag in ("compile_budget", "compile_minutes", "demo_tokens"):
+        if getattr(args, flag) is not None and getattr(args, flag) <= 0:
+            fail(f"--{flag.replace('_', '-')} must be positive (leave it out for no limit)")
+
+
+def compile_params(args, optimizer: str, metric_name: str) -> dict:
+    return {"optimizer": optimizer, "compile_metric": metric_name, "max_demos": args.demos,
+            "candidates": args.candidates, "budget": args.budget or "", "compile_budget": args.compile_budget or "",
+            "compile_minutes": args.compile_minutes or "", "demo_tokens": args.demo_tokens or ""}
+
+
+def compile_fitted(s, program: dspy.Module, optimizer: str, metric, proposer: dspy.LM,
+                   ledger: Path | None = None) -> tuple[dspy.Module, dict]:
+    """Compile ``program`` with ``optimizer`` as the compile flags say (its calls metered, within the compile
+    budget; ``proposer``: MIPROv2's instruction proposer and GEPA's reflection LM), fit its demos to
+    ``--demo-tokens`` and its gates to dev (:func:`fit_gates`); all logged to the active run.
+    Returns the compiled program and what the compile cost: LM calls, tokens, seconds, the budget that stopped it
+    (empty: none) and the demo tokens of each predictor. ``ledger``: a file keyed by the compile's setting that
+    keeps its cost across runs (:func:`carried`), so a compile re-run from the LM cache reports what it cost."""
+    args = s.args
+    t0, limit = time.perf_counter(), Limit(args.compile_budget, args.compile_minutes)
+    cost = None
+    try:
+        with tracking.untraced(), metered() as cost:  # compile's own calls are counted, not traced
+            compiled = compile_program(program, optimizer, s.splits.train, s.splits.dev, metric,
+                                       max_demos=args.demos, candidates=args.candidates, budget=args.budget,
+                                       seed=args.seed, reflection_lm=proposer, limit=limit)
+    except BaseException:
+        if ledger and cost:
+            carried(ledger, time.perf_counter() - t0, cost, finished=False)
+        raise
+    spent = {"seconds": time.perf_counter() - t0, "lm_calls": cost.lm_calls, "prompt_tokens": cost.prompt_tokens,
+             "completion_tokens": cost.completion_tokens}
+    if ledger:
+        spent = carried(ledger, spent["seconds"], cost, finished=True)
+    spent["budget_exhausted"] = float(bool(limit.reached))
+    tracking.log_metrics(spent, "compile")
+    demos = fit_demos(compiled, args.demo_tokens)
+    for name, (tokens, dropped) in demos.items():
+        mlflow.log_metric(f"demo_tokens_{name}", tokens)
+        if dropped:
+            print(f"{name}: dropped its {dropped} longest demo(s) to fit --demo-tokens {args.demo_tokens} "
+                  f"({tokens} estimated tokens kept)", file=sys.stderr)
+    fit_gates(s, compiled, metric)
+    return compiled, spent | {"budget_stop": limit.reached, "demo_tokens": {n: t for n, (t, _) in demos.items()}}
+
+
+def carried(ledger: Path, seconds: float, cost, finished: bool) -> dict:
+    """The cost of a compile whose calls may partly come from the LM cache (which reports no tokens and takes no
+    time), kept in ``ledger`` across runs: a finished compile's cost as first recorded; an interrupted one's tokens
+    and seconds added to those of the run that finishes it (its LM calls, cache hits included, count them all)."""
+    earlier = json.loads(ledger.read_text(encoding="utf-8")) if ledger.exists() else {}
+    if earlier.get("finished"):
+        return {k: v for k, v in earlier.items() if k != "finished"}
+    spent = {"seconds": seconds + earlier.get("seconds", 0.0), "lm_calls": cost.lm_calls,
+             "prompt_tokens": cost.prompt_tokens + earlier.get("prompt_tokens", 0),
+             "completion_tokens": cost.completion_tokens + earlier.get("completion_tokens", 0)}
+    ledger.parent.mkdir(parents=True, exist_ok=True)
+    ledger.write_text(json.dumps(spent | {"finished": finished}), encoding="utf-8")
+    return spent
+
+
+def fit_gates(s, program: dspy.Module, metric) -> None:
+    """With ``--decisions logprob|fused``: fit the thresholds (and fusion weights) of ``program``'s gates on dev,
+    answer-level gates by the compile ``metric``'s verdict; logged to the active run."""
+    if s.args.decisions == "generate" or not s.splits.dev:
+        return
+    fits = calibrate_decisions(program, s.splits.dev, s.args.decisions == "fused", s.args.retries,
+                               lambda ex, answer: bool(metric(ex, dspy.Prediction(answer=answer), trace=True)))
+    for gate, fit in fits.items():
+        mlflow.log_dict(fit, f"calibration/{gate}.json")  # the dev ROC curve and the chosen operating point
+        if "auc" in fit:
+            mlflow.log_metrics({f"calibration_{gate}_auc": fit["auc"], f"calibration_{gate}_n": fit["n"]})
+        print(f"calibrated {gate}: " + (f"dev AUC {fit['auc']:.3f} on {fit['n']} decisions, thresholds "
+                                        f"{fit['thresholds']}, fusion weights {fit['weights']}"
+                                        if "auc" in fit else f"kept its thresholds ({fit['skipped']})"),
+              file=sys.stderr)
+
+
+def log_compiled(s, compiled: dspy.Module, out: Path) -> None:
+    """Save ``compiled`` to ``out`` (program.json: what ``evaluate.py --compiled RUN`` loads) and log it to the
+    active run."""
+    a = s.args
+    programs.save_compiled(compiled, out, a.program, s.config,
+                           {"dataset": a.dataset, "embedder": a.embedder, "index": a.index, "corpus": a.corpus,
+                            "leave_question_out": a.leave_question_out, "max_docs": a.max_docs,
+                            **retrieval_options(a)})
+    mlflow.log_artifact(str(out))
 
 
 def verdict(before: list[float], after: list[float], metric: str, args) -> str:

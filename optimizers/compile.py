@@ -106,7 +106,8 @@ def compile_program(program: dspy.Module, optimizer: str, trainset: list, devset
                     reflection_lm: dspy.LM | None = None, limit: Limit | None = None) -> dspy.Module:
     """Compile ``program`` on ``trainset``; optimizers that search (all but ``bootstrap``) select on ``devset``.
 
-    ``budget`` is MIPROv2's trial count or GEPA's metric-call budget; GEPA reflects with ``reflection_lm``. Threads
+    ``budget`` is MIPROv2's trial count or GEPA's metric-call budget; GEPA reflects with ``reflection_lm`` and
+    MIPROv2 proposes its instructions with it (None: the configured LM), the program runs on its own LMs. Threads
     are 1: the embedded server serves one request at a time on 2 cores. A ``limit`` (LM calls, minutes) reached
     stops the compile: it keeps the demos bootstrapped so far (bootstrap) or the best candidate scored on the whole
     devset so far (else the uncompiled program), says so in one line, and leaves ``limit.reached`` set."""
@@ -142,7 +143,8 @@ def search(program, optimizer, trainset, devset, metric, demos, candidates, budg
                                                    **demos)
         return tp.compile(program, trainset=trainset, valset=devset)
     if optimizer == "mipro":
-        tp = dspy.MIPROv2(metric=metric, auto=None, num_candidates=candidates, num_threads=1, seed=seed, **demos)
+        tp = dspy.MIPROv2(metric=metric, prompt_model=reflection_lm, auto=None, num_candidates=candidates,
+                          num_threads=1, seed=seed, **demos)
         return tp.compile(program, trainset=trainset, valset=devset, num_trials=budget or 2 * candidates,
                           minibatch=len(devset) > 35, minibatch_size=min(35, len(devset)))
     tp = dspy.GEPA(metric=with_feedback(metric), reflection_lm=reflection_lm, max_metric_calls=budget or 60,

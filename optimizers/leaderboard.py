@@ -19,6 +19,12 @@ RETRIEVAL = (("title_recall", "R@k"), ("title_precision", "P@k"), ("all_pass", "
 COST = (("iterations", "iters/q", "{:.2f}"), ("lm_calls", "LM calls/q", "{:.1f}"),
         ("prompt_tokens", "prompt tok/q", "{:.0f}"), ("completion_tokens", "compl tok/q", "{:.0f}"),
         ("seconds", "s/q", "{:.1f}"), ("lm_seconds", "LM s/q", "{:.1f}"))
+#: What compiling a cell's program cost (its summary's ``compile_*`` keys, set by scripts/optimizer_table.py): shown
+#: only when some cell has them. Demo tokens: estimated prompt tokens of each predictor's demos.
+COMPILE = (("compile_lm_calls", "compile LM calls", "{:.0f}"),
+           ("compile_prompt_tokens", "compile prompt tok", "{:.0f}"),
+           ("compile_completion_tokens", "compile compl tok", "{:.0f}"), ("compile_minutes", "compile min", "{:.1f}"),
+           ("compile_demo_tokens", "demo tok/predictor", "{}"), ("compile_budget_stop", "budget stop", "{}"))
 PRIMARY = ("judge", "accuracy", "em")  # the per-question correctness the paired tests use, first one present
 GRADED = ("f1",)  # also paired when present beside the primary: on hard sets EM sits at the floor, F1 still moves
 
@@ -52,7 +58,7 @@ def cell_table(results: list) -> str:
     summaries = [r.summary for r in results]
     quality = [(k, h) for k, h in QUALITY if any(k in s for s in summaries)]
     retrieval = [(k, h) for k, h in RETRIEVAL if any(k in s for s in summaries)]
-    cost = [(k, h, f) for k, h, f in COST if any(k in s for s in summaries)]
+    cost = [(k, h, f) for k, h, f in COST + COMPILE if any(k in s for s in summaries)]
     head = ["program", "n", *(h for _, h in quality), *(h for _, h in retrieval), *(h for _, h, _ in cost),
             "orchestration", "failed"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]

@@ -131,10 +131,11 @@ def cell_session(base: Session, cell: Cell) -> Session:
 
 
 def run_cell(s: Session, cell: Cell, parent_run_id: str, suite_name: str, program=None, examples=None,
-             stage: str | None = None, entry: str = "evaluate.py --suite") -> Result:
+             stage: str | None = None, entry: str = "evaluate.py --suite", run_id: str | None = None) -> Result:
     """Evaluate one cell into its own child run of ``parent_run_id`` (metrics named ``<split>_<metric>``),
     checkpointed per example under ``stage`` (default: the split): ``s.build(cell.program)`` on the ``--split``
-    questions, unless a script passes its own program/questions."""
+    questions, unless a script passes its own program/questions; ``run_id``: the cell's child run a script already
+    started (e.g. holding its compile), continued."""
     a = s.args
     program = s.build(cell.program) if program is None else program
     examples = s.evaluated(getattr(s.splits, a.split)) if examples is None else examples
@@ -142,7 +143,7 @@ def run_cell(s: Session, cell: Cell, parent_run_id: str, suite_name: str, progra
     tracking.setup(a.experiment)
     name = cell.label if cell.oracle else cell.label + cli.oracle_suffix(s.oracle(cell.program))  # a script's cell
     with tracking.run(a.experiment, f"{name}-{cell.dataset}", parent_run_id=parent_run_id,
-                      nested=mlflow.active_run() is not None,
+                      nested=mlflow.active_run() is not None, run_id=run_id,
                       tags={"entry": entry, "suite": suite_name, "cell": name, "dataset": cell.dataset}) as run:
         tracking.log_params(s.params(cell.program) | {"split": a.split, "threads": a.threads, "cell": name,
                                                       "eval_ids": [ex.id for ex in examples]})

@@ -181,6 +181,18 @@ def test_mipro_budget_sets_the_trial_count(dummy, monkeypatch):
     assert trials == [5]
 
 
+def test_mipro_proposes_instructions_with_the_reflection_lm(dummy, monkeypatch):
+    """The proposer (e.g. the 1.5B) writes the instructions; the program's own LM (the 0.5B) only answers."""
+    proposed = []
+    monkeypatch.setattr(dspy.MIPROv2, "_optimize_prompt_parameters",
+                        lambda self, program, instructions, *rest: proposed.append(instructions) or program)
+    dummy({q: {"answer": a} for q, a in CAPITALS})  # no proposer answers: asked to propose, it fails the compile
+    proposer = DummyLM(PROPOSER_ANSWERS)
+    compile_program(programs.build("direct"), "mipro", TRAIN, DEV, exact_match, candidates=2, reflection_lm=proposer)
+    assert proposed[0][0][1:] == [PROPOSED]  # writer.short: the original, then the proposer's (MIPROv2 asks a copy)
+    assert proposer.history  # the dataset summary, too
+
+
 def test_mipro_end_to_end_with_optuna(dummy):
     dummy({**PROPOSER_ANSWERS, **{q: {"answer": a} for q, a in CAPITALS}})
     program = programs.build("direct")

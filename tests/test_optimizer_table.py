@@ -1,0 +1,156 @@
+"""scripts/optimizer_table.py on the fake OpenAI server (deterministic replies that depend on the whole prompt, with
+usage): one row per optimizer plus uncompiled, each paired with uncompiled, its compile cost in its row, one child run
+per cell holding its compiled program (which evaluate.py --compiled reproduces), and a re-run that asks nothing."""
+import dspy
+import mlflow
+import pytest
+from dspy.utils.callback import BaseCallback
+from dspy.utils.dummies import DummyLM
+from fake_openai import FakeOpenAI
+
+import evaluate
+import optimize
+import programs
+from optimizers import cli
+
+SPLIT = ["--dataset", "demo", "--k", "2", "--train", "3", "--dev", "2", "--test", "3"]
+COMPILE_COLUMNS = ("compile LM calls", "compile prompt tok", "compile compl tok", "compile min", "demo tok/predictor",
+                   "budget stop")
+
+
+@pytest.fixture
+def table(embedder, monkeypatch):
+    import scripts.optimizer_table as table
+
+    real = cli.Retriever  # wherever the retriever lives (programs/ or retrieval/), with the test embedder
+    monkeypatch.setattr(cli, "Retriever", lambda corpora, *a, **kw: real(corpora, embedder))
+    return table
+
+
+@pytest.fixture
+def server():
+    with FakeOpenAI() as fake:
+        yield fake
+
+
+def lm(server) -> list[str]:
+    return ["--lm", "openai/fake", "--api-base", server.api_base]
+
+
+def cell_rows(markdown: str) -> dict[str, dict[str, str]]:
+    """The leaderboard's cell table as {program label: {column: cell}}."""
+    lines = [line for line in markdown.split("## demo")[1].split("\n\n")[1].splitlines()]
+    head = [h.strip() for h in lines[0].strip("|").split("|")]
+    return {row[0]: dict(zip(head, row)) for row in ([c.strip() for c in line.strip("|").split("|")]
+                                                     for line in lines[2:])}
+
+
+def test_every_optimizer_is_a_child_run_paired_with_uncompiled_with_its_compile_cost(table, server):
+    out = table.main(["--program", "rag", *SPLIT, *lm(server), "--optimizers", "bootstrap", "random_search",
+                      "--candidates", "1"])
+    labels = [r.cell.label for r in out["results"]]
+    assert labels == ["rag_k2_uncompiled", "rag_k2_bootstrap", "rag_k2_random_search"]
+    board = out["leaderboard"]
+    assert sorted((p["method"], p["baseline"], p["metric"]) for p in board.pairs) == sorted(
+        (method, "rag_k2_uncompiled", metric) for method in labels[1:] for metric in ("em", "f1"))
+    rows = cell_rows(board.markdown)
+    assert all(rows["rag_k2_uncompiled"][c] == "-" for c in COMPILE_COLUMNS)  # nothing compiled
+    for label in labels[1:]:
+        assert int(rows[label]["compile LM calls"]) > 0 and int(rows[label]["compile prompt tok"]) > 0
+        assert rows[label]["budget stop"] == "no" and float(rows[label]["compile min"]) >= 0
+    assert rows["rag_k2_bootstrap"]["demo tok/predictor"].startswith("writer.short ")  # its labeled demos
+
+    runs = mlflow.search_runs(experiment_names=["agentic-rag"], output_format="list")
+    children = {r.data.tags["cell"]: r for r in runs if r.data.tags.get("mlflow.parentRunId") == out["run_id"]}
+    assert sorted(children) == sorted(labels) and len(runs) == 1 + len(labels)  # compile and test in one run
+    for result in out["results"][1:]:
+        child = children[result.cell.label]
+        assert child.info.run_id == result.run_id and {"test_f1", "compile_lm_calls"} <= child.data.metrics.keys()
+        assert child.data.params["optimizer"] == result.cell.variant
+        programs.load_compiled(result.run_id)
+    boot = out["results"][1]
+    assert programs.load_compiled(boot.run_id).writer.short.demos
+
+    # the child run's program.json reproduces its test row (asked again: --no-cache, usage reported)
+    again = evaluate.main(["--compiled", boot.run_id, "--split", "test", *SPLIT, *lm(server), "--no-cache"])
+    assert again["prompt_tokens"] == boot.summary["prompt_tokens"] > out["results"][0].summary["prompt_tokens"]
+    assert again["f1"] == boot.summary["f1"] and again["n"] == 3
+
+
+def test_a_rerun_reads_the_compile_from_the_lm_cache_and_the_test_answers_from_checkpoints(table, server):
+    argv = ["--program", "rag", *SPLIT, *lm(server), "--optimizers", "bootstrap"]
+    first = table.main(argv)
+    asked = server.requests
+    assert asked > 0
+    again = table.main(argv)
+    assert server.requests == asked  # nothing asked again
+    assert [r.records for r in again["results"]] == [r.records for r in first["results"]]
+    cost = ("compile_lm_calls", "compile_prompt_tokens", "compile_completion_tokens", "compile_minutes")
+    # the row still shows what the compile cost, though the LM cache answered it (no tokens, no time)
+    assert [again["results"][1].summary[k] for k in cost] == [first["results"][1].summary[k] for k in cost]
+    assert first["results"][1].summary["compile_prompt_tokens"] > 0
+    # without the LM cache the compile asks again, but the finished test questions still come from checkpoints
+    third = table.main(argv + ["--no-cache"])
+    compile_calls = third["results"][1].summary["compile_lm_calls"]
+    assert compile_calls > 0 and server.requests - asked == compile_calls
+
+
+class Interrupt(BaseCallback):
+    """Ctrl-C at the LM call after the first ``calls``."""
+
+    def __init__(self, calls: int):
+        self.left = calls
+
+    def on_lm_start(self, call_id, instance, inputs):
+        self.left -= 1
+        if self.left < 0:
+            raise KeyboardInterrupt
+
+
+def test_an_interrupted_compile_resumes_and_its_row_counts_both_attempts(table, server, monkeypatch, tmp_path):
+    argv = ["--program", "rag", *SPLIT, *lm(server), "--optimizers", "bootstrap"]
+    real = optimize.compile_program
+
+    def interrupted(*args, **kwargs):
+        with dspy.context(callbacks=[*dspy.settings.callbacks, Interrupt(2)]):
+            return real(*args, **kwargs)
+
+    monkeypatch.setattr(optimize, "compile_program", interrupted)
+    with pytest.raises(SystemExit) as stop:
+        table.main(argv)
+    assert stop.value.code == 130
+    monkeypatch.setattr(optimize, "compile_program", real)
+    resumed = table.main(argv)["results"][1].summary
+    monkeypatch.setenv("RAG_PROJECT_CACHE", str(tmp_path / "fresh"))  # no LM cache, no checkpoints, no ledger
+    whole = table.main(argv)["results"][1].summary
+    for key in ("compile_lm_calls", "compile_prompt_tokens", "compile_completion_tokens"):
+        assert resumed[key] == whole[key] > 0  # the 2 calls before the interrupt are counted once
+
+
+def test_mipro_and_gepa_get_the_proposer_lm_while_the_program_runs_on_lm(table, monkeypatch):
+    lms, seen = {}, {}
+    monkeypatch.setattr(cli, "make_lm", lambda name, *a, **kw: lms.setdefault(name, DummyLM(
+        {"question": {"answer": "Paris"}})))
+
+    def compile_program(program, optimizer, trainset, devset, metric, *, reflection_lm=None, **kwargs):
+        seen[optimizer] = reflection_lm
+        return program.deepcopy()
+
+    monkeypatch.setattr(optimize, "compile_program", compile_program)
+    out = table.main(["--program", "direct", "--train", "2", "--dev", "1", "--test", "1",
+                      "--proposer-lm", "fake:proposer"])
+    assert [r.cell.label for r in out["results"]] == ["direct_uncompiled", "direct_bootstrap",
+                                                       "direct_random_search", "direct_mipro", "direct_gepa"]
+    assert seen["mipro"] is lms["fake:proposer"] and seen["gepa"] is lms["fake:proposer"]
+    assert lms["local:qwen-0.5b"].history and not lms["fake:proposer"].history  # the program runs on --lm
+    params = {r.cell.variant: mlflow.get_run(r.run_id).data.params for r in out["results"][1:]}
+    assert params["mipro"]["proposer"] == params["gepa"]["proposer"] == "fake:proposer"
+    assert params["bootstrap"]["proposer"] == "" and params["mipro"]["lm"] == "local:qwen-0.5b"
+
+
+def test_the_table_needs_its_splits(table, capsys, monkeypatch):
+    monkeypatch.setattr(cli, "make_lm", lambda *a, **kw: DummyLM([]))
+    with pytest.raises(SystemExit) as stop:
+        table.main(["--program", "direct", "--train", "2", "--dev", "0", "--test", "1", "--optimizers", "bootstrap",
+                    "mipro"])
+    assert stop.value.code == 2 and "--dev (for mipro)" in capsys.readouterr().err
