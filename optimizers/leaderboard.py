@@ -71,6 +71,11 @@ def cell_table(results: list) -> str:
     return "\n".join(lines)
 
 
+def p_name(metric: str) -> str:
+    """The name of a pair's p-value: a paired t-test's for a graded metric, else exact McNemar's."""
+    return "ttest_p" if metric in GRADED else "mcnemar_p"
+
+
 def paired(method, baseline, metric: str | None = None) -> dict:
     """``method`` vs ``baseline`` on the questions both answered: difference of ``metric`` (default: the primary
     correctness metric; per question, the worst circular copy), its 95% bootstrap CI, and a test -- exact McNemar
@@ -91,7 +96,7 @@ def paired(method, baseline, metric: str | None = None) -> dict:
             "baseline_mean": sum(b[q] for q in ids) / len(ids) if ids else math.nan,
             "diff": sum(diffs) / len(diffs) if diffs else math.nan, "ci_low": low, "ci_high": high,
             "only_method": only_a, "only_baseline": only_b, "test": test, "p": p,
-            ("ttest_p" if metric in GRADED else "mcnemar_p"): p}
+            p_name(metric): p}
 
 
 def pair_table(rows: list[dict]) -> str:
@@ -131,8 +136,7 @@ def report(results: list, pairs: list[tuple], title: str) -> Board:
     metrics = {}
     for r in rows:
         key = f"{r['dataset']}_{r['method']}_vs_{r['baseline']}" + ("_" + r["metric"] if r["metric"] in GRADED else "")
-        test = "ttest_p" if r["metric"] in GRADED else "mcnemar_p"
-        metrics |= {f"{key}_diff": r["diff"], f"{key}_{test}": r["p"], f"{key}_holm_p": r["holm_p"]}
+        metrics |= {f"{key}_diff": r["diff"], f"{key}_{p_name(r['metric'])}": r["p"], f"{key}_holm_p": r["holm_p"]}
     for r in results:
         if (share := overhead(r.summary)) is not None:
             metrics[f"{r.cell.dataset}_{r.cell.label}_orchestration"] = share
