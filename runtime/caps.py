@@ -6,6 +6,8 @@ closed types (bool, int, float, ``Literal``) need a few tokens; DSPy's ChainOfTh
 its own, capped at :data:`REASONING_TOKENS`. A signature with an uncapped text field is left to the LM's default."""
 from __future__ import annotations
 
+import logging
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal, get_origin
 
@@ -14,6 +16,7 @@ import dspy
 CLOSED_TOKENS = 8  # a bool, number or Literal value
 FIELD_TOKENS = 8  # a field's "[[ ## name ## ]]" header and line breaks (and the closing marker)
 REASONING_TOKENS = 256  # ChainOfThought's own ``reasoning`` field
+_CALL_CAP: ContextVar[int | None] = ContextVar("call_cap", default=None)
 
 
 @dataclass(frozen=True)
@@ -61,7 +64,36 @@ class CappedChatAdapter(dspy.ChatAdapter):
     """DSPy's ChatAdapter with every call capped at its signature's :func:`output_cap`."""
 
     def __call__(self, lm, lm_kwargs, signature, demos, inputs):
-        return super().__call__(lm, capped(lm, lm_kwargs, signature), signature, demos, inputs)
+        lm_kwargs = capped(lm, lm_kwargs, signature)
+        token = _CALL_CAP.set(lm_kwargs.get("max_tokens"))
+        try:
+            return super().__call__(lm, lm_kwargs, signature, demos, inputs)
+        finally:
+            _CALL_CAP.reset(token)
 
     async def acall(self, lm, lm_kwargs, signature, demos, inputs):
-        return await super().acall(lm, capped(lm, lm_kwargs, signature), signature, demos, inputs)
+        lm_kwargs = capped(lm, lm_kwargs, signature)
+        token = _CALL_CAP.set(lm_kwargs.get("max_tokens"))
+        try:
+            return await super().acall(lm, lm_kwargs, signature, demos, inputs)
+        finally:
+            _CALL_CAP.reset(token)
+
+
+class TruncationNote(logging.Filter):
+    """DSPy's "truncated due to exceeding max_tokens=N" names the LM's global N even when the call ran under a
+    smaller cap; rewrite it to name the cap the call actually had."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        cap = _CALL_CAP.get()
+        if cap is not None and str(record.msg).startswith("LM response was truncated"):
+            record.msg, record.args = (f"LM reply reached this call's output cap (max_tokens={cap}, from its "
+                                       "signature's field caps in runtime.caps); the last field may be cut"), ()
+        return True
+
+
+def note_truncations() -> None:
+    """Install :class:`TruncationNote` on DSPy's LM logger (once)."""
+    log = logging.getLogger("dspy.clients.lm")
+    if not any(isinstance(f, TruncationNote) for f in log.filters):
+        log.addFilter(TruncationNote())

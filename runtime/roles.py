@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import dspy
 
-from runtime.caps import CappedChatAdapter
+from runtime.caps import CappedChatAdapter, note_truncations
 from runtime.metering import COUNTER
 from runtime.paths import project_cache
 
@@ -49,3 +49,4 @@ def init_dspy(lm: dspy.LM | None, cache: bool = True) -> None:
                          disk_cache_dir=str(project_cache() / "dspy"), restrict_pickle=True)
     callbacks = [cb for cb in dspy.settings.callbacks if cb is not COUNTER] + [COUNTER]
     dspy.configure(lm=lm, adapter=CappedChatAdapter(), track_usage=True, callbacks=callbacks)
+    note_truncations()

@@ -2,6 +2,7 @@
 with that cap unless the program set its own."""
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import dspy
@@ -49,3 +50,21 @@ def test_each_call_carries_its_signatures_cap_unless_the_program_set_one():
     lm.kwargs["max_tokens"] = 20
     predict(question="Capital of France?", passages=[])
     assert lm.history[-1]["kwargs"]["max_tokens"] == 20  # never above the LM's own limit
+
+
+def test_dspys_truncation_warning_names_the_calls_own_cap(caplog):
+    """DSPy words a reply cut at max_tokens with the LM's global limit (512), though the call ran under its
+    signature's cap: the line a user reads must name the cap that cut the reply."""
+    class Truncating(DummyLM):
+        def __call__(self, *args, **kwargs):
+            logging.getLogger("dspy.clients.lm").warning(
+                f"LM response was truncated due to exceeding max_tokens={self.kwargs['max_tokens']}.")
+            return super().__call__(*args, **kwargs)
+
+    lm = Truncating([{"answer": "Paris"}])
+    lm.kwargs["max_tokens"] = 512
+    init_dspy(lm, cache=False)
+    with caplog.at_level(logging.WARNING, logger="dspy.clients.lm"):
+        dspy.Predict(AnswerFromPassages)(question="Capital of France?", passages=[])
+    (line,) = [r.getMessage() for r in caplog.records if r.name == "dspy.clients.lm"]
+    assert f"max_tokens={output_cap(AnswerFromPassages)}," in line and "512" not in line
