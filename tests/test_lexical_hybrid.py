@@ -105,7 +105,10 @@ def test_unknown_retriever_names_the_choices(embedder, tmp_path):
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--retriever", "sparse"], "unknown retriever 'sparse'; choose one of: dense, bm25, hybrid, milvus:URI"),
+    (["--retriever", "sparse"],
+     "unknown retriever 'sparse'; choose one of: dense, bm25, hybrid, milvus:URI, hybrid:milvus:URI"),
+    (["--retriever", "hybrid:milvus:"],
+     "unknown retriever 'hybrid:milvus:'; choose one of: dense, bm25, hybrid, milvus:URI, hybrid:milvus:URI"),
     (["--rerank", "colbert"], "unknown reranker 'colbert'; choose one of: none, embed, cross, lm"),
 ])
 def test_bad_retrieval_flags_are_one_clear_line(argv, message, capsys, monkeypatch):
