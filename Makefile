@@ -29,7 +29,7 @@ $(VENV)/.deps: pyproject.toml | $(PY)
 	$(PY) -m pip install -q "torch==$(TORCH)+cpu" 2>/dev/null \
 	  || $(PY) -m pip install -q "torch==$(TORCH)+cpu" --extra-index-url $(TORCH_INDEX) 2>/dev/null \
 	  || $(PY) -m pip install -q "torch==$(TORCH)" --extra-index-url $(TORCH_INDEX)
-	$(PY) -m pip install -q -e ".[ray]"
+	$(PY) -m pip install -q -e ".[ray,milvus]"
 	touch $@
 
 # llama-cpp-python compiles from source (~6 min on 2 cores): build the wheel once into the cache, reuse it after.
