@@ -25,11 +25,12 @@ $(PY):
 
 # CPU torch (a plain `torch` from PyPI pulls GBs of CUDA libraries on Linux): the +cpu build from pip's configured
 # indexes and wheel folders if one has it, else from PyTorch's CPU index; macOS wheels are CPU-only and unlabelled.
-$(VENV)/.deps: pyproject.toml | $(PY)
+# Reruns when pyproject.toml or this file changes (e.g. an extra added below).
+$(VENV)/.deps: pyproject.toml Makefile | $(PY)
 	$(PY) -m pip install -q "torch==$(TORCH)+cpu" 2>/dev/null \
 	  || $(PY) -m pip install -q "torch==$(TORCH)+cpu" --extra-index-url $(TORCH_INDEX) 2>/dev/null \
 	  || $(PY) -m pip install -q "torch==$(TORCH)" --extra-index-url $(TORCH_INDEX)
-	$(PY) -m pip install -q -e ".[ray]"
+	$(PY) -m pip install -q -e ".[ray,milvus]"
 	touch $@
 
 # llama-cpp-python compiles from source (~6 min on 2 cores): build the wheel once into the cache, reuse it after.

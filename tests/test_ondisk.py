@@ -130,6 +130,23 @@ def test_milvus_lite_top_k_equals_faiss_flat_with_server_side_leave_out(tmp_path
     assert embedder.passage_calls == calls  # the collections were filled from the cached faiss indexes
 
 
+
+def test_hybrid_with_milvus_as_dense_engine_equals_faiss_hybrid_with_server_side_leave_out(tmp_path, embedder):
+    milvus_lite_or_skip()
+    corpora = [Corpus("en", DOCS, "en"), Corpus("es", DOCS[:12], "es")]
+    flat = Retriever(corpora, embedder, retriever="hybrid")
+    milvus = Retriever(corpora, embedder, retriever=f"hybrid:milvus:{tmp_path / 'rag.db'}")
+    assert {type(i).__name__ for i in milvus.indexes.values()} == {"MilvusIndex"} and all(milvus.bm25.values())
+    dense = Retriever(corpora, embedder)
+    assert any([p.id for p in flat.search(q, 10)] != [p.id for p in dense.search(q, 10)] for q in QUERIES)
+    for q in QUERIES:
+        assert [p.id for p in milvus.search(q, 10)] == [p.id for p in flat.search(q, 10)]
+        assert [p.id for p in milvus.search(q, 3, corpora=["es"])] == [p.id for p in flat.search(q, 3, corpora=["es"])]
+    with excluded(["g1"]):
+        assert [[p.id for p in hits] for hits in milvus.search_many(QUERIES, 10)] == \
+            [[p.id for p in hits] for hits in flat.search_many(QUERIES, 10)]
+        assert all(int(p.id.split(":d")[1]) % 3 != 1 for p in milvus.search("river", 20))
+
 def test_a_prebuilt_corpus_is_fingerprinted_by_its_content_hash_and_an_edit_changes_it(tmp_path):
     folder = flashrag_folder(tmp_path, DOCS)
     (corpus,) = open_corpus(folder)
