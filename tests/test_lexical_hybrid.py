@@ -104,12 +104,12 @@ def test_unknown_retriever_names_the_choices(embedder, tmp_path):
         Retriever([Corpus("toy", DOCS)], embedder, cache_dir=tmp_path, retriever="sparse")
 
 
-
 @pytest.mark.parametrize("spelling, kind, uri", [("hybrid", "hybrid", ""), ("milvus:./rag.db", "dense", "./rag.db"),
                                                  ("hybrid:milvus:http://h:19530", "hybrid", "http://h:19530")])
 def test_retriever_spellings_name_the_stages_and_the_milvus_uri(spelling, kind, uri):
     config = RetrievalConfig(cli.retriever_arg(spelling))
     assert (config.kind, config.milvus, config.stages) == (kind, uri, (True, kind == "hybrid"))
+
 
 @pytest.mark.parametrize("argv, message", [
     (["--retriever", "sparse"],

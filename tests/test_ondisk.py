@@ -130,7 +130,6 @@ def test_milvus_lite_top_k_equals_faiss_flat_with_server_side_leave_out(tmp_path
     assert embedder.passage_calls == calls  # the collections were filled from the cached faiss indexes
 
 
-
 def test_hybrid_with_milvus_as_dense_engine_equals_faiss_hybrid_with_server_side_leave_out(tmp_path, embedder):
     milvus_lite_or_skip()
     corpora = [Corpus("en", DOCS, "en"), Corpus("es", DOCS[:12], "es")]
@@ -146,6 +145,7 @@ def test_hybrid_with_milvus_as_dense_engine_equals_faiss_hybrid_with_server_side
         assert [[p.id for p in hits] for hits in milvus.search_many(QUERIES, 10)] == \
             [[p.id for p in hits] for hits in flat.search_many(QUERIES, 10)]
         assert all(int(p.id.split(":d")[1]) % 3 != 1 for p in milvus.search("river", 20))
+
 
 def test_a_prebuilt_corpus_is_fingerprinted_by_its_content_hash_and_an_edit_changes_it(tmp_path):
     folder = flashrag_folder(tmp_path, DOCS)
