@@ -39,9 +39,9 @@ def rrf(rankings: list[list[Passage]], constant: float = 60.0) -> list[Passage]:
 @dataclass(frozen=True)
 class RetrievalConfig:
     """How candidates are found: ``method`` in :data:`RETRIEVERS`, ``milvus:URI`` (dense, served by Milvus) or
-    ``hybrid:milvus:URI`` (hybrid with the dense list from Milvus); hybrid fuses the top ``fuse_depth`` of each list (at least the ``k`` asked for) with RRF constant ``rrf_k``; a
-    reranker (``rerank`` name, see :mod:`retrieval.rerank`) reorders the top ``rerank_depth`` candidates (at least
-    ``k``)."""
+    ``hybrid:milvus:URI`` (hybrid with the dense list from Milvus); hybrid fuses the top ``fuse_depth`` of each list
+    (at least the ``k`` asked for) with RRF constant ``rrf_k``; a reranker (``rerank`` name, see
+    :mod:`retrieval.rerank`) reorders the top ``rerank_depth`` candidates (at least ``k``)."""
 
     method: str = "dense"
     fuse_depth: int = 20

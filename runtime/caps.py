@@ -7,6 +7,7 @@ its own, capped at :data:`REASONING_TOKENS`. A signature with an uncapped text f
 from __future__ import annotations
 
 import logging
+from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal, get_origin
@@ -64,20 +65,23 @@ class CappedChatAdapter(dspy.ChatAdapter):
     """DSPy's ChatAdapter with every call capped at its signature's :func:`output_cap`."""
 
     def __call__(self, lm, lm_kwargs, signature, demos, inputs):
-        lm_kwargs = capped(lm, lm_kwargs, signature)
-        token = _CALL_CAP.set(lm_kwargs.get("max_tokens"))
-        try:
+        with _under_cap(lm, lm_kwargs, signature) as lm_kwargs:
             return super().__call__(lm, lm_kwargs, signature, demos, inputs)
-        finally:
-            _CALL_CAP.reset(token)
 
     async def acall(self, lm, lm_kwargs, signature, demos, inputs):
-        lm_kwargs = capped(lm, lm_kwargs, signature)
-        token = _CALL_CAP.set(lm_kwargs.get("max_tokens"))
-        try:
+        with _under_cap(lm, lm_kwargs, signature) as lm_kwargs:
             return await super().acall(lm, lm_kwargs, signature, demos, inputs)
-        finally:
-            _CALL_CAP.reset(token)
+
+
+@contextmanager
+def _under_cap(lm, lm_kwargs: dict[str, Any], signature):
+    """The call's :func:`capped` kwargs, with its cap remembered for :class:`TruncationNote` while it runs."""
+    lm_kwargs = capped(lm, lm_kwargs, signature)
+    token = _CALL_CAP.set(lm_kwargs.get("max_tokens"))
+    try:
+        yield lm_kwargs
+    finally:
+        _CALL_CAP.reset(token)
 
 
 class TruncationNote(logging.Filter):
