@@ -46,11 +46,12 @@ $(VENV)/.llama: $(LLAMA_OK) | $(PY)
 models: $(VENV)/.deps
 	$(PY) -m runtime.models fetch $(MODELS)
 
-# coral on the bundled multilingual demo set, sized for a 2-core CPU: compiled on 4 train questions, scored on 4
-# test questions before and after (no dev stages: bootstrap does not select on dev), k=2, one round. It prints
-# the MLflow run id, where the compiled program is stored, and the `mlflow ui` command.
+# coral on the bundled multilingual demo set, sized for 5 minutes on a 2-core CPU: one bootstrapped demo per
+# predictor from 4 train questions, 4 test questions before and after (no dev stages: bootstrap does not select on
+# dev), one passage per chosen corpus, one round. It prints the MLflow run id, where the compiled program is stored,
+# and the `mlflow ui` command.
 demo: setup
-	$(PY) optimize.py --program coral --dataset demo_culture --train 4 --dev 0 --test 4 --k 2 --loops 1
+	$(PY) optimize.py --program coral --dataset demo_culture --train 4 --dev 0 --test 4 --k 1 --loops 1 --demos 1
 
 test: setup
 	RAG_REAL_LM=1 $(PY) -m pytest

@@ -37,11 +37,10 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 import dspy
-from dspy.utils.exceptions import AdapterParseError
 
 from decoding.choice import MCScoring
 from decoding.constrained import BOOL, constrained_config, name_list, one_of
-from decoding.decisions import SCALE, Gate, check_mode, decide, record, relative
+from decoding.decisions import PARSE_ERRORS, SCALE, Gate, check_mode, decide, record, relative
 from programs.mrag import DEFAULT_LANG, SCOPES, answer_writer, corpus_of, language_label, scope_corpora, with_options
 from programs.oracle import check_roles, oracle as oracle_labels
 from retrieval.corpus import Passage, dedup
@@ -51,7 +50,6 @@ from runtime.lm import ATTEMPT
 from signatures.critic import NOTHING_KEPT, CheckSufficiency, RateDocument, RateDocuments
 from signatures.planner import ReplanSearch, ReselectCorpora, RewriteQuery, SelectCorpora
 
-PARSE_ERRORS = (AdapterParseError, ValueError)  # unparseable model output (pydantic errors are ValueErrors)
 SCALES = ("relevance", "usefulness", "specificity", "compatibility")
 SCORE = one_of(list("012345"))  # one critic scale under a grammar
 #: The replanning reason when the sufficiency verdict could not be read (counted as "not enough").
