@@ -32,7 +32,7 @@ from decoding.choice import TOP_LOGPROBS, label_logprobs, normalized, warn_no_lo
 MODES = ("generate", "logprob", "fused")
 YES_NO = ("yes", "no")
 SCALE = tuple("012345")
-PARSE_ERRORS = (AdapterParseError, ValueError)
+PARSE_ERRORS = (AdapterParseError, ValueError)  # unparseable model output (pydantic errors are ValueErrors)
 LABEL_TOKENS = 1  # a bare label decision's reply: its first token decides it
 #: What a gate's decisions are about, and their gold label in calibration: ``passage`` (its title is a gold title),
 #: ``set`` (the set holds every gold title), ``correct`` / ``error`` (the answer judged is right / wrong by the task
