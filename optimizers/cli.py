@@ -5,8 +5,10 @@ import argparse
 import functools
 import hashlib
 import json
+import os
 import signal
 import sys
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -316,8 +318,24 @@ class Terminated(KeyboardInterrupt):
     """SIGTERM, unwound like Ctrl-C: the MLflow run ends KILLED, the checkpoint is closed, LM leases released."""
 
 
+GRACE_SECONDS = 30
+
+
 def _interrupt(signum, frame):
+    """Unwind like Ctrl-C. A library that catches ``BaseException`` around a request can swallow that (seen on
+    real-LM runs that went on answering for minutes), so the first SIGTERM also starts a timer that ends the process
+    after :data:`GRACE_SECONDS`, and a second SIGTERM ends it at once. Checkpoints are flushed per question and a
+    dead process's LM lease dies with it, so a hard exit loses no finished work."""
+    if _interrupt.pending:
+        os._exit(143)
+    _interrupt.pending = True
+    timer = threading.Timer(GRACE_SECONDS, os._exit, (143,))
+    timer.daemon = True  # a clean unwind exits at once
+    timer.start()
     raise Terminated()
+
+
+_interrupt.pending = False
 
 
 def interruptible(main):

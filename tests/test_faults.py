@@ -235,6 +235,37 @@ def test_an_interrupted_run_is_killed_flushed_and_resumes(fault_endpoint, tmp_pa
     assert len(_checkpoint_lines(cache, stage)) == (6 if script == "evaluate.py" else 3)
 
 
+SWALLOWS_SIGTERM = """
+import signal, sys, time
+from optimizers import cli
+cli.GRACE_SECONDS = float(sys.argv[1])
+signal.signal(signal.SIGTERM, cli._interrupt)
+ready = False
+while True:  # a library that catches BaseException around every request
+    try:
+        if not ready:
+            ready = print("ready", flush=True) or True
+        time.sleep(0.05)
+    except BaseException:
+        pass
+"""
+
+
+@pytest.mark.parametrize("grace, signals", [(1, 1), (600, 2)])
+def test_a_swallowed_sigterm_still_ends_the_run(grace, signals):
+    """After the grace period, or at a second SIGTERM, the process exits 143 even if its Terminated was caught."""
+    proc = subprocess.Popen([sys.executable, "-c", SWALLOWS_SIGTERM, str(grace)], cwd=ROOT, stdout=subprocess.PIPE,
+                            text=True)
+    assert proc.stdout.readline() == "ready\n"
+    for _ in range(signals):
+        proc.send_signal(signal.SIGTERM)
+        time.sleep(0.5)
+    try:
+        assert proc.wait(timeout=30) == 143
+    finally:
+        proc.kill()
+
+
 def test_two_runs_starting_together_share_a_new_store(tmp_path):
     """Both create the sqlite store at once (the first concurrent evaluations on a fresh clone): neither fails."""
     code = "from optimizers import tracking; tracking.setup('together')"
