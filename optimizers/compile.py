@@ -147,8 +147,10 @@ def search(program, optimizer, trainset, devset, metric, demos, candidates, budg
                           num_threads=1, seed=seed, **demos)
         return tp.compile(program, trainset=trainset, valset=devset, num_trials=budget or 2 * candidates,
                           minibatch=len(devset) > 35, minibatch_size=min(35, len(devset)))
+    # every iteration reflects on each predictor the minibatch ran: round-robin would spend whole iterations on a
+    # predictor the dataset never calls (the writer's multiple-choice predictor on free-form questions)
     tp = dspy.GEPA(metric=with_feedback(metric), reflection_lm=reflection_lm, max_metric_calls=budget or 60,
-                   num_threads=1, seed=seed)
+                   num_threads=1, seed=seed, component_selector="all")
     return tp.compile(program, trainset=trainset, valset=devset)
 
 

@@ -256,6 +256,19 @@ def test_gepa_keeps_the_instructions_when_no_reflection_helps(dummy):
     assert len(writer.history) > calls_small  # budget is GEPA's metric-call budget
 
 
+def test_gepa_reflects_on_the_predictor_the_data_uses_from_the_first_iteration(dummy):
+    # multiple-choice questions call writer.choice only; writer.short (listed first) has no trace to reflect on.
+    # The budget (dev 2 + minibatch 3 + 1) leaves room for one iteration: it must reflect on writer.choice.
+    mc = [dspy.Example(question=ex.question, options={"A": "yes", "B": "no"}, answer="A")
+          .with_inputs("question", "options") for ex in YES_NO]
+    dummy([{"answer": "B"}] * 5 + [{"answer": "A"}] * 40)
+    reflect = reflection_lm()
+    program = programs.build("direct")
+    compiled = compile_program(program, "gepa", mc[:4], mc[4:], said_yes, budget=6, reflection_lm=reflect)
+
+    assert len(reflect.history) == 1 and instructions(compiled)["writer.choice"] == "NEW INSTRUCTION 0"
+
+
 # --- GEPA feedback ----------------------------------------------------------------------------------------------
 
 def test_feedback_names_the_gold_titles_never_retrieved_and_the_decisions():
