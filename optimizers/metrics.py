@@ -125,10 +125,10 @@ def gold_passages(example) -> tuple[list[str], Callable]:
 def gold_of(example) -> Gold:
     """An example's gold labels for the oracle roles (``programs.oracle``): its gold passages, the task metric's
     verdict on an answer (:func:`correct`), the language of its culture (BLEnD, CLIcK: ``source_lang``) or of its
-    supporting article (XRAG: ``support_lang``)."""
+    supporting article (XRAG: ``support_lang``), its gold titles."""
     keys, key = gold_passages(example)
     return Gold(frozenset(keys), key, lambda answer: correct(example, answer),
-                example.get("support_lang") or example.get("source_lang"))
+                example.get("support_lang") or example.get("source_lang"), frozenset(example.get("gold_titles") or ()))
 
 
 def retrieval_record(example, retrieved, k: int) -> dict[str, float]:

@@ -4,12 +4,14 @@ can hide.
 
 Roles (:data:`ROLES`): ``relevance`` (a passage is a gold passage), ``sufficiency`` (the passages held include
 every gold passage), ``controller`` (STOP once every gold passage has been retrieved), ``verdict`` (the answer judged
-is right by the task metric), ``planner`` (the corpus of the culture the question is about). Gold passages are
+is right by the task metric), ``planner`` (the corpus of the culture the question is about), ``gap`` (the titles of
+the gold passages not held: what a gap specification should name). Gold passages are
 paragraph ids where the data has them (MuSiQue's ``gold_ids``, XRAG's supporting article), else gold titles.
 
-The labels never travel in a program's inputs, so no prompt can carry them: the evaluation sets them around each
-question's call (:func:`gold_labels`), and a program built with oracle roles reads one role's labels with
-:func:`oracle`, only for the roles it was built with.
+The labels never travel in a program's inputs: the evaluation sets them around each question's call
+(:func:`gold_labels`), and a program built with oracle roles reads one role's labels with :func:`oracle`, only for
+the roles it was built with. Only ``gap`` reaches a prompt, by design: its titles are the gap a micro-query is
+written from, so it tests the repair that follows a perfect gap specification.
 """
 from __future__ import annotations
 
@@ -21,7 +23,7 @@ from typing import Callable, Iterable
 
 from retrieval.corpus import Passage
 
-ROLES = ("relevance", "sufficiency", "controller", "verdict", "planner")
+ROLES = ("relevance", "sufficiency", "controller", "verdict", "planner", "gap")
 
 
 def parse_roles(text: str | Iterable[str] | None) -> tuple[str, ...]:
@@ -45,16 +47,18 @@ def check_roles(text: str | Iterable[str] | None, allowed: Iterable[str], progra
 class Gold:
     """One question's gold labels, one method per role. ``keys``: its gold passages under ``key`` (paragraph ids or
     titles); ``correct``: whether an answer is right by the task metric; ``culture``: the language of the corpus
-    of the culture the question is about."""
+    of the culture the question is about; ``titles``: the gold passages' titles."""
 
     keys: frozenset[str] = frozenset()
     key: Callable[[Passage], str] = attrgetter("title")
     correct: Callable[[str], bool] | None = None
     culture: str | None = None
+    titles: frozenset[str] = frozenset()
 
     def missing(self, role: str) -> bool:
         """Whether this question gives no label for ``role``."""
-        return {"verdict": self.correct is None, "planner": self.culture is None}.get(role, not self.keys)
+        return {"verdict": self.correct is None, "planner": self.culture is None,
+                "gap": not self.titles}.get(role, not self.keys)
 
     def relevance(self, passage: Passage) -> bool:
         return self.key(passage) in self.keys
@@ -71,6 +75,10 @@ class Gold:
 
     def planner(self) -> str | None:
         return self.culture
+
+    def gap(self, held: Iterable[Passage]) -> tuple[str, ...]:
+        """The gold titles none of the ``held`` passages has."""
+        return tuple(sorted(self.titles - {p.title for p in held}))
 
 
 _GOLD: ContextVar[Gold | None] = ContextVar("gold_labels", default=None)

@@ -10,8 +10,9 @@ abstains; it sees the final k passages, like every baseline's writer, plus the l
 ``ledger_to_writer``. With ``decisions="logprob"`` (``fused`` alike: the gate judges facts, not one passage) the
 gate's verdict is read as P(sufficient) from token logprobs (``decoding.decisions``) against a threshold kept as
 program state; the other criteria stay as written. With ``oracle="sufficiency"`` (``programs.oracle``) the gate
-says sufficient exactly when the k passages held include every gold passage, without a call, at every loop. The
-deterministic parts (verbatim filtering, blocklist, stuck
+says sufficient exactly when the k passages held include every gold passage, without a call, at every loop; with
+``oracle="gap"`` the gap is the gold titles not held (no call), which tests micro-query and ranking apart from the
+gap specification. The deterministic parts (verbatim filtering, blocklist, stuck
 detection and pivots, ranking, the gate) are plain functions here, testable without an LM.
 """
 from __future__ import annotations
@@ -256,7 +257,7 @@ class SEAL(dspy.Module):
     and unused."""
 
     ROLES = {"extract": "critic", "assess": "critic", "gap": "planner", "micro_query": "planner"}
-    ORACLE_ROLES = ("sufficiency",)
+    ORACLE_ROLES = ("sufficiency", "gap")
 
     def __init__(self, search: Retriever, k: int = 3, loops: int = 3, max_chars: int = 600, max_triples: int = 10,
                  max_facts: int = 30, min_coverage: float = 0.75, min_answerability: float = 0.7,
@@ -300,7 +301,7 @@ class SEAL(dspy.Module):
                 if gold is None and self._sufficient(question, facts, run):    # Assess
                     stop = "sufficient"
                     break
-                gap = self._gap(question, facts, run)                          # gap specification
+                gap = self._gap(question, facts, evidence, run)                # gap specification
             query = self._micro_query(question, gap, run, propose=fresh)
             if query is None:
                 stop = "stuck"
@@ -362,10 +363,13 @@ class SEAL(dspy.Module):
                                | ({"p_sufficient": p_sufficient} if p_sufficient is not None else {}))
         return not failed
 
-    def _gap(self, question: str, facts: list[str], run: _Run) -> Gap:
-        out = lenient(self.gap, question=question, facts=facts, blocked=run.blocked())
-        run.parse_failures += out is None
-        gap = Gap(_clean(out.missing_entities), _clean(out.missing_relations)) if out else Gap()
+    def _gap(self, question: str, facts: list[str], evidence: list[Passage], run: _Run) -> Gap:
+        if (missing := oracle_labels(self.oracle, "gap")) is not None:  # the gold titles not held
+            gap = Gap(missing(evidence))
+        else:
+            out = lenient(self.gap, question=question, facts=facts, blocked=run.blocked())
+            run.parse_failures += out is None
+            gap = Gap(_clean(out.missing_entities), _clean(out.missing_relations)) if out else Gap()
         run.gaps.append({"entities": list(gap.entities), "relations": list(gap.relations)})
         return gap
 

@@ -17,6 +17,7 @@ The writer is ``--lm`` in every rung and in the baseline, so rungs differ in the
 from __future__ import annotations
 
 import copy
+import dataclasses
 import sys
 from pathlib import Path
 
@@ -65,8 +66,8 @@ def main(argv=None) -> dict:
         results.append(suite.run_cell(base, baseline, parent.info.run_id, args.suite, entry=ENTRY))
         for rung in args.rungs:
             s = session(rung_args(args, rung), True)
-            cell = suite.Cell(args.program, args.dataset, (("k", args.k), ("loops", args.loops or 0)),
-                              variant=rung.replace("-", "_"), oracle=s.oracle(args.program))
+            cell = dataclasses.replace(suite.cell(args.program, args.dataset, {"k": args.k, "loops": args.loops},
+                                                  s.oracle(args.program)), variant=rung.replace("-", "_"))
             program = None
             if rung.startswith("fused"):
                 program = s.build(args.program)  # its gates fitted on dev against gold (the task metric's verdict)

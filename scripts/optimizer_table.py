@@ -70,7 +70,7 @@ def main(argv=None) -> dict:
     proposer = (cli.make_lm(args.proposer_lm, args.api_base, cache=not args.no_cache) if args.proposer_lm
                 else s.roles.lm("planner"))
     proposer_id = args.proposer_lm or s.lm_ids()["planner_lm"]
-    base = suite.cell(args.program, args.dataset, {"k": args.k, "loops": args.loops or 0})
+    base = suite.cell(args.program, args.dataset, {"k": args.k, "loops": args.loops})
     results = []
     with tracking.run(args.experiment, f"{args.suite}-{args.dataset}", tags={"entry": ENTRY}) as parent:
         tracking.log_params({k: v for k, v in vars(args).items() if k not in ("data_dir", "api_base")}

@@ -19,7 +19,8 @@ from programs.seal import SEAL
 from programs.self_refine import SelfRefine
 from tests.dummies import routed
 from tests.test_coral import EN, ENOUGH, KO, PLAN, QUESTION, REPLAN, SINGLE, WRITE
-from tests.test_seal import (ANSWER, ASSESS, BERG_FACTS, FILM_FACTS, GAP, GAP_BERG, NO_FACTS, QUERY, SUFFICIENT, Q,
+from tests.test_seal import (ANSWER, ASSESS, BERG_FACTS, FILM_FACTS, GAP, GAP_BERG, INSUFFICIENT, NO_FACTS, QUERY,
+                             SUFFICIENT, Q,
                              ScriptedSearch, extract)
 
 SECRET_TITLE, SECRET_ANSWER = "Secret Gold Title", "Zanzibar Broth"  # labels that no passage or input holds
@@ -131,6 +132,23 @@ def test_seal_under_oracle_sufficiency_stops_exactly_when_the_gold_passages_are_
     with gold_labels(Gold(frozenset({"Blue Fox"}))):  # held from the start: no repair
         pred = SEAL(search, k=2, loops=3, oracle="sufficiency")(question=Q)
     assert pred.stop_reason == "sufficient" and pred.loops_used == 0
+
+
+def test_seal_under_oracle_gap_repairs_from_the_gold_titles_it_lacks_without_asking_for_a_gap():
+    # the model's gap would send the repair after Grey Elk; the oracle's is the gold title not held, Ana Berg
+    search = ScriptedSearch({"ana berg": ["Ana Berg"], "grey elk": ["Grey Elk"], Q: ["Blue Fox", "Red Owl"]})
+    lm = routed({extract("Blue Fox"): FILM_FACTS, extract("Ana Berg"): BERG_FACTS, extract("Red Owl"): NO_FACTS,
+                 extract("Grey Elk"): NO_FACTS, ASSESS: INSUFFICIENT, GAP: {"missing_entities": '["Grey Elk"]', "missing_relations": "[]"},
+                 '["Ana Berg"]': {"query": "Ana Berg"}, QUERY: {"query": "Grey Elk"}, ANSWER: {"answer": "Lyon [1]"}})
+    gold = Gold(frozenset({"Blue Fox", "Ana Berg"}), titles=frozenset({"Blue Fox", "Ana Berg"}))
+    with gold_labels(gold):
+        pred = SEAL(search, k=2, loops=2, oracle="sufficiency,gap")(question=Q)
+    assert pred.trace["gaps"] == [{"entities": ["Ana Berg"], "relations": []}]
+    assert pred.queries[1] == "Ana Berg" and sorted(titles(pred.passages)) == ["Ana Berg", "Blue Fox"]
+    assert pred.stop_reason == "sufficient" and not any(GAP in h["messages"][-1]["content"] for h in lm.history)
+    with pytest.raises(ValueError, match="--oracle gap: no gold label"):  # gold passages without titles
+        with gold_labels(Gold(frozenset({"Blue Fox"}))):
+            SEAL(search, k=2, loops=2, oracle="gap")(question=Q)
 
 
 def test_par2_under_oracle_controller_stops_once_every_gold_passage_is_retrieved():
