@@ -20,8 +20,7 @@ from programs.self_refine import SelfRefine
 from tests.dummies import routed
 from tests.test_coral import EN, ENOUGH, KO, PLAN, QUESTION, REPLAN, SINGLE, WRITE
 from tests.test_seal import (ANSWER, ASSESS, BERG_FACTS, FILM_FACTS, GAP, GAP_BERG, INSUFFICIENT, NO_FACTS, QUERY,
-                             SUFFICIENT, Q,
-                             ScriptedSearch, extract)
+                             SUFFICIENT, Q, ScriptedSearch, extract)
 
 SECRET_TITLE, SECRET_ANSWER = "Secret Gold Title", "Zanzibar Broth"  # labels that no passage or input holds
 
@@ -138,7 +137,8 @@ def test_seal_under_oracle_gap_repairs_from_the_gold_titles_it_lacks_without_ask
     # the model's gap would send the repair after Grey Elk; the oracle's is the gold title not held, Ana Berg
     search = ScriptedSearch({"ana berg": ["Ana Berg"], "grey elk": ["Grey Elk"], Q: ["Blue Fox", "Red Owl"]})
     lm = routed({extract("Blue Fox"): FILM_FACTS, extract("Ana Berg"): BERG_FACTS, extract("Red Owl"): NO_FACTS,
-                 extract("Grey Elk"): NO_FACTS, ASSESS: INSUFFICIENT, GAP: {"missing_entities": '["Grey Elk"]', "missing_relations": "[]"},
+                 extract("Grey Elk"): NO_FACTS, ASSESS: INSUFFICIENT,
+                 GAP: {"missing_entities": '["Grey Elk"]', "missing_relations": "[]"},
                  '["Ana Berg"]': {"query": "Ana Berg"}, QUERY: {"query": "Grey Elk"}, ANSWER: {"answer": "Lyon [1]"}})
     gold = Gold(frozenset({"Blue Fox", "Ana Berg"}), titles=frozenset({"Blue Fox", "Ana Berg"}))
     with gold_labels(gold):
