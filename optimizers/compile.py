@@ -16,6 +16,7 @@ from runtime.metering import BudgetSpent, Limit, limited
 OPTIMIZERS = ("bootstrap", "random_search", "mipro", "gepa")
 #: Trace entries of a prediction that GEPA's feedback quotes: the method's decisions.
 DECISIONS = ("queries", "actions", "grades", "stop_reason")
+PROBE_EXAMPLES = 5  # train examples run once before MIPROv2 to find the predictors the data calls
 FEEDBACK_CHARS = 600  # the feedback text is cut here; each quoted decision at a quarter of it
 
 
@@ -101,6 +102,45 @@ class BestSoFar(BaseCallback):
                                     "compile_best_dev_score": self.score}, step=self.scored)
 
 
+class Exercised(dspy.Module):
+    """A view of ``program`` whose parameters are the predictors it calls on ``probe`` (one run per example; the
+    predictors called before a failure count): what MIPROv2 proposes instructions and demos for. The others are
+    named in one line and left as they are; if no predictor was called, the view holds all of them."""
+
+    def __init__(self, program: dspy.Module, probe: list):
+        super().__init__()
+        self.program, names = program, {id(p): name for name, p in program.named_predictors()}
+        called = set()
+        for example in probe:
+            trace = []
+            with dspy.context(trace=trace):
+                try:
+                    program(**example.inputs())
+                except Exception:  # noqa: BLE001 -- a failing example still shows the predictors it reached
+                    pass
+            called |= {names[id(p)] for p, *_ in trace if id(p) in names}
+        self.called = called or set(names.values())
+        left = [name for name in names.values() if name not in self.called]
+        if left:
+            print(f"compile: tuning {', '.join(sorted(self.called))}; left as they are (not called on the first "
+                  f"{len(probe)} train examples): {', '.join(left)}", file=sys.stderr)
+
+    def named_parameters(self):
+        return [(name, p) for name, p in self.program.named_parameters() if name in self.called]
+
+    def forward(self, **kwargs):
+        return self.program(**kwargs)
+
+    @staticmethod
+    def unwrap(compiled: dspy.Module) -> dspy.Module:
+        """The program inside a compiled view (with the view's dev ``score`` if the optimizer set one)."""
+        if not isinstance(compiled, Exercised):
+            return compiled
+        if hasattr(compiled, "score"):
+            compiled.program.score = compiled.score
+        return compiled.program
+
+
 def compile_program(program: dspy.Module, optimizer: str, trainset: list, devset: list, metric, *,
                     max_demos: int = 2, candidates: int = 4, budget: int | None = None, seed: int = 0,
                     reflection_lm: dspy.LM | None = None, limit: Limit | None = None) -> dspy.Module:
@@ -127,7 +167,7 @@ def compile_program(program: dspy.Module, optimizer: str, trainset: list, devset
                 compiled = search(program, optimizer, trainset, devset, metric, demos, candidates, budget, seed,
                                   reflection_lm)
             except BudgetSpent:
-                compiled = best.program or program.deepcopy()
+                compiled = Exercised.unwrap(best.program) if best.program else program.deepcopy()
                 kept = (f"the best of {best.scored} candidate(s) scored on the dev set so far (dev score "
                         f"{best.score:.1f})" if best.program
                         else "the uncompiled program: no candidate was scored on the whole dev set yet")
@@ -143,10 +183,13 @@ def search(program, optimizer, trainset, devset, metric, demos, candidates, budg
                                                    **demos)
         return tp.compile(program, trainset=trainset, valset=devset)
     if optimizer == "mipro":
+        # proposals and trials only for the predictors the data calls (not the writer's multiple-choice predictor
+        # on free-form questions: it took 3 of 8 trials of the first real run)
         tp = dspy.MIPROv2(metric=metric, prompt_model=reflection_lm, auto=None, num_candidates=candidates,
                           num_threads=1, seed=seed, **demos)
-        return tp.compile(program, trainset=trainset, valset=devset, num_trials=budget or 2 * candidates,
-                          minibatch=len(devset) > 35, minibatch_size=min(35, len(devset)))
+        view = Exercised(program, trainset[:PROBE_EXAMPLES])
+        return view.unwrap(tp.compile(view, trainset=trainset, valset=devset, num_trials=budget or 2 * candidates,
+                                      minibatch=len(devset) > 35, minibatch_size=min(35, len(devset))))
     # every iteration reflects on each predictor the minibatch ran: round-robin would spend whole iterations on a
     # predictor the dataset never calls (the writer's multiple-choice predictor on free-form questions)
     tp = dspy.GEPA(metric=with_feedback(metric), reflection_lm=reflection_lm, max_metric_calls=budget or 60,

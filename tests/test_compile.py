@@ -167,9 +167,27 @@ def test_mipro_bootstraps_trainset_demos_and_proposes_instructions(dummy, monkey
     assert bootstrapped and all(d["question"] in TRAIN_QUESTIONS and d["answer"] == dict(CAPITALS)[d["question"]]
                                 for d in bootstrapped)  # traces the LM got right under the metric
 
+    assert len(short) == 3 and len(seen["instructions"]) == 1  # writer.choice (never called here): no proposals
     assert compiled is not program and instructions(program) == original and demo_questions(program) == []
-    assert instructions(compiled) == {"writer.short": PROPOSED, "writer.choice": PROPOSED}
-    assert compiled.writer.short.demos and set(demo_questions(compiled)) <= TRAIN_QUESTIONS
+    assert instructions(compiled) == {"writer.short": PROPOSED, "writer.choice": original["writer.choice"]}
+    assert compiled.writer.short.demos and not compiled.writer.choice.demos
+    assert set(demo_questions(compiled)) <= TRAIN_QUESTIONS
+
+
+def test_mipro_tunes_only_the_predictors_the_train_questions_call(dummy, monkeypatch, capsys):
+    """Multiple-choice questions call writer.choice only: MIPROv2 proposes for it alone, and says what it left."""
+    proposed = []
+    monkeypatch.setattr(dspy.MIPROv2, "_optimize_prompt_parameters",
+                        lambda self, program, instructions, *rest: proposed.append(instructions) or program)
+    mc = [dspy.Example(question=q, options={"A": a, "B": "Oslo"}, answer="A").with_inputs("question", "options")
+          for q, a in CAPITALS]
+    dummy({**PROPOSER_ANSWERS, **{q: {"answer": "A"} for q, _ in CAPITALS}})
+    program = programs.build("direct")
+    compiled = compile_program(program, "mipro", mc[:4], mc[4:], exact_match, candidates=2)
+
+    assert len(proposed[0]) == 1 and proposed[0][0][1:] == [PROPOSED]  # one predictor: the original + 1 proposal
+    assert type(compiled) is type(program)  # the program, not the view MIPROv2 tuned
+    assert "left as they are (not called on the first 4 train examples): writer.short" in capsys.readouterr().err
 
 
 def test_mipro_budget_sets_the_trial_count(dummy, monkeypatch):
