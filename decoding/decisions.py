@@ -302,21 +302,24 @@ def gates(program: dspy.Module) -> dict[str, Gate]:
 
 class Recorded(NamedTuple):
     """One gated decision as calibration sees it: its gate, the LM probability, the retriever's score (None for a
-    decision about a set or an answer), the titles it concerns and the answer it judged (answer-level gates)."""
+    decision about a set or an answer), the passages it concerns and the answer it judged (answer-level gates)."""
 
     gate: Gate
     prob: float
     score: float | None
-    titles: tuple[str, ...]
+    passages: tuple = ()
     answer: str | None = None
 
-    def gold(self, gold_titles: set[str], correct: Callable[[str], bool]) -> bool | None:
-        """The decision's gold label (see :data:`KINDS`); None when the example gives none (no gold titles)."""
+    def gold(self, gold) -> bool | None:
+        """The decision's gold label (see :data:`KINDS`) from one question's ``programs.oracle.Gold`` -- the
+        labels the oracle roles use: a passage is gold by paragraph id where the data has ids (MuSiQue, XRAG),
+        else by title; a set when it holds every gold passage; an answer by the task metric. None when the
+        question has no gold passages."""
         if self.gate.kind in ANSWER_KINDS:
-            return correct(self.answer or "") == (self.gate.kind == "correct")
-        if not gold_titles:
+            return gold.verdict(self.answer or "") == (self.gate.kind == "correct")
+        if gold.missing("relevance"):
             return None
-        return self.titles[0] in gold_titles if self.gate.kind == "passage" else gold_titles <= set(self.titles)
+        return gold.relevance(self.passages[0]) if self.gate.kind == "passage" else gold.sufficiency(self.passages)
 
 
 _RECORDED: ContextVar[list | None] = ContextVar("recorded_decisions", default=None)
@@ -333,7 +336,7 @@ def recorded_decisions():
         _RECORDED.reset(token)
 
 
-def record(gate: Gate, prob: float, score: float | None = None, titles=(), answer: str | None = None) -> None:
+def record(gate: Gate, prob: float, score: float | None = None, passages=(), answer: str | None = None) -> None:
     """Note a decision of ``gate`` for calibration (nothing happens outside :func:`recorded_decisions`)."""
     if (calls := _RECORDED.get()) is not None:
-        calls.append(Recorded(gate, prob, score, tuple(titles), answer))
+        calls.append(Recorded(gate, prob, score, tuple(passages), answer))

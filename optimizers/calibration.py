@@ -11,6 +11,9 @@ order, and a pipeline's retrieval, planner and critic run once per question inst
 must not overlap the evaluated questions."""
 from __future__ import annotations
 
+from dataclasses import replace
+from functools import partial
+
 import dspy
 from dspy.utils.exceptions import AdapterParseError
 
@@ -54,10 +57,12 @@ def calibrate_pride(program: dspy.Module, examples: list[dspy.Example], retries:
 def calibrate_decisions(program: dspy.Module, examples: list[dspy.Example], fused: bool, retries: int = 1,
                         correct=None) -> dict:
     """Fit every gate of ``program`` (``decoding.decisions.Gate``) on the decisions it makes on ``examples``
-    (the dev split), labelled by the gate's kind: a passage decision is gold when its passage's title is one of the
-    example's ``gold_titles``, a sufficiency decision when its set holds every gold title, a stop or acceptance
-    when the answer it judged is correct and an error verdict when it is wrong (``correct(example, answer)``,
-    default :func:`optimizers.metrics.correct`: the task metric). ``fused``: per-passage gates also fit fusion
+    (the dev split), labelled by the gate's kind with the oracle roles' labels (:func:`optimizers.metrics.gold_of`):
+    a passage decision is gold when its passage is one of the example's gold passages (paragraph ids where the
+    data has them -- MuSiQue's ``gold_ids``, XRAG's supporting article -- else ``gold_titles``), a sufficiency
+    decision when its set holds every gold passage, a stop or acceptance when the answer it judged is correct and
+    an error verdict when it is wrong (``correct(example, answer)``, default :func:`optimizers.metrics.correct`:
+    the task metric). ``fused``: per-passage gates also fit fusion
     weights with the retriever's score. Returns, per gate, the fit (AUC, ROC curve, thresholds, weights) or why it
     was skipped; gates without labelled decisions keep their thresholds."""
     correct = correct or metrics.correct
@@ -66,13 +71,13 @@ def calibrate_decisions(program: dspy.Module, examples: list[dspy.Example], fuse
     by_answer = any(gate.kind in ANSWER_KINDS for gate in found.values())
     rows: dict[str, list[tuple[float, float | None, bool]]] = {name: [] for name in found}
     for example in examples:
-        gold = set(example.get("gold_titles") or ())
-        if not gold and not by_answer:
+        gold = replace(metrics.gold_of(example), correct=partial(correct, example))
+        if gold.missing("relevance") and not by_answer:
             continue
         with recorded_decisions() as calls:
             _run(program, example, retries)
         for call in calls:
-            label = call.gold(gold, lambda answer: correct(example, answer))
+            label = call.gold(gold)
             if id(call.gate) in names and label is not None:
                 rows[names[id(call.gate)]].append((call.prob, call.score, label))
     info = {}

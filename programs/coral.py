@@ -452,7 +452,7 @@ class CORAL(dspy.Module):
         score = {p.id: s for group in by_corpus.values() for p, s in zip(group, relative([q.score for q in group]))}
         probs, scores = [r.total / MAX_TOTAL for r in new], [score[r.passage.id] for r in new]
         for r, prob, s in zip(new, probs, scores):
-            record(self.keep_gate, prob, s, [r.passage.title])
+            record(self.keep_gate, prob, s, [r.passage])
         fused = self.keep_gate.fuse(probs, scores)
         return [r for r, f in zip(new, fused) if f >= self.keep_gate.thresholds["threshold"]]
 
@@ -527,8 +527,7 @@ class CORAL(dspy.Module):
                     out, p_enough = decision.output, decision.prob("enough", "True")
                     if out is None or p_enough is None:
                         raise ValueError("unreadable sufficiency verdict")
-                    record(self.sufficiency_gate, p_enough, None,
-                           [r.passage.title for r in best(kept, self.writer_docs)])
+                    record(self.sufficiency_gate, p_enough, None, [r.passage for r in best(kept, self.writer_docs)])
                     enough = p_enough >= self.sufficiency_gate.thresholds["threshold"]
                 verdict = Verdict(enough, (out.reason or "").strip())
             except PARSE_ERRORS:

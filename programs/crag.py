@@ -99,7 +99,7 @@ class CRAG(dspy.Module):
                          passage=p.format(self.max_chars)).prob("relevant", "yes")
             failures += yes is None
             probs.append(0.5 if yes is None else yes)
-            record(self.grade_gate, probs[-1], score, [p.title])
+            record(self.grade_gate, probs[-1], score, [p])
         if self.decisions == "fused":
             probs = self.grade_gate.fuse(probs, scores)
         grades.update((p.id, graded(s, self.grade_gate.thresholds)) for p, s in zip(passages, probs))

@@ -298,7 +298,7 @@ class SEAL(dspy.Module):
                     break
             if fresh:
                 assessed = facts
-                if gold is None and self._sufficient(question, facts, run):    # Assess
+                if gold is None and self._sufficient(question, facts, evidence, run):  # Assess
                     stop = "sufficient"
                     break
                 gap = self._gap(question, facts, evidence, run)                # gap specification
@@ -341,7 +341,9 @@ class SEAL(dspy.Module):
             run.ledger.add(facts, p.id)
             run.rejected_triples += rejected
 
-    def _sufficient(self, question: str, facts: list[str], run: _Run) -> bool:
+    def _sufficient(self, question: str, facts: list[str], evidence: list[Passage], run: _Run) -> bool:
+        """The assessment of ``facts``; calibration labels it by whether ``evidence`` (the passages held)
+        has every gold passage, as the sufficiency oracle decides."""
         if not facts:  # nothing verified yet: insufficient without asking
             run.assessments.append({"failed": ["no_facts"]})
             return False
@@ -352,7 +354,7 @@ class SEAL(dspy.Module):
             decision = decide(self.assess, {"sufficient": ("True", "False")}, question=question, facts=facts)
             out, p_sufficient = decision.output, decision.prob("sufficient", "True")
             if p_sufficient is not None:
-                record(self.assess_gate, p_sufficient, None, sorted({f.split("]")[0].lstrip("[") for f in facts}))
+                record(self.assess_gate, p_sufficient, None, evidence)
         if out is None:
             run.parse_failures += 1
             run.assessments.append({"failed": ["parse_failure"]})

@@ -77,6 +77,10 @@ def main(argv=None) -> dict:
                     print(f"{rung} {gate}: " + (f"dev AUC {fit['auc']:.3f} on {fit['n']} decisions, thresholds "
                                                 f"{fit['thresholds']}" if "auc" in fit else fit["skipped"]),
                           file=sys.stderr)
+                if not any("auc" in fit for fit in fits.values()):
+                    fail(f"the {rung} rung fitted none of its gates on the {len(s.splits.dev)} dev questions (no "
+                         f"labelled decisions of both kinds): it would run on the paper's fixed thresholds; use a "
+                         f"dataset with gold passages or a larger --dev")
             results.append(suite.run_cell(s, cell, parent.info.run_id, args.suite, program=program, entry=ENTRY))
         pairs = [(args.dataset, r.cell, baseline) for r in results[1:]]
         board = suite.log_leaderboard(results, pairs,

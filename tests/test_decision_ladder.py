@@ -68,3 +68,14 @@ def test_the_ladder_sets_decisions_and_oracle_itself(ladder_lm, capsys):
         with pytest.raises(SystemExit) as stop:
             ladder.main(base + extra)
         assert stop.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_a_fused_rung_that_fits_no_gate_stops_instead_of_running_on_the_fixed_thresholds(ladder_lm, monkeypatch,
+                                                                                         capsys):
+    ladder, _ = ladder_lm  # e.g. dev questions whose gold passages the labelling cannot see
+    monkeypatch.setattr(ladder, "calibrate_decisions", lambda *a, **kw: {"grade_gate": {
+        "skipped": "a threshold needs both positive and negative labelled decisions", "n": 0}})
+    with pytest.raises(SystemExit) as stop:
+        ladder.main(["--program", "crag", "--baseline", "rag_cited", "--dataset", "demo", "--k", "2", "--loops", "1",
+                     "--train", "0", "--dev", "2", "--test", "2", "--rungs", "fused"])
+    assert stop.value.code == 2 and "fused rung fitted none of its gates" in capsys.readouterr().err

@@ -338,8 +338,8 @@ def test_coral_fused_keep_weighs_the_retrieval_score_within_each_corpus(embedder
         kept = fused.keep(rated, [a, b, c])
     # unfitted: 0.5 * 6.25/12.5 + 0.5 * min-max of the score relative to its corpus's best (A 0, B -0.4, C 0)
     assert [r.passage.title for r in kept] == ["A", "C"]
-    assert [(round(x.prob, 3), round(x.score, 3), x.titles) for x in calls] == [
-        (0.5, 0.0, ("A",)), (0.5, -0.4, ("B",)), (0.5, 0.0, ("C",))]
+    assert [(round(x.prob, 3), round(x.score, 3), x.passages) for x in calls] == [
+        (0.5, 0.0, (a,)), (0.5, -0.4, (b,)), (0.5, 0.0, (c,))]
     fused.keep_gate.thresholds["threshold"] = 0.2  # a calibrated threshold travels as program state
     assert len(fused.keep(rated, [a, b, c])) == 3 and "keep_gate" in dict(fused.named_parameters())
 
@@ -364,6 +364,26 @@ def test_calibration_fits_the_crag_gate_on_dev_gold_titles(mode):
     else:
         assert len(crag.grade_gate.weights) == 3 and crag.grade_gate.dump_state()["weights"] == fit["weights"]
     assert crag(question=Q).trace["grades"][0] == "correct"
+
+
+def test_calibration_labels_passages_by_paragraph_id_where_the_data_has_ids():
+    """MuSiQue's ``gold_ids`` (paragraphs share titles) and XRAG's ``supporting`` article (no gold titles at all)
+    label the decisions as the oracle does -- by id, not by title."""
+    from optimizers.calibration import calibrate_decisions
+    from programs.crag import CRAG
+    from tests.test_seal import P
+
+    search = ScriptedSearch({Q: ["Blue Fox", "Red Owl", "Green Cat"]})
+    init_dspy(RelevanceLM({ANSWER: {"answer": "Lyon [1]"}}, {"Blue Fox": 0.9, "Red Owl": 0.6, "Green Cat": 0.2}),
+              cache=False)
+    crag = CRAG(search, k=3, loops=0, decisions="logprob")
+    musique = dspy.Example(id="m", question=Q, answer="Lyon", gold_titles=["Blue Fox"],
+                           gold_ids=[P["Green Cat"].id]).with_inputs("question")
+    fit = calibrate_decisions(crag, [musique], fused=False, retries=0)["grade_gate"]
+    assert fit["n"] == 3 and fit["positives"] == 1 and fit["auc"] == 0.0  # the gold id is the least likely passage
+    xrag = dspy.Example(id="x", question=Q, answer="Lyon", supporting=[P["Red Owl"].id]).with_inputs("question")
+    fit = calibrate_decisions(crag, [xrag], fused=False, retries=0)["grade_gate"]
+    assert fit["n"] == 3 and fit["positives"] == 1 and fit["auc"] == 0.5  # P(yes) 0.6: above one, below one
 
 
 def test_sufficiency_decisions_are_labelled_by_whether_the_set_holds_every_gold_title():
@@ -483,13 +503,16 @@ def test_self_refine_stops_on_p_correct_against_its_gate():
 def test_answer_level_decisions_are_labelled_by_the_correctness_of_the_answer_they_judged():
     from decoding.decisions import Recorded
 
-    right = {"Lyon"}.__contains__
+    from programs.oracle import Gold
+    from retrieval.corpus import Passage
+
+    gold = Gold(correct={"Lyon"}.__contains__)  # no gold passages
     stop, flag = Gate("correct", threshold=0.5), Gate("error", threshold=0.5)
-    assert Recorded(stop, 0.9, None, (), "Lyon").gold(set(), right) is True   # stopping on a right draft
-    assert Recorded(stop, 0.9, None, (), "Paris").gold(set(), right) is False
-    assert Recorded(flag, 0.9, None, (), "Paris").gold(set(), right) is True  # flagging a wrong answer
-    assert Recorded(flag, 0.9, None, (), "Lyon").gold(set(), right) is False
-    assert Recorded(Gate(), 0.9, 0.1, ("T",)).gold(set(), right) is None       # a passage decision, no gold titles
+    assert Recorded(stop, 0.9, None, (), "Lyon").gold(gold) is True   # stopping on a right draft
+    assert Recorded(stop, 0.9, None, (), "Paris").gold(gold) is False
+    assert Recorded(flag, 0.9, None, (), "Paris").gold(gold) is True  # flagging a wrong answer
+    assert Recorded(flag, 0.9, None, (), "Lyon").gold(gold) is False
+    assert Recorded(Gate(), 0.9, 0.1, (Passage("t:1", "T", "x"),)).gold(gold) is None  # a passage, no gold passages
     with pytest.raises(ValueError, match="unknown gate kind"):
         Gate("draft", threshold=0.5)
 
