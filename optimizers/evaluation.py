@@ -15,7 +15,7 @@ from statistics import mean
 import dspy
 from tqdm.auto import tqdm
 
-from optimizers.metrics import ALL_RETRIEVED, citation_precision, gold_of, retrieval_record
+from optimizers.metrics import ALL_RETRIEVED, citation_precision, gold_of, gold_passages, retrieval_record
 from programs.oracle import gold_labels
 from retrieval.corpus import excluded
 from runtime.lm import ATTEMPT, ENDPOINT_ERRORS, ContextOverflow, ServerError, env_number
@@ -73,15 +73,16 @@ def record(example: dspy.Example, pred, metrics: dict, k: int | None, groups: tu
     for name, fn in metrics.items():
         rec[name] = float(fn(example, pred)) if pred is not None else 0.0
     passages = list(getattr(pred, "passages", None) or [])
-    if k is not None and "gold_titles" in example:  # scored on everything retrieved, where the program says
+    gold, key = gold_passages(example)  # paragraph ids where the data has them (MuSiQue, XRAG), else titles
+    if k is not None and gold:  # scored on everything retrieved, where the program says
         rec.update(retrieval_record(example, list(getattr(pred, "retrieved", None) or passages), k))
     rec["passages"] = [{"id": p.id, "title": p.title, "score": round(p.score, 4)} for p in passages]
     cited = getattr(pred, "citations", None)
     if cited is not None:  # an answer with cited passage ids (the evidence writer)
         rec["citations"] = list(cited)
-        if "gold_titles" in example:
-            titles = {p.id: p.title for p in passages}
-            rec["citation_precision"] = citation_precision(example.gold_titles, [titles.get(i) for i in cited])
+        if gold:
+            keys = {p.id: key(p) for p in passages}
+            rec["citation_precision"] = citation_precision(gold, [keys.get(i) for i in cited])
     rec["trace"] = getattr(pred, "trace", None)
     return rec
 

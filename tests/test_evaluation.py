@@ -101,3 +101,20 @@ def test_tier_scores_average_languages_beside_the_pooled_figure():
     assert s["accuracy_by_tier/high"] == 0.6 and s["accuracy_by_tier_langmean/high"] == 0.375
     assert s["accuracy_by_tier_langmean/mid"] == 1.0
     assert "accuracy_by_tier_langmean/high" not in summarize(records, {"accuracy": None}, ("tier",))
+
+
+def test_records_score_retrieval_and_citations_by_paragraph_id_where_the_data_has_ids():
+    """XRAG's supporting article (no gold titles) still gets retrieval measures; MuSiQue's paragraphs that share a
+    gold title are not gold, for recall nor for citation precision."""
+    from optimizers.evaluation import record
+    from retrieval.corpus import Passage
+
+    gold_para, same_title = Passage("m:1", "Rome", "Rome is the capital."), Passage("m:2", "Rome", "Rome has a zoo.")
+    pred = dspy.Prediction(answer="Rome", passages=[same_title, gold_para], citations=["m:2"])
+    musique = dspy.Example(id="q", question="?", answer="Rome", gold_titles=["Rome"], gold_ids=["m:1"])
+    rec = record(musique, pred, {}, k=1)
+    assert rec["title_recall"] == 0.0 and rec["recall_all"] == 1.0  # the first passage is not the gold paragraph
+    assert rec["citation_precision"] == 0.0  # it cites the paragraph that only shares the title
+    xrag = dspy.Example(id="x", question="?", answer="Rome", supporting=["m:1"])
+    rec = record(xrag, pred, {}, k=2)
+    assert rec["title_recall"] == 1.0 and rec["citation_precision"] == 0.0
