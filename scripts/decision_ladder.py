@@ -18,14 +18,17 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import json
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import dspy  # noqa: E402
 import mlflow  # noqa: E402
 
 import programs  # noqa: E402
+from decoding.decisions import gates  # noqa: E402
 from optimizers import suite, tracking  # noqa: E402
 from optimizers.calibration import calibrate_decisions  # noqa: E402
 from optimizers.cli import fail, interruptible, session  # noqa: E402
@@ -41,6 +44,31 @@ def rung_args(args, rung: str):
     a.critic_lm = args.critic_lm if rung == "fused-critic" else None
     a.oracle = ",".join(programs.oracle_roles(args.program)) if rung == "oracle" else ""
     return a
+
+
+def fitted(s, name: str) -> tuple[dspy.Module, dict]:
+    """Program ``name`` with its gates fitted on the dev split against gold (``calibrate_decisions``), and the fits.
+    The fits are kept like a checkpoint, keyed by the program before fitting and the dev questions, so a resumed
+    ladder does not fit again (an unreadable file: one warning line, fitted again)."""
+    program = s.build(name)
+    saved = s.checkpoint("gates", name, program, tuple(ex.id for ex in s.splits.dev)).with_suffix(".json")
+    if saved.exists():
+        try:
+            fits = json.loads(saved.read_text(encoding="utf-8"))
+            for gate_name, gate in gates(program).items():
+                if "thresholds" in fits[gate_name]:
+                    gate.load_state(fits[gate_name])
+            print(f"gates fitted on dev reused from {saved}", file=sys.stderr)
+            return program, fits
+        except (ValueError, KeyError, TypeError) as err:
+            print(f"warning: saved gate fits {saved} are unreadable ({type(err).__name__}: {str(err)[:80]}); "
+                  "fitting again", file=sys.stderr)
+            program = s.build(name)
+    fits = calibrate_decisions(program, s.splits.dev, fused=True, retries=s.args.retries)
+    saved.parent.mkdir(parents=True, exist_ok=True)
+    saved.with_suffix(".tmp").write_text(json.dumps(fits), encoding="utf-8")
+    saved.with_suffix(".tmp").replace(saved)
+    return program, fits
 
 
 @interruptible
@@ -70,8 +98,7 @@ def main(argv=None) -> dict:
                                                   s.oracle(args.program)), variant=rung.replace("-", "_"))
             program = None
             if rung.startswith("fused"):
-                program = s.build(args.program)  # its gates fitted on dev against gold (the task metric's verdict)
-                fits = calibrate_decisions(program, s.splits.dev, fused=True, retries=args.retries)
+                program, fits = fitted(s, args.program)
                 for gate, fit in fits.items():
                     mlflow.log_dict(fit, f"calibration/{rung}/{gate}.json")
                     print(f"{rung} {gate}: " + (f"dev AUC {fit['auc']:.3f} on {fit['n']} decisions, thresholds "

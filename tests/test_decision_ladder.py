@@ -79,3 +79,27 @@ def test_a_fused_rung_that_fits_no_gate_stops_instead_of_running_on_the_fixed_th
         ladder.main(["--program", "crag", "--baseline", "rag_cited", "--dataset", "demo", "--k", "2", "--loops", "1",
                      "--train", "0", "--dev", "2", "--test", "2", "--rungs", "fused"])
     assert stop.value.code == 2 and "fused rung fitted none of its gates" in capsys.readouterr().err
+
+
+def test_a_resumed_ladder_reuses_the_gates_it_fitted_on_dev(ladder_lm, monkeypatch, capsys):
+    from decoding.decisions import gates
+
+    ladder, _ = ladder_lm
+    argv = ["--program", "crag", "--baseline", "rag_cited", "--dataset", "demo", "--k", "2", "--loops", "1",
+            "--train", "0", "--dev", "4", "--test", "2", "--rungs", "fused"]
+    states, run_cell = [], ladder.suite.run_cell
+
+    def recording(s, cell, *args, program=None, **kwargs):
+        if program is not None:
+            states.append(gates(program)["grade_gate"].dump_state())
+        return run_cell(s, cell, *args, program=program, **kwargs)
+    monkeypatch.setattr(ladder.suite, "run_cell", recording)
+    ladder.main(argv)
+    capsys.readouterr()
+
+    def refit(*args, **kwargs):
+        raise AssertionError("fitted again")
+    monkeypatch.setattr(ladder, "calibrate_decisions", refit)
+    ladder.main(argv)
+    assert "gates fitted on dev reused" in capsys.readouterr().err
+    assert states[0]["weights"] is not None and states[1] == states[0]  # fitted (not the defaults), then reused
