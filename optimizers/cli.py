@@ -29,6 +29,7 @@ from programs.oracle import parse_roles
 from programs.writer import mc_state
 from retrieval.dense import INDEX_TYPES
 from retrieval.retriever import SPELLINGS, RetrievalConfig, Retriever
+from runtime.files import write_whole
 from runtime.lm import make_lm
 from runtime.paths import PROJECT_ROOT, project_cache
 from runtime.roles import Roles, assign_roles, init_dspy
@@ -248,10 +249,7 @@ class Session:
         reused = info is not None
         if not reused:
             info = calibrate_pride(make(MCScoring("logprob")), slice_, self.args.retries)
-            saved.parent.mkdir(parents=True, exist_ok=True)
-            tmp = saved.with_suffix(".tmp")
-            tmp.write_text(json.dumps(info), encoding="utf-8")
-            tmp.replace(saved)
+            write_whole(saved, json.dumps(info))
         self.calibrations[program_name] = info
         print(f"pride calibration of {program_name} on {len(info['used'])}/{len(slice_)} train questions "
               f"({', '.join(info['used'])}): prior " + " ".join(f"{k}={v:.3f}" for k, v in info["prior"].items())

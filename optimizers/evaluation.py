@@ -18,6 +18,7 @@ from tqdm.auto import tqdm
 from optimizers.metrics import ALL_RETRIEVED, citation_precision, gold_of, gold_passages, retrieval_record
 from programs.oracle import gold_labels
 from retrieval.corpus import excluded
+from runtime.files import write_whole
 from runtime.lm import ATTEMPT, ENDPOINT_ERRORS, ContextOverflow, ServerError, env_number
 from runtime.metering import metered
 
@@ -203,10 +204,7 @@ def load_checkpoint(path: Path) -> dict[str, dict]:
         warnings.warn(f"checkpoint {path}: skipped {bad} unreadable line(s) (an interrupted write, or not UTF-8); "
                       "those questions run again", RuntimeWarning, stacklevel=3)
     if bad or (raw and not raw.endswith(b"\n")):
-        tmp = path.with_suffix(path.suffix + ".tmp")
-        tmp.write_text("".join(json.dumps(r, ensure_ascii=False, default=str) + "\n" for r in done.values()),
-                       encoding="utf-8")
-        tmp.replace(path)
+        write_whole(path, "".join(json.dumps(r, ensure_ascii=False, default=str) + "\n" for r in done.values()))
     return done
 
 

@@ -1,4 +1,5 @@
-"""Reading UTF-8 JSON and JSONL files, with a one-line error naming the file and line for bad bytes or bad JSON."""
+"""Reading UTF-8 JSON and JSONL files, with a one-line error naming the file and line for bad bytes or bad JSON;
+writing a file whole or not at all."""
 from __future__ import annotations
 
 import json
@@ -52,3 +53,12 @@ def read_json(path: Path):
     except json.JSONDecodeError as err:
         raise ValueError(f"{path} line {err.lineno}: not valid JSON ({err.msg} at column {err.colno}); the file is "
                          "damaged: fix it or fetch it again") from None
+
+
+def write_whole(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` (UTF-8, parent folders made) through a temporary file renamed over it, so an
+    interrupted write leaves the old file or none, never half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(path)

@@ -32,6 +32,7 @@ from decoding.decisions import gates  # noqa: E402
 from optimizers import suite, tracking  # noqa: E402
 from optimizers.calibration import calibrate_decisions  # noqa: E402
 from optimizers.cli import fail, interruptible, session  # noqa: E402
+from runtime.files import write_whole  # noqa: E402
 
 RUNGS = ("generate", "fused", "fused-critic", "oracle")
 ENTRY = "scripts/decision_ladder.py"
@@ -65,9 +66,7 @@ def fitted(s, name: str) -> tuple[dspy.Module, dict]:
                   "fitting again", file=sys.stderr)
             program = s.build(name)
     fits = calibrate_decisions(program, s.splits.dev, fused=True, retries=s.args.retries)
-    saved.parent.mkdir(parents=True, exist_ok=True)
-    saved.with_suffix(".tmp").write_text(json.dumps(fits), encoding="utf-8")
-    saved.with_suffix(".tmp").replace(saved)
+    write_whole(saved, json.dumps(fits))
     return program, fits
 
 
