@@ -18,6 +18,7 @@ import dspy
 import mlflow
 
 import programs
+from decoding.decisions import describe
 from optimizers import tracking
 from optimizers.calibration import calibrate_decisions
 from optimizers.cli import compile_metric, fail, interruptible, parser, retrieval_options, session
@@ -188,12 +189,9 @@ def fit_gates(s, program: dspy.Module, metric) -> None:
                                lambda ex, answer: bool(metric(ex, dspy.Prediction(answer=answer), trace=True)))
     for gate, fit in fits.items():
         mlflow.log_dict(fit, f"calibration/{gate}.json")  # the dev ROC curve and the chosen operating point
-        if "auc" in fit:
+        if fit.get("auc") is not None:
             mlflow.log_metrics({f"calibration_{gate}_auc": fit["auc"], f"calibration_{gate}_n": fit["n"]})
-        print(f"calibrated {gate}: " + (f"dev AUC {fit['auc']:.3f} on {fit['n']} decisions, thresholds "
-                                        f"{fit['thresholds']}, fusion weights {fit['weights']}"
-                                        if "auc" in fit else f"kept its thresholds ({fit['skipped']})"),
-              file=sys.stderr)
+        print(f"calibrated {gate}: {describe(fit)}", file=sys.stderr)
 
 
 def log_compiled(s, compiled: dspy.Module, out: Path) -> None:

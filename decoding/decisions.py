@@ -21,7 +21,7 @@ import math
 from contextlib import contextmanager, nullcontext
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Callable, NamedTuple, Sequence
+from typing import NamedTuple, Sequence
 
 import dspy
 from dspy.predict.parameter import Parameter
@@ -34,11 +34,12 @@ YES_NO = ("yes", "no")
 SCALE = tuple("012345")
 PARSE_ERRORS = (AdapterParseError, ValueError)  # unparseable model output (pydantic errors are ValueErrors)
 LABEL_TOKENS = 1  # a bare label decision's reply: its first token decides it
-#: What a gate's decisions are about, and their gold label in calibration: ``passage`` (its title is a gold title),
-#: ``set`` (the set holds every gold title), ``correct`` / ``error`` (the answer judged is right / wrong by the task
+#: What a gate's decisions are about, and their gold label in calibration: ``passage`` (it is a gold passage),
+#: ``set`` (the set holds every gold passage), ``correct`` / ``error`` (the answer judged is right / wrong by the task
 #: metric: a stop or acceptance, and an error verdict).
 KINDS = ("passage", "set", "correct", "error")
 ANSWER_KINDS = ("correct", "error")
+NEVER = math.nextafter(1.0, 2.0)  # a threshold no probability reaches: the gate decides every decision negative
 
 
 def check_mode(mode: str) -> str:
@@ -281,6 +282,8 @@ def fit_gate(gate: Gate, probs: list[float], scores: list[float] | None, gold: l
     ``lower_recall`` of the positives stay above it. Returns what to log: the ROC curve and operating points."""
     from sklearn.metrics import roc_auc_score, roc_curve
 
+    if gold and len(set(gold)) == 1:
+        return fit_one_class(gate, gold)
     if scores is not None:
         gate.weights = fit_fusion(list(zip(probs, scores)), gold)
         probs = gate.fuse(probs, scores)
@@ -293,6 +296,29 @@ def fit_gate(gate: Gate, probs: list[float], scores: list[float] | None, gold: l
     return {"auc": float(roc_auc_score(gold, probs)), "n": len(gold), "positives": int(sum(gold)),
             "thresholds": dict(gate.thresholds), "weights": gate.weights,
             "roc": {"fpr": fpr.tolist(), "tpr": tpr.tolist(), "cuts": [min(float(c), 1.0) for c in cuts]}}
+
+
+def fit_one_class(gate: Gate, gold: list[bool]) -> dict:
+    """Fit ``gate`` on decisions that all carry one label (no ROC curve exists): every threshold is set to decide
+    every decision that way -- 0 when all were positive, :data:`NEVER` when all were negative -- as the dev split's
+    base rate says. The paper's fixed threshold would instead decide by a probability the dev split cannot check
+    (CORAL's sufficiency on XRAG full: every dev set held the supporting article, while the 0.5B's P(True) < 0.5
+    on each test verdict sent every question round the loop again)."""
+    label = "positive" if gold[0] else "negative"
+    gate.thresholds, gate.weights = dict.fromkeys(gate.thresholds, 0.0 if gold[0] else NEVER), None
+    return {"auc": None, "one_class": label, "n": len(gold), "positives": int(sum(gold)),
+            "thresholds": dict(gate.thresholds), "weights": None}
+
+
+def describe(fit: dict) -> str:
+    """One line for a gate's fit from :func:`fit_gate` (or why it was skipped)."""
+    if "thresholds" not in fit:
+        return f"kept its thresholds ({fit['skipped']})"
+    if fit.get("one_class"):
+        return (f"all {fit['n']} dev decisions {fit['one_class']}: decides every one {fit['one_class']} "
+                f"(thresholds {fit['thresholds']})")
+    return (f"dev AUC {fit['auc']:.3f} on {fit['n']} decisions, thresholds {fit['thresholds']}, "
+            f"fusion weights {fit['weights']}")
 
 
 def gates(program: dspy.Module) -> dict[str, Gate]:

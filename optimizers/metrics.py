@@ -143,11 +143,12 @@ def retrieval_record(example, retrieved, k: int) -> dict[str, float]:
             "retrieved_n": len({key(p) for p in retrieved})}
 
 
-def citation_precision(gold_titles, cited_titles) -> float | None:
-    """Share of the cited passages whose title is a gold title; None when nothing is cited (a refusal or an
-    uncited answer), so averages run over answers that cite."""
-    cited = list(cited_titles)
-    return sum(t in set(gold_titles) for t in cited) / len(cited) if cited else None
+def citation_precision(gold, cited) -> float | None:
+    """Share of the ``cited`` passages that are ``gold`` passages (by paragraph key, or by title where the data has
+    only titles); None when nothing is cited (a refusal or an uncited answer), so averages run over answers that
+    cite."""
+    cited = list(cited)
+    return sum(key in set(gold) for key in cited) / len(cited) if cited else None
 
 
 ANSWER_METRICS = {"em": exact_match, "f1": f1, "accuracy": accuracy}

@@ -28,7 +28,7 @@ import dspy  # noqa: E402
 import mlflow  # noqa: E402
 
 import programs  # noqa: E402
-from decoding.decisions import gates  # noqa: E402
+from decoding.decisions import describe, gates  # noqa: E402
 from optimizers import suite, tracking  # noqa: E402
 from optimizers.calibration import calibrate_decisions  # noqa: E402
 from optimizers.cli import fail, interruptible, session  # noqa: E402
@@ -100,13 +100,11 @@ def main(argv=None) -> dict:
                 program, fits = fitted(s, args.program)
                 for gate, fit in fits.items():
                     mlflow.log_dict(fit, f"calibration/{rung}/{gate}.json")
-                    print(f"{rung} {gate}: " + (f"dev AUC {fit['auc']:.3f} on {fit['n']} decisions, thresholds "
-                                                f"{fit['thresholds']}" if "auc" in fit else fit["skipped"]),
-                          file=sys.stderr)
-                if not any("auc" in fit for fit in fits.values()):
+                    print(f"{rung} {gate}: {describe(fit)}", file=sys.stderr)
+                if not any("thresholds" in fit for fit in fits.values()):
                     fail(f"the {rung} rung fitted none of its gates on the {len(s.splits.dev)} dev questions (no "
-                         f"labelled decisions of both kinds): it would run on the paper's fixed thresholds; use a "
-                         f"dataset with gold passages or a larger --dev")
+                         f"labelled decisions): it would run on the paper's fixed thresholds; use a dataset with "
+                         f"gold passages or a larger --dev")
             results.append(suite.run_cell(s, cell, parent.info.run_id, args.suite, program=program, entry=ENTRY))
         pairs = [(args.dataset, r.cell, baseline) for r in results[1:]]
         board = suite.log_leaderboard(results, pairs,

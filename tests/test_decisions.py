@@ -1,4 +1,5 @@
 """Scored decisions: label distributions and expected scores from logprobs, threshold and fusion fitting, fallback."""
+import json
 import math
 
 import dspy
@@ -7,8 +8,8 @@ import pytest
 from dspy.utils.dummies import DummyLM
 from sklearn.metrics import roc_auc_score
 
-from decoding.decisions import (SCALE, YES_NO, Gate, LabelAdapter, check_mode, decide, features, fit_fusion, fit_gate,
-                                recall_threshold, written_label, youden_threshold)
+from decoding.decisions import (SCALE, YES_NO, Gate, LabelAdapter, check_mode, decide, describe, features, fit_fusion,
+                                fit_gate, recall_threshold, written_label, youden_threshold)
 from runtime.roles import init_dspy
 from signatures.critic import JudgeRelevance, RateDocument
 from tests.dummies import Queue
@@ -141,6 +142,25 @@ def test_thresholds_fitted_on_a_hand_made_label_set():
     assert gate.thresholds == {"lower": 0.25, "upper": 0.75}
     with pytest.raises(ValueError, match="both positive and negative"):
         youden_threshold([0.1, 0.2], [True, True])
+
+
+def test_a_gate_whose_dev_decisions_all_carry_one_label_decides_every_decision_that_way():
+    # CORAL's sufficiency on XRAG full: every dev set held the gold passage, yet the LM's P(True) was low; the fixed
+    # threshold 0.5 would say "not enough" to all of them, the one-class fit says "enough" to any probability
+    gate = Gate("set", threshold=0.5)
+    info = fit_gate(gate, [0.1, 0.3, 0.2], [0.8, 0.7, 0.9], [True, True, True])
+    assert info["one_class"] == "positive" and info["auc"] is None and info["n"] == 3 and gate.weights is None
+    assert all(p >= gate.thresholds["threshold"] for p in [0.0, 0.3, 1.0])
+    assert "all 3 dev decisions positive" in describe(info)
+    # all negative: no probability reaches the threshold, 1.0 included; the fit survives the state's JSON round-trip
+    crag = Gate(lower=1 / 3, upper=2 / 3)
+    info = fit_gate(crag, [0.9, 0.6], None, [False, False])
+    loaded = Gate(lower=1 / 3, upper=2 / 3).load_state(json.loads(json.dumps(crag.dump_state())))
+    assert info["one_class"] == "negative" and loaded.thresholds == crag.thresholds
+    assert all(1.0 < value for value in loaded.thresholds.values())
+    # no labelled decision at all is still no fit
+    with pytest.raises(ValueError, match="both positive and negative"):
+        fit_gate(Gate(threshold=0.5), [], None, [])
 
 
 def test_fusion_weights_follow_the_feature_that_separates():
