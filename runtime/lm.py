@@ -1,6 +1,7 @@
 """Language models: the embedded llama.cpp server, any OpenAI-compatible URL, or any DSPy/LiteLLM model string.
 
-``make_lm("local:qwen-0.5b")`` uses one ``llama_cpp.server`` per machine and model on 127.0.0.1: the first
+``make_lm("local:qwen-0.5b")`` uses one ``llama_cpp.server`` per machine and model on 127.0.0.1 (started as
+``runtime.llama_serve``: its token logprobs selected, not sorted, over the vocabulary): the first
 process starts it (under ``runtime.server_host``), later ones find it through a port file and attach, every user
 holds a lease file, and the server stops when the last lease is gone (a killed user's lease dies with it). The
 port file names the host by pid and start time, so a pid since reused by another process is never attached to
@@ -169,7 +170,7 @@ class LlamaServer:
 
     def command(self) -> list[str]:
         path = models.verify(self.model) if models.model_path(self.model).exists() else models.fetch(self.model)
-        return [sys.executable, "-m", "llama_cpp.server", "--model", str(path), "--model_alias", self.spec.alias,
+        return [sys.executable, "-m", "runtime.llama_serve", "--model", str(path), "--model_alias", self.spec.alias,
                 "--host", "127.0.0.1", "--port", str(self.port), "--n_ctx", str(self.n_ctx),
                 "--n_threads", str(self.n_threads), "--n_threads_batch", str(self.n_threads)]
 

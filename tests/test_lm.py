@@ -268,3 +268,24 @@ def test_the_server_does_not_read_our_environment_as_its_settings(monkeypatch):
     monkeypatch.setenv("PORT", "1")
     env = server_env()
     assert "CACHE" not in env and "PORT" not in env and env["PATH"] == os.environ["PATH"]
+
+
+def test_the_served_top_logprobs_are_the_full_sorts_first_alternatives_ties_included():
+    """runtime.llama_serve swaps llama_cpp.llama's O(V log V) sort of the vocabulary for a top-TOP selection."""
+    pytest.importorskip("llama_cpp.llama")
+    import random
+
+    import llama_cpp.llama
+
+    from runtime import llama_serve
+
+    rng = random.Random(3)
+    logprobs = [round(rng.gauss(-8, 3), 1) for _ in range(5000)]  # rounded: many ties, broken by token id
+    pairs = lambda: zip(logprobs, range(len(logprobs)))  # noqa: E731  (the library's call, a fresh iterator each)
+    assert llama_serve.top_sorted(pairs(), reverse=True) == sorted(pairs(), reverse=True)[:llama_serve.TOP]
+    assert llama_serve.top_sorted(pairs()) == sorted(pairs())  # an ascending sort stays whole
+    try:
+        llama_serve.patch()
+        assert llama_cpp.llama.sorted is llama_serve.top_sorted
+    finally:
+        del llama_cpp.llama.sorted  # the builtin again for the rest of this process

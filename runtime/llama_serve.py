@@ -1,0 +1,43 @@
+"""``python -m runtime.llama_serve ARGS``: ``llama_cpp.server`` (same ARGS) with token logprobs selected, not sorted.
+
+llama-cpp-python 0.3.x builds each generated token's ``top_logprobs`` by sorting (logprob, token id) pairs over the
+whole vocabulary in Python (``list(sorted(zip(logprobs, range(n_vocab)), reverse=True))``, then the first
+``logprobs`` of them): 0.2-0.26 s per generated token for Qwen2.5's 151,936 tokens on 2 cores, so a decision whose
+reply runs to 80 tokens (CORAL's four scores and critique) took 26 s with logprobs against 9 s without
+(abetlen/llama-cpp-python#1983). Here that module's ``sorted`` is a top-``TOP`` selection for the reversed sort
+(``heapq.nlargest``: the same first elements in the same order, 10-25x faster); our clients ask for at most 20
+alternatives (OpenAI's maximum for chat), so the pairs past ``TOP`` are never read; a request for more than ``TOP``
+gets ``TOP``. Only the server process is patched; the project's own code never imports this module."""
+from __future__ import annotations
+
+import builtins
+import heapq
+import sys
+
+TOP = 100  # alternatives kept per token: more than any client of ours asks for (``decoding.choice.TOP_LOGPROBS``)
+
+
+def top_sorted(iterable, *, key=None, reverse: bool = False) -> list:
+    """``sorted`` where a reversed sort keeps only its first ``TOP`` elements (all a top-logprobs reader uses)."""
+    if reverse:
+        return heapq.nlargest(TOP, iterable, key=key)
+    return builtins.sorted(iterable, key=key)
+
+
+def patch() -> None:
+    """Route ``llama_cpp.llama``'s calls of ``sorted`` (only its top-logprobs code calls it) to :func:`top_sorted`."""
+    import llama_cpp.llama
+
+    llama_cpp.llama.sorted = top_sorted
+
+
+def main() -> None:
+    patch()
+    from llama_cpp.server.__main__ import main as serve
+
+    sys.argv[0] = "llama_cpp.server"
+    serve()
+
+
+if __name__ == "__main__":
+    main()
