@@ -7,7 +7,7 @@ reply runs to 80 tokens (CORAL's four scores and critique) took 26 s with logpro
 (abetlen/llama-cpp-python#1983). Here that module's ``sorted`` is a top-``TOP`` selection for the reversed sort
 (``heapq.nlargest``: the same first elements in the same order, 10-25x faster); our clients ask for at most 20
 alternatives (OpenAI's maximum for chat), so the pairs past ``TOP`` are never read; a request for more than ``TOP``
-gets ``TOP``. Only the server process is patched; the project's own code never imports this module."""
+gets ``TOP``. Only the server process runs patched: the project's LM clients never import this module."""
 from __future__ import annotations
 
 import builtins
