@@ -206,7 +206,9 @@ class Gate(Parameter):
     ``thresholds`` start at the paper's fixed values (``reset`` restores them). ``weights`` (bias, w_lm,
     w_retrieval) of a logistic model over :func:`features` are fitted by :func:`fit_gate`; while unfitted, a fused
     decision is the even mix of the LM probability and the retriever's score min-max scaled over the passages
-    judged together. ``kind`` says what a decision is about, and so how calibration labels it (:data:`KINDS`)."""
+    judged together. ``kind`` says what a decision is about, and so how calibration labels it (:data:`KINDS`).
+    A fitted weight of 0 on the LM feature (:func:`fit_gate` found it adds nothing on dev) means the gate decides by
+    the retriever's score alone, and a program need not ask the LM (:attr:`reads_lm`)."""
 
     def __init__(self, kind: str = "passage", **thresholds: float):
         if kind not in KINDS:
@@ -229,6 +231,11 @@ class Gate(Parameter):
         self.thresholds, self.weights = {k: float(v) for k, v in thresholds.items()}, weights
         return self
 
+    @property
+    def reads_lm(self) -> bool:
+        """Whether a fused decision depends on the LM probability (unfitted, or fitted with an LM weight)."""
+        return self.weights is None or self.weights[1] != 0
+
     def fuse(self, probs: list[float], scores: list[float]) -> list[float]:
         """Fused probabilities of the passages judged together (LM probabilities and retriever scores)."""
         if self.weights is not None:
@@ -239,21 +246,61 @@ class Gate(Parameter):
         return [0.5 * p + 0.5 * r for p, r in zip(probs, scaled)]
 
 
-def fit_fusion(rows: list[tuple[float, float]], gold: list[bool]) -> list[float]:
+def fit_fusion(rows: list[tuple[float, float]], gold: list[bool], lm: bool = True) -> list[float]:
     """Logistic-regression weights (bias, w_lm, w_retrieval) on (LM probability, retriever score) pairs, in the
-    features' own units. Fitted on standardised features: the L2 penalty must weigh both alike, or a retriever
-    whose cosines span a few hundredths loses to LM logits spanning +-9 whatever they are worth."""
+    features' own units; ``lm=False`` fits the retriever's score alone (w_lm = 0). Fitted on standardised features:
+    the L2 penalty must weigh both alike, or a retriever whose cosines span a few hundredths loses to LM logits
+    spanning +-9 whatever they are worth."""
     import numpy as np
     from sklearn.linear_model import LogisticRegression
 
     if len(set(gold)) < 2:
         raise ValueError("fusion needs both relevant and irrelevant labelled passages")
-    x = np.array([features(p, r) for p, r in rows])
+    columns = [0, 1] if lm else [1]
+    x = np.array([features(p, r) for p, r in rows])[:, columns]
     mean, sd = x.mean(axis=0), x.std(axis=0)
     sd[sd == 0] = 1.0
     model = LogisticRegression(C=1.0).fit((x - mean) / sd, gold)
-    weights = model.coef_[0] / sd
-    return [float(model.intercept_[0] - weights @ mean), *map(float, weights)]
+    fitted = model.coef_[0] / sd
+    weights = [float(model.intercept_[0] - fitted @ mean), 0.0, 0.0]
+    for column, weight in zip(columns, fitted):
+        weights[1 + column] = float(weight)
+    return weights
+
+
+def lm_adds(rows: list[tuple[float, float]], gold: list[bool], groups: list, folds: int = 5) -> dict:
+    """Does the LM probability add to the retriever's score? Out-of-fold log-loss of the fusion with and without
+    it, folds grouped by question (``groups``), compared question by question: the LM feature is ``kept`` only when
+    it lowers the loss by more than one standard error of that per-question gain (the one-standard-error rule: the
+    simpler model unless the richer one is clearly better: on 40 simulated dev sets of 12 questions x 5 candidates,
+    ``tests.test_decisions.candidates``, it kept a chance-level LM in 1 where plain "lower loss" kept it in 9, and
+    an informative one in 40). Returns ``{"kept", "oof_log_loss": {"fused", "retriever"}, "gain", "gain_se"}``, or
+    ``{"kept": True, "why"}`` when the decisions cannot be cross-validated (fewer than three questions, or a
+    training fold with one label)."""
+    import numpy as np
+    from sklearn.model_selection import GroupKFold
+
+    questions = sorted(set(groups), key=str)
+    if len(questions) < 3:
+        return {"kept": True, "why": "fewer than three questions: not cross-validated"}
+    y = np.array(gold, dtype=float)
+    losses = {}
+    for name, lm in (("fused", True), ("retriever", False)):
+        predicted = np.zeros(len(rows))
+        for train, test in GroupKFold(n_splits=min(folds, len(questions))).split(rows, groups=groups):
+            if len({gold[i] for i in train}) < 2:
+                return {"kept": True, "why": "a cross-validation fold holds one label only: not cross-validated"}
+            gate = Gate()
+            gate.weights = fit_fusion([rows[i] for i in train], [gold[i] for i in train], lm)
+            predicted[test] = gate.fuse([rows[i][0] for i in test], [rows[i][1] for i in test])
+        predicted = np.clip(predicted, 1e-12, 1 - 1e-12)
+        losses[name] = -(y * np.log(predicted) + (1 - y) * np.log(1 - predicted))
+    index = {q: i for i, q in enumerate(questions)}
+    gain = np.zeros(len(questions))  # per question: the retriever-only loss minus the fused loss
+    np.add.at(gain, [index[q] for q in groups], losses["retriever"] - losses["fused"])
+    mean, se = float(gain.mean()), float(gain.std(ddof=1) / np.sqrt(len(gain)))
+    return {"kept": mean > se, "oof_log_loss": {k: float(v.mean()) for k, v in losses.items()}, "gain": mean,
+            "gain_se": se}
 
 
 def youden_threshold(scores: list[float], gold: list[bool]) -> float:
@@ -276,16 +323,23 @@ def recall_threshold(scores: list[float], gold: list[bool], recall: float) -> fl
 
 
 def fit_gate(gate: Gate, probs: list[float], scores: list[float] | None, gold: list[bool],
-             lower_recall: float = 0.95) -> dict:
-    """Fit ``gate`` on labelled decisions: fusion weights when retriever ``scores`` are given, then its
-    thresholds on the (fused) probabilities -- ``threshold`` (and ``upper``) at Youden's J, ``lower`` where
-    ``lower_recall`` of the positives stay above it. Returns what to log: the ROC curve and operating points."""
+             groups: list | None = None, lower_recall: float = 0.95) -> dict:
+    """Fit ``gate`` on labelled decisions: fusion weights when retriever ``scores`` are given (the LM feature only
+    where :func:`lm_adds` says it lowers the out-of-fold loss, given each decision's question in ``groups``), then
+    its thresholds on the (fused) probabilities -- ``threshold`` (and ``upper``) at Youden's J, ``lower`` where
+    ``lower_recall`` of the positives stay above it. Returns what to log: the ROC curve and operating points, the
+    LM feature's selection, and the decisions themselves (so a fit can be redone without the LM)."""
     from sklearn.metrics import roc_auc_score, roc_curve
 
+    decisions = {"probs": list(probs), "scores": scores and list(scores), "gold": list(gold),
+                 "groups": groups and list(groups)}
     if gold and len(set(gold)) == 1:
-        return fit_one_class(gate, gold)
+        return fit_one_class(gate, gold) | {"decisions": decisions}
+    selection = None
     if scores is not None:
-        gate.weights = fit_fusion(list(zip(probs, scores)), gold)
+        rows = list(zip(probs, scores))
+        selection = lm_adds(rows, gold, groups) if groups else {"kept": True, "why": "no question ids"}
+        gate.weights = fit_fusion(rows, gold, selection["kept"])
         probs = gate.fuse(probs, scores)
     point = youden_threshold(probs, gold)
     for name in gate.thresholds:
@@ -294,8 +348,9 @@ def fit_gate(gate: Gate, probs: list[float], scores: list[float] | None, gold: l
         gate.thresholds["lower"] = min(gate.thresholds["lower"], gate.thresholds["upper"])
     fpr, tpr, cuts = roc_curve(gold, probs)
     return {"auc": float(roc_auc_score(gold, probs)), "n": len(gold), "positives": int(sum(gold)),
-            "thresholds": dict(gate.thresholds), "weights": gate.weights,
-            "roc": {"fpr": fpr.tolist(), "tpr": tpr.tolist(), "cuts": [min(float(c), 1.0) for c in cuts]}}
+            "thresholds": dict(gate.thresholds), "weights": gate.weights, "lm_feature": selection,
+            "roc": {"fpr": fpr.tolist(), "tpr": tpr.tolist(), "cuts": [min(float(c), 1.0) for c in cuts]},
+            "decisions": decisions}
 
 
 def fit_one_class(gate: Gate, gold: list[bool]) -> dict:
@@ -317,8 +372,17 @@ def describe(fit: dict) -> str:
     if fit.get("one_class"):
         return (f"all {fit['n']} dev decisions {fit['one_class']}: decides every one {fit['one_class']} "
                 f"(thresholds {fit['thresholds']})")
-    return (f"dev AUC {fit['auc']:.3f} on {fit['n']} decisions, thresholds {fit['thresholds']}, "
+    line = (f"dev AUC {fit['auc']:.3f} on {fit['n']} decisions, thresholds {fit['thresholds']}, "
             f"fusion weights {fit['weights']}")
+    selection = fit.get("lm_feature")
+    if selection and "oof_log_loss" in selection:
+        loss = selection["oof_log_loss"]
+        line += (f"; LM feature {'kept' if selection['kept'] else 'dropped: the gate decides by retrieval alone'} "
+                 f"(out-of-fold log-loss {loss['fused']:.3f} with it, {loss['retriever']:.3f} without; gain per "
+                 f"question {selection['gain']:+.4f}, one standard error {selection['gain_se']:.4f})")
+    elif selection:
+        line += f"; LM feature kept ({selection['why']})"
+    return line
 
 
 def gates(program: dspy.Module) -> dict[str, Gate]:

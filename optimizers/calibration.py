@@ -63,13 +63,14 @@ def calibrate_decisions(program: dspy.Module, examples: list[dspy.Example], fuse
     decision when its set holds every gold passage, a stop or acceptance when the answer it judged is correct and
     an error verdict when it is wrong (``correct(example, answer)``, default :func:`optimizers.metrics.correct`:
     the task metric). ``fused``: per-passage gates also fit fusion
-    weights with the retriever's score. Returns, per gate, the fit (AUC, ROC curve, thresholds, weights) or why it
+    weights with the retriever's score, keeping the LM's probability only where it lowers the loss out of fold
+    (folds by question). Returns, per gate, the fit (AUC, ROC curve, thresholds, weights) or why it
     was skipped; gates without labelled decisions keep their thresholds."""
     correct = correct or metrics.correct
     found = gates(program)
     names = {id(gate): name for name, gate in found.items()}
     by_answer = any(gate.kind in ANSWER_KINDS for gate in found.values())
-    rows: dict[str, list[tuple[float, float | None, bool]]] = {name: [] for name in found}
+    rows: dict[str, list[tuple[float, float | None, bool, str]]] = {name: [] for name in found}
     for example in examples:
         gold = replace(metrics.gold_of(example), correct=partial(correct, example))
         if gold.missing("relevance") and not by_answer:
@@ -79,13 +80,13 @@ def calibrate_decisions(program: dspy.Module, examples: list[dspy.Example], fuse
         for call in calls:
             label = call.gold(gold)
             if id(call.gate) in names and label is not None:
-                rows[names[id(call.gate)]].append((call.prob, call.score, label))
+                rows[names[id(call.gate)]].append((call.prob, call.score, label, str(example.id)))
     info = {}
     for name, decided in rows.items():
-        probs, scores, labels = (list(column) for column in zip(*decided)) if decided else ([], [], [])
+        probs, scores, labels, questions = (list(c) for c in zip(*decided)) if decided else ([], [], [], [])
         with_scores = fused and bool(scores) and None not in scores
         try:
-            info[name] = fit_gate(found[name], probs, scores if with_scores else None, labels)
+            info[name] = fit_gate(found[name], probs, scores if with_scores else None, labels, questions)
         except ValueError as err:
             info[name] = {"skipped": str(err), "n": len(labels)}
     return info

@@ -12,7 +12,9 @@ only ever sees validated evidence. With ``decisions="logprob"`` each criterion i
 tokens and the keep rule applies to those, and the sufficiency verdict is read as P(enough) against a threshold kept
 as program state (``decoding.decisions``). ``decisions="fused"`` replaces the keep rule by a gate over the expected
 ``s_tot`` (scaled to 0-1) fused with the candidate's retrieval score relative to the best of its corpus this round,
-so the critic can only add to what the retriever knew; calibration fits the fusion and its threshold on dev. Oracle
+so the critic can only add to what the retriever knew; calibration fits the fusion and its threshold on dev, and
+where the critic's scores lower no out-of-fold loss the gate keeps by retrieval alone and the critic is not asked
+(nor is a sufficiency check whose dev decisions were all "enough"). Oracle
 roles (``programs.oracle``, no call): ``relevance`` keeps exactly the gold candidates, ``sufficiency`` stops once
 every gold passage is kept, ``planner`` searches the culture's own corpus (the replanner then only rewrites the
 query).
@@ -67,7 +69,7 @@ MAX_TOTAL = 12.5  # s_tot of a candidate scoring 5 on every scale
 @dataclass(frozen=True)
 class Rated:
     """A candidate passage with its four critic scores (0-5; expected values, not integers, when read from token
-    probabilities) and critique."""
+    probabilities) and critique; ``rated=False`` (scores 0) when the critic was not asked (:meth:`CORAL.rate`)."""
 
     passage: Passage
     relevance: float
@@ -75,6 +77,7 @@ class Rated:
     specificity: float
     compatibility: float
     critique: str = ""
+    rated: bool = True
 
     @property
     def scores(self) -> tuple[float, float, float, float]:
@@ -196,6 +199,8 @@ class Trace:
     critic_missing: int = 0  # candidates a usable batch left out (scored one by one)
     parse_failures: int = 0  # planner / per-document critic / sufficiency outputs that could not be parsed
     planner_fallbacks: int = 0  # planner outputs with no valid corpus name (see ``select`` / ``replan``)
+    unrated: int = 0  # candidates kept or dropped by the fused keep gate without a critic call (``rate``)
+    sure_sufficiency: int = 0  # verdicts the sufficiency gate's one-class fit decided without a call (``check``)
     calls: Counter = field(default_factory=Counter)
 
     def round(self, query: str, corpora: list[str], languages: dict[str, str], rated: list[Rated],
@@ -428,9 +433,13 @@ class CORAL(dspy.Module):
     def rate(self, passages: list[Passage], asked: str, trace: Trace) -> list[Rated]:
         """Scores for ``passages``: batched calls of ``critic_chunk`` candidates, falling back to one call per
         candidate for whatever a batch output leaves unusable; or one call per candidate throughout. Under the
-        relevance oracle a gold candidate scores 5 on every scale and any other 0, without a call."""
+        relevance oracle a gold candidate scores 5 on every scale and any other 0, without a call; with a fused keep
+        gate whose dev fit gave the critic no weight, no candidate is rated (the gate keeps by retrieval alone)."""
         if (relevant := oracle_labels(self.oracle, "relevance")) is not None:
             return [Rated.of(p, [5 if relevant(p) else 0] * 4) for p in passages]
+        if self.decisions == "fused" and not self.keep_gate.reads_lm:  # calibrated to keep by retrieval alone
+            trace.unrated += len(passages)
+            return [Rated(p, 0, 0, 0, 0, rated=False) for p in passages]
         if not self.critic_batch:
             return [self.rate_one(p, asked, trace) for p in passages]
         rated = []
@@ -505,16 +514,21 @@ class CORAL(dspy.Module):
         """Whether the best kept documents suffice. Nothing kept is "not enough" without a call (the reason then
         carries the critiques of this round's best candidates); an unparseable verdict is "not enough" too, so the
         loop goes on within its round budget (the critic errs on the side of searching again). Under the
-        sufficiency oracle: enough exactly when every gold passage is kept, without a call."""
+        sufficiency oracle: enough exactly when every gold passage is kept, without a call; so is a gate fitted
+        one-class positive on dev (every probability passes its threshold 0)."""
         if (sufficient := oracle_labels(self.oracle, "sufficiency")) is not None:
             enough = sufficient([r.passage for r in kept])
             verdict = Verdict(enough, "" if enough else ORACLE_NOT_ENOUGH)
         elif not kept:
             notes = "; ".join(r.critique for r in best(new, 3) if r.critique)
             verdict = Verdict(False, NOTHING_KEPT + (notes or "none"))
+        elif self.decisions != "generate" and self.sufficiency_gate.thresholds["threshold"] <= 0:
+            trace.sure_sufficiency += 1  # fitted one-class on dev: every kept set was enough there
+            verdict = Verdict(True, "")
         else:
             trace.calls["sufficiency"] += 1
-            evidence = [f"{r.passage.format(self.critic_chars)} (critic: {r.critique}; score {r.total:g})"
+            evidence = [r.passage.format(self.critic_chars)
+                        + (f" (critic: {r.critique}; score {r.total:g})" if r.rated else "")
                         for r in best(kept, self.writer_docs)]
             config = constrained_config(self.sufficiency, {"enough": BOOL})
             try:

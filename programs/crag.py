@@ -9,9 +9,9 @@ search). Each re-search fetches k passages
 not fetched before and counts against ``loops`` (``loops=0``: grade and refine only). With ``decisions="logprob"``
 the grade is read as a score, CRAG's way: P(yes) of a yes/no relevance decision (``decoding.decisions``), graded
 correct at or above the gate's ``upper`` threshold, incorrect below its ``lower`` one, ambiguous between
-(``decisions="fused"``: the probability fused with the passage's retrieval score first). With ``oracle="relevance"``
-(``programs.oracle``) a gold passage is graded correct and any other incorrect, without a call. The kept passages are
-then
+(``decisions="fused"``: the probability fused with the passage's retrieval score first; a gate whose dev fit gave
+the LM no weight grades by the retrieval score without a call). With ``oracle="relevance"`` (``programs.oracle``)
+a gold passage is graded correct and any other incorrect, without a call. The kept passages are then
 refined by decompose-then-recompose: each is cut into sentence strips, strips sharing no content word with the
 question or the queries are dropped, and the rest are joined back in order. The shared evidence writer answers from
 the final k passages (graded best first).
@@ -94,6 +94,10 @@ class CRAG(dspy.Module):
                 grades[p.id] = out.grade if out is not None and out.grade in GRADES else "ambiguous"
             return failures
         probs, scores = [], relative([p.score for p in passages])
+        if self.decisions == "fused" and not self.grade_gate.reads_lm:  # calibrated to the retriever alone
+            probs = self.grade_gate.fuse([0.5] * len(passages), scores)
+            grades.update((p.id, graded(s, self.grade_gate.thresholds)) for p, s in zip(passages, probs))
+            return failures
         for p, score in zip(passages, scores):
             yes = decide(self.grade_relevance, {"relevant": YES_NO}, question=question,
                          passage=p.format(self.max_chars)).prob("relevant", "yes")

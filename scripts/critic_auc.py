@@ -16,7 +16,9 @@ Questions are taken in a seeded order until both classes have ``--min`` decision
 ``JudgeRelevance``) read three ways from one call per passage: ``generate`` (the written yes/no), ``logprob``
 (P(yes) at the label token) and ``fused`` (a logistic model of P(yes) and the retriever's score minus the best score
 of the question's candidates, as programs fuse it: ``decoding.decisions.relative``; fitted 5-fold
-grouped by question: no row is scored by a model fitted on it). ROC AUC with a 95% bootstrap CI (questions
+grouped by question: no row is scored by a model fitted on it), and ``fused where it helps`` (the same, each
+fold's model reading P(yes) only where ``decoding.decisions.lm_adds`` finds it lowers the loss within that fold's
+training questions, as calibration fits a gate; the row says in how many folds it did). ROC AUC with a 95% bootstrap CI (questions
 resampled), seconds per decision (wall clock of the LM call) and its prompt / completion tokens (fresh calls: a
 load-free measure of cost). One MLflow run logs every decision's scores."""
 from __future__ import annotations
@@ -37,7 +39,7 @@ from sklearn.model_selection import GroupKFold  # noqa: E402
 import data as datasets  # noqa: E402
 from data import hotpotqa, musique  # noqa: E402
 from data.xrag import paragraph, read_xquad, xquad_records  # noqa: E402
-from decoding.decisions import YES_NO, Gate, decide, fit_fusion, relative, written_label  # noqa: E402
+from decoding.decisions import YES_NO, Gate, decide, fit_fusion, lm_adds, relative, written_label  # noqa: E402
 from optimizers import tracking  # noqa: E402
 from retrieval.corpus import Corpus, Passage  # noqa: E402
 from retrieval.retriever import Retriever  # noqa: E402
@@ -72,17 +74,21 @@ def bootstrap_ci(rows: list[dict], key: str, reps: int = 1000, seed: int = 0) ->
     return (float(np.percentile(values, 2.5)), float(np.percentile(values, 97.5))) if values else (np.nan, np.nan)
 
 
-def cross_fitted(rows: list[dict], folds: int = 5) -> list[float]:
-    """Fused probability of each row from a fusion model fitted on the other questions' rows (grouped k-fold)."""
-    out = [0.0] * len(rows)
+def cross_fitted(rows: list[dict], folds: int = 5, select: bool = False) -> tuple[list[float], int]:
+    """Fused probability of each row from a fusion model fitted on the other questions' rows (grouped k-fold), and
+    in how many folds it read the LM. ``select``: each fold's model keeps the LM feature only where
+    ``decoding.decisions.lm_adds`` finds it helps within that fold's training rows, as calibration fits a gate."""
+    out, with_lm = [0.0] * len(rows), 0
     groups = [r["qid"] for r in rows]
     for train, test in GroupKFold(n_splits=min(folds, len(set(groups)))).split(rows, groups=groups):
+        pairs, gold = [(rows[i]["logprob"], rows[i]["relative"]) for i in train], [rows[i]["gold"] for i in train]
+        lm = lm_adds(pairs, gold, [groups[i] for i in train])["kept"] if select else True
+        with_lm += lm
         gate = Gate()
-        gate.weights = fit_fusion([(rows[i]["logprob"], rows[i]["relative"]) for i in train],
-                                  [rows[i]["gold"] for i in train])
+        gate.weights = fit_fusion(pairs, gold, lm)
         for i, p in zip(test, gate.fuse([rows[i]["logprob"] for i in test], [rows[i]["relative"] for i in test])):
             out[i] = p
-    return out
+    return out, with_lm
 
 
 # ---------------------------------------------------------------- labelled passages per dataset
@@ -254,14 +260,17 @@ def main(argv=None) -> list[str]:
             for prompt, ((name, cand), rows) in itertools.product(args.prompt, sets.items()):
                 short = lm_name.split(":")[-1] + ("" if prompt == "label" else f" {prompt}-prompt")
                 judge(rows, args.max_chars, chat=prompt == "chat")
-                rows_fused = cross_fitted(rows)
-                for r, f in zip(rows, rows_fused):
-                    r["fused"] = f
+                fused, _ = cross_fitted(rows)
+                selected, with_lm = cross_fitted(rows, select=True)
+                for r, f, g in zip(rows, fused, selected):
+                    r["fused"], r["selected"] = f, g
                 seconds = f"{np.mean([r['seconds'] for r in rows]):.2f}"
                 unread = sum(not r["read"] for r in rows)
-                for mode in ("generate", "logprob", "fused"):
+                labels = {"selected": f"fused where it helps (LM read in {with_lm} of 5 folds)"}
+                for mode in ("generate", "logprob", "fused", "selected"):
                     s = summarise(rows, mode)
-                    emit(table_line(name, cand, f"{short} {mode}", s, seconds, tokens_per_decision(rows))
+                    emit(table_line(name, cand, f"{short} {labels.get(mode, mode)}", s, seconds,
+                                    tokens_per_decision(rows))
                          + (f" <!-- {unread} unread -->" if unread and mode == "logprob" else ""))
                     mlflow.log_metric(f"{name}_{cand}_{short}_{mode}_auc", s["auc"])
                 tracking.log_jsonl(f"scores/{name}_{cand}_{short}.jsonl",

@@ -40,10 +40,11 @@ def test_questions_are_taken_until_both_classes_hold_the_minimum(hotpot_dir, emb
 def test_fused_scores_of_a_question_never_see_its_own_labels():
     rows = [{"qid": f"q{i // 4}", "logprob": 0.2 + 0.1 * (i % 4), "relative": (i * 7 % 10) / 10 - 1, "gold": i % 2 == 0}
             for i in range(40)]
-    before = critic_auc.cross_fitted(rows)
     flipped = [r | {"gold": not r["gold"]} if r["qid"] == "q0" else r for r in rows]
-    after = critic_auc.cross_fitted(flipped)
-    assert after[:4] == before[:4] and after[4:] != before[4:]  # q0's rows: fitted on other questions only
+    for select in (False, True):
+        before, _ = critic_auc.cross_fitted(rows, select=select)
+        after, _ = critic_auc.cross_fitted(flipped, select=select)
+        assert after[:4] == before[:4] and after[4:] != before[4:]  # q0's rows: fitted on other questions only
 
 
 def test_script_prints_retriever_and_decision_rows(hotpot_dir, monkeypatch, capsys, embedder):
@@ -60,3 +61,4 @@ def test_script_prints_retriever_and_decision_rows(hotpot_dir, monkeypatch, caps
     assert "| hotpotqa | distractors | one generate | 4 / 4 | 0.500 |" in table  # always "yes": all tied
     assert "| hotpotqa | distractors | one logprob | 4 / 4 | 1.000 |" in table  # 0.9 / 0.6 vs 0.2
     assert "| hotpotqa | distractors | one fused |" in table and "s/decision" in capsys.readouterr().out
+    assert "| hotpotqa | distractors | one fused where it helps (LM read in " in table

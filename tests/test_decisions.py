@@ -456,6 +456,73 @@ def test_fusion_is_not_drowned_by_the_lm_logits_scale_when_the_retriever_separat
     assert roc_auc_score(gold, fused) > 0.95
 
 
+def candidates(lm_of_gold, rng):
+    """12 questions x 5 retrieved candidates (the first gold): the retriever ranks gold first on 9 of 12, and
+    ``lm_of_gold(gold)`` gives each candidate's LM probability. Returns (probs, relative scores, gold, question)."""
+    rows = []
+    for q in range(12):
+        scores = sorted(rng.uniform(-0.1, 0.0, size=5), reverse=True)
+        gold_at = 0 if q % 4 else 2  # every fourth question: a distractor outranks the gold passage
+        for i, score in enumerate(scores):
+            rows.append((lm_of_gold(i == gold_at), score - scores[0], i == gold_at, f"q{q}"))
+    return [list(column) for column in zip(*rows)]
+
+
+def test_the_lm_feature_is_kept_only_where_it_lowers_the_out_of_fold_loss():
+    rng = np.random.default_rng(3)
+    # an LM at chance (CORAL's 0.5B critic on XRAG zh): the gate decides by the retriever alone, so no call is needed
+    probs, scores, gold, questions = candidates(lambda g: rng.uniform(0.05, 0.95), rng)
+    gate = Gate(threshold=0.5)
+    info = fit_gate(gate, probs, scores, gold, questions)
+    assert info["lm_feature"]["kept"] is False and gate.weights[1] == 0 and not gate.reads_lm
+    assert info["lm_feature"]["gain"] <= info["lm_feature"]["gain_se"] and "LM feature dropped" in describe(info)
+    assert gate.fuse([0.01] * 3, scores[:3]) == gate.fuse([0.99] * 3, scores[:3])
+    assert info["decisions"]["groups"] == questions and info["decisions"]["probs"] == probs  # refittable offline
+    # an LM that knows which passage is gold where the retriever does not: kept, with a positive weight
+    probs, scores, gold, questions = candidates(lambda g: rng.uniform(0.7, 0.95) if g else rng.uniform(0.05, 0.5), rng)
+    info = fit_gate(gate, probs, scores, gold, questions)
+    assert info["lm_feature"]["kept"] is True and gate.weights[1] > 0 and gate.reads_lm
+    assert "LM feature kept" in describe(info)
+    # without question ids there is no grouped cross-validation: both features, and the log says why
+    info = fit_gate(gate, probs, scores, gold)
+    assert info["lm_feature"] == {"kept": True, "why": "no question ids"} and gate.reads_lm
+    assert Gate(threshold=0.5).reads_lm  # unfitted: the even mix reads the LM
+
+
+def test_crag_grades_by_retrieval_alone_without_a_call_when_its_gate_gave_the_lm_no_weight():
+    from programs.crag import CRAG
+
+    search = ScriptedSearch({Q: ["Blue Fox", "Red Owl", "Green Cat"]})
+    lm = RelevanceLM({ANSWER: {"answer": "Lyon [1]"}}, {"Blue Fox": 0.1, "Red Owl": 0.1, "Green Cat": 0.9})
+    init_dspy(lm, cache=False)
+    crag = CRAG(search, k=3, loops=0, decisions="fused")
+    crag.grade_gate.weights = [2.0, 0.0, 10.0]  # relative scores 0, -0.2, -0.3 -> 0.88, 0.5, 0.27
+    pred = crag(question=Q)
+    assert pred.trace["grades"] == ["correct", "ambiguous"]  # Green Cat, incorrect by retrieval, is dropped
+    asked = [h["messages"][-1]["content"] for h in lm.history]
+    assert not any(text.endswith("Answer with one word: yes or no.") for text in asked) and len(asked) == 1
+
+
+def test_coral_asks_no_critic_when_its_keep_gate_decides_by_retrieval_and_no_verdict_when_dev_was_one_class(embedder):
+    from programs.coral import CORAL, Trace
+    from retrieval.corpus import Corpus, Passage
+    from retrieval.retriever import Retriever
+
+    init_dspy(BareLM([]), cache=False)  # any LM call would fail: it has no reply
+    coral = CORAL(Retriever([Corpus("en", [{"id": "e1", "title": "T", "text": "x"}], "en")], embedder),
+                  decisions="fused")
+    a, b = Passage("en:a", "A", "x", "en", "en", 0.9), Passage("en:b", "B", "x", "en", "en", 0.5)
+    coral.keep_gate.weights, coral.keep_gate.thresholds["threshold"] = [1.0, 0.0, 10.0], 0.5
+    coral.sufficiency_gate.thresholds["threshold"] = 0.0  # a one-class positive fit
+    trace = Trace()
+    rated = coral.rate([a, b], "Q?", trace)
+    assert [r.rated for r in rated] == [False, False] and trace.unrated == 2 and not trace.calls["critic"]
+    kept = coral.keep(rated, [a, b])
+    assert [r.passage.title for r in kept] == ["A"]  # sigmoid(1 + 0) passes, sigmoid(1 - 4) does not
+    verdict = coral.check("Q?", kept, rated, trace)
+    assert verdict.enough is True and trace.sure_sufficiency == 1 and not trace.calls["sufficiency"]
+
+
 # --- answer-level decisions: PAR2's controller, RAG-Critic's verdict, Self-Refine's stop --------------------------
 
 def test_par2_controller_stops_on_p_stop_against_its_gate():
