@@ -236,6 +236,11 @@ class Gate(Parameter):
         """Whether a fused decision depends on the LM probability (unfitted, or fitted with an LM weight)."""
         return self.weights is None or self.weights[1] != 0
 
+    @property
+    def passes_all(self) -> bool:
+        """Whether every probability passes every threshold (a one-class positive fit): the decision needs no call."""
+        return all(t <= 0 for t in self.thresholds.values())
+
     def fuse(self, probs: list[float], scores: list[float]) -> list[float]:
         """Fused probabilities of the passages judged together (LM probabilities and retriever scores)."""
         if self.weights is not None:

@@ -522,7 +522,7 @@ class CORAL(dspy.Module):
         elif not kept:
             notes = "; ".join(r.critique for r in best(new, 3) if r.critique)
             verdict = Verdict(False, NOTHING_KEPT + (notes or "none"))
-        elif self.decisions != "generate" and self.sufficiency_gate.thresholds["threshold"] <= 0:
+        elif self.decisions != "generate" and self.sufficiency_gate.passes_all:
             trace.sure_sufficiency += 1  # fitted one-class on dev: every kept set was enough there
             verdict = Verdict(True, "")
         else:

@@ -94,18 +94,15 @@ class CRAG(dspy.Module):
                 grades[p.id] = out.grade if out is not None and out.grade in GRADES else "ambiguous"
             return failures
         probs, scores = [], relative([p.score for p in passages])
-        if self.decisions == "fused" and not self.grade_gate.reads_lm:  # calibrated to the retriever alone
-            probs = self.grade_gate.fuse([0.5] * len(passages), scores)
-            grades.update((p.id, graded(s, self.grade_gate.thresholds)) for p, s in zip(passages, probs))
-            return failures
-        for p, score in zip(passages, scores):
+        asked = self.decisions != "fused" or self.grade_gate.reads_lm  # else calibrated to the retriever alone
+        for p, score in zip(passages, scores) if asked else ():
             yes = decide(self.grade_relevance, {"relevant": YES_NO}, question=question,
                          passage=p.format(self.max_chars)).prob("relevant", "yes")
             failures += yes is None
             probs.append(0.5 if yes is None else yes)
             record(self.grade_gate, probs[-1], score, [p])
         if self.decisions == "fused":
-            probs = self.grade_gate.fuse(probs, scores)
+            probs = self.grade_gate.fuse(probs or [0.5] * len(passages), scores)
         grades.update((p.id, graded(s, self.grade_gate.thresholds)) for p, s in zip(passages, probs))
         return failures
 
