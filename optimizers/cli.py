@@ -220,8 +220,10 @@ class Session:
         return sources.provenance(self.args.dataset, self.args.corpus, self.args.leave_question_out,
                                   self.args.max_docs)
 
-    def build(self, program_name: str) -> dspy.Module:
-        """The program with its role LMs and ``--mc-scoring`` (``pride`` calibrates it here, on train questions)."""
+    def build(self, program_name: str, view: Callable[[dspy.Example], dspy.Example] | None = None) -> dspy.Module:
+        """The program with its role LMs and ``--mc-scoring`` (``pride`` calibrates it here, on train questions).
+        ``view``: how the evaluated questions are presented to this program (e.g. told the culture's language);
+        the calibration questions are presented the same way."""
         if self.args.no_retrieval:
             program_name = "cot" if program_name == "cot" else "direct"
         config = self.program_config(program_name)
@@ -232,19 +234,21 @@ class Session:
             except FileNotFoundError as err:  # e.g. rag_critic's taxonomy file
                 fail(str(err))
 
-        return self.build_scored(program_name, make)
+        return self.build_scored(program_name, make, view)
 
-    def build_scored(self, program_name: str, make: Callable[[MCScoring | None], dspy.Module]) -> dspy.Module:
+    def build_scored(self, program_name: str, make: Callable[[MCScoring | None], dspy.Module],
+                     view: Callable[[dspy.Example], dspy.Example] | None = None) -> dspy.Module:
         """``make(mc)``, the program built with the multiple-choice scoring ``--mc-scoring`` asks for; for ``pride``
-        a ``logprob`` build is calibrated first, on the first ``--mc-calibration`` train questions (recorded in
-        ``calibrations``)."""
+        a ``logprob`` build is calibrated first, on the first ``--mc-calibration`` train questions as ``view``
+        presents them (recorded in ``calibrations``)."""
         mode = self.args.mc_scoring if self.bundle.task == "mcq" else "generate"
         if mode != "pride":
             return make(MCScoring(mode) if mode != "generate" else None)
-        slice_ = self.splits.train[:self.args.mc_calibration]
-        # kept like a checkpoint (keyed by the program as built before calibration): a re-run reuses the prior, so
-        # its evaluation checkpoint (keyed by it) resumes
-        saved = self.checkpoint("pride", program_name, make(None), tuple(ex.id for ex in slice_)).with_suffix(".json")
+        slice_ = [view(ex) if view else ex for ex in self.splits.train[:self.args.mc_calibration]]
+        # kept like a checkpoint (keyed by the program as built before calibration and by the questions as it sees
+        # them): a re-run reuses the prior, so its evaluation checkpoint (keyed by it) resumes
+        seen = tuple(json.dumps(ex.inputs().toDict(), sort_keys=True, default=str) for ex in slice_)
+        saved = self.checkpoint("pride", program_name, make(None), seen).with_suffix(".json")
         info = saved_calibration(saved)
         reused = info is not None
         if not reused:
@@ -262,8 +266,9 @@ class Session:
         corpora hold, settings, prompts and demos, the answer code's :func:`code_version`), so an interrupted run
         resumes and a changed one starts afresh. The slice is not part of the key: records are looked up by question
         id (and used only for the question and gold they answered, ``evaluation.answered``), so a larger ``--test``
-        reuses the questions a smaller one answered, and a smaller one reads its subset. ``pooled``: the ids of
-        questions that the whole file depends on (PriDe's calibration prior), which are keyed."""
+        reuses the questions a smaller one answered, and a smaller one reads its subset. ``pooled``: the
+        questions (as the program sees them) that the whole file depends on (PriDe's calibration prior), which are
+        keyed."""
         retrieval = retrieval_options(self.args)  # left out at its defaults, so earlier checkpoints stay valid
         key = json.dumps([stage, program_name, self.args.dataset, self.bundle.fingerprint, self.lm_ids(),
                           self.args.embedder, self.args.index, self.config,

@@ -46,6 +46,11 @@ TIERS = ("low", "mid", "high")
 ENTRY = "scripts/coral_compare.py"
 
 
+def told(ex: dspy.Example) -> dspy.Example:
+    """The question as the ``--oracle-lang`` baselines see it: in the culture's source language's scope."""
+    return ex.copy(lang=ex.get("source_lang") or ex.get("lang"))
+
+
 def balanced(examples: list, field: str, n: int, seed: int) -> list:
     """``n`` examples spread round-robin over the values of ``field`` (seeded order within each value)."""
     pool = sorted(examples, key=lambda ex: ex.id)
@@ -253,7 +258,7 @@ def main(argv=None) -> dict[str, dict]:
         examples = balanced([ex for ex in s.bundle.examples if ex.id not in train], args.balance, len(examples),
                             args.seed)
     train = s.splits.train
-    oracle = s.evaluated([ex.copy(lang=ex.get("source_lang") or ex.get("lang")) for ex in examples])
+    oracle = s.evaluated([told(ex) for ex in examples])
     examples = s.evaluated(examples)
     metric = next(iter(s.metrics))
     results = {}
@@ -264,14 +269,14 @@ def main(argv=None) -> dict[str, dict]:
             "oracle_lang": args.oracle_lang, "compile": args.compile, "eval_ids": [ex.id for ex in examples]})
 
         def run_program(cell: suite.Cell, program) -> None:
-            told = args.oracle_lang and cell.program in ORACLE_PROGRAMS  # told the culture's language
+            oracle_lang = args.oracle_lang and cell.program in ORACLE_PROGRAMS  # told the culture's language
             results[cell.label] = suite.run_cell(s, cell, run.info.run_id, "coral-compare", program=program,
-                                                 examples=oracle if told else examples,
-                                                 stage="compare-oracle" if told else "compare", entry=ENTRY)
+                                                 examples=oracle if oracle_lang else examples,
+                                                 stage="compare-oracle" if oracle_lang else "compare", entry=ENTRY)
 
         evaluated_ids = {ex.get("base_id", ex.id) for ex in examples}
         for name in args.programs:
-            program = s.build(name)
+            program = s.build(name, view=told if args.oracle_lang and name in ORACLE_PROGRAMS else None)
             if args.mc_scoring != "generate" and s.bundle.task == "mcq":
                 program = Observed(program)
             if name in s.calibrations:  # pride: the calibration slice (train split) must not be evaluated

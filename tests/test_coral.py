@@ -535,3 +535,26 @@ def test_oracle_lang_tells_only_the_own_corpus_baselines_the_culture(embedder, m
     assert all(lang == source for name in ("mono_rag", "own_en_rag") for lang, source in captured[name])
     assert any(source != "en" for _, source in captured["coral"])
     assert all(lang == "en" for name in ("multi_rag", "coral") for lang, _ in captured[name])  # no culture label
+
+
+def test_oracle_lang_baselines_are_calibrated_on_questions_told_the_culture(embedder, monkeypatch):
+    """PriDe's prior is estimated on the calibration questions as the program is evaluated on them: an
+    ``--oracle-lang`` baseline sees them in the culture's scope, every other program as asked."""
+    import scripts.coral_compare as compare
+    from optimizers import cli
+
+    lm = DummyLM({WRITE: Queue({"answer": "A"})})
+    monkeypatch.setattr(cli, "make_lm", lambda *a, **k: lm)
+    monkeypatch.setattr(cli, "Retriever", lambda corpora, *a, **kw: Retriever(corpora, embedder))
+    calibrated = []
+
+    def calibrate(program, examples, retries):
+        calibrated.append([(ex.lang, ex.source_lang) for ex in examples])
+        ids = [ex.id for ex in examples]
+        return {"prior": dict.fromkeys("ABCD", 0.25), "asked": ids, "used": ids}
+    monkeypatch.setattr(cli, "calibrate_pride", calibrate)
+    compare.main(["--dataset", "demo_culture", "--programs", "mono_rag", "multi_rag", "--train", "4", "--dev", "1",
+                  "--test", "2", "--k", "1", "--mc-scoring", "pride", "--mc-calibration", "4", "--oracle-lang"])
+    mono, multi = calibrated
+    assert any(source != "en" for _, source in mono)
+    assert all(lang == source for lang, source in mono) and all(lang == "en" for lang, _ in multi)
