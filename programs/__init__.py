@@ -51,6 +51,9 @@ class ProgramSpec:
 
 #: Defaults of config keys a program takes but whose method sets none of its own (``--loops`` when not given).
 SHARED_DEFAULTS = {"loops": 3}
+#: Config keys whose None is a setting, not a flag left out: ``max_chars=None`` shows whole passages (the session
+#: resolves ``--max-chars`` to 600, or to None on XRAG, before it builds a program).
+NONE_IS_A_VALUE = ("max_chars",)
 #: PAR2-RAG's step and sub-query budgets in its paper: H = m = 5.
 PAR2_PAPER = {"loops": 5, "subqueries": 5}
 
@@ -122,10 +125,11 @@ def oracle_roles(name: str) -> tuple[str, ...]:
 def accepted_config(name: str, config: dict) -> dict:
     """The subset of ``config`` that program ``name`` takes (this is what gets logged as its config); a None value
     (a flag not given) becomes the program's default: its method's (``ProgramSpec.defaults``), else
-    :data:`SHARED_DEFAULTS`, else its constructor's."""
+    :data:`SHARED_DEFAULTS`, else its constructor's -- except for :data:`NONE_IS_A_VALUE`."""
     s = spec(name)
     params = inspect.signature(s.cls.__init__).parameters
-    return {k: (s.defaults.get(k, SHARED_DEFAULTS.get(k, params[k].default)) if v is None else v)
+    return {k: (s.defaults.get(k, SHARED_DEFAULTS.get(k, params[k].default))
+                if v is None and k not in NONE_IS_A_VALUE else v)
             for k, v in config.items() if k in s.params}
 
 

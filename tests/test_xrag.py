@@ -518,12 +518,17 @@ def test_build_script_writes_xrag_jsonl_that_the_loader_reads(xquad_dir, tmp_pat
 
 
 def test_xrag_sessions_show_whole_passages_with_their_dates(xquad_dir, dummy):
-    def config(name, *flags):
+    def session(name, *flags):
         args = cli.parser("t").parse_args(["--dataset", name, "--data-dir", str(xquad_dir), "--train", "0", "--dev",
                                            "0", "--test", "1", "--lm", "openai/unused", *flags])
-        return cli.session(args, needs_search=False).config["max_chars"]
+        return cli.session(args, needs_search=False)
+
+    def config(name, *flags):
+        return session(name, *flags).config["max_chars"]
     assert config("xrag_mono_oracle:de") is None and config("demo") == 600 and config("xrag_mono:de", "--max-chars",
                                                                                         "300") == 300
+    built = build("rag", search=object(), **session("xrag_mono_oracle:de").program_config("rag"))
+    assert built.writer.max_chars is None  # the program as built shows the whole passage, not the 600 default
     late = "Filler words about the harbor. " * 30 + "The lighthouse was built in 1902."  # gold past 900 chars
     passage = Corpus("en", [{"id": "1", "title": "Harbor", "text": late, "date": "2024-05-04"}], "en").passage(0)
     lm = dummy({"question": {"answer": "1902"}})
