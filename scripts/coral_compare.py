@@ -268,15 +268,15 @@ def main(argv=None) -> dict[str, dict]:
             "programs": args.programs, "split": args.split, "balance": args.balance or "",
             "oracle_lang": args.oracle_lang, "compile": args.compile, "eval_ids": [ex.id for ex in examples]})
 
-        def run_program(cell: suite.Cell, program) -> None:
-            oracle_lang = args.oracle_lang and cell.program in ORACLE_PROGRAMS  # told the culture's language
+        def run_program(cell: suite.Cell, program, oracle_lang: bool = False) -> None:
             results[cell.label] = suite.run_cell(s, cell, run.info.run_id, "coral-compare", program=program,
                                                  examples=oracle if oracle_lang else examples,
                                                  stage="compare-oracle" if oracle_lang else "compare", entry=ENTRY)
 
         evaluated_ids = {ex.get("base_id", ex.id) for ex in examples}
         for name in args.programs:
-            program = s.build(name, view=told if args.oracle_lang and name in ORACLE_PROGRAMS else None)
+            oracle_lang = args.oracle_lang and name in ORACLE_PROGRAMS  # told the culture's language
+            program = s.build(name, view=told if oracle_lang else None)
             if args.mc_scoring != "generate" and s.bundle.task == "mcq":
                 program = Observed(program)
             if name in s.calibrations:  # pride: the calibration slice (train split) must not be evaluated
@@ -285,7 +285,7 @@ def main(argv=None) -> dict[str, dict]:
                     raise SystemExit(f"error: PriDe calibration questions are also evaluated: {sorted(overlap)}")
                 tracking.log_json(f"calibration/{name}.json", info)
                 mlflow.log_metrics({f"{name}_prior_{k}": v for k, v in info["prior"].items()})
-            run_program(suite.Cell(name, args.dataset), program)
+            run_program(suite.Cell(name, args.dataset), program, oracle_lang)
         if args.compile:
             _, compile_fn = compile_metric(s.bundle.task, None)
             hidden = {g for ex in train for g in ex.get("leave_out") or ()}  # no demo may see its own answer
