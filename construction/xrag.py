@@ -105,7 +105,7 @@ def translation_problem(question: str, answer: str, lang: str, en_answer: str) -
         return "empty_translation"
     if detect(question) != lang:
         return "question_not_translated"
-    if not in_language(answer, lang, golds=(en_answer,)):
+    if not in_language(answer, lang, golds=(en_answer,), question=question):
         return "answer_not_translated"
     return None
 

@@ -30,7 +30,7 @@ STATED_SLACK = 20  # words beyond a gold span that an answer stating it may have
 def language_correct(example, pred, trace=None):
     """Response language correctness (empty answers count as correct here; the judge fails them)."""
     lang = example.get("lang") or "en"
-    ok = in_language(pred.answer or "", lang, example.answers)
+    ok = in_language(pred.answer or "", lang, example.answers, example.question)
     return ok if trace is not None else float(ok)
 
 
@@ -111,7 +111,7 @@ class JudgePanel:
         with self._lock:
             ok = self._memo.get(key)
         if ok is None:
-            ok, path = language_verdict(answer, lang, example.answers), "lingua"
+            ok, path = language_verdict(answer, lang, example.answers, example.question), "lingua"
             if ok is None:
                 votes = [self._reads(r, language_name(lang), example.question, answer) for r in self.readers]
                 ok, path = sum(votes) * 2 > len(votes), "judges"

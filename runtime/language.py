@@ -1,8 +1,10 @@
 """Languages: the names of ISO 639-1 codes as prompts say them, and language identification by ``lingua``.
 
-Language rule for short answers (:func:`language_verdict`): wrong when lingua is confident the answer is in another
-language than the question AND that language differs from the one lingua gives the gold answer, so numbers and
-golds copied as they are pass."""
+Language rule for short answers (:func:`language_verdict`): lingua reads only the answer's own words, the ones it does
+not copy from the question or a gold (names and copied spans say nothing about the language the answer is written
+in: "Friedrich Ratzel of Germany was born in 1858." reads as German with the name, as English without it); wrong
+when lingua is confident those are in another language than the question's. Numbers, golds as they are and
+answers made only of copied words pass."""
 from __future__ import annotations
 
 import re
@@ -47,17 +49,24 @@ def detect(text: str) -> str | None:
     return values[0].language.iso_code_639_1.name.lower()
 
 
-def language_verdict(answer: str, lang: str, golds=()) -> bool | None:
-    """Whether a short ``answer`` counts as written in ``lang`` by lingua (see the module rule); None when lingua
-    cannot tell an answer with letters that is not a gold."""
-    if not re.search(r"[^\W\d_]", answer or "") or any(normalize_text(answer) == normalize_text(g) for g in golds):
-        return True  # digits only, or a gold as it is: the gold is in the question's language by construction
-    found = detect(answer)
-    if found is None:
-        return None
-    return found == lang or any(detect(g) == found for g in golds)
+def own_words(answer: str, copied_from=()) -> str:
+    """The words of ``answer`` that are not words of any text in ``copied_from`` (case-insensitive)."""
+    copied = {w.casefold() for text in copied_from for w in re.findall(r"\w+", text or "")}
+    return " ".join(w for w in re.findall(r"\w+", answer or "") if w.casefold() not in copied)
 
 
-def in_language(answer: str, lang: str, golds=()) -> bool:
+def language_verdict(answer: str, lang: str, golds=(), question: str = "") -> bool | None:
+    """Whether a short ``answer`` to ``question`` counts as written in ``lang`` by lingua (see the module rule);
+    None when lingua cannot tell the answer's own words."""
+    if any(normalize_text(answer) == normalize_text(g) for g in golds):
+        return True  # a gold as it is: in the question's language by construction
+    rest = own_words(answer, (question, *golds))
+    if not re.search(r"[^\W\d_]", rest):
+        return True  # digits, or only words copied from the question or a gold
+    found = detect(rest)
+    return None if found is None else found == lang
+
+
+def in_language(answer: str, lang: str, golds=(), question: str = "") -> bool:
     """:func:`language_verdict`, an undecided answer passing (no judge to ask)."""
-    return language_verdict(answer, lang, golds) is not False
+    return language_verdict(answer, lang, golds, question) is not False

@@ -14,7 +14,7 @@ from data import xrag
 from optimizers import cli
 from optimizers.evaluation import evaluate as run_eval
 from optimizers.xlingual import JudgePanel, char3_recall, language_correct, xrag_metrics
-from runtime.language import in_language
+from runtime.language import in_language, language_verdict
 from programs import build
 from retrieval.corpus import Corpus, excluded
 from retrieval.retriever import Retriever
@@ -188,6 +188,20 @@ def test_language_rule():
     assert in_language("1902", "zh")  # digits only: undecided, never penalised
     assert not in_language("The river bridge", "zh", ["河桥"])
     assert in_language("Denver Broncos", "de", ["Denver Broncos"])  # reads the same as the gold: allowed
+
+
+@pytest.mark.parametrize("answer, lang, gold, question, verdict", [
+    # a German name read as German made this English answer "wrong language": without it lingua cannot tell
+    ("Friedrich Ratzel of Germany was born in 1858.", "en", "Germany", "Where was Friedrich Ratzel born?", None),
+    # an English gold name ("Manning" reads as English) let any English answer to a German question pass
+    ("No interceptions were played during the playoff games of the Broncos.", "de", "Manning",
+     "Wer hat in den Playoff-Spielen der Broncos keinen Pass geworfen?", False),
+    ("Europe", "en", "Russia", "Where did the plague go after Europe?", True),  # only copied words: language-neutral
+    ("Die Hymne heißt Flung to the Heedless Winds", "de", "Flung to the Heedless Winds", "Wie heißt die Hymne?", True),
+    ("Hoesung Lee", "zh", "伊斯梅尔·埃尔·吉周里", "谁是政府间气候变化专门委员会主席？", False),
+])
+def test_lingua_reads_only_the_words_an_answer_does_not_copy(answer, lang, gold, question, verdict):
+    assert language_verdict(answer, lang, [gold], question) is verdict
 
 
 def judges(*verdicts):
@@ -539,8 +553,9 @@ def test_xrag_sessions_show_whole_passages_with_their_dates(xquad_dir, dummy):
 
 
 @pytest.mark.parametrize("answer, votes, ok, path", [
-    ("Graz", (False,), 0.0, "judges"),  # lingua cannot tell: the panel decides (here: not German)
-    ("Graz", (True, False, True), 1.0, "judges"),
+    ("Oslo", (False,), 0.0, "judges"),  # lingua cannot tell: the panel decides (here: not German)
+    ("Oslo", (True, False, True), 1.0, "judges"),
+    ("Graz", (False,), 1.0, "lingua"),  # a word of the gold: language-neutral, no call
     ("in Graz", (False,), 1.0, "lingua"),  # the gold as it is: no call
     ("1902", (False,), 1.0, "lingua"),  # digits only: language-neutral, no call
     ("it was built in the year nineteen hundred", (True,), 0.0, "lingua"),
