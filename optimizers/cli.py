@@ -299,7 +299,8 @@ def saved_calibration(path: Path) -> dict | None:
 
 #: The code that writes and scores the answers a checkpoint holds: a change to any of it starts new checkpoints.
 ANSWER_CODE = ("programs", "decoding", "retrieval", "signatures", "optimizers/metrics.py", "optimizers/task_metrics.py",
-               "optimizers/xlingual.py", "runtime/caps.py", "runtime/language.py", "runtime/lm.py")
+               "optimizers/xlingual.py", "runtime/caps.py", "runtime/language.py", "runtime/lm.py",
+               "runtime/llama_serve.py")
 #: Files under ANSWER_CODE that build datasets and answer nothing (the XRAG construction pipeline's signatures).
 NOT_ANSWER_CODE = ("signatures/construct.py",)
 

@@ -1,4 +1,5 @@
-"""``python -m runtime.llama_serve ARGS``: ``llama_cpp.server`` (same ARGS) with token logprobs selected, not sorted.
+"""``python -m runtime.llama_serve ARGS``: ``llama_cpp.server`` (same ARGS) with token logprobs selected, not sorted,
+and every prompt token's logits kept only for requests that ask for logprobs.
 
 llama-cpp-python 0.3.x builds each generated token's ``top_logprobs`` by sorting (logprob, token id) pairs over the
 whole vocabulary in Python (``list(sorted(zip(logprobs, range(n_vocab)), reverse=True))``, then the first
@@ -7,7 +8,14 @@ reply runs to 80 tokens (CORAL's four scores and critique) took 26 s with logpro
 (abetlen/llama-cpp-python#1983). Here that module's ``sorted`` is a top-``TOP`` selection for the reversed sort
 (``heapq.nlargest``: the same first elements in the same order, 10-25x faster); our clients ask for at most 20
 alternatives (OpenAI's maximum for chat), so the pairs past ``TOP`` are never read; a request for more than ``TOP``
-gets ``TOP``. Only the server process runs patched: the project's LM clients never import this module."""
+gets ``TOP``.
+
+Second, llama-cpp-python computes and keeps the vocabulary logits of every prompt token when the model is loaded with
+``logits_all`` -- which it must be for any request to get logprobs -- so every generation call pays for a prompt-length
+output projection and a copy of n_prompt x 151,936 floats it never reads. Here a request decodes with every row
+kept only when it asks for logprobs (:func:`keep_logits_when_asked`); the others keep the last position's logits
+only, as a model loaded without ``logits_all`` does. Only the server process runs patched: the project's LM clients
+never import this module."""
 from __future__ import annotations
 
 import builtins
@@ -24,11 +32,33 @@ def top_sorted(iterable, *, key=None, reverse: bool = False) -> list:
     return builtins.sorted(iterable, key=key)
 
 
-def patch() -> None:
+def select_top_logprobs() -> None:
     """Route ``llama_cpp.llama``'s calls of ``sorted`` (only its top-logprobs code calls it) to :func:`top_sorted`."""
     import llama_cpp.llama
 
     llama_cpp.llama.sorted = top_sorted
+
+
+def keep_logits_when_asked() -> None:
+    """Make ``logits_all`` a per-request setting of a model loaded with it: on for a completion that asks for
+    logprobs, off for the others. A logprobs request also replays its last prompt token, whose row an earlier
+    request that matched the same prompt may not have kept (the rows it reads: that one and its own tokens')."""
+    from llama_cpp.llama import Llama
+
+    create = Llama.create_completion
+
+    def create_completion(self, *args, **kwargs):
+        self._logits_all = kwargs.get("logprobs") is not None
+        self._requires_eval = self._requires_eval or self._logits_all
+        return create(self, *args, **kwargs)
+
+    Llama.create_completion = create_completion
+
+
+def patch() -> None:
+    """Both changes to ``llama_cpp.llama`` (see the module docstring)."""
+    select_top_logprobs()
+    keep_logits_when_asked()
 
 
 def main() -> None:

@@ -1,11 +1,14 @@
-"""Cost of token logprobs on the embedded model: llama-cpp-python's full sort vs ``runtime.llama_serve``'s selection.
+"""Cost of token logprobs and of prompt logits on the embedded model: llama-cpp-python as it is vs ``runtime.llama_serve``.
 
-``python scripts/bench_logprobs.py --model qwen-0.5b --tokens 80 --n 3``
+``python scripts/bench_logprobs.py --model qwen-0.5b --tokens 80 --n 3 --documents 8``
 Loads the model in this process (as its server does: ``logits_all``, every core) and times one completion of
-at most ``--tokens`` tokens on the same prompt three ways, ``--n`` times each with the KV cache cleared before every call:
-without logprobs, with 20 top logprobs as the library computes them, and with ``runtime.llama_serve.patch()``
-applied. Prints one markdown table with seconds per call, seconds per generated token over the no-logprobs row,
-and each row's ratio to the first; checks that both logprobs rows return the same alternatives."""
+at most ``--tokens`` tokens on the same prompt (``--documents`` copies of a rating task's document: 8 is ~1,700
+prompt tokens, XRAG's full condition), ``--n`` times each with the KV cache cleared before every call, five ways:
+without logprobs and with 20 top logprobs as the library computes them; with its sort replaced by a selection
+(``llama_serve.select_top_logprobs``); then without and with logprobs once the prompt's logits are kept only for
+logprobs requests (``llama_serve.patch``). Prints one markdown table with seconds per call, seconds per generated
+token over the first row, and each row's ratio to the first; checks that the rows without logprobs write the same
+text and the logprobs rows return the same alternatives."""
 from __future__ import annotations
 
 import argparse
@@ -18,17 +21,21 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from runtime import llama_serve, models  # noqa: E402
 
-PROMPT = ("Rate the document as evidence for the question, each scale an integer from 0 to 5, then explain.\n"
-          "Question: Which river flows through the city where the first printed Bible was made?\n"
-          "Document: [Mainz] Mainz is the capital of Rhineland-Palatinate, on the left bank of the Rhine opposite "
-          "the mouth of the Main. Johannes Gutenberg printed his Bible there in the 1450s; the city's cathedral "
-          "dates from the tenth century.\nRatings and explanation:")
+TASK = "Rate the documents as evidence for the question, each scale an integer from 0 to 5, then explain.\n"
+QUESTION = "Question: Which river flows through the city where the first printed Bible was made?\n"
+DOCUMENT = ("Document {i}: [Mainz] Mainz is the capital of Rhineland-Palatinate, on the left bank of the Rhine opposite "
+            "the mouth of the Main. Johannes Gutenberg printed his Bible there in the 1450s; the city's cathedral "
+            "dates from the tenth century, and its university carries his name.\n")
 
 
-def timed(llm, tokens: int, logprobs: int | None) -> tuple[float, dict]:
+def prompt(documents: int) -> str:
+    return TASK + QUESTION + "".join(DOCUMENT.format(i=i + 1) for i in range(documents)) + "Ratings and explanation:"
+
+
+def timed(llm, text: str, tokens: int, logprobs: int | None) -> tuple[float, dict]:
     llm.reset()
     start = time.perf_counter()
-    out = llm.create_completion(PROMPT, max_tokens=tokens, temperature=0, logprobs=logprobs)
+    out = llm.create_completion(text, max_tokens=tokens, temperature=0, logprobs=logprobs)
     return time.perf_counter() - start, out
 
 
@@ -37,28 +44,33 @@ def main(argv=None) -> list[dict]:
     p.add_argument("--model", default="qwen-0.5b", choices=sorted(models.MODELS))
     p.add_argument("--tokens", type=int, default=80, help="completion cap (greedy: the same tokens in every row)")
     p.add_argument("--n", type=int, default=3, help="calls per row")
+    p.add_argument("--documents", type=int, default=1, help="copies of the document in the prompt (8: ~1,700 tokens)")
     args = p.parse_args(argv)
     from llama_cpp import Llama
 
-    llm = Llama(str(models.verify(args.model)), n_ctx=2048, n_threads=os.cpu_count(), logits_all=True,
+    text = prompt(args.documents)
+    llm = Llama(str(models.verify(args.model)), n_ctx=4096, n_threads=os.cpu_count(), logits_all=True,
                 verbose=False)
-    rows, top = [], {}
-    for name, logprobs, patched in (("no logprobs", None, False), ("logprobs, library sort", 20, False),
-                                    ("logprobs, runtime.llama_serve", 20, True)):
-        if patched:
-            llama_serve.patch()
+    rows, texts, top = [], {}, {}
+    for name, logprobs, change in (("no logprobs", None, None), ("logprobs, library sort", 20, None),
+                                   ("logprobs, top selected", 20, llama_serve.select_top_logprobs),
+                                   ("no logprobs, prompt logits only when asked", None, llama_serve.patch),
+                                   ("logprobs, runtime.llama_serve", 20, None)):
+        if change:
+            change()
         seconds, out = [], None
         for _ in range(args.n):
-            s, out = timed(llm, args.tokens, logprobs)
+            s, out = timed(llm, text, args.tokens, logprobs)
             seconds.append(s)
-        if logprobs:
-            top[name] = out["choices"][0]["logprobs"]["top_logprobs"]
+        (top if logprobs else texts)[name] = out["choices"][0]["logprobs"]["top_logprobs"] if logprobs else \
+            out["choices"][0]["text"]
         rows.append({"row": name, "s_per_call": sum(seconds) / len(seconds),
-                     "tokens": out["usage"]["completion_tokens"]})
+                     "tokens": out["usage"]["completion_tokens"], "prompt_tokens": out["usage"]["prompt_tokens"]})
     base = rows[0]["s_per_call"]
-    same = len({repr(v) for v in top.values()}) == 1
-    print(f"{args.model}, {rows[0]['tokens']} generated tokens, mean of {args.n} calls each; "
-          f"the two logprobs rows return the same alternatives: {same}\n")
+    same_text, same_top = len(set(texts.values())) == 1, len({repr(v) for v in top.values()}) == 1
+    print(f"{args.model}, {rows[0]['prompt_tokens']} prompt tokens, {rows[0]['tokens']} generated tokens, mean of "
+          f"{args.n} calls each; rows without logprobs write the same text: {same_text}; logprobs rows return the "
+          f"same alternatives: {same_top}\n")
     print("| row | s/call | extra s per generated token | ratio to no logprobs |\n|---|---|---|---|")
     for r in rows:
         print(f"| {r['row']} | {r['s_per_call']:.2f} | {(r['s_per_call'] - base) / r['tokens']:.3f} | "

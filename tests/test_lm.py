@@ -285,7 +285,45 @@ def test_the_served_top_logprobs_are_the_full_sorts_first_alternatives_ties_incl
     assert llama_serve.top_sorted(pairs(), reverse=True) == sorted(pairs(), reverse=True)[:llama_serve.TOP]
     assert llama_serve.top_sorted(pairs()) == sorted(pairs())  # an ascending sort stays whole
     try:
-        llama_serve.patch()
+        llama_serve.select_top_logprobs()
         assert llama_cpp.llama.sorted is llama_serve.top_sorted
     finally:
         del llama_cpp.llama.sorted  # the builtin again for the rest of this process
+
+
+@pytest.mark.real_lm
+def test_prompt_logits_kept_only_when_asked_change_neither_text_nor_logprobs(monkeypatch):
+    """runtime.llama_serve keeps every prompt token's logits only for logprobs requests; a logprobs request whose
+    whole prompt an earlier request left cached (its last row not kept) replays that token instead of reading the row
+    another prompt left there."""
+    from llama_cpp import Llama
+
+    from runtime import llama_serve, models
+
+    llm = Llama(str(models.verify("qwen-0.5b")), n_ctx=1024, n_threads=os.cpu_count(), logits_all=True,
+                verbose=False)
+    asked = "Answer Yes or No.\nQuestion: Is the Rhine a river in Europe?\nAnswer:"
+    other = "Complete the sentence with one word, the name of a city.\nThe capital city of the country France is"
+    assert len(llm.tokenize(other.encode())) > len(llm.tokenize(asked.encode()))  # it overwrites the asked one's rows
+
+    def ask(prompt, logprobs=None, tokens=6):
+        out = llm.create_completion(prompt, max_tokens=tokens, temperature=0, logprobs=logprobs)["choices"][0]
+        return out["logprobs"]["top_logprobs"][0] if logprobs else out["text"]
+
+    def cached_then_asked():
+        """Another prompt with logprobs, then the asked one without and with (one token each: the last call finds
+        the whole prompt cached)."""
+        llm.reset()
+        ask(other, logprobs=5, tokens=1)
+        ask(asked, tokens=1)
+        return ask(asked, logprobs=5, tokens=1)
+
+    llm.reset()
+    text, library = ask(asked), cached_then_asked()
+    monkeypatch.setattr(Llama, "create_completion", Llama.create_completion)  # restored after the test
+    llama_serve.keep_logits_when_asked()
+    llm.reset()
+    assert ask(asked) == text and not llm._logits_all  # the same text, without keeping the prompt's rows
+    served = cached_then_asked()
+    assert list(served) == list(library)  # the asked prompt's alternatives, not the other prompt's
+    assert list(served.values()) == pytest.approx(list(library.values()), abs=0.1)  # replayed in a batch of one
