@@ -1,4 +1,4 @@
-"""Cost of token logprobs and of prompt logits on the embedded model: llama-cpp-python as it is vs ``runtime.llama_serve``.
+"""Cost of token logprobs and prompt logits on the embedded model: llama-cpp-python vs ``runtime.llama_serve``.
 
 ``python scripts/bench_logprobs.py --model qwen-0.5b --tokens 80 --n 3 --documents 8``
 Loads the model in this process (as its server does: ``logits_all``, every core) and times one completion of at most
