@@ -63,8 +63,11 @@ def main(argv=None) -> list[dict]:
         for _ in range(args.n):
             s, out = timed(llm, text, args.tokens, logprobs)
             seconds.append(s)
-        (top if logprobs else texts)[name] = out["choices"][0]["logprobs"]["top_logprobs"] if logprobs else \
-            out["choices"][0]["text"]
+        choice = out["choices"][0]
+        if logprobs:
+            top[name] = choice["logprobs"]["top_logprobs"]
+        else:
+            texts[name] = choice["text"]
         rows.append({"row": name, "s_per_call": sum(seconds) / len(seconds),
                      "tokens": out["usage"]["completion_tokens"], "prompt_tokens": out["usage"]["prompt_tokens"]})
     base = rows[0]["s_per_call"]
