@@ -11,8 +11,11 @@ order, and a pipeline's retrieval, planner and critic run once per question inst
 must not overlap the evaluated questions."""
 from __future__ import annotations
 
+import json
+from contextlib import nullcontext
 from dataclasses import replace
 from functools import partial
+from pathlib import Path
 
 import dspy
 from dspy.utils.exceptions import AdapterParseError
@@ -21,7 +24,7 @@ import data as datasets
 from decoding.choice import estimate_prior
 from decoding.decisions import ANSWER_KINDS, fit_gate, gates, recorded_decisions
 from optimizers import metrics
-from optimizers.evaluation import _run
+from optimizers.evaluation import _run, load_checkpoint
 from programs.writer import mc_state, recorded_choices
 from runtime.metering import metered
 
@@ -55,7 +58,7 @@ def calibrate_pride(program: dspy.Module, examples: list[dspy.Example], retries:
 
 
 def calibrate_decisions(program: dspy.Module, examples: list[dspy.Example], fused: bool, retries: int = 1,
-                        correct=None) -> dict:
+                        correct=None, journal: Path | None = None) -> dict:
     """Fit every gate of ``program`` (``decoding.decisions.Gate``) on the decisions it makes on ``examples``
     (the dev split), labelled by the gate's kind with the oracle roles' labels (:func:`optimizers.metrics.gold_of`):
     a passage decision is gold when its passage is one of the example's gold passages (paragraph ids where the
@@ -65,25 +68,36 @@ def calibrate_decisions(program: dspy.Module, examples: list[dspy.Example], fuse
     the task metric). ``fused``: per-passage gates also fit fusion
     weights with the retriever's score, keeping the LM's probability only where it lowers the loss out of fold
     (folds by question). Returns, per gate, the fit (AUC, ROC curve, thresholds, weights) or why it
-    was skipped; gates without labelled decisions keep their thresholds."""
+    was skipped; gates without labelled decisions keep their thresholds. ``journal`` (JSONL, keyed by the caller
+    like a checkpoint): each question's labelled decisions are appended as it finishes and read back instead of
+    asked again, so an interrupted fit resumes; a question that ended on endpoint errors is not kept."""
     correct = correct or metrics.correct
     found = gates(program)
     names = {id(gate): name for name, gate in found.items()}
     by_answer = any(gate.kind in ANSWER_KINDS for gate in found.values())
     rows: dict[str, list[tuple[float, float | None, bool, str]]] = {name: [] for name in found}
-    for example in examples:
-        gold = replace(metrics.gold_of(example), correct=partial(correct, example))
-        if gold.missing("relevance") and not by_answer:
-            continue
-        with recorded_decisions() as calls:
-            _run(program, example, retries)
-        for call in calls:
-            label = call.gold(gold)
-            if id(call.gate) in names and label is not None:
-                rows[names[id(call.gate)]].append((call.prob, call.score, label, str(example.id)))
+    done = load_checkpoint(journal) if journal else {}
+    if journal:
+        journal.parent.mkdir(parents=True, exist_ok=True)
+    with open(journal, "a", encoding="utf-8") if journal else nullcontext() as sink:
+        for example in examples:
+            gold = replace(metrics.gold_of(example), correct=partial(correct, example))
+            if gold.missing("relevance") and not by_answer:
+                continue
+            decided = done.get(str(example.id), {}).get("decisions")
+            if decided is None:
+                with recorded_decisions() as calls:
+                    retryable = _run(program, example, retries)[3]
+                decided = [[names[id(call.gate)], call.prob, call.score, label] for call in calls
+                           if id(call.gate) in names and (label := call.gold(gold)) is not None]
+                if sink and not retryable:
+                    sink.write(json.dumps({"id": str(example.id), "decisions": decided}, default=float) + "\n")
+                    sink.flush()
+            for name, prob, score, label in decided:
+                rows[name].append((prob, score, label, str(example.id)))
     info = {}
-    for name, decided in rows.items():
-        probs, scores, labels, questions = (list(c) for c in zip(*decided)) if decided else ([], [], [], [])
+    for name, made in rows.items():
+        probs, scores, labels, questions = (list(c) for c in zip(*made)) if made else ([], [], [], [])
         with_scores = fused and bool(scores) and None not in scores
         try:
             info[name] = fit_gate(found[name], probs, scores if with_scores else None, labels, questions)

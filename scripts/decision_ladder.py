@@ -50,9 +50,11 @@ def rung_args(args, rung: str):
 def fitted(s, name: str) -> tuple[dspy.Module, dict]:
     """Program ``name`` with its gates fitted on the dev split against gold (``calibrate_decisions``), and the fits.
     The fits are kept like a checkpoint, keyed by the program before fitting and the dev questions, so a resumed
-    ladder does not fit again (an unreadable file: one warning line, fitted again)."""
+    ladder does not fit again (an unreadable file: one warning line, fitted again); an interrupted fit resumes from
+    the dev questions it finished (the journal beside them)."""
     program = s.build(name)
-    saved = s.checkpoint("gates", name, program, tuple(ex.id for ex in s.splits.dev)).with_suffix(".json")
+    journal = s.checkpoint("gates", name, program, tuple(ex.id for ex in s.splits.dev))
+    saved = journal.with_suffix(".json")
     if saved.exists():
         try:
             fits = json.loads(saved.read_text(encoding="utf-8"))
@@ -65,7 +67,7 @@ def fitted(s, name: str) -> tuple[dspy.Module, dict]:
             print(f"warning: saved gate fits {saved} are unreadable ({type(err).__name__}: {str(err)[:80]}); "
                   "fitting again", file=sys.stderr)
             program = s.build(name)
-    fits = calibrate_decisions(program, s.splits.dev, fused=True, retries=s.args.retries)
+    fits = calibrate_decisions(program, s.splits.dev, fused=True, retries=s.args.retries, journal=journal)
     write_whole(saved, json.dumps(fits))
     return program, fits
 

@@ -386,6 +386,48 @@ def test_calibration_fits_the_crag_gate_on_dev_gold_titles(mode):
     assert crag(question=Q).trace["grades"][0] == "correct"
 
 
+def test_an_interrupted_calibration_resumes_from_its_journal_without_asking_again(tmp_path):
+    from optimizers.calibration import calibrate_decisions
+    from programs.crag import CRAG
+
+    class Counted(RelevanceLM):
+        """Counts calls; raises Ctrl-C at call ``stop_at`` (1-based), as an interrupted run would."""
+        def __init__(self, stop_at=None):
+            super().__init__({ANSWER: {"answer": "Lyon [1]"}}, {"Blue Fox": 0.9, "Red Owl": 0.6, "Green Cat": 0.2})
+            self.calls, self.stop_at = 0, stop_at
+
+        def __call__(self, *args, **kwargs):
+            self.calls += 1
+            if self.calls == self.stop_at:
+                raise KeyboardInterrupt
+            return super().__call__(*args, **kwargs)
+
+    search = ScriptedSearch({Q: ["Blue Fox", "Red Owl", "Green Cat"]})
+    dev = [dspy.Example(id=f"d{i}", question=Q, answer="Lyon", gold_titles=[gold]).with_inputs("question")
+           for i, gold in enumerate(["Blue Fox", "Red Owl"])]
+    whole = Counted()  # 3 grades + 1 answer per question, no journal
+    init_dspy(whole, cache=False)
+    expected = calibrate_decisions(CRAG(search, k=3, loops=0, decisions="fused"), dev, fused=True, retries=0)
+    assert whole.calls == 8 and expected["grade_gate"]["n"] == 6 and expected["grade_gate"]["positives"] == 2
+
+    journal = tmp_path / "gates.jsonl"
+    init_dspy(Counted(stop_at=6), cache=False)  # Ctrl-C at the second question's second grade
+    with pytest.raises(KeyboardInterrupt):
+        calibrate_decisions(CRAG(search, k=3, loops=0, decisions="fused"), dev, fused=True, retries=0,
+                            journal=journal)
+    assert [json.loads(line)["id"] for line in journal.read_text().splitlines()] == ["d0"]
+    resumed = Counted()
+    init_dspy(resumed, cache=False)
+    crag = CRAG(search, k=3, loops=0, decisions="fused")
+    assert calibrate_decisions(crag, dev, fused=True, retries=0, journal=journal) == expected
+    assert resumed.calls == 4  # only d1 was asked
+    again = Counted(stop_at=1)  # a finished journal asks nothing at all
+    init_dspy(again, cache=False)
+    assert calibrate_decisions(CRAG(search, k=3, loops=0, decisions="fused"), dev, fused=True, retries=0,
+                               journal=journal) == expected
+    assert again.calls == 0
+
+
 def test_calibration_labels_passages_by_paragraph_id_where_the_data_has_ids():
     """MuSiQue's ``gold_ids`` (paragraphs share titles) and XRAG's ``supporting`` article (no gold titles at all)
     label the decisions as the oracle does -- by id, not by title."""
