@@ -7,15 +7,19 @@ Evaluates the uncompiled program on dev and test, compiles on train (search opti
 evaluates the compiled program on dev and test, saves it as DSPy JSON state and logs one MLflow run."""
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import json
 import shutil
 import sys
 import tempfile
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import dspy
 import mlflow
+from dspy.clients.cache import Cache
 
 import programs
 from decoding.decisions import describe
@@ -69,7 +73,9 @@ def main(argv=None) -> str:
         s.eval_data("train", s.splits.train).log()  # what compile learns from
         stage("dev_before", program, s.splits.dev)
         stage("test_before", program, s.splits.test)
-        compiled, _ = compile_fitted(s, program, args.optimizer, metric, s.roles.lm("planner"))
+        compiled, _ = compile_fitted(s, program, args.optimizer, metric, s.roles.lm("planner"),
+                                     compile_ledger(s, args.program, program,
+                                                    compile_params(args, args.optimizer, metric_name)))
         stage("dev_after", compiled, s.splits.dev)
         stage("test_after", compiled, s.splits.test)
         if s.judge:
@@ -136,12 +142,16 @@ def compile_fitted(s, program: dspy.Module, optimizer: str, metric, proposer: ds
     ``--demo-tokens`` and its gates to dev (:func:`fit_gates`); all logged to the active run.
     Returns the compiled program and what the compile cost: LM calls, tokens, seconds, the budget that stopped it
     (empty: none) and the demo tokens of each predictor. ``ledger``: a file keyed by the compile's setting that
-    keeps its cost across runs (:func:`carried`), so a compile re-run from the LM cache reports what it cost."""
+    keeps its cost across runs (:func:`carried`), so a compile re-run from the LM cache reports what it cost; under
+    ``--no-cache`` the compile's answers are kept beside it until it finishes (:func:`answers_kept`), so an
+    interrupted compile resumes there too."""
     args = s.args
     t0, limit = time.perf_counter(), Limit(args.compile_budget, args.compile_minutes)
     cost = None
+    kept = ledger.with_suffix(".answers") if ledger and args.no_cache else None
+    lms = [lm for lm in (*dataclasses.astuple(s.roles), proposer) if lm is not None]
     try:
-        with tracking.untraced(), metered() as cost:  # compile's own calls are counted, not traced
+        with tracking.untraced(), metered() as cost, answers_kept(kept, lms):  # counted, not traced
             compiled = compile_program(program, optimizer, s.splits.train, s.splits.dev, metric,
                                        max_demos=args.demos, candidates=args.candidates, budget=args.budget,
                                        seed=args.seed, reflection_lm=proposer, limit=limit)
@@ -149,6 +159,8 @@ def compile_fitted(s, program: dspy.Module, optimizer: str, metric, proposer: ds
         if ledger and cost:
             carried(ledger, time.perf_counter() - t0, cost, finished=False)
         raise
+    if kept:
+        shutil.rmtree(kept, ignore_errors=True)  # finished: a re-run under --no-cache asks afresh
     spent = {"seconds": time.perf_counter() - t0, "lm_calls": cost.lm_calls, "prompt_tokens": cost.prompt_tokens,
              "completion_tokens": cost.completion_tokens}
     if ledger:
@@ -163,6 +175,59 @@ def compile_fitted(s, program: dspy.Module, optimizer: str, metric, proposer: ds
                   f"({tokens} estimated tokens kept)", file=sys.stderr)
     fit_gates(s, compiled, metric)
     return compiled, spent | {"budget_stop": limit.reached, "demo_tokens": {n: t for n, (t, _) in demos.items()}}
+
+
+class ResumeCache(Cache):
+    """A disk cache that serves only answers an earlier run stored, never one this run stored: a resumed compile
+    re-reads what its interrupted run asked, while within one run every call is asked as ``--no-cache`` asks."""
+
+    def __init__(self, where: Path):
+        super().__init__(enable_disk_cache=True, enable_memory_cache=False, disk_cache_dir=str(where),
+                         restrict_pickle=True)
+        self.mine: set[str] = set()
+
+    def get(self, request, ignored_args_for_cache_key=None):
+        if self._key(request, ignored_args_for_cache_key) in self.mine:
+            return None
+        return super().get(request, ignored_args_for_cache_key)
+
+    def put(self, request, value, ignored_args_for_cache_key=None, enable_memory_cache=True):
+        self.mine.add(self._key(request, ignored_args_for_cache_key))
+        super().put(request, value, ignored_args_for_cache_key, enable_memory_cache)
+
+    def _key(self, request, ignored) -> str | None:
+        try:
+            return self.cache_key(request, ignored)
+        except Exception:  # a request the cache cannot hash: Cache.get/put skip it too
+            return None
+
+
+@contextmanager
+def answers_kept(where: Path | None, lms: list[dspy.LM]):
+    """Under ``--no-cache`` (``where`` given): the ``lms``' answers go to a :class:`ResumeCache` at ``where`` for the
+    duration, so an interrupted compile's re-run re-reads them; no other run's answers are read. ``None``: as is."""
+    if where is None:
+        yield
+        return
+    saved, flags = dspy.cache, [(lm, lm.cache) for lm in lms]
+    dspy.cache = ResumeCache(where)
+    for lm, _ in flags:
+        lm.cache = True
+    try:
+        yield
+    finally:
+        dspy.cache.disk_cache.close()
+        dspy.cache = saved
+        for lm, flag in flags:
+            lm.cache = flag
+
+
+def compile_ledger(s, label: str, program: dspy.Module, params: dict) -> Path:
+    """Where the cost of compiling ``program`` (as ``label``, with compile ``params``) is kept across runs: beside
+    its checkpoints, keyed like them and by the compile's settings."""
+    base = s.checkpoint("compile", label, program)
+    setting = hashlib.sha256(json.dumps(params, sort_keys=True, default=str).encode()).hexdigest()[:12]
+    return base.with_name(f"{base.stem}-{setting}.json")
 
 
 def carried(ledger: Path, seconds: float, cost, finished: bool) -> dict:

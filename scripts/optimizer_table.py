@@ -11,13 +11,12 @@ questions, checkpointed per question. The leaderboard pairs every optimizer with
 (exact McNemar, bootstrap CI, Holm; paired t-test on F1) and shows each compile's cost in the same row. The program
 runs on ``--lm`` (its roles on ``--planner-lm``/``--critic-lm`` as usual); MIPROv2 proposes instructions and GEPA
 reflects with ``--proposer-lm`` (default: the planner role's LM). An interrupted run, re-run with the same command,
-reads finished test questions from their checkpoints and every compile call it already made from the LM cache; a row
-still shows what its compile cost (:func:`ledger`). ``--budget`` is both MIPROv2's trials and GEPA's metric calls."""
+reads finished test questions from their checkpoints and every compile call it already made from the LM cache (under
+``--no-cache``: from the compile's own answers, kept until it finishes); a row still shows what its compile cost
+(``optimize.compile_ledger``). ``--budget`` is both MIPROv2's trials and GEPA's metric calls."""
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import json
 import sys
 import tempfile
 from pathlib import Path
@@ -39,14 +38,6 @@ def compile_cost(spent: dict) -> dict:
     return {"compile_lm_calls": spent["lm_calls"], "compile_prompt_tokens": spent["prompt_tokens"],
             "compile_completion_tokens": spent["completion_tokens"], "compile_minutes": spent["seconds"] / 60,
             "compile_demo_tokens": demos, "compile_budget_stop": spent["budget_stop"] or "no"}
-
-
-def ledger(s, cell: suite.Cell, program, params: dict) -> Path:
-    """Where the cost of compiling ``cell`` (from ``program``, with compile ``params``) is kept across runs: beside
-    its checkpoints, keyed like them and by the compile's settings."""
-    base = s.checkpoint("compile", cell.label, program)
-    setting = hashlib.sha256(json.dumps(params, sort_keys=True, default=str).encode()).hexdigest()[:12]
-    return base.with_name(f"{base.stem}-{setting}.json")
 
 
 @interruptible
@@ -87,7 +78,7 @@ def main(argv=None) -> dict:
                               | {"proposer": proposer_id if optimizer in ("mipro", "gepa") else ""})
                     tracking.log_params(params)
                     program, spent = optimize.compile_fitted(s, program, optimizer, metric, proposer,
-                                                             ledger(s, cell, program, params))
+                                                             optimize.compile_ledger(s, cell.label, program, params))
                     cost = compile_cost(spent)
                     with tempfile.TemporaryDirectory() as tmp:
                         optimize.log_compiled(s, program, Path(tmp) / "program.json")

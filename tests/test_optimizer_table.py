@@ -127,6 +127,43 @@ def test_an_interrupted_compile_resumes_and_its_row_counts_both_attempts(table, 
         assert resumed[key] == whole[key] > 0  # the 2 calls before the interrupt are counted once
 
 
+def test_under_no_cache_an_interrupted_compile_resumes_from_its_own_answers(table, server, monkeypatch, tmp_path):
+    argv = ["--program", "rag", *SPLIT, *lm(server), "--optimizers", "bootstrap", "--no-cache"]
+    monkeypatch.setenv("RAG_PROJECT_CACHE", str(tmp_path / "whole"))
+    whole = table.main(argv)["results"][1]
+    real = optimize.compile_program
+
+    def interrupted(*args, **kwargs):
+        with dspy.context(callbacks=[*dspy.settings.callbacks, Interrupt(2)]):
+            return real(*args, **kwargs)
+
+    monkeypatch.setenv("RAG_PROJECT_CACHE", str(tmp_path / "resumed"))
+    monkeypatch.setattr(optimize, "compile_program", interrupted)
+    with pytest.raises(SystemExit):
+        table.main(argv)
+    kept = list((tmp_path / "resumed").rglob("*.answers"))
+    assert len(kept) == 1 and kept[0].is_dir()  # the interrupted compile's answers, beside its ledger
+    monkeypatch.setattr(optimize, "compile_program", real)
+    before = server.requests
+    resumed = table.main(argv)["results"][1]
+    test_calls = round(resumed.summary["lm_calls"] * resumed.summary["n"])  # uncompiled's test: checkpointed
+    assert server.requests - before == whole.summary["compile_lm_calls"] - 2 + test_calls  # the 2 not asked again
+    assert resumed.summary["compile_lm_calls"] == whole.summary["compile_lm_calls"]
+    assert resumed.summary["compile_prompt_tokens"] == whole.summary["compile_prompt_tokens"] > 0  # counted once
+    assert (programs.load_compiled(resumed.run_id).dump_state()
+            == programs.load_compiled(whole.run_id).dump_state())
+    assert not kept[0].exists()  # finished: a later --no-cache run asks afresh
+
+
+def test_the_resume_cache_serves_only_what_an_earlier_run_stored(tmp_path):
+    request = {"model": "m", "messages": [{"role": "user", "content": "Q?"}]}
+    first = optimize.ResumeCache(tmp_path / "answers")
+    first.put(request, {"text": "A"})
+    assert first.get(request) is None  # within one run: asked as --no-cache asks
+    first.disk_cache.close()
+    assert optimize.ResumeCache(tmp_path / "answers").get(request) == {"text": "A"}
+
+
 def test_mipro_and_gepa_get_the_proposer_lm_while_the_program_runs_on_lm(table, monkeypatch):
     lms, seen = {}, {}
     monkeypatch.setattr(cli, "make_lm", lambda name, *a, **kw: lms.setdefault(name, DummyLM(
