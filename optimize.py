@@ -139,17 +139,20 @@ def compile_fitted(s, program: dspy.Module, optimizer: str, metric, proposer: ds
                    ledger: Path | None = None) -> tuple[dspy.Module, dict]:
     """Compile ``program`` with ``optimizer`` as the compile flags say (its calls metered, within the compile
     budget; ``proposer``: MIPROv2's instruction proposer and GEPA's reflection LM), fit its demos to
-    ``--demo-tokens`` and its gates to dev (:func:`fit_gates`); all logged to the active run.
+    ``--demo-tokens`` and its gates to dev (:func:`fit_gates`: before the compile too, so the compile bootstraps,
+    searches and scores the program as it will run, not through unfitted gates); all logged to the active run.
     Returns the compiled program and what the compile cost: LM calls, tokens, seconds, the budget that stopped it
     (empty: none) and the demo tokens of each predictor. ``ledger``: a file keyed by the compile's setting that
     keeps its cost across runs (:func:`carried`), so a compile re-run from the LM cache reports what it cost; under
-    ``--no-cache`` the compile's answers are kept beside it until it finishes (:func:`answers_kept`), so an
-    interrupted compile resumes there too."""
+    ``--no-cache`` the compile's own answers are kept beside it (:func:`answers_kept`), so a re-run resumes an
+    interrupted compile and reproduces a finished one there too."""
     args = s.args
     t0, limit = time.perf_counter(), Limit(args.compile_budget, args.compile_minutes)
     cost = None
     kept = ledger.with_suffix(".answers") if ledger and args.no_cache else None
     lms = [lm for lm in (*dataclasses.astuple(s.roles), proposer) if lm is not None]
+    program = program.deepcopy()  # the caller's program keeps its gates
+    fit_gates(s, program, metric, "calibration_before_compile")
     try:
         with tracking.untraced(), metered() as cost, answers_kept(kept, lms):  # counted, not traced
             compiled = compile_program(program, optimizer, s.splits.train, s.splits.dev, metric,
@@ -159,8 +162,6 @@ def compile_fitted(s, program: dspy.Module, optimizer: str, metric, proposer: ds
         if ledger and cost:
             carried(ledger, time.perf_counter() - t0, cost, finished=False)
         raise
-    if kept:
-        shutil.rmtree(kept, ignore_errors=True)  # finished: a re-run under --no-cache asks afresh
     spent = {"seconds": time.perf_counter() - t0, "lm_calls": cost.lm_calls, "prompt_tokens": cost.prompt_tokens,
              "completion_tokens": cost.completion_tokens}
     if ledger:
@@ -178,8 +179,8 @@ def compile_fitted(s, program: dspy.Module, optimizer: str, metric, proposer: ds
 
 
 class ResumeCache(Cache):
-    """A disk cache that serves only answers an earlier run stored, never one this run stored: a resumed compile
-    re-reads what its interrupted run asked, while within one run every call is asked as ``--no-cache`` asks."""
+    """A disk cache that serves only answers an earlier run stored, never one this run stored: a re-run compile
+    re-reads what an earlier run asked, while within one run every call is asked as ``--no-cache`` asks."""
 
     def __init__(self, where: Path):
         super().__init__(enable_disk_cache=True, enable_memory_cache=False, disk_cache_dir=str(where),
@@ -204,8 +205,9 @@ class ResumeCache(Cache):
 
 @contextmanager
 def answers_kept(where: Path | None, lms: list[dspy.LM]):
-    """Under ``--no-cache`` (``where`` given): the ``lms``' answers go to a :class:`ResumeCache` at ``where`` for the
-    duration, so an interrupted compile's re-run re-reads them; no other run's answers are read. ``None``: as is."""
+    """Under ``--no-cache`` (``where`` given, keyed like the compile's ledger): the ``lms``' answers go to a
+    :class:`ResumeCache` at ``where`` for the duration, so a re-run of the same compile re-reads them; no other
+    compile's answers are read. ``None``: as is."""
     if where is None:
         yield
         return
@@ -245,18 +247,23 @@ def carried(ledger: Path, seconds: float, cost, finished: bool) -> dict:
     return spent
 
 
-def fit_gates(s, program: dspy.Module, metric) -> None:
+def fit_gates(s, program: dspy.Module, metric, name: str = "calibration") -> None:
     """With ``--decisions logprob|fused``: fit the thresholds (and fusion weights) of ``program``'s gates on dev,
-    answer-level gates by the compile ``metric``'s verdict; logged to the active run."""
+    answer-level gates by the compile ``metric``'s verdict; logged to the active run under ``name``. The dev
+    decisions are journalled per question, keyed like a checkpoint (the program as it is, the dev questions, the
+    metric), so a fit of the same program again (an interrupted run, each optimizer's start) asks nothing."""
     if s.args.decisions == "generate" or not s.splits.dev:
         return
+    journal = s.checkpoint("gates", s.args.program, program,
+                           (*(str(ex.id) for ex in s.splits.dev), f"metric={s.args.metric}"))
     fits = calibrate_decisions(program, s.splits.dev, s.args.decisions == "fused", s.args.retries,
-                               lambda ex, answer: bool(metric(ex, dspy.Prediction(answer=answer), trace=True)))
+                               lambda ex, answer: bool(metric(ex, dspy.Prediction(answer=answer), trace=True)),
+                               journal=journal)
     for gate, fit in fits.items():
-        mlflow.log_dict(fit, f"calibration/{gate}.json")  # the dev ROC curve and the chosen operating point
+        mlflow.log_dict(fit, f"{name}/{gate}.json")  # the dev ROC curve and the chosen operating point
         if fit.get("auc") is not None:
-            mlflow.log_metrics({f"calibration_{gate}_auc": fit["auc"], f"calibration_{gate}_n": fit["n"]})
-        print(f"calibrated {gate}: {describe(fit)}", file=sys.stderr)
+            mlflow.log_metrics({f"{name}_{gate}_auc": fit["auc"], f"{name}_{gate}_n": fit["n"]})
+        print(f"{name.replace('_', ' ')} {gate}: {describe(fit)}", file=sys.stderr)
 
 
 def log_compiled(s, compiled: dspy.Module, out: Path) -> None:

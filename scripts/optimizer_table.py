@@ -12,7 +12,7 @@ questions, checkpointed per question. The leaderboard pairs every optimizer with
 runs on ``--lm`` (its roles on ``--planner-lm``/``--critic-lm`` as usual); MIPROv2 proposes instructions and GEPA
 reflects with ``--proposer-lm`` (default: the planner role's LM). An interrupted run, re-run with the same command,
 reads finished test questions from their checkpoints and every compile call it already made from the LM cache (under
-``--no-cache``: from the compile's own answers, kept until it finishes); a row still shows what its compile cost
+``--no-cache``: from the compile's own answers, kept beside its checkpoints); a row still shows what its compile cost
 (``optimize.compile_ledger``). ``--budget`` is both MIPROv2's trials and GEPA's metric calls."""
 from __future__ import annotations
 

@@ -1,6 +1,8 @@
 """scripts/optimizer_table.py on the fake OpenAI server (deterministic replies that depend on the whole prompt, with
 usage): one row per optimizer plus uncompiled, each paired with uncompiled, its compile cost in its row, one child run
 per cell holding its compiled program (which evaluate.py --compiled reproduces), and a re-run that asks nothing."""
+import json
+
 import dspy
 import mlflow
 import pytest
@@ -12,6 +14,8 @@ import evaluate
 import optimize
 import programs
 from optimizers import cli
+from runtime.paths import project_cache
+from tests.test_decision_ladder import ladder_lm  # noqa: F401 (a fixture)
 
 SPLIT = ["--dataset", "demo", "--k", "2", "--train", "3", "--dev", "2", "--test", "3"]
 COMPILE_COLUMNS = ("compile LM calls", "compile prompt tok", "compile compl tok", "compile min", "demo tok/predictor",
@@ -152,7 +156,9 @@ def test_under_no_cache_an_interrupted_compile_resumes_from_its_own_answers(tabl
     assert resumed.summary["compile_prompt_tokens"] == whole.summary["compile_prompt_tokens"] > 0  # counted once
     assert (programs.load_compiled(resumed.run_id).dump_state()
             == programs.load_compiled(whole.run_id).dump_state())
-    assert not kept[0].exists()  # finished: a later --no-cache run asks afresh
+    before = server.requests
+    again = table.main(argv)["results"][1]  # the finished compile re-read from its own answers, the test from checkpoints
+    assert server.requests == before and again.records == resumed.records
 
 
 def test_the_resume_cache_serves_only_what_an_earlier_run_stored(tmp_path):
@@ -162,6 +168,28 @@ def test_the_resume_cache_serves_only_what_an_earlier_run_stored(tmp_path):
     assert first.get(request) is None  # within one run: asked as --no-cache asks
     first.disk_cache.close()
     assert optimize.ResumeCache(tmp_path / "answers").get(request) == {"text": "A"}
+
+
+def test_the_compile_runs_the_program_with_its_gates_fitted_on_dev(ladder_lm, table, monkeypatch):
+    """CRAG with fused decisions: the program the optimizer compiles already has the uncompiled row's fitted gate
+    (so its demos and dev scores come from the program as it will run); that fit is the uncompiled row's, read
+    from its journal, not asked again."""
+    seen = []
+
+    def compile_program(program, *args, **kwargs):
+        seen.append(program.grade_gate.dump_state())
+        return program
+    monkeypatch.setattr(optimize, "compile_program", compile_program)
+    out = table.main(["--program", "crag", "--dataset", "demo", "--k", "2", "--loops", "1", "--train", "2",
+                      "--dev", "4", "--test", "2", "--decisions", "fused", "--optimizers", "bootstrap"])
+    fit = json.loads(open(mlflow.artifacts.download_artifacts(
+        run_id=out["results"][0].run_id, artifact_path="calibration/grade_gate.json")).read())
+    assert fit["n"] > 0 and fit["weights"] is not None
+    assert seen == [{"thresholds": fit["thresholds"], "weights": fit["weights"]}]  # not the unfitted even mix
+    journals = [[json.loads(line)["id"] for line in p.read_text().splitlines()]
+                for p in (project_cache() / "evals").glob("gates-*.jsonl")]
+    # the uncompiled program's (read again before the compile: each dev question once) and the compiled one's
+    assert len(journals) == 2 and all(len(ids) == len(set(ids)) == 4 for ids in journals)
 
 
 def test_mipro_and_gepa_get_the_proposer_lm_while_the_program_runs_on_lm(table, monkeypatch):
