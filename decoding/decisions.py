@@ -203,7 +203,7 @@ def relative(scores: Sequence[float]) -> list[float]:
 class Gate(Parameter):
     """Thresholds and fusion weights of one decision type: program state, saved with the demos.
 
-    ``thresholds`` start at the paper's fixed values (``reset`` restores them). ``weights`` (bias, w_lm,
+    ``thresholds`` start at the paper's fixed values (``unfit`` restores them). ``weights`` (bias, w_lm,
     w_retrieval) of a logistic model over :func:`features` are fitted by :func:`fit_gate`; while unfitted, a fused
     decision is the even mix of the LM probability and the retriever's score min-max scaled over the passages
     judged together. ``kind`` says what a decision is about, and so how calibration labels it (:data:`KINDS`).
@@ -214,10 +214,15 @@ class Gate(Parameter):
         if kind not in KINDS:
             raise ValueError(f"unknown gate kind '{kind}'; choose one of: {', '.join(KINDS)}")
         self.kind, self.defaults = kind, dict(thresholds)
-        self.reset()
+        self.unfit()
+
+    def unfit(self):
+        self.thresholds, self.weights = dict(self.defaults), None
 
     def reset(self):
-        self.thresholds, self.weights = dict(self.defaults), None
+        """Nothing: DSPy's optimizers start from ``reset_copy()``, which resets every parameter to forget what an
+        earlier compile learned (demos); a gate's fit comes from calibration on dev, not from the optimizer, and the
+        compile must run the program through it (``optimize.compile_fitted``)."""
 
     def dump_state(self, json_mode=True) -> dict:
         return {"thresholds": dict(self.thresholds), "weights": self.weights}

@@ -138,10 +138,23 @@ def test_thresholds_fitted_on_a_hand_made_label_set():
     info = fit_gate(gate, scores, None, gold)
     assert gate.thresholds == {"lower": pytest.approx(0.4), "upper": pytest.approx(0.7)}
     assert info["auc"] == pytest.approx(14 / 16) and info["positives"] == 4 and gate.weights is None
-    gate.reset()
+    gate.unfit()
     assert gate.thresholds == {"lower": 0.25, "upper": 0.75}
     with pytest.raises(ValueError, match="both positive and negative"):
         youden_threshold([0.1, 0.2], [True, True])
+
+
+def test_a_fitted_gate_survives_the_reset_copy_every_dspy_optimizer_starts_from():
+    """BootstrapFewShot, random search and MIPROv2 compile ``student.reset_copy()``: the demos go, the gate's fit
+    on dev stays, so the compile runs the program as it will run (it reset to the unfitted mix before)."""
+    from programs.crag import CRAG
+
+    crag = CRAG(ScriptedSearch({Q: ["Blue Fox"]}), k=1, loops=0, decisions="fused")
+    fitted = {"thresholds": {"lower": 0.1, "upper": 0.4}, "weights": [0.2, 0.0, 43.0]}
+    crag.grade_gate.load_state(fitted)
+    crag.writer.short.demos = [dspy.Example(question="Q?", answer="A")]
+    copy = crag.reset_copy()
+    assert copy.grade_gate.dump_state() == fitted and copy.writer.short.demos == []
 
 
 def test_a_gate_whose_dev_decisions_all_carry_one_label_decides_every_decision_that_way():
