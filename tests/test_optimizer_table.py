@@ -174,18 +174,27 @@ def test_the_compile_runs_the_program_with_its_gates_fitted_on_dev(ladder_lm, ta
     """CRAG with fused decisions: the program the optimizer compiles already has the uncompiled row's fitted gate
     (so its demos and dev scores come from the program as it will run); that fit is the uncompiled row's, read
     from its journal, not asked again."""
-    seen = []
+    seen, real = [], optimize.compile_program
 
-    def compile_program(program, *args, **kwargs):
-        seen.append(program.grade_gate.dump_state())
-        return program
+    def compile_program(program, *args, **kwargs):  # the real compile, noting the gate of every program it runs
+        run = type(program).forward
+
+        def forward(self, *a, **kw):
+            seen.append(self.grade_gate.dump_state())
+            return run(self, *a, **kw)
+        monkeypatch.setattr(type(program), "forward", forward)
+        try:
+            return real(program, *args, **kwargs)
+        finally:
+            monkeypatch.setattr(type(program), "forward", run)
     monkeypatch.setattr(optimize, "compile_program", compile_program)
     out = table.main(["--program", "crag", "--dataset", "demo", "--k", "2", "--loops", "1", "--train", "2",
                       "--dev", "4", "--test", "2", "--decisions", "fused", "--optimizers", "bootstrap"])
     fit = json.loads(open(mlflow.artifacts.download_artifacts(
         run_id=out["results"][0].run_id, artifact_path="calibration/grade_gate.json")).read())
     assert fit["n"] > 0 and fit["weights"] is not None
-    assert seen == [{"thresholds": fit["thresholds"], "weights": fit["weights"]}]  # not the unfitted even mix
+    # every program the bootstrap ran (its reset_copy included) went through the dev fit, not the unfitted mix
+    assert seen and all(state == {"thresholds": fit["thresholds"], "weights": fit["weights"]} for state in seen)
     journals = [[json.loads(line)["id"] for line in p.read_text().splitlines()]
                 for p in (project_cache() / "evals").glob("gates-*.jsonl")]
     # the uncompiled program's (read again before the compile: each dev question once) and the compiled one's
