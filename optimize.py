@@ -7,7 +7,6 @@ Evaluates the uncompiled program on dev and test, compiles on train (search opti
 evaluates the compiled program on dev and test, saves it as DSPy JSON state and logs one MLflow run."""
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import shutil
@@ -32,6 +31,7 @@ from optimizers.metrics import METRIC_NAMES
 from optimizers.stats import bootstrap_ci
 from runtime import store
 from runtime.metering import Limit, metered
+from runtime.roles import assign_roles
 
 
 @interruptible
@@ -150,8 +150,8 @@ def compile_fitted(s, program: dspy.Module, optimizer: str, metric, proposer: ds
     t0, limit = time.perf_counter(), Limit(args.compile_budget, args.compile_minutes)
     cost = None
     kept = ledger.with_suffix(".answers") if ledger and args.no_cache else None
-    lms = [lm for lm in (*dataclasses.astuple(s.roles), proposer) if lm is not None]
-    program = program.deepcopy()  # the caller's program keeps its gates
+    lms = [lm for lm in (*vars(s.roles).values(), proposer) if lm is not None]  # (astuple would copy them)
+    program = assign_roles(program.deepcopy(), s.roles)  # the caller's program keeps its gates; the roles' LMs
     fit_gates(s, program, metric, "calibration_before_compile")
     try:
         with tracking.untraced(), metered() as cost, answers_kept(kept, lms):  # counted, not traced
@@ -168,6 +168,7 @@ def compile_fitted(s, program: dspy.Module, optimizer: str, metric, proposer: ds
         spent = carried(ledger, spent["seconds"], cost, finished=True)
     spent["budget_exhausted"] = float(bool(limit.reached))
     tracking.log_metrics(spent, "compile")
+    assign_roles(compiled, s.roles)  # as a loaded program runs (MIPROv2's and GEPA's copies hold copied LMs)
     demos = fit_demos(compiled, args.demo_tokens)
     for name, (tokens, dropped) in demos.items():
         mlflow.log_metric(f"demo_tokens_{name}", tokens)

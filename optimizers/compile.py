@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import random
 import sys
+import types
 from contextlib import nullcontext
 
 import dspy
@@ -156,6 +157,7 @@ def compile_program(program: dspy.Module, optimizer: str, trainset: list, devset
     metric = never_raises(metric)
     demos = {"max_bootstrapped_demos": max_demos, "max_labeled_demos": max_demos}
     best = BestSoFar(devset)
+    program = keeping_lms(program)
     with limited(limit) if limit else nullcontext(), dspy.context(callbacks=[*dspy.settings.callbacks, best]):
         if optimizer == "bootstrap":
             tp = _Bootstrap(metric=metric, **demos)
@@ -173,7 +175,26 @@ def compile_program(program: dspy.Module, optimizer: str, trainset: list, devset
                         else "the uncompiled program: no candidate was scored on the whole dev set yet")
     if limit and limit.reached:
         print(f"compile budget spent ({limit.reached}): {optimizer} stopped early and kept {kept}", file=sys.stderr)
+    vars(compiled).pop("reset_copy", None)
     return compiled
+
+
+def keeping_lms(program: dspy.Module) -> dspy.Module:
+    """A copy of ``program`` whose copies made by ``reset_copy`` run on ``program``'s LMs. DSPy's ``reset_copy``
+    (where BootstrapFewShot and random search start every candidate) sets each predictor's ``lm`` to None, so a
+    compile ran a role's own LM (a 1.5B critic) on the default LM and returned a program that did. The override is
+    an instance attribute, so every copy an optimizer makes keeps it."""
+    lms = {name: predictor.lm for name, predictor in program.named_predictors()}
+    program = program.deepcopy()
+
+    def reset_copy(self):
+        fresh = type(self).reset_copy(self)
+        for name, predictor in fresh.named_predictors():
+            predictor.lm = lms[name]
+        return fresh
+
+    program.reset_copy = types.MethodType(reset_copy, program)
+    return program
 
 
 def search(program, optimizer, trainset, devset, metric, demos, candidates, budget, seed, reflection_lm):
@@ -187,7 +208,7 @@ def search(program, optimizer, trainset, devset, metric, demos, candidates, budg
         # on free-form questions: it took 3 of 8 trials of the first real run)
         tp = dspy.MIPROv2(metric=metric, prompt_model=reflection_lm, auto=None, num_candidates=candidates,
                           num_threads=1, seed=seed, **demos)
-        view = Exercised(program, trainset[:PROBE_EXAMPLES])
+        view = keeping_lms(Exercised(program, trainset[:PROBE_EXAMPLES]))
         return view.unwrap(tp.compile(view, trainset=trainset, valset=devset, num_trials=budget or 2 * candidates,
                                       minibatch=len(devset) > 35, minibatch_size=min(35, len(devset))))
     # every iteration reflects on each predictor the minibatch ran: round-robin would spend whole iterations on a

@@ -398,3 +398,34 @@ def test_fit_demos_drops_the_longest_demos_until_they_fit():
     assert program.writer.short.demos == [short, long, middle]
     assert fit_demos(program, 9)["writer.short"] == (8, 1) and program.writer.short.demos == [short, middle]
     assert fit_demos(program, 2)["writer.short"] == (0, 2) and program.writer.short.demos == []
+
+
+# --- role LMs ---------------------------------------------------------------------------------------------------
+
+class Checked(dspy.Module):
+    """A critic on an LM of its own, then the writer."""
+
+    def __init__(self):
+        super().__init__()
+        self.critic = dspy.Predict("question -> verdict")
+        self.writer = dspy.Predict("question -> answer")
+
+    def forward(self, question):
+        self.critic(question=question)
+        return self.writer(question=question)
+
+
+@pytest.mark.parametrize("optimizer", ["bootstrap", "random_search"])
+def test_every_program_a_compile_runs_keeps_the_critics_own_lm(dummy, optimizer):
+    """DSPy's reset_copy clears each predictor's LM: the candidates a compile scored, and the program it returned,
+    ran the critic on the default LM. Now the default LM never sees a critic prompt."""
+    writer = dummy([{"answer": a, "verdict": "asked the wrong LM"} for _, a in CAPITALS] * 20)
+    critic = DummyLM([{"verdict": "fine"}] * 200)
+    program = Checked()
+    program.critic.lm = critic
+    compiled = compile_program(program, optimizer, TRAIN, DEV, exact_match, max_demos=1, candidates=1)
+    compiled(question="capital of Peru")
+
+    assert critic.history and writer.history
+    assert not [call for call in writer.history if "verdict" in str(call["messages"])]
+    assert compiled.critic.lm is critic and "reset_copy" not in vars(compiled)

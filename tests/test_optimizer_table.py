@@ -131,8 +131,12 @@ def test_an_interrupted_compile_resumes_and_its_row_counts_both_attempts(table, 
         assert resumed[key] == whole[key] > 0  # the 2 calls before the interrupt are counted once
 
 
-def test_under_no_cache_an_interrupted_compile_resumes_from_its_own_answers(table, server, monkeypatch, tmp_path):
-    argv = ["--program", "rag", *SPLIT, *lm(server), "--optimizers", "bootstrap", "--no-cache"]
+@pytest.mark.parametrize("proposer", [[], ["--proposer-lm", "openai/fake"]], ids=["writer", "own-proposer"])
+def test_under_no_cache_an_interrupted_compile_resumes_from_its_own_answers(table, server, monkeypatch, tmp_path,
+                                                                             proposer):
+    """With a proposer LM of its own (as every real table has), the writer's answers are kept too: the LMs whose
+    answers are kept are the program's own, not copies of them."""
+    argv = ["--program", "rag", *SPLIT, *lm(server), "--optimizers", "bootstrap", "--no-cache", *proposer]
     monkeypatch.setenv("RAG_PROJECT_CACHE", str(tmp_path / "whole"))
     whole = table.main(argv)["results"][1]
     real = optimize.compile_program
