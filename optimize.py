@@ -8,6 +8,7 @@ evaluates the compiled program on dev and test, saves it as DSPy JSON state and 
 from __future__ import annotations
 
 import hashlib
+import inspect
 import json
 import shutil
 import sys
@@ -25,6 +26,7 @@ from decoding.decisions import describe
 from optimizers import tracking
 from optimizers.calibration import calibrate_decisions
 from optimizers.cli import compile_metric, fail, interruptible, parser, retrieval_options, session
+from optimizers import compile as compile_module
 from optimizers.compile import OPTIMIZERS, compile_program, fit_demos
 from optimizers.evaluation import evaluate
 from optimizers.metrics import METRIC_NAMES
@@ -227,9 +229,11 @@ def answers_kept(where: Path | None, lms: list[dspy.LM]):
 
 def compile_ledger(s, label: str, program: dspy.Module, params: dict) -> Path:
     """Where the cost of compiling ``program`` (as ``label``, with compile ``params``) is kept across runs: beside
-    its checkpoints, keyed like them and by the compile's settings."""
+    its checkpoints, keyed like them, by the compile's settings and by the compile's own code (optimizers/compile.py:
+    a changed optimizer is another compile, not a resumable one)."""
     base = s.checkpoint("compile", label, program)
-    setting = hashlib.sha256(json.dumps(params, sort_keys=True, default=str).encode()).hexdigest()[:12]
+    code = hashlib.sha256(inspect.getsource(compile_module).encode()).hexdigest()
+    setting = hashlib.sha256(json.dumps(params | {"code": code}, sort_keys=True, default=str).encode()).hexdigest()[:12]
     return base.with_name(f"{base.stem}-{setting}.json")
 
 

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import sys
 import types
 from contextlib import nullcontext
 
 import dspy
 import mlflow
+from dspy.teleprompt.gepa.instruction_proposal import InstructionProposer
 from dspy.utils.callback import BaseCallback
 
 from runtime.metering import BudgetSpent, Limit, limited
@@ -58,6 +60,66 @@ def with_feedback(metric):
         score = float(metric(gold, pred))
         return dspy.Prediction(score=score, feedback=feedback(gold, pred, score))
     return gepa_metric
+
+
+#: A proposed instruction sharing this many consecutive words with a train example copies it.
+QUOTED_WORDS = 8
+PASSAGE_LINE = re.compile(r"\[\d+\]\s*\[[^\]\d][^\]]*\]")  # "[2] [Title] text": how the programs show passages
+
+
+def instruction_fault(text: str, trainset: list) -> str | None:
+    """Why a proposed instruction is not one (None: it may be). A small proposer (the 1.5B) often writes a train
+    question with its answer, a question, a copy of the passages or a bare answer ("I don't know") where an
+    instruction belongs, and a dev set of 30 can select it by chance."""
+    words = re.findall(r"\w+", text.lower())
+    if len(words) < 5:
+        return "too short to instruct"
+    if text.rstrip().endswith("?"):
+        return "a question, not an instruction"
+    if PASSAGE_LINE.search(text):
+        return "it copies retrieved passages"
+    grams = {tuple(words[i:i + QUOTED_WORDS]) for i in range(len(words) - QUOTED_WORDS + 1)}
+    for example in trainset:
+        for value in example.values():
+            seen = re.findall(r"\w+", str(value).lower())
+            if (len(seen) >= 3 and f" {' '.join(seen)} " in f" {' '.join(words)} ") or any(
+                    tuple(seen[i:i + QUOTED_WORDS]) in grams for i in range(len(seen) - QUOTED_WORDS + 1)):
+                return "it copies a train example"
+    return None
+
+
+def _refused(name: str, text: str, fault: str) -> None:
+    print(f"compile: {name}: proposed instruction refused ({fault}): {' '.join(text.split())[:80]!r}", file=sys.stderr)
+
+
+class _MIPRO(dspy.MIPROv2):
+    """MIPROv2 whose instruction candidates are only instructions (:func:`instruction_fault`)."""
+
+    def _propose_instructions(self, program, trainset, *args, **kwargs):
+        candidates = super()._propose_instructions(program, trainset, *args, **kwargs)
+        for i, (name, _) in enumerate(program.named_predictors()):
+            kept = candidates[i][:1]  # the program's own instruction
+            for text in candidates[i][1:]:
+                fault = instruction_fault(text, trainset)
+                kept.append(text) if fault is None else _refused(name, text, fault)
+            candidates[i] = kept
+        return candidates
+
+
+class _Proposer(InstructionProposer):
+    """GEPA's instruction proposer, keeping a component's instruction where the reflection wrote no instruction."""
+
+    def __init__(self, trainset: list):
+        super().__init__()
+        self.trainset = trainset
+
+    def __call__(self, candidate, reflective_dataset, components_to_update):
+        proposed = super().__call__(candidate, reflective_dataset, components_to_update)
+        for name, text in proposed.items():
+            if (fault := instruction_fault(text, self.trainset)) is not None:
+                _refused(name, text, fault)
+                proposed[name] = candidate[name]
+        return proposed
 
 
 class _Bootstrap(dspy.BootstrapFewShot):
@@ -206,7 +268,7 @@ def search(program, optimizer, trainset, devset, metric, demos, candidates, budg
     if optimizer == "mipro":
         # proposals and trials only for the predictors the data calls (not the writer's multiple-choice predictor
         # on free-form questions: it took 3 of 8 trials of the first real run)
-        tp = dspy.MIPROv2(metric=metric, prompt_model=reflection_lm, auto=None, num_candidates=candidates,
+        tp = _MIPRO(metric=metric, prompt_model=reflection_lm, auto=None, num_candidates=candidates,
                           num_threads=1, seed=seed, **demos)
         view = keeping_lms(Exercised(program, trainset[:PROBE_EXAMPLES]))
         return view.unwrap(tp.compile(view, trainset=trainset, valset=devset, num_trials=budget or 2 * candidates,
@@ -214,7 +276,7 @@ def search(program, optimizer, trainset, devset, metric, demos, candidates, budg
     # every iteration reflects on each predictor the minibatch ran: round-robin would spend whole iterations on a
     # predictor the dataset never calls (the writer's multiple-choice predictor on free-form questions)
     tp = dspy.GEPA(metric=with_feedback(metric), reflection_lm=reflection_lm, max_metric_calls=budget or 60,
-                   num_threads=1, seed=seed, component_selector="all")
+                   num_threads=1, seed=seed, component_selector="all", instruction_proposer=_Proposer(trainset))
     return tp.compile(program, trainset=trainset, valset=devset)
 
 

@@ -10,7 +10,8 @@ from dspy.utils.dummies import DummyLM
 
 import programs
 from fake_openai import FakeOpenAI
-from optimizers.compile import OPTIMIZERS, compile_program, feedback, fit_demos, never_raises, with_feedback
+from optimizers.compile import (OPTIMIZERS, compile_program, feedback, fit_demos, instruction_fault, never_raises,
+                                with_feedback)
 from optimizers.metrics import exact_match
 from retrieval.corpus import Passage
 from runtime.lm import make_lm
@@ -233,9 +234,13 @@ def said_yes(example, pred, trace=None):
     return float(pred.answer == example.answer)
 
 
+def reflected(i: int) -> str:
+    return f"Reply with one word, yes or no (instruction {i})."
+
+
 def reflection_lm(n=10):
     """GEPA's instruction proposer talks JSON to the reflection LM."""
-    return DummyLM([{"new_instruction": f"NEW INSTRUCTION {i}"} for i in range(n)], adapter=dspy.JSONAdapter())
+    return DummyLM([{"new_instruction": reflected(i)} for i in range(n)], adapter=dspy.JSONAdapter())
 
 
 def test_gepa_adopts_a_reflected_instruction_that_scores_better(dummy):
@@ -248,12 +253,12 @@ def test_gepa_adopts_a_reflected_instruction_that_scores_better(dummy):
     compiled = compile_program(program, "gepa", YES_NO[:4], YES_NO[4:], said_yes, budget=12, reflection_lm=reflect)
 
     assert compiled is not program and instructions(program) == original
-    assert instructions(compiled) == {"writer.short": "NEW INSTRUCTION 0", "writer.choice": original["writer.choice"]}
+    assert instructions(compiled) == {"writer.short": reflected(0), "writer.choice": original["writer.choice"]}
     assert len(reflect.history) == 1
     prompt = reflect.history[0]["messages"][-1]["content"]
     assert original["writer.short"] in prompt and "Expected answer: 'yes'. Predicted: 'no'." in prompt
     systems = [call["messages"][0]["content"] for call in writer.history]
-    assert len(systems) > 5 and all(("NEW INSTRUCTION 0" in s) == (i >= 5) for i, s in enumerate(systems))
+    assert len(systems) > 5 and all((reflected(0) in s) == (i >= 5) for i, s in enumerate(systems))
 
 
 def test_gepa_keeps_the_instructions_when_no_reflection_helps(dummy):
@@ -284,7 +289,7 @@ def test_gepa_reflects_on_the_predictor_the_data_uses_from_the_first_iteration(d
     program = programs.build("direct")
     compiled = compile_program(program, "gepa", mc[:4], mc[4:], said_yes, budget=6, reflection_lm=reflect)
 
-    assert len(reflect.history) == 1 and instructions(compiled)["writer.choice"] == "NEW INSTRUCTION 0"
+    assert len(reflect.history) == 1 and instructions(compiled)["writer.choice"] == reflected(0)
 
 
 # --- GEPA feedback ----------------------------------------------------------------------------------------------
@@ -429,3 +434,53 @@ def test_every_program_a_compile_runs_keeps_the_critics_own_lm(dummy, optimizer)
     assert critic.history and writer.history
     assert not [call for call in writer.history if "verdict" in str(call["messages"])]
     assert compiled.critic.lm is critic and "reset_copy" not in vars(compiled)
+
+
+# --- proposed instructions --------------------------------------------------------------------------------------
+
+LONG = [dspy.Example(question="Which river flows through the capital city of the country that won the 1998 cup?",
+                     answer="Seine").with_inputs("question")]
+
+
+@pytest.mark.parametrize("text, fault", [
+    # the shapes the 1.5B proposer wrote in CRAG's MuSiQue table (in other words)
+    ("Which river flows through the capital city of the country that won the 1998 cup? [Seine]",
+     "it copies a train example"),
+    ("How many rivers flow through capital cities, and when were they first named?", "a question, not an instruction"),
+    ("Generate a question about rivers using:\n- [1] [Seine] The Seine is a river in France.",
+     "it copies retrieved passages"),
+    ("I don't know", "too short to instruct"),
+    ("Don't answer.", "too short to instruct"),
+    ("Name the river, then cite the passages that say so, e.g. 'Seine [1] [2]'.", None),
+    ("Answer in 2-4 words from the passages; if they do not give it, say: I don't know", None),
+    ("Give the answer as a short phrase: which river flows through the city the question names.", None),
+])
+def test_a_proposed_instruction_that_copies_asks_or_says_nothing_is_refused(text, fault):
+    assert instruction_fault(text, LONG) == fault
+
+
+def test_mipro_never_tries_a_proposal_that_is_not_an_instruction(dummy, monkeypatch, capsys):
+    seen = {}
+
+    def record(self, program, instruction_candidates, *rest):
+        seen.update(instructions=instruction_candidates)
+        return program.deepcopy()
+
+    monkeypatch.setattr(dspy.MIPROv2, "_optimize_prompt_parameters", record)
+    echoed = {**PROPOSER_ANSWERS, "`[[ ## proposed_instruction ## ]]`": {"proposed_instruction": "What is the capital of Spain? [Madrid]"}}
+    dummy({**echoed, **{q: {"answer": a} for q, a in CAPITALS}})
+    program = programs.build("direct")
+    compile_program(program, "mipro", TRAIN, DEV, exact_match, max_demos=2, candidates=3)
+
+    assert seen["instructions"][0] == [instructions(program)["writer.short"]]  # only the program's own
+    assert "proposed instruction refused (it copies a train example)" in capsys.readouterr().err
+
+
+def test_gepa_keeps_the_instruction_where_the_reflection_wrote_none(dummy, capsys):
+    dummy([{"answer": "no"}] * 5 + [{"answer": "yes"}] * 40)  # the adopted test above, with an answer for a reply
+    reflect = DummyLM([{"new_instruction": "I don't know"}] * 10, adapter=dspy.JSONAdapter())
+    program = programs.build("direct")
+    compiled = compile_program(program, "gepa", YES_NO[:4], YES_NO[4:], said_yes, budget=12, reflection_lm=reflect)
+
+    assert reflect.history and instructions(compiled) == instructions(program)
+    assert "proposed instruction refused (too short to instruct): \"I don't know\"" in capsys.readouterr().err

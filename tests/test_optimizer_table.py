@@ -232,3 +232,15 @@ def test_the_table_needs_its_splits(table, capsys, monkeypatch):
         table.main(["--program", "direct", "--train", "2", "--dev", "0", "--test", "1", "--optimizers", "bootstrap",
                     "mipro"])
     assert stop.value.code == 2 and "--dev (for mipro)" in capsys.readouterr().err
+
+
+def test_a_compile_ledger_is_keyed_by_the_compile_code(tmp_path, monkeypatch):
+    """A changed optimizer (optimizers/compile.py) is another compile: its cost and kept answers start anew."""
+    s = type("Session", (), {"checkpoint": lambda self, *key: tmp_path / "compile-abc.jsonl"})()
+    ledger = optimize.compile_ledger(s, "rag_k2_mipro", None, {"optimizer": "mipro"})
+    assert ledger == optimize.compile_ledger(s, "rag_k2_mipro", None, {"optimizer": "mipro"})
+    assert ledger != optimize.compile_ledger(s, "rag_k2_mipro", None, {"optimizer": "gepa"})
+    real = optimize.inspect.getsource
+    monkeypatch.setattr(optimize.inspect, "getsource",
+                        lambda obj: real(obj) + "# edited" if obj is optimize.compile_module else real(obj))
+    assert ledger != optimize.compile_ledger(s, "rag_k2_mipro", None, {"optimizer": "mipro"})
