@@ -23,10 +23,9 @@ from dspy.clients.cache import Cache
 
 import programs
 from decoding.decisions import describe
-from optimizers import tracking
+from optimizers import compile as compile_module, tracking
 from optimizers.calibration import calibrate_decisions
 from optimizers.cli import compile_metric, fail, interruptible, parser, retrieval_options, session
-from optimizers import compile as compile_module
 from optimizers.compile import OPTIMIZERS, compile_program, fit_demos
 from optimizers.evaluation import evaluate
 from optimizers.metrics import METRIC_NAMES

@@ -268,8 +268,8 @@ def search(program, optimizer, trainset, devset, metric, demos, candidates, budg
     if optimizer == "mipro":
         # proposals and trials only for the predictors the data calls (not the writer's multiple-choice predictor
         # on free-form questions: it took 3 of 8 trials of the first real run)
-        tp = _MIPRO(metric=metric, prompt_model=reflection_lm, auto=None, num_candidates=candidates,
-                          num_threads=1, seed=seed, **demos)
+        tp = _MIPRO(metric=metric, prompt_model=reflection_lm, auto=None, num_candidates=candidates, num_threads=1,
+                    seed=seed, **demos)
         view = keeping_lms(Exercised(program, trainset[:PROBE_EXAMPLES]))
         return view.unwrap(tp.compile(view, trainset=trainset, valset=devset, num_trials=budget or 2 * candidates,
                                       minibatch=len(devset) > 35, minibatch_size=min(35, len(devset))))

@@ -467,7 +467,8 @@ def test_mipro_never_tries_a_proposal_that_is_not_an_instruction(dummy, monkeypa
         return program.deepcopy()
 
     monkeypatch.setattr(dspy.MIPROv2, "_optimize_prompt_parameters", record)
-    echoed = {**PROPOSER_ANSWERS, "`[[ ## proposed_instruction ## ]]`": {"proposed_instruction": "What is the capital of Spain? [Madrid]"}}
+    echoed = {**PROPOSER_ANSWERS,
+              "`[[ ## proposed_instruction ## ]]`": {"proposed_instruction": "What is the capital of Spain? [Madrid]"}}
     dummy({**echoed, **{q: {"answer": a} for q, a in CAPITALS}})
     program = programs.build("direct")
     compile_program(program, "mipro", TRAIN, DEV, exact_match, max_demos=2, candidates=3)
