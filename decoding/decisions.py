@@ -40,6 +40,11 @@ LABEL_TOKENS = 1  # a bare label decision's reply: its first token decides it
 KINDS = ("passage", "set", "correct", "error")
 ANSWER_KINDS = ("correct", "error")
 NEVER = math.nextafter(1.0, 2.0)  # a threshold no probability reaches: the gate decides every decision negative
+RETRIEVER = "the retriever's score"
+#: The label under which a program acts no further -- keep the passage, the set is enough, the answer stands, no
+#: error to correct: what a gate decides when its LM probability told nothing on dev and no retriever score is
+#: fused (:func:`fit_gate`).
+AT_REST = {"passage": True, "set": True, "correct": True, "error": False}
 
 
 def check_mode(mode: str) -> str:
@@ -162,7 +167,11 @@ def two_way(predictor: dspy.Predict, name: str, labels: tuple[str, str], parse, 
     other than ``generate``) and logprobs in the reply, ``labels[0]`` when its probability reaches the gate's
     threshold, else ``labels[1]``, recorded for calibration with the ``judged`` answer; otherwise ``parse`` of the
     written field (the method's generate path). Returns (output or None when unreadable, label or None, the
-    probability of ``labels[0]`` or None)."""
+    probability of ``labels[0]`` or None). A gate :attr:`~Gate.at_rest` decides without a call: an output holding
+    the label only (the stop or the no-error verdict needs nothing else)."""
+    if gate is not None and gate.at_rest:
+        label = labels[0] if AT_REST[gate.kind] else labels[1]
+        return dspy.Prediction(**{name: label}), label, None
     if gate is None:
         try:
             out = predictor(**inputs)
@@ -242,9 +251,10 @@ class Gate(Parameter):
         return self.weights is None or self.weights[1] != 0
 
     @property
-    def passes_all(self) -> bool:
-        """Whether every probability passes every threshold (a one-class positive fit): the decision needs no call."""
-        return all(t <= 0 for t in self.thresholds.values())
+    def at_rest(self) -> bool:
+        """Whether every decision is :data:`AT_REST` whatever its probability (a one-class fit or an LM dropped by
+        :func:`fit_gate`): the program acts no further and needs no call to know it."""
+        return all(t <= 0 if AT_REST[self.kind] else t >= NEVER for t in self.thresholds.values())
 
     def fuse(self, probs: list[float], scores: list[float]) -> list[float]:
         """Fused probabilities of the passages judged together (LM probabilities and retriever scores)."""
@@ -337,8 +347,11 @@ def fit_gate(gate: Gate, probs: list[float], scores: list[float] | None, gold: l
     """Fit ``gate`` on labelled decisions: fusion weights when retriever ``scores`` are given (the LM feature only
     where :func:`lm_adds` says it lowers the out-of-fold loss, given each decision's question in ``groups``), then
     its thresholds on the (fused) probabilities -- ``threshold`` (and ``upper``) at Youden's J, ``lower`` where
-    ``lower_recall`` of the positives stay above it. Returns what to log: the ROC curve and operating points, the
-    LM feature's selection, and the decisions themselves (so a fit can be redone without the LM)."""
+    ``lower_recall`` of the positives stay above it. Without scores the LM's probability must beat the dev base rate
+    by the same rule, or the gate decides every decision :data:`AT_REST` (an operating point on noise decides by
+    chance: PAR2's P(STOP) had dev AUC 0.45; RAG-Critic's P(Error), 0.73 on 30 dev decisions, was 0.45 on test).
+    Returns what to log: the ROC curve and operating points, the LM feature's selection, and the decisions
+    themselves (so a fit can be redone without the LM)."""
     from sklearn.metrics import roc_auc_score, roc_curve
 
     decisions = {"probs": list(probs), "scores": scores and list(scores), "gold": list(gold),
@@ -348,9 +361,18 @@ def fit_gate(gate: Gate, probs: list[float], scores: list[float] | None, gold: l
     selection = None
     if scores is not None:
         rows = list(zip(probs, scores))
-        selection = lm_adds(rows, gold, groups) if groups else {"kept": True, "why": "no question ids"}
+        selection = lm_adds(rows, gold, groups) | {"against": RETRIEVER} if groups else \
+            {"kept": True, "why": "no question ids"}
         gate.weights = fit_fusion(rows, gold, selection["kept"])
         probs = gate.fuse(probs, scores)
+    elif groups:
+        # a constant retriever score: the fusion without the LM is the base rate
+        selection = lm_adds([(p, 0.0) for p in probs], gold, groups) | {"against": "the base rate"}
+        if not selection["kept"]:
+            label = decide_all(gate, AT_REST[gate.kind])
+            return {"auc": float(roc_auc_score(gold, probs)), "at_rest": label, "n": len(gold),
+                    "positives": int(sum(gold)), "thresholds": dict(gate.thresholds), "weights": None,
+                    "lm_feature": selection, "decisions": decisions}
     point = youden_threshold(probs, gold)
     for name in gate.thresholds:
         gate.thresholds[name] = recall_threshold(probs, gold, lower_recall) if name == "lower" else point
@@ -363,14 +385,20 @@ def fit_gate(gate: Gate, probs: list[float], scores: list[float] | None, gold: l
             "decisions": decisions}
 
 
+def decide_all(gate: Gate, positive: bool) -> str:
+    """Set every threshold of ``gate`` so that it decides every decision ``positive`` (0: any probability passes)
+    or negative (:data:`NEVER`), with no fusion; returns the label's name."""
+    gate.thresholds, gate.weights = dict.fromkeys(gate.thresholds, 0.0 if positive else NEVER), None
+    return "positive" if positive else "negative"
+
+
 def fit_one_class(gate: Gate, gold: list[bool]) -> dict:
     """Fit ``gate`` on decisions that all carry one label (no ROC curve exists): every threshold is set to decide
     every decision that way -- 0 when all were positive, :data:`NEVER` when all were negative -- as the dev split's
     base rate says. The paper's fixed threshold would instead decide by a probability the dev split cannot check
     (CORAL's sufficiency on XRAG full: every dev set held the supporting article, while the 0.5B's P(True) < 0.5
     on each test verdict sent every question round the loop again)."""
-    label = "positive" if gold[0] else "negative"
-    gate.thresholds, gate.weights = dict.fromkeys(gate.thresholds, 0.0 if gold[0] else NEVER), None
+    label = decide_all(gate, gold[0])
     return {"auc": None, "one_class": label, "n": len(gold), "positives": int(sum(gold)),
             "thresholds": dict(gate.thresholds), "weights": None}
 
@@ -382,14 +410,19 @@ def describe(fit: dict) -> str:
     if fit.get("one_class"):
         return (f"all {fit['n']} dev decisions {fit['one_class']}: decides every one {fit['one_class']} "
                 f"(thresholds {fit['thresholds']})")
-    line = (f"dev AUC {fit['auc']:.3f} on {fit['n']} decisions, thresholds {fit['thresholds']}, "
-            f"fusion weights {fit['weights']}")
     selection = fit.get("lm_feature")
+    if fit.get("at_rest"):
+        line = (f"dev AUC {fit['auc']:.3f} on {fit['n']} decisions: decides every one {fit['at_rest']}, the program "
+                f"acts no further (thresholds {fit['thresholds']})")
+    else:
+        line = (f"dev AUC {fit['auc']:.3f} on {fit['n']} decisions, thresholds {fit['thresholds']}, "
+                f"fusion weights {fit['weights']}")
     if selection and "oof_log_loss" in selection:
-        loss = selection["oof_log_loss"]
-        line += (f"; LM feature {'kept' if selection['kept'] else 'dropped: the gate decides by retrieval alone'} "
-                 f"(out-of-fold log-loss {loss['fused']:.3f} with it, {loss['retriever']:.3f} without; gain per "
-                 f"question {selection['gain']:+.4f}, one standard error {selection['gain_se']:.4f})")
+        loss, against = selection["oof_log_loss"], selection["against"]
+        dropped = "dropped" + (": the gate decides by retrieval alone" if against == RETRIEVER else "")
+        line += (f"; LM feature {'kept' if selection['kept'] else dropped} (out-of-fold log-loss {loss['fused']:.3f} "
+                 f"with it, {loss['retriever']:.3f} with {against} alone; gain per question "
+                 f"{selection['gain']:+.4f}, one standard error {selection['gain_se']:.4f})")
     elif selection:
         line += f"; LM feature kept ({selection['why']})"
     return line

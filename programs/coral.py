@@ -514,16 +514,16 @@ class CORAL(dspy.Module):
         """Whether the best kept documents suffice. Nothing kept is "not enough" without a call (the reason then
         carries the critiques of this round's best candidates); an unparseable verdict is "not enough" too, so the
         loop goes on within its round budget (the critic errs on the side of searching again). Under the
-        sufficiency oracle: enough exactly when every gold passage is kept, without a call; so is a gate fitted
-        one-class positive on dev (every probability passes its threshold 0)."""
+        sufficiency oracle: enough exactly when every gold passage is kept, without a call; so is a gate fitted on
+        dev to say "enough" to every probability (``Gate.at_rest``)."""
         if (sufficient := oracle_labels(self.oracle, "sufficiency")) is not None:
             enough = sufficient([r.passage for r in kept])
             verdict = Verdict(enough, "" if enough else ORACLE_NOT_ENOUGH)
         elif not kept:
             notes = "; ".join(r.critique for r in best(new, 3) if r.critique)
             verdict = Verdict(False, NOTHING_KEPT + (notes or "none"))
-        elif self.decisions != "generate" and self.sufficiency_gate.passes_all:
-            trace.sure_sufficiency += 1  # fitted one-class on dev: every kept set was enough there
+        elif self.decisions != "generate" and self.sufficiency_gate.at_rest:
+            trace.sure_sufficiency += 1  # fitted on dev to say "enough" to any probability
             verdict = Verdict(True, "")
         else:
             trace.calls["sufficiency"] += 1

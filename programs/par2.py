@@ -242,7 +242,7 @@ class PAR2(dspy.Module):
         """The controller's (action, query): scored (``decisions``) when the reply has logprobs, else as written;
         under the controller oracle STOP exactly when C_t holds every gold passage, else the controller's query."""
         def parse(out, action=None):
-            query = " ".join((out.next_query or "").split())
+            query = " ".join((out.get("next_query") or "").split())
             action = action or esc_decision(out.decision)
             if action == "CONTINUE" and not content_words(query):
                 return None  # asked to search but gave nothing to search for

@@ -54,7 +54,7 @@ class SelfRefine(dspy.Module):
                                              getattr(self, "stop_gate", None), answer, passages=context,
                                              question=question, answer=answer)
             verdict = ERROR if right is not None and fb is not None else verdict
-            rounds.append({"answer_in": answer, "verdict": verdict, "feedback": fb.feedback if fb else None,
+            rounds.append({"answer_in": answer, "verdict": verdict, "feedback": fb.get("feedback") if fb else None,
                            **({"p_correct": p_correct} if p_correct is not None else {})})
             if fb is None or verdict == CORRECT:
                 stop = "feedback_unparsed" if fb is None else "self_correct"

@@ -8,8 +8,8 @@ import pytest
 from dspy.utils.dummies import DummyLM
 from sklearn.metrics import roc_auc_score
 
-from decoding.decisions import (SCALE, YES_NO, Gate, LabelAdapter, check_mode, decide, describe, features, fit_fusion,
-                                fit_gate, recall_threshold, written_label, youden_threshold)
+from decoding.decisions import (SCALE, YES_NO, Gate, LabelAdapter, check_mode, decide, decide_all, describe, features,
+                                fit_fusion, fit_gate, recall_threshold, written_label, youden_threshold)
 from runtime.roles import init_dspy
 from signatures.critic import JudgeRelevance, RateDocument
 from tests.dummies import Queue
@@ -542,6 +542,58 @@ def test_the_lm_feature_is_kept_only_where_it_lowers_the_out_of_fold_loss():
     info = fit_gate(gate, probs, scores, gold)
     assert info["lm_feature"] == {"kept": True, "why": "no question ids"} and gate.reads_lm
     assert Gate(threshold=0.5).reads_lm  # unfitted: the even mix reads the LM
+
+
+def test_an_answer_level_gate_whose_probability_tells_nothing_on_dev_lets_the_answer_stand():
+    # RAG-Critic's P(Error) on HotpotQA: 30 dev decisions (19 answers wrong); a Youden point on noise flags by chance
+    rng = np.random.default_rng(5)
+    wrong = [bool(w) for w in rng.random(30) < 0.6]
+    questions = [f"q{i}" for i in range(30)]
+    noise = list(rng.uniform(0.05, 0.95, size=30))
+    verdict = Gate("error", threshold=0.5)
+    info = fit_gate(verdict, noise, None, wrong, questions)
+    assert info["lm_feature"]["kept"] is False and info["at_rest"] == "negative" and verdict.at_rest
+    assert not any(p >= verdict.thresholds["threshold"] for p in (0.0, 0.5, 1.0))  # no answer is ever flagged
+    assert "decides every one negative" in describe(info) and "with the base rate alone" in describe(info)
+    assert info["decisions"]["probs"] == noise  # refittable offline
+    # a stop on the same noise stops at once: the draft stands
+    stop = Gate("correct", threshold=0.5)
+    info = fit_gate(stop, noise, None, [not w for w in wrong], questions)
+    assert info["at_rest"] == "positive" and stop.at_rest and stop.thresholds == {"threshold": 0.0}
+    # a probability that knows which answers are wrong is kept, at the operating point between the classes
+    knows = [rng.uniform(0.6, 0.95) if w else rng.uniform(0.05, 0.5) for w in wrong]
+    info = fit_gate(verdict, knows, None, wrong, questions)
+    assert info["lm_feature"]["kept"] is True and "at_rest" not in info and not verdict.at_rest
+    assert verdict.thresholds["threshold"] == pytest.approx(min(p for p, w in zip(knows, wrong) if w))
+    assert "LM feature kept" in describe(info)
+
+
+def test_programs_ask_no_verdict_or_stop_from_a_gate_at_rest(monkeypatch):
+    import programs
+    from programs.rag_critic import RAGCritic
+    from programs.taxonomy import load_taxonomy
+    from tests.test_par2 import ANSWER as WRITE, ESC, PLAN as PAR2_PLAN, ROUTES, TWO_SEARCHES, said
+    from tests.test_par2 import ScriptedSearch as Par2Search
+    from tests.test_rag_critic import CRITIC, ERROR, FIXTURES, LABELS, PLAN, WRITER, ScriptedSearch as CriticSearch
+
+    monkeypatch.setenv("RAG_DATA_DIR", str(FIXTURES))
+    lm = MarkedLM({CRITIC: ERROR, **LABELS, PLAN: {"plan": "answer = GenerateAnswer(question, documents)"},
+                   WRITER: said("Lyon")}, {CRITIC: [field("judgement", logs({"Correct": 0.1, "Error": 0.9}))]})
+    init_dspy(lm, cache=False)
+    program = RAGCritic(CriticSearch(), k=2, taxonomy=load_taxonomy(), decisions="logprob")
+    decide_all(program.critic.verdict_gate, False)  # fitted at rest: never an error
+    pred = program(question=Q)
+    assert not pred.trace["flagged"] and pred.trace["rounds"][0]["critique"]["verdict"] == "Correct"
+    assert not any(CRITIC in h["messages"][-1]["content"] for h in lm.history) and lm.history
+    # PAR2's controller at rest stops after the first draft without asking; the written label would go on
+    lm = MarkedLM({PAR2_PLAN: TWO_SEARCHES, ESC: {"decision": "CONTINUE", "next_query": "Ana Berg birthplace"},
+                   WRITE: said("Lyon")}, {ESC: [field("decision", logs({"STOP": 0.1, "CONTINUE": 0.9}))]})
+    init_dspy(lm, cache=False)
+    par2 = programs.build("par2", search=Par2Search(ROUTES), search_rerank="none", decisions="logprob")
+    decide_all(par2.esc_gate, True)
+    pred = par2(question=Q)
+    assert pred.trace["stop_reason"] == "esc_stop" and pred.answer == "Lyon"
+    assert not any(ESC in h["messages"][-1]["content"] for h in lm.history)
 
 
 def test_crag_grades_by_retrieval_alone_without_a_call_when_its_gate_gave_the_lm_no_weight():
