@@ -361,13 +361,13 @@ def fit_gate(gate: Gate, probs: list[float], scores: list[float] | None, gold: l
     selection = None
     if scores is not None:
         rows = list(zip(probs, scores))
-        selection = lm_adds(rows, gold, groups) | {"against": RETRIEVER} if groups else \
-            {"kept": True, "why": "no question ids"}
+        selection = ({**lm_adds(rows, gold, groups), "against": RETRIEVER} if groups
+                     else {"kept": True, "why": "no question ids"})
         gate.weights = fit_fusion(rows, gold, selection["kept"])
         probs = gate.fuse(probs, scores)
     elif groups:
         # a constant retriever score: the fusion without the LM is the base rate
-        selection = lm_adds([(p, 0.0) for p in probs], gold, groups) | {"against": "the base rate"}
+        selection = {**lm_adds([(p, 0.0) for p in probs], gold, groups), "against": "the base rate"}
         if not selection["kept"]:
             label = decide_all(gate, AT_REST[gate.kind])
             return {"auc": float(roc_auc_score(gold, probs)), "at_rest": label, "n": len(gold),

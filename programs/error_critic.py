@@ -130,7 +130,8 @@ class ErrorCritic(dspy.Module):
                                         reasoning=reasoning or "", prediction=prediction or "(no answer)")
         if out is None:
             return Critique(verdict=None, analysis="critic output not parsed")
-        critique = Critique(verdict=ERROR if right else verdict, analysis=(out.get("analysis") or "").strip(), p_error=p_error)
+        critique = Critique(verdict=ERROR if right else verdict, analysis=(out.get("analysis") or "").strip(),
+                            p_error=p_error)
         if critique.verdict == CORRECT:
             return critique
         tax = self.taxonomy
