@@ -35,7 +35,7 @@ from decoding.choice import MCScoring
 from decoding.decisions import Gate, check_mode, two_way
 from programs.evidence import retried
 from programs.oracle import check_roles, oracle as oracle_labels
-from programs.text import APOSTROPHES, approx_tokens, content_words, normalize
+from programs.text import APOSTROPHES, approx_tokens, content_words, negated, normalize
 from programs.writer import Writer
 from retrieval.corpus import Passage, dedup
 from retrieval.rerank import get_reranker
@@ -48,7 +48,9 @@ KEYED = re.compile(r'^"?([a-z_ ]{1,20})"?\s*:\s*(.*)$', re.I)  # a JSON/YAML-sty
 QUERY_KEYS = frozenset({"query", "search", "search terms", "search_terms", "terms"})
 PREAMBLE = re.compile(r"^(?:here (?:is|are)|sure|okay|ok|the following|below (?:is|are)|i (?:will|would))\b", re.I)
 FORMAT_ECHO = frozenset({"search terms", "search terms reason", "search terms why it is needed"})
-NEGATED = re.compile(r"(?:\bnot|n't|\bno need to|\bnever)\s+(?:\w+\s+)?$", re.I)
+#: An echoed field header ("[[ ## decision ## ]]") or the echoed choice ("STOP or CONTINUE"): not a decision.
+ECHOED = re.compile(r"\[\[\s*##.*?##\s*\]\]|\b(?:STOP|CONTINUE)\s*(?:or|/|\|)\s*(?:STOP|CONTINUE)\b", re.I)
+ANSWERED_NO = re.compile(r"\s*\?\s*(?:no|nope|not)\b", re.I)  # "Continue? No."
 
 
 @dataclass(frozen=True)
@@ -82,13 +84,15 @@ def plan_lines(text: str, m: int) -> list[SubQuery] | None:
 
 
 def esc_decision(text: str) -> str | None:
-    """STOP or CONTINUE when the reply names exactly one of them (any case), else None. A negated word means the
-    other ("Don't continue" is STOP, "do not stop" is CONTINUE). The controller's one decision."""
-    text = (text or "").translate(APOSTROPHES)
+    """STOP or CONTINUE when the reply means exactly one of them (any case), else None. A word negated in its clause
+    (:func:`~programs.text.negated`: "It is not necessary to continue", "We cannot continue", "Dont continue") or
+    answered "no" ("Continue? No.") means the other; echoed headers and the echoed choice are not read. The
+    controller's one decision."""
+    text = ECHOED.sub(" ", (text or "").translate(APOSTROPHES))
     said = set()
     for match in re.finditer(r"\b(STOP|CONTINUE)\b", text, re.I):
-        word = match.group(1).upper()
-        said.add(({"STOP": "CONTINUE", "CONTINUE": "STOP"}[word]) if NEGATED.search(text[:match.start()]) else word)
+        flip = negated(text[:match.start()]) != bool(ANSWERED_NO.match(text, match.end()))
+        said.add({"STOP": "CONTINUE", "CONTINUE": "STOP"}[match.group(1).upper()] if flip else match.group(1).upper())
     return said.pop() if len(said) == 1 else None
 
 

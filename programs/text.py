@@ -19,6 +19,12 @@ REFUSAL = re.compile(r"(?:i\s+(?:do\s*n[o']?t|do\s+not|cannot|can\s*not|am\s+not
                      r"(?:say|mention|state|give|contain))\b")
 WHOLE_REFUSALS = frozenset({"unknown", "idk", "no answer", "none given", "n/a"})
 APOSTROPHES = str.maketrans({"\u2019": "'", "\u2018": "'", "\u02bc": "'", "\u00b4": "'", "`": "'"})
+#: Where a negation's scope ends: punctuation, or a conjunction that starts the next clause.
+CLAUSE_END = re.compile(r"[.,;:!?()\[\]\n\u2013\u2014]|\s-+\s|\b(?:and|but|so|then|therefore|thus|hence|because|since)\b",
+                        re.I)
+NEGATOR = re.compile(r"(?:not|never|cannot|(?:do|does|did|ca|wo|should|would|could|need|must|is|are|was|were|has"
+                     r"|have|had)n'?t)", re.I)
+NO_NEED = frozenset({"need", "reason", "point", "longer"})  # "no" negates a verb in "no need to ..." and the like
 
 
 def abstained(answer: str | None) -> bool:
@@ -26,6 +32,17 @@ def abstained(answer: str | None) -> bool:
     apostrophe, any case, with or without a tail such as "the answer"), "not enough information" and the like."""
     text = " ".join((answer or "").translate(APOSTROPHES).casefold().split()).strip(" .!\"'*:-")
     return not text or text in WHOLE_REFUSALS or REFUSAL.match(text) is not None
+
+
+def negated(before: str, scope: int = 4) -> bool:
+    """Whether the text ``before`` a word negates it: an odd number of negators ("not", "never", "cannot", "don't"
+    with or without its apostrophe, "no need", ...) among the last ``scope`` words of its clause. "It is not
+    necessary to", "we cannot", "I dont think we should" negate; "not enough evidence, " (another clause), "no more
+    search is needed" (a noun negated) and "no reason not to" (twice) do not."""
+    ws = re.findall(r"[\w']+", CLAUSE_END.split(before.translate(APOSTROPHES))[-1])[-scope:]
+    flips = [NEGATOR.fullmatch(w) is not None or (w.lower() == "no" and after.lower() in NO_NEED)
+             for w, after in zip(ws, [*ws[1:], ""])]
+    return sum(flips) % 2 == 1
 
 
 def words(text: str) -> list[str]:

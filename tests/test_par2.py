@@ -99,6 +99,21 @@ def test_a_negated_decision_is_the_other_one(text, decision):
     assert esc_decision(text) == decision
 
 
+@pytest.mark.parametrize("text, decision", [
+    ("It is not necessary to continue", "STOP"), ("We cannot continue.", "STOP"), ("Dont continue", "STOP"),
+    ("Don\u2019t continue", "STOP"), ("[[ ## decision ## ]]\nDont continue", "STOP"),
+    ("No need to continue.", "STOP"), ("Continue? No.", "STOP"), ("I don't think we should continue", "STOP"),
+    ("There is no reason not to stop", "STOP"), ("No more search is needed - STOP", "STOP"),
+    ("STOP or CONTINUE: STOP", "STOP"), ("[[ ## decision ## ]]\ncontinue", "CONTINUE"),
+    ("We must continue", "CONTINUE"), ("Not enough evidence, continue", "CONTINUE"),
+    ("I cannot stop yet", "CONTINUE"), ("The evidence is not sufficient so continue", "CONTINUE"),
+    ("Continue? Yes.", "CONTINUE")])
+def test_the_controller_reads_what_a_phrasing_means(text, decision):
+    """Issue 61 item 9: negations a word or more away, without an apostrophe, in "cannot", answered after a
+    question mark; echoed headers and the echoed choice are not a decision; another clause's "not" is not."""
+    assert esc_decision(text) == decision
+
+
 def test_interleave_takes_each_lists_best_first_and_keeps_each_passage_once():
     a, b, c = P["Blue Fox"], P["Red Owl"], P["Ana Berg"]
     assert interleave([[a, b], [c, a], [b]]) == [a, c, b]
