@@ -20,8 +20,8 @@ REFUSAL = re.compile(r"(?:i\s+(?:do\s*n[o']?t|do\s+not|cannot|can\s*not|am\s+not
 WHOLE_REFUSALS = frozenset({"unknown", "idk", "no answer", "none given", "n/a"})
 APOSTROPHES = str.maketrans({"\u2019": "'", "\u2018": "'", "\u02bc": "'", "\u00b4": "'", "`": "'"})
 #: Where a negation's scope ends: punctuation, or a conjunction that starts the next clause.
-CLAUSE_END = re.compile(r"[.,;:!?()\[\]\n\u2013\u2014]|\s-+\s|\b(?:and|but|so|then|therefore|thus|hence|because|since)\b",
-                        re.I)
+CLAUSE_END = re.compile(r"[.,;:!?()\[\]\n\u2013\u2014]|\s-+\s"
+                        r"|\b(?:and|but|so|then|therefore|thus|hence|because|since)\b", re.I)
 NEGATOR = re.compile(r"(?:not|never|cannot|(?:do|does|did|ca|wo|should|would|could|need|must|is|are|was|were|has"
                      r"|have|had)n'?t)", re.I)
 NO_NEED = frozenset({"need", "reason", "point", "longer"})  # "no" negates a verb in "no need to ..." and the like
