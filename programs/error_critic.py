@@ -32,7 +32,7 @@ def parse_verdict(text: str | None) -> str | None:
     """"Correct" only when the reply clearly says so: a correct-word ("Correct", "The answer is accurate", "no
     errors") and no error-word, negation or hedge anywhere ("not entirely correct", "isn't fully correct",
     "Partially correct", "Yes, there is an error", "the passages are correct but the answer is wrong" are Error);
-    "Error" for any other reply with a verdict word; None when there is none (callers treat None as Error).
+    "Error" for any other reply with a verdict word; None when there is none (unparsed: callers act on Error only).
     The critic's and Self-Refine's one Correct/Error decision."""
     text = _NO_ERRORS.sub(" correct ", (text or "").translate(APOSTROPHES).lower())
     ws = set(re.findall(r"[a-z]+", text.replace("n't", " not ")))
@@ -51,7 +51,7 @@ _HEDGES = frozenset({"not", "no", "never", "nor", "but", "however", "although", 
 
 @dataclass
 class Critique:
-    verdict: str | None  # Correct | Error | None (unparsed: treated as Error by callers that must act)
+    verdict: str | None  # Correct | Error | None (unparsed: neither, so nothing is corrected)
     analysis: str = ""
     tier1: list[str] = field(default_factory=list)
     tier2: list[str] = field(default_factory=list)
@@ -62,7 +62,8 @@ class Critique:
 
     @property
     def flagged(self) -> bool:
-        return self.verdict != CORRECT
+        """An Error verdict: the one the paper corrects (an unparsed verdict is not)."""
+        return self.verdict == ERROR
 
     def text(self) -> str:
         """The critique as the planner reads it."""
@@ -132,7 +133,7 @@ class ErrorCritic(dspy.Module):
             return Critique(verdict=None, analysis="critic output not parsed")
         critique = Critique(verdict=ERROR if right else verdict, analysis=(out.get("analysis") or "").strip(),
                             p_error=p_error)
-        if critique.verdict == CORRECT:
+        if not critique.flagged:  # Correct, or no verdict to read: nothing to label
             return critique
         tax = self.taxonomy
         ask = {"question": question, "prediction": prediction or "(no answer)", "critique": critique}

@@ -1,11 +1,12 @@
 """RAG-Critic (Dong et al., 2025) as a DSPy program: generate -> critic -> plan -> execute (Algorithm 1).
 
 The writer answers from the top-k passages; the error critic judges that answer without the gold answer and labels
-its errors with the three-tier taxonomy. A Correct verdict ends the round. Otherwise the planner reads the
-critique, the suggested actions for the flagged tier-1 errors and the function menu, and writes a program of
-calls; it is parsed into a typed :class:`programs.plan.Plan` (step cap ``max_steps``) and run by the dispatcher
-with the writer model. An invalid plan falls back to one GenerateAnswer on the current evidence, guided by the
-critique. ``rounds=2`` critiques and corrects the corrected answer once more.
+its errors with the three-tier taxonomy. Only an Error verdict is corrected, as in the paper: a Correct one ends
+the round, and so does an unparsed one (counted in the trace as ``unparsed_verdicts``). For an Error the planner
+reads the critique, the suggested actions for the flagged tier-1 errors and the function menu, and writes a
+program of calls; it is parsed into a typed :class:`programs.plan.Plan` (step cap ``max_steps``) and run by the
+dispatcher with the writer model. An invalid plan falls back to one GenerateAnswer on the current evidence, guided
+by the critique. ``rounds=2`` critiques and corrects the corrected answer once more.
 """
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import dspy
 
 from decoding.choice import MCScoring
 from decoding.constrained import constrained_config
-from programs.error_critic import ErrorCritic
+from programs.error_critic import CORRECT, ERROR, ErrorCritic
 from programs.evidence import lenient
 from programs.executor import PlanExecutor
 from programs.oracle import check_roles
@@ -63,7 +64,7 @@ class RAGCritic(dspy.Module):
             record = {"answer_in": answer, "passages_in": [p.id for p in passages], "critique": critique.as_dict()}
             rounds.append(record)
             if not critique.flagged:
-                stop = "critic_correct"
+                stop = "critic_correct" if critique.verdict == CORRECT else "critic_unparsed"
                 break
             plan, record["plan_text"], record["plan_error"], record["truncated"] = self.plan(
                 question, passages, answer, critique)                                             # plan
@@ -79,7 +80,8 @@ class RAGCritic(dspy.Module):
                 answer, passages, reasoning = out.answer, out.passages, ""
         last = rounds[-1]
         trace = {"iterations": len(rounds), "queries": queries, "stop_reason": stop, "rounds": rounds,
-                 "flagged": rounds[0]["critique"]["verdict"] != "Correct",
+                 "flagged": rounds[0]["critique"]["verdict"] == ERROR,
+                 "unparsed_verdicts": sum(r["critique"]["verdict"] is None for r in rounds),
                  "plans": sum("plan_valid" in r for r in rounds),
                  "plans_valid": sum(r.get("plan_valid", False) for r in rounds),
                  "fallbacks": sum(r.get("plan_valid") is False for r in rounds),

@@ -46,10 +46,10 @@ def behaviour(records: list[dict]) -> dict:
 
 
 def critic_identification(records: list[dict]) -> dict:
-    """The first-round critic verdict on each first answer vs that answer's gold correctness."""
+    """The first-round critic verdict on each first answer (flagged: Error) vs that answer's gold correctness."""
     rounds = [(r["trace"]["rounds"][0], r["gold"]) for r in records if (r.get("trace") or {}).get("rounds")
               and "critique" in r["trace"]["rounds"][0]]
-    return identification([c["critique"]["verdict"] != "Correct" for c, _ in rounds],
+    return identification([c["critique"]["verdict"] == "Error" for c, _ in rounds],
                           [answer_is_wrong(c["answer_in"], gold) for c, gold in rounds]) if rounds else {}
 
 
@@ -63,7 +63,7 @@ def judge_confusion(records: list[dict], session) -> dict:
         if "critique" not in first or r["id"] not in examples:
             continue
         right = session.judge(examples[r["id"]], dspy.Prediction(answer=first["answer_in"])) == 1.0
-        flagged = first["critique"]["verdict"] != "Correct"
+        flagged = first["critique"]["verdict"] == "Error"  # an unparsed verdict is not acted on
         out[f"{'flagged' if flagged else 'passed'}_{'right' if right else 'wrong'}"] += 1
     return out
 

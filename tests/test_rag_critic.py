@@ -139,6 +139,12 @@ def test_a_correct_verdict_asks_for_no_labels_and_a_single_option_needs_no_call(
     assert len(lm.history) == 2                                 # verdict + tier 1; tiers 2 and 3 had one option
 
 
+def test_an_unparsed_verdict_is_not_an_error_and_asks_for_no_labels(taxonomy):
+    lm = routed({CRITIC: {"judgement": "Hard to say.", "analysis": "unclear"}, **LABELS})
+    c = ErrorCritic(taxonomy)(question=Q, passages=[], prediction="Lyon")
+    assert c.verdict is None and not c.flagged and c.tier1 == [] and len(lm.history) == 1
+
+
 def test_labels_with_commas_and_colons_stay_whole_and_tier3_is_shortlisted_by_similarity():
     from programs.taxonomy import Taxonomy
 
@@ -316,6 +322,17 @@ def test_correct_verdict_skips_planning_and_execution(taxonomy):
     assert len(lm.history) == 2 and not prompts(lm, PLAN)                          # writer + critic only
 
 
+def test_an_unparsed_verdict_is_counted_and_not_corrected(taxonomy):
+    """Issue 61 item 2: the paper corrects on Error only."""
+    lm = routed({CRITIC: {"judgement": "Hard to say.", "analysis": "unclear"}, **LABELS,
+                 PLAN: {"plan": "answer = GenerateAnswer(question, documents)"}, INSTRUCTED: {"answer": "Paris"},
+                 WRITER: said("Lyon")})
+    pred = build(taxonomy)(question=Q)
+    assert pred.answer == "Lyon" and pred.plan is None and not prompts(lm, PLAN) and len(lm.history) == 2
+    assert pred.trace["stop_reason"] == "critic_unparsed" and pred.trace["unparsed_verdicts"] == 1
+    assert not pred.trace["flagged"] and pred.critique["verdict"] is None
+
+
 def test_flagged_answer_is_corrected_by_the_executed_plan(taxonomy):
     search = ScriptedSearch({"Ana Berg": ("Ana Berg",)})
     plan = "found = Retrieval(query='Ana Berg birthplace', topk=1)\nanswer = GenerateAnswer(question, [found, documents])"
@@ -466,13 +483,13 @@ def test_compare_script_counts_the_critics_confusion_against_the_judge_on_first_
 
     def rec(qid, first, verdict):
         return {"id": qid, "trace": {"rounds": [{"answer_in": first, "critique": {"verdict": verdict}}]}}
-    examples = [dspy.Example(id=str(i), question=Q, answers=["Lyon"]).with_inputs("question") for i in range(4)]
+    examples = [dspy.Example(id=str(i), question=Q, answers=["Lyon"]).with_inputs("question") for i in range(6)]
     session = SimpleNamespace(splits=SimpleNamespace(train=[], dev=[], test=examples),
                               judge=lambda ex, pred: float(pred.answer == "Lyon"))
     recs = [rec("0", "Lyon", "Correct"), rec("1", "Paris", "Error"), rec("2", "Lyon", "Error"),
-            rec("3", "Rome", "Correct"), {"id": "4", "trace": {}}]
+            rec("3", "Rome", "Correct"), {"id": "4", "trace": {}}, rec("5", "Rome", None)]  # unparsed: not acted on
     assert rag_critic_compare.judge_confusion(recs, session) == {"flagged_wrong": 1, "flagged_right": 1,
-                                                                 "passed_wrong": 1, "passed_right": 1}
+                                                                 "passed_wrong": 2, "passed_right": 1}
 
 
 def test_error_profile_without_taxonomy_stops_before_evaluating(tmp_path, monkeypatch, capsys):
