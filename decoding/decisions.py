@@ -45,6 +45,9 @@ RETRIEVER = "the retriever's score"
 #: error to correct: what a gate decides when its LM probability told nothing on dev and no retriever score is
 #: fused (:func:`fit_gate`).
 AT_REST = {"passage": True, "set": True, "correct": True, "error": False}
+#: How a trace names a decision its gate made whatever the probability: at rest (the :data:`AT_REST` label, asked of
+#: no LM where the program can skip the call), or one-class (the other label, as a fit on one-class dev decisions sets).
+REST, ONE_CLASS = "at rest (no call)", "one-class"
 
 
 def check_mode(mode: str) -> str:
@@ -251,10 +254,22 @@ class Gate(Parameter):
         return self.weights is None or self.weights[1] != 0
 
     @property
+    def fixed(self) -> bool | None:
+        """The label every decision gets whatever its probability (True: every threshold is 0, False: every one is
+        :data:`NEVER`, as :func:`decide_all` sets them), None while a probability decides."""
+        values = self.thresholds.values()
+        return True if all(t <= 0 for t in values) else False if all(t >= NEVER for t in values) else None
+
+    @property
     def at_rest(self) -> bool:
         """Whether every decision is :data:`AT_REST` whatever its probability (a one-class fit or an LM dropped by
         :func:`fit_gate`): the program acts no further and needs no call to know it."""
-        return all(t <= 0 if AT_REST[self.kind] else t >= NEVER for t in self.thresholds.values())
+        return self.fixed == AT_REST[self.kind]
+
+    @property
+    def state(self) -> str | None:
+        """:data:`REST` or :data:`ONE_CLASS` when :attr:`fixed` decides, else None."""
+        return None if self.fixed is None else REST if self.at_rest else ONE_CLASS
 
     def fuse(self, probs: list[float], scores: list[float]) -> list[float]:
         """Fused probabilities of the passages judged together (LM probabilities and retriever scores)."""
@@ -426,6 +441,14 @@ def describe(fit: dict) -> str:
     elif selection:
         line += f"; LM feature kept ({selection['why']})"
     return line
+
+
+def rest_note(role: str, gate: Gate | None, runs_as: str) -> str | None:
+    """How a program names what it runs as while ``gate`` (its ``role``'s decision) decides whatever the probability:
+    "controller at rest = par2_anchor" (``runs_as``), "controller one-class"; None while a probability decides (or
+    there is no gate: ``--decisions generate``)."""
+    state = gate.state if gate is not None else None
+    return None if state is None else f"{role} at rest = {runs_as}" if state == REST else f"{role} {ONE_CLASS}"
 
 
 def gates(program: dspy.Module) -> dict[str, Gate]:

@@ -42,7 +42,7 @@ import dspy
 
 from decoding.choice import MCScoring
 from decoding.constrained import BOOL, constrained_config, name_list, one_of
-from decoding.decisions import PARSE_ERRORS, SCALE, Gate, check_mode, decide, record, relative
+from decoding.decisions import PARSE_ERRORS, REST, SCALE, Gate, check_mode, decide, record, relative, rest_note
 from programs.mrag import DEFAULT_LANG, SCOPES, answer_writer, corpus_of, language_label, scope_corpora, with_options
 from programs.oracle import check_roles, oracle as oracle_labels
 from retrieval.corpus import Passage, dedup
@@ -200,7 +200,7 @@ class Trace:
     parse_failures: int = 0  # planner / per-document critic / sufficiency outputs that could not be parsed
     planner_fallbacks: int = 0  # planner outputs with no valid corpus name (see ``select`` / ``replan``)
     unrated: int = 0  # candidates kept or dropped by the fused keep gate without a critic call (``rate``)
-    sure_sufficiency: int = 0  # verdicts the sufficiency gate's one-class fit decided without a call (``check``)
+    sure_sufficiency: int = 0  # "enough" verdicts of a sufficiency gate at rest, without a call (``check``)
     calls: Counter = field(default_factory=Counter)
 
     def round(self, query: str, corpora: list[str], languages: dict[str, str], rated: list[Rated],
@@ -277,6 +277,13 @@ class CORAL(dspy.Module):
         """The oracle roles of a CORAL variant: a fixed scope has no planner."""
         return tuple(r for r in cls.ORACLE_ROLES if r != "planner" or scope == "dynamic")
 
+    def resting(self) -> str | None:
+        """What CORAL runs as while its sufficiency or keep gate decides whatever the probability (see
+        :func:`decoding.decisions.rest_note`)."""
+        notes = [rest_note("sufficiency", getattr(self, "sufficiency_gate", None), "one round, no replanning"),
+                 rest_note("keep", getattr(self, "keep_gate", None), "every rated candidate kept")]
+        return "; ".join(n for n in notes if n) or None
+
     def forward(self, question: str, options: dict[str, str] | None = None,
                 lang: str | None = None) -> dspy.Prediction:
         lang = lang or DEFAULT_LANG
@@ -299,7 +306,7 @@ class CORAL(dspy.Module):
                 break
             verdict = self.check(asked, list(kept.values()), new, trace)             # (4) sufficiency
             if verdict.enough:
-                trace.stop_reason = "sufficient"
+                trace.stop_reason = "sufficient_at_rest" if verdict.reason == REST else "sufficient"
                 break
             plan = self.replan(question, query, corpora, verdict.reason, own, kept, trace, options)  # (5)
             if plan is None:
@@ -515,7 +522,7 @@ class CORAL(dspy.Module):
         carries the critiques of this round's best candidates); an unparseable verdict is "not enough" too, so the
         loop goes on within its round budget (the critic errs on the side of searching again). Under the
         sufficiency oracle: enough exactly when every gold passage is kept, without a call; so is a gate fitted on
-        dev to say "enough" to every probability (``Gate.at_rest``)."""
+        dev to say "enough" to every probability (``Gate.at_rest``: the verdict's reason says "at rest (no call)")."""
         if (sufficient := oracle_labels(self.oracle, "sufficiency")) is not None:
             enough = sufficient([r.passage for r in kept])
             verdict = Verdict(enough, "" if enough else ORACLE_NOT_ENOUGH)
@@ -524,7 +531,7 @@ class CORAL(dspy.Module):
             verdict = Verdict(False, NOTHING_KEPT + (notes or "none"))
         elif self.decisions != "generate" and self.sufficiency_gate.at_rest:
             trace.sure_sufficiency += 1  # fitted on dev to say "enough" to any probability
-            verdict = Verdict(True, "")
+            verdict = Verdict(True, REST)
         else:
             trace.calls["sufficiency"] += 1
             evidence = [r.passage.format(self.critic_chars)

@@ -23,7 +23,7 @@ from dataclasses import replace
 import dspy
 
 from decoding.choice import MCScoring
-from decoding.decisions import YES_NO, Gate, check_mode, decide, record, relative
+from decoding.decisions import YES_NO, Gate, check_mode, decide, record, relative, rest_note
 from programs.evidence import EvidenceWriter, lenient, search_excluding
 from programs.oracle import check_roles, oracle as oracle_labels
 from programs.seal import clip, sentences
@@ -105,6 +105,11 @@ class CRAG(dspy.Module):
             probs = self.grade_gate.fuse(probs or [0.5] * len(passages), scores)
         grades.update((p.id, graded(s, self.grade_gate.thresholds)) for p, s in zip(passages, probs))
         return failures
+
+    def resting(self) -> str | None:
+        """What CRAG runs as while its grade gate decides whatever the probability (see
+        :func:`decoding.decisions.rest_note`): at rest every passage is graded correct."""
+        return rest_note("grader", getattr(self, "grade_gate", None), "one retrieval, every passage kept")
 
     def forward(self, question: str, options: dict[str, str] | None = None,
                 lang: str | None = None) -> dspy.Prediction:

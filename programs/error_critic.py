@@ -6,7 +6,8 @@ critic's analysis (embedding cosine when an embedder is given, else shared conte
 set: a written label that is not an option is snapped to the most similar option or dropped (both counted); a tier
 with a single option takes it without a call. With ``decisions="logprob"`` (``fused`` alike) the verdict is read as
 P(Error) from token logprobs (``decoding.decisions``): flagged at or above the ``verdict_gate`` threshold (program
-state; 0.5 uncompiled); a reply without logprobs is parsed as written (:func:`parse_verdict`). With
+state; 0.5 uncompiled); a reply without logprobs is parsed as written (:func:`parse_verdict`). A gate at rest says
+Correct without a call, a one-class gate always Error (``Critique.decided`` names either). With
 ``oracle="verdict"`` (``programs.oracle``) the verdict is the task metric's on the prediction: a right one is Correct
 without a call, a wrong one is Error with the critic's analysis and labels.
 """
@@ -59,6 +60,7 @@ class Critique:
     snapped: int = 0  # written labels replaced by their nearest valid label
     dropped: int = 0  # written labels with no valid label close enough
     p_error: float | None = None  # P(Error) read from logprobs (``decisions``), None when the verdict was parsed
+    decided: str | None = None  # the gate's state when it decided whatever the probability (``Gate.state``)
 
     @property
     def flagged(self) -> bool:
@@ -125,14 +127,15 @@ class ErrorCritic(dspy.Module):
         right = oracle_labels(self.oracle, "verdict")
         if right is not None and right(prediction or ""):
             return Critique(verdict=CORRECT, analysis="none")
+        gate = getattr(self, "verdict_gate", None)
         out, verdict, p_error = two_way(self.judge, "judgement", (ERROR, CORRECT), parse_verdict,
-                                        getattr(self, "verdict_gate", None), prediction or "", question=question,
+                                        gate, prediction or "", question=question,
                                         passages=[f"[{i}] {p.format(self.max_chars)}" for i, p in enumerate(passages)],
                                         reasoning=reasoning or "", prediction=prediction or "(no answer)")
         if out is None:
             return Critique(verdict=None, analysis="critic output not parsed")
         critique = Critique(verdict=ERROR if right else verdict, analysis=(out.get("analysis") or "").strip(),
-                            p_error=p_error)
+                            p_error=p_error, decided=gate.state if gate is not None and right is None else None)
         if not critique.flagged:  # Correct, or no verdict to read: nothing to label
             return critique
         tax = self.taxonomy

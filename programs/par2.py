@@ -14,8 +14,10 @@ more, then the question itself is the only sub-query; an unusable ESC reply is a
 STOP. Both are counted in the trace. With ``decisions="logprob"`` (``fused`` alike: the controller judges a
 draft, not one passage) the controller's decision is read as P(STOP) from token logprobs (``decoding.decisions``):
 STOP at or above the ``esc_gate`` threshold (program state; 0.5 uncompiled); a reply without logprobs is parsed as
-written. With ``oracle="controller"`` (``programs.oracle``) the controller says STOP exactly when every gold passage
-is in C_t, without a call; otherwise it is asked only for the query.
+written. A gate fitted at rest STOPs without a call: the step says ``decided: "at rest (no call)"``, the stop
+reason is ``esc_at_rest``, and PAR2 runs as ``par2_anchor`` (:meth:`PAR2.resting`); a one-class gate (always
+CONTINUE) is ``decided: "one-class"``. With ``oracle="controller"`` (``programs.oracle``) the controller says STOP
+exactly when every gold passage is in C_t, without a call; otherwise it is asked only for the query.
 
 Reranking: every search goes through the retriever, which applies its own second stage where it has one.
 ``search_rerank`` (a :mod:`retrieval.rerank` name, default ``none``) adds one in the program: each search then fetches
@@ -32,7 +34,7 @@ from itertools import chain as flatten, zip_longest
 import dspy
 
 from decoding.choice import MCScoring
-from decoding.decisions import Gate, check_mode, two_way
+from decoding.decisions import REST, Gate, check_mode, rest_note, two_way
 from programs.evidence import retried
 from programs.oracle import check_roles, oracle as oracle_labels
 from programs.text import APOSTROPHES, approx_tokens, content_words, negated, normalize
@@ -152,7 +154,8 @@ class _Run:
         return {"iterations": len(self.steps), "queries": list(self.queries), "stop_reason": stop_reason,
                 "plan": [asdict(s) for s in self.plan], "steps": self.steps, "fallbacks": dict(self.fallbacks),
                 "parse_failures": self.parse_failures, "context_tokens": budget, "context_size": len(self.context),
-                "continued": any(s.get("action") == "CONTINUE" for s in self.steps)}
+                "continued": any(s.get("action") == "CONTINUE" for s in self.steps),
+                "at_rest": sum(s.get("decided") == REST for s in self.steps)}
 
 
 class PAR2(dspy.Module):
@@ -187,6 +190,14 @@ class PAR2(dspy.Module):
         self.esc = dspy.Predict(DecideNextStep)
         self.writer = Writer(use_passages=True, reasoning=True, max_chars=max_chars, mc=mc)
 
+    def resting(self) -> str | None:
+        """What PAR2 runs as while its controller's gate decides whatever the probability (see
+        :func:`decoding.decisions.rest_note`): at rest it STOPs after the first write."""
+        if not self.use_chain or self.loops < 2:
+            return None  # no controller decision to rest
+        return rest_note("controller", getattr(self, "esc_gate", None),
+                         "par2_anchor" if self.use_anchor else "its first write over the question's top k")
+
     @classmethod
     def oracle_roles(cls, chain: bool = True, **_) -> tuple[str, ...]:
         """The oracle roles of a PAR2 variant: without the chain there is no controller."""
@@ -215,7 +226,7 @@ class PAR2(dspy.Module):
             action, query = self._decide(question, shown, response, answer, run)  # (a, q*_{t+1}) <- E(q, r_t, C_t)
             step.update(action=action, query=query)
             if action == "STOP":
-                stop = "esc_stop"
+                stop = "esc_at_rest" if step.get("decided") == REST else "esc_stop"
                 break
             if not run.extend(self._retrieve([query], run)):                   # C_{t+1} <- C_t ∪ R(q*_{t+1})
                 stop = "no_new_evidence"  # same question and context would give the same draft again
@@ -259,6 +270,8 @@ class PAR2(dspy.Module):
                 return "STOP", ""
             ask = partial(parse, action="CONTINUE")  # only its query is asked for
         elif self.decisions != "generate":  # scored; an unusable reply goes on to the generate path's asks
+            if state := self.esc_gate.state:
+                run.steps[-1]["decided"] = state
             out, action, p_stop = two_way(self.esc, "decision", ("STOP", "CONTINUE"), esc_decision, self.esc_gate,
                                           answer, **inputs)
             if p_stop is not None:

@@ -2,7 +2,9 @@
 
 The writer answers from the top-k passages; the error critic judges that answer without the gold answer and labels
 its errors with the three-tier taxonomy. Only an Error verdict is corrected, as in the paper: a Correct one ends
-the round, and so does an unparsed one (counted in the trace as ``unparsed_verdicts``). For an Error the planner
+the round, and so does an unparsed one (counted in the trace as ``unparsed_verdicts``). A verdict gate at rest
+(``--decisions logprob|fused``, fitted on dev) says Correct without a call: the stop reason is ``critic_at_rest``
+and RAG-Critic runs as its chain-of-thought first draft (:meth:`RAGCritic.resting`). For an Error the planner
 reads the critique, the suggested actions for the flagged tier-1 errors and the function menu, and writes a
 program of calls; it is parsed into a typed :class:`programs.plan.Plan` (step cap ``max_steps``) and run by the
 dispatcher with the writer model. An invalid plan falls back to one GenerateAnswer on the current evidence, guided
@@ -14,6 +16,7 @@ import dspy
 
 from decoding.choice import MCScoring
 from decoding.constrained import constrained_config
+from decoding.decisions import REST, rest_note
 from programs.error_critic import CORRECT, ERROR, ErrorCritic
 from programs.evidence import lenient
 from programs.executor import PlanExecutor
@@ -24,6 +27,9 @@ from programs.writer import Writer
 from retrieval.corpus import Passage
 from retrieval.retriever import Retriever
 from signatures.planner import ERROR_ACTIONS, FUNCTIONS, PLAN_EXAMPLE, PlanCorrection
+
+
+STOPS = {CORRECT: "critic_correct", None: "critic_unparsed"}  # why a round ends without a correction
 
 
 def fallback_plan(instruction: str) -> Plan:
@@ -64,7 +70,7 @@ class RAGCritic(dspy.Module):
             record = {"answer_in": answer, "passages_in": [p.id for p in passages], "critique": critique.as_dict()}
             rounds.append(record)
             if not critique.flagged:
-                stop = "critic_correct" if critique.verdict == CORRECT else "critic_unparsed"
+                stop = "critic_at_rest" if critique.decided == REST else STOPS[critique.verdict]
                 break
             plan, record["plan_text"], record["plan_error"], record["truncated"] = self.plan(
                 question, passages, answer, critique)                                             # plan
@@ -82,6 +88,7 @@ class RAGCritic(dspy.Module):
         trace = {"iterations": len(rounds), "queries": queries, "stop_reason": stop, "rounds": rounds,
                  "flagged": rounds[0]["critique"]["verdict"] == ERROR,
                  "unparsed_verdicts": sum(r["critique"]["verdict"] is None for r in rounds),
+                 "at_rest": sum(r["critique"]["decided"] == REST for r in rounds),
                  "plans": sum("plan_valid" in r for r in rounds),
                  "plans_valid": sum(r.get("plan_valid", False) for r in rounds),
                  "fallbacks": sum(r.get("plan_valid") is False for r in rounds),
@@ -92,6 +99,11 @@ class RAGCritic(dspy.Module):
         tags = {tier: last["critique"][tier] for tier in ("tier1", "tier2", "tier3")}
         return dspy.Prediction(answer=answer, passages=passages, trace=trace, critique=last["critique"], tags=tags,
                                plan=last.get("plan"), steps=last.get("steps", []))
+
+    def resting(self) -> str | None:
+        """What RAG-Critic runs as while its verdict gate decides whatever the probability (see
+        :func:`decoding.decisions.rest_note`): at rest nothing is corrected."""
+        return rest_note("verdict", getattr(self.critic, "verdict_gate", None), "its chain-of-thought first draft")
 
     def plan_config(self) -> dict:
         """The planner's call decodes under the plan grammar where the endpoint takes one (llama.cpp)."""

@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass, field
 import dspy
 
 from decoding.choice import MCScoring
-from decoding.decisions import Gate, check_mode, decide, record
+from decoding.decisions import Gate, check_mode, decide, record, rest_note
 from programs.evidence import EvidenceWriter, lenient, search_excluding
 from programs.oracle import check_roles, oracle as oracle_labels
 from programs.text import content_words, mentions, normalize, repeats, words
@@ -277,6 +277,11 @@ class SEAL(dspy.Module):
         self.micro_query = dspy.Predict(WriteMicroQuery)
         self.ledger_to_writer = ledger_to_writer
         self.writer = EvidenceWriter(max_chars, facts=ledger_to_writer, mc=mc)
+
+    def resting(self) -> str | None:
+        """What SEAL runs as while its sufficiency gate decides whatever the probability (see
+        :func:`decoding.decisions.rest_note`): at rest its verdict passes every assessment."""
+        return rest_note("sufficiency", getattr(self, "assess_gate", None), "the other criteria decide")
 
     def forward(self, question: str, options: dict[str, str] | None = None,
                 lang: str | None = None) -> dspy.Prediction:

@@ -19,7 +19,7 @@ from itertools import chain, zip_longest
 import dspy
 
 from decoding.choice import MCScoring
-from decoding.decisions import Gate, check_mode, decide, record
+from decoding.decisions import Gate, check_mode, decide, record, rest_note
 from programs.evidence import EvidenceWriter, lenient, search_excluding
 from programs.text import abstained, normalize, repeats
 from retrieval.corpus import Passage
@@ -76,6 +76,11 @@ class SelfRAG(dspy.Module):
         self.min_usefulness, self.stuck_jaccard = min_usefulness, stuck_jaccard
         self.writer = EvidenceWriter(max_chars, mc=mc)
         self.critic = dspy.Predict(CritiqueDraft)
+
+    def resting(self) -> str | None:
+        """What Self-RAG runs as while its acceptance gate decides whatever the probability (see
+        :func:`decoding.decisions.rest_note`): at rest relevance and support pass every draft."""
+        return rest_note("acceptance", getattr(self, "critic_gate", None), "usefulness alone decides")
 
     def forward(self, question: str, options: dict[str, str] | None = None,
                 lang: str | None = None) -> dspy.Prediction:

@@ -5,7 +5,9 @@ search and no separate critic or planner model. Multiple choice is answered by t
 revision has no letter form, so a feedback call could not change the answer. With ``decisions="logprob"``
 (``fused`` alike) the feedback's verdict is read as P(Correct) from token logprobs (``decoding.decisions``): the loop
 stops at or above the ``stop_gate`` threshold (program state; 0.5 uncompiled); a reply without logprobs is parsed as
-written. With ``oracle="verdict"`` (``programs.oracle``) the loop stops exactly when the answer is right by the task
+written; a gate at rest says Correct without a call (the round says ``decided: "at rest (no call)"``, the stop
+reason is ``feedback_at_rest``): Self-Refine then runs as ``rag`` (:meth:`SelfRefine.resting`). With
+``oracle="verdict"`` (``programs.oracle``) the loop stops exactly when the answer is right by the task
 metric (no feedback call); a wrong one still gets the model's feedback.
 """
 from __future__ import annotations
@@ -13,7 +15,7 @@ from __future__ import annotations
 import dspy
 
 from decoding.choice import MCScoring
-from decoding.decisions import Gate, check_mode, two_way
+from decoding.decisions import REST, Gate, check_mode, rest_note, two_way
 from programs.error_critic import CORRECT, ERROR, parse_verdict
 from programs.evidence import lenient
 from programs.oracle import check_roles, oracle as oracle_labels
@@ -38,6 +40,11 @@ class SelfRefine(dspy.Module):
         self.feedback = dspy.Predict(GiveFeedback)
         self.revise = dspy.Predict(ReviseAnswer)
 
+    def resting(self) -> str | None:
+        """What Self-Refine runs as while its stop gate decides whatever the probability (see
+        :func:`decoding.decisions.rest_note`): at rest its first draft stands."""
+        return rest_note("stop", getattr(self, "stop_gate", None), "rag")
+
     def forward(self, question: str, options: dict[str, str] | None = None,
                 lang: str | None = None) -> dspy.Prediction:
         passages = self.search.search(question, self.k)
@@ -50,14 +57,16 @@ class SelfRefine(dspy.Module):
                 rounds.append({"answer_in": answer, "verdict": CORRECT, "feedback": None, "oracle": True})
                 stop = "self_correct"
                 break
+            gate = getattr(self, "stop_gate", None)
             fb, verdict, p_correct = two_way(self.feedback, "verdict", (CORRECT, ERROR), parse_verdict,    # feedback
-                                             getattr(self, "stop_gate", None), answer, passages=context,
-                                             question=question, answer=answer)
+                                             gate, answer, passages=context, question=question, answer=answer)
             verdict = ERROR if right is not None and fb is not None else verdict
             rounds.append({"answer_in": answer, "verdict": verdict, "feedback": fb.get("feedback") if fb else None,
-                           **({"p_correct": p_correct} if p_correct is not None else {})})
+                           **({"p_correct": p_correct} if p_correct is not None else {}),
+                           **({"decided": gate.state} if gate is not None and gate.state else {})})
             if fb is None or verdict == CORRECT:
-                stop = "feedback_unparsed" if fb is None else "self_correct"
+                stop = ("feedback_unparsed" if fb is None else "feedback_at_rest" if rounds[-1].get("decided") == REST
+                        else "self_correct")
                 break
             out = lenient(self.revise, passages=context, question=question, previous_answer=answer,
                           feedback=fb.feedback)                                                      # refine
@@ -69,5 +78,6 @@ class SelfRefine(dspy.Module):
             answer = revised
         stop = "multiple_choice" if options else stop
         trace = {"iterations": len(rounds), "queries": [question], "stop_reason": stop, "rounds": rounds,
-                 "flagged": bool(rounds) and rounds[0]["verdict"] != CORRECT}
+                 "flagged": bool(rounds) and rounds[0]["verdict"] != CORRECT,
+                 "at_rest": sum(r.get("decided") == REST for r in rounds)}
         return dspy.Prediction(answer=answer, passages=passages, trace=trace)

@@ -592,8 +592,59 @@ def test_programs_ask_no_verdict_or_stop_from_a_gate_at_rest(monkeypatch):
     par2 = programs.build("par2", search=Par2Search(ROUTES), search_rerank="none", decisions="logprob")
     decide_all(par2.esc_gate, True)
     pred = par2(question=Q)
-    assert pred.trace["stop_reason"] == "esc_stop" and pred.answer == "Lyon"
+    assert pred.trace["stop_reason"] == "esc_at_rest" and pred.answer == "Lyon"
     assert not any(ESC in h["messages"][-1]["content"] for h in lm.history)
+
+
+def test_a_gate_deciding_whatever_the_probability_is_named_in_the_trace_and_by_what_the_program_runs_as(monkeypatch):
+    """Issue 61 item 1: a resting gate's decision says "at rest (no call)", and the program names what it ran as."""
+    import programs
+    from decoding.decisions import ONE_CLASS, REST
+    from programs.rag_critic import RAGCritic
+    from programs.self_refine import SelfRefine
+    from programs.taxonomy import load_taxonomy
+    from tests.test_par2 import ANSWER as WRITE, ESC, PLAN as PAR2_PLAN, ROUTES, TWO_SEARCHES, said
+    from tests.test_par2 import ScriptedSearch as Par2Search
+    from tests.test_rag_critic import CRITIC, ERROR, FEEDBACK, FIXTURES, LABELS, PLAN, WRITER
+    from tests.test_rag_critic import ScriptedSearch as CriticSearch
+
+    gate = Gate("error", threshold=0.5)
+    assert gate.state is None and decide_all(gate, False) and gate.state == REST  # never an error: at rest
+    decide_all(gate, True)
+    assert gate.state == ONE_CLASS and not gate.at_rest  # every answer an error: a one-class fit
+    # PAR2: at rest it stops after the first write, as par2_anchor
+    lm = MarkedLM({PAR2_PLAN: TWO_SEARCHES, ESC: {"decision": "CONTINUE", "next_query": "Ana Berg birthplace"},
+                   WRITE: said("Lyon")}, {ESC: [field("decision", logs({"STOP": 0.9, "CONTINUE": 0.1}))]})
+    init_dspy(lm, cache=False)
+    par2 = programs.build("par2", search=Par2Search(ROUTES), search_rerank="none", decisions="logprob")
+    assert par2.resting() is None  # the paper's threshold: P(STOP) decides
+    decide_all(par2.esc_gate, True)
+    trace = par2(question=Q).trace
+    assert trace["steps"][0]["decided"] == REST and trace["stop_reason"] == "esc_at_rest" and trace["at_rest"] == 1
+    assert par2.resting() == "controller at rest = par2_anchor"
+    decide_all(par2.esc_gate, False)
+    trace = par2(question=Q).trace
+    assert trace["steps"][0]["decided"] == ONE_CLASS and trace["steps"][0]["action"] == "CONTINUE"
+    assert par2.resting() == "controller one-class" and trace["at_rest"] == 0
+    anchor = programs.build("par2_anchor", search=Par2Search(ROUTES), search_rerank="none", decisions="logprob")
+    decide_all(anchor.esc_gate, True)
+    assert anchor.resting() is None  # no controller: it runs as itself
+    assert programs.build("par2", search=Par2Search(ROUTES), search_rerank="none").resting() is None  # generate
+    # RAG-Critic: at rest its chain-of-thought first draft stands
+    monkeypatch.setenv("RAG_DATA_DIR", str(FIXTURES))
+    init_dspy(MarkedLM({CRITIC: ERROR, **LABELS, WRITER: said("Lyon")}, {}), cache=False)
+    critic = RAGCritic(CriticSearch(), k=2, taxonomy=load_taxonomy(), decisions="logprob")
+    decide_all(critic.critic.verdict_gate, False)
+    pred = critic(question=Q)
+    assert pred.trace["stop_reason"] == "critic_at_rest" and pred.critique["decided"] == REST
+    assert pred.trace["at_rest"] == 1 and critic.resting() == "verdict at rest = its chain-of-thought first draft"
+    # Self-Refine: at rest its first draft stands, as rag
+    init_dspy(MarkedLM({FEEDBACK: {"verdict": "Error", "feedback": "x"}, WRITER: said("Lyon")}, {}), cache=False)
+    refine = SelfRefine(CriticSearch(), k=2, decisions="logprob")
+    decide_all(refine.stop_gate, True)
+    trace = refine(question=Q).trace
+    assert trace["stop_reason"] == "feedback_at_rest" and trace["rounds"][0]["decided"] == REST
+    assert trace["at_rest"] == 1 and refine.resting() == "stop at rest = rag"
 
 
 def test_crag_grades_by_retrieval_alone_without_a_call_when_its_gate_gave_the_lm_no_weight():
@@ -628,6 +679,7 @@ def test_coral_asks_no_critic_when_its_keep_gate_decides_by_retrieval_and_no_ver
     assert [r.passage.title for r in kept] == ["A"]  # sigmoid(1 + 0) passes, sigmoid(1 - 4) does not
     verdict = coral.check("Q?", kept, rated, trace)
     assert verdict.enough is True and trace.sure_sufficiency == 1 and not trace.calls["sufficiency"]
+    assert verdict.reason == "at rest (no call)" and coral.resting() == "sufficiency at rest = one round, no replanning"
 
 
 # --- answer-level decisions: PAR2's controller, RAG-Critic's verdict, Self-Refine's stop --------------------------
