@@ -51,6 +51,7 @@ def main(argv=None) -> dict:
                 + ("-compiled" if artifact else ""))
     with tracking.run(args.experiment, run_name, tags={"entry": "evaluate.py"}) as run:
         tracking.log_params(s.params(args.program) | {"split": args.split, "compiled_from": args.compiled or ""})
+        tracking.tag_effective(program, args.program)
         if args.program in s.calibrations:
             tracking.log_json("calibration.json", s.calibrations[args.program])
         records, summary = evaluate(program, examples, s.metrics, k=args.k if s.retriever else None,

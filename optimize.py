@@ -77,6 +77,7 @@ def main(argv=None) -> str:
         compiled, _ = compile_fitted(s, program, args.optimizer, metric, s.roles.lm("planner"),
                                      compile_ledger(s, args.program, program,
                                                     compile_params(args, args.optimizer, metric_name)))
+        tracking.tag_effective(compiled, args.program)  # its gates fitted on dev may rest
         stage("dev_after", compiled, s.splits.dev)
         stage("test_after", compiled, s.splits.test)
         if s.judge:

@@ -64,7 +64,7 @@ def cell_table(results: list) -> str:
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in results:
         s = r.summary
-        cells = [r.cell.label, str(s.get("n", 0)), *(fmt(s.get(k)) for k, _ in quality),
+        cells = [r.label, str(s.get("n", 0)), *(fmt(s.get(k)) for k, _ in quality),
                  *(fmt(s.get(k)) for k, _ in retrieval), *(fmt(s.get(k), f) for k, _, f in cost),
                  fmt(overhead(s), "{:.0%}"), str(s.get("failed_examples", 0))]
         lines.append("| " + " | ".join(cells) + " |")
@@ -92,6 +92,7 @@ def paired(method, baseline, metric: str | None = None) -> dict:
         test = "McNemar"
     _, low, high = bootstrap_ci(diffs)
     return {"dataset": method.cell.dataset, "method": method.cell.label, "baseline": baseline.cell.label,
+            "method_label": method.label, "baseline_label": baseline.label,
             "metric": metric, "n": len(ids), "method_mean": sum(a[q] for q in ids) / len(ids) if ids else math.nan,
             "baseline_mean": sum(b[q] for q in ids) / len(ids) if ids else math.nan,
             "diff": sum(diffs) / len(diffs) if diffs else math.nan, "ci_low": low, "ci_high": high,
@@ -103,7 +104,7 @@ def pair_table(rows: list[dict]) -> str:
     lines = ["| dataset | method | baseline | metric | n | method | baseline | diff | 95% CI | only method right | "
              "only baseline right | test | p | Holm p |", "|" + "---|" * 14]
     for r in rows:
-        lines.append(f"| {r['dataset']} | {r['method']} | {r['baseline']} | {r['metric']} | {r['n']} | "
+        lines.append(f"| {r['dataset']} | {r['method_label']} | {r['baseline_label']} | {r['metric']} | {r['n']} | "
                      f"{fmt(r['method_mean'])} | {fmt(r['baseline_mean'])} | {fmt(r['diff'], '{:+.3f}')} | "
                      f"[{fmt(r['ci_low'], '{:+.3f}')}, {fmt(r['ci_high'], '{:+.3f}')}] | {r['only_method']} | "
                      f"{r['only_baseline']} | {r['test']} | {fmt(r['p'])} | {fmt(r['holm_p'])} |")

@@ -74,6 +74,12 @@ class Result:
     run_id: str
     summary: dict
     records: list[dict]
+    effective: str = ""  # what the program ran as where that is not the cell (``tracking.tag_effective``)
+
+    @property
+    def label(self) -> str:
+        """The row's name: what its program ran as."""
+        return self.effective or self.cell.label
 
 
 def entries(name: str, dataset: str | None) -> tuple[Entry, ...]:
@@ -147,6 +153,7 @@ def run_cell(s: Session, cell: Cell, parent_run_id: str, suite_name: str, progra
                       tags={"entry": entry, "suite": suite_name, "cell": name, "dataset": cell.dataset}) as run:
         tracking.log_params(s.params(cell.program) | {"split": a.split, "threads": a.threads, "cell": name,
                                                       "eval_ids": [ex.id for ex in examples]})
+        shown = tracking.tag_effective(program, name)
         failed_before = s.judge.failures if s.judge else 0
         records, summary = evaluate(program, examples, s.metrics, k=a.k if s.retriever else None,
                                     retries=a.retries, desc=f"{cell.label}/{cell.dataset}", groups=s.groups,
@@ -157,7 +164,7 @@ def run_cell(s: Session, cell: Cell, parent_run_id: str, suite_name: str, progra
             summary["judge_failures"] = s.judge.failures - failed_before
         tracking.log_evaluation(a.split, records, summary, s.metrics, s.eval_data(a.split, examples))
         mlflow.flush_trace_async_logging()
-    return Result(cell, run.info.run_id, summary, records)
+    return Result(cell, run.info.run_id, summary, records, shown if shown != name else "")
 
 
 def against(reference: Cell, cells: list[Cell]) -> list[tuple]:

@@ -61,6 +61,16 @@ def run(experiment: str, run_name: str, tags: dict | None = None, **start):
             mlflow.flush_trace_async_logging()  # the run's question traces are in the store when it ends
 
 
+def tag_effective(program, name: str) -> str:
+    """``name`` as what ``program`` runs, set as the active run's ``effective_program`` tag: with the program's
+    ``resting()`` note while a gate of it decides whatever the probability ("par2 (controller at rest =
+    par2_anchor)"), else ``name`` itself."""
+    note = program.resting() if hasattr(program, "resting") else None
+    shown = f"{name} ({note})" if note else name
+    mlflow.set_tag("effective_program", shown)
+    return shown
+
+
 def redact(text: str) -> str:
     """``text`` without credentials if it is a URL: ``user:password@`` and every query value become ``***``."""
     parts = urlsplit(text)

@@ -68,7 +68,7 @@ def paired(results: list, reference=None) -> tuple[str, dict]:
             ids = [i for i in ref if i in mine]
             p = paired_t(*([d[i].get("recall_any", 0.0) for i in ids] for d in (ref, mine)))
             metrics[f"{result.cell.label}_vs_{vs}_ttest_recall_p"] = p
-        lines.append(f"| {result.cell.label} | {result.summary.get('n', 0)} | " + " | ".join(map(fmt, values))
+        lines.append(f"| {result.label} | {result.summary.get('n', 0)} | " + " | ".join(map(fmt, values))
                      + f" | {fmt(p)} |")
     return "\n".join(lines), {k: v for k, v in metrics.items() if not math.isnan(v)}
 

@@ -76,7 +76,7 @@ def report(args, taxonomy):
         for r in results:
             b = behaviour(r.records)
             if b:
-                lines.append(f"| {r.cell.label} | {fmt(b['flagged'], '{:.2f}')} | {b.get('plans', '-')} | "
+                lines.append(f"| {r.label} | {fmt(b['flagged'], '{:.2f}')} | {b.get('plans', '-')} | "
                              f"{fmt(b.get('plans_valid'), '{:.2f}')} | {b.get('plans_supplementary', '-')} | "
                              f"{b.get('plans_clean', '-')} |")
                 mlflow.log_metrics({f"{r.cell.label}_{k}": v for k, v in b.items() if not math.isnan(v)})

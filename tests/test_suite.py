@@ -86,6 +86,24 @@ def test_an_oracle_row_is_logged_under_a_name_mlflow_accepts():
         leaderboard.log(board, [oracle, base], [("d", oracle.cell, base.cell)])  # MLflow refused "+" before
 
 
+def test_a_row_whose_gate_rested_is_named_by_what_its_program_ran_as():
+    """Issue 61 item 1: the run's tag, the cell table and the pair table name the effective program; metric keys
+    stay the cell's."""
+    from types import SimpleNamespace
+
+    shown = "par2 (controller at rest = par2_anchor)"
+    mlflow.set_experiment("resting-row")
+    with mlflow.start_run() as run:
+        assert tracking.tag_effective(SimpleNamespace(resting=lambda: None), "par2") == "par2"
+        assert tracking.tag_effective(SimpleNamespace(resting=lambda: "controller at rest = par2_anchor"),
+                                      "par2") == shown
+    assert mlflow.get_run(run.info.run_id).data.tags["effective_program"] == shown
+    method, base = replace(fake("par2", "d", [True, False, True]), effective=shown), fake("rag", "d", [True] * 3)
+    board = leaderboard.report([method, base], [("d", method.cell, base.cell)], "t")
+    assert f"| {shown} | 3 |" in board.markdown and f"| d | {shown} | rag | judge |" in board.markdown
+    assert "d_par2_vs_rag_diff" in board.metrics
+
+
 def test_suite_runs_cells_into_child_runs_and_resumes_without_lm_calls(dummy):
     args = suite_args(["--suite", "cot,direct", "--dataset", "demo", "--train", "0", "--dev", "0", "--test", "3",
                        "--lm", "openai/unused", "--no-cache", "--experiment", "suite-test"])
