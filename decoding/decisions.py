@@ -443,6 +443,14 @@ def describe(fit: dict) -> str:
     return line
 
 
+def decided_by(gate: Gate | None, prob: float | None) -> str | None:
+    """How ``gate`` made a decision that its probability (``prob``, None when none was read) could not change:
+    :data:`REST` (no call), :data:`ONE_CLASS` (a probability read, the label fixed); None when it could."""
+    if gate is None or gate.state is None:
+        return None
+    return REST if gate.at_rest else ONE_CLASS if prob is not None else None
+
+
 def rest_note(role: str, gate: Gate | None, runs_as: str) -> str | None:
     """How a program names what it runs as while ``gate`` (its ``role``'s decision) decides whatever the probability:
     "controller at rest = par2_anchor" (``runs_as``), "controller one-class"; None while a probability decides (or

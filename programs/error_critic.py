@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field
 
 import dspy
 
-from decoding.decisions import Gate, check_mode, two_way
+from decoding.decisions import Gate, check_mode, decided_by, two_way
 from programs.evidence import lenient
 from programs.oracle import check_roles, oracle as oracle_labels
 from programs.taxonomy import Taxonomy, load_taxonomy, snap
@@ -60,7 +60,7 @@ class Critique:
     snapped: int = 0  # written labels replaced by their nearest valid label
     dropped: int = 0  # written labels with no valid label close enough
     p_error: float | None = None  # P(Error) read from logprobs (``decisions``), None when the verdict was parsed
-    decided: str | None = None  # the gate's state when it decided whatever the probability (``Gate.state``)
+    decided: str | None = None  # at rest / one-class: the gate decided whatever the probability (``decided_by``)
 
     @property
     def flagged(self) -> bool:
@@ -128,14 +128,14 @@ class ErrorCritic(dspy.Module):
         if right is not None and right(prediction or ""):
             return Critique(verdict=CORRECT, analysis="none")
         gate = getattr(self, "verdict_gate", None)
-        out, verdict, p_error = two_way(self.judge, "judgement", (ERROR, CORRECT), parse_verdict,
-                                        gate, prediction or "", question=question,
+        out, verdict, p_error = two_way(self.judge, "judgement", (ERROR, CORRECT), parse_verdict, gate,
+                                        prediction or "", question=question,
                                         passages=[f"[{i}] {p.format(self.max_chars)}" for i, p in enumerate(passages)],
                                         reasoning=reasoning or "", prediction=prediction or "(no answer)")
         if out is None:
             return Critique(verdict=None, analysis="critic output not parsed")
         critique = Critique(verdict=ERROR if right else verdict, analysis=(out.get("analysis") or "").strip(),
-                            p_error=p_error, decided=gate.state if gate is not None and right is None else None)
+                            p_error=p_error, decided=None if right else decided_by(gate, p_error))
         if not critique.flagged:  # Correct, or no verdict to read: nothing to label
             return critique
         tax = self.taxonomy

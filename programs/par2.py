@@ -34,7 +34,7 @@ from itertools import chain as flatten, zip_longest
 import dspy
 
 from decoding.choice import MCScoring
-from decoding.decisions import REST, Gate, check_mode, rest_note, two_way
+from decoding.decisions import REST, Gate, check_mode, decided_by, rest_note, two_way
 from programs.evidence import retried
 from programs.oracle import check_roles, oracle as oracle_labels
 from programs.text import APOSTROPHES, approx_tokens, content_words, negated, normalize
@@ -270,12 +270,12 @@ class PAR2(dspy.Module):
                 return "STOP", ""
             ask = partial(parse, action="CONTINUE")  # only its query is asked for
         elif self.decisions != "generate":  # scored; an unusable reply goes on to the generate path's asks
-            if state := self.esc_gate.state:
-                run.steps[-1]["decided"] = state
             out, action, p_stop = two_way(self.esc, "decision", ("STOP", "CONTINUE"), esc_decision, self.esc_gate,
                                           answer, **inputs)
             if p_stop is not None:
                 run.steps[-1]["p_stop"] = p_stop
+            if how := decided_by(self.esc_gate, p_stop):
+                run.steps[-1]["decided"] = how
             if out is not None and action is not None and (decided := parse(out, action)) is not None:
                 return decided
             run.parse_failures += 1

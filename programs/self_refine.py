@@ -15,7 +15,7 @@ from __future__ import annotations
 import dspy
 
 from decoding.choice import MCScoring
-from decoding.decisions import REST, Gate, check_mode, rest_note, two_way
+from decoding.decisions import REST, Gate, check_mode, decided_by, rest_note, two_way
 from programs.error_critic import CORRECT, ERROR, parse_verdict
 from programs.evidence import lenient
 from programs.oracle import check_roles, oracle as oracle_labels
@@ -61,12 +61,12 @@ class SelfRefine(dspy.Module):
             fb, verdict, p_correct = two_way(self.feedback, "verdict", (CORRECT, ERROR), parse_verdict,    # feedback
                                              gate, answer, passages=context, question=question, answer=answer)
             verdict = ERROR if right is not None and fb is not None else verdict
+            how = decided_by(gate, p_correct) if right is None else None
             rounds.append({"answer_in": answer, "verdict": verdict, "feedback": fb.get("feedback") if fb else None,
                            **({"p_correct": p_correct} if p_correct is not None else {}),
-                           **({"decided": gate.state} if gate is not None and gate.state else {})})
+                           **({"decided": how} if how else {})})
             if fb is None or verdict == CORRECT:
-                stop = ("feedback_unparsed" if fb is None else "feedback_at_rest" if rounds[-1].get("decided") == REST
-                        else "self_correct")
+                stop = "feedback_unparsed" if fb is None else "feedback_at_rest" if how == REST else "self_correct"
                 break
             out = lenient(self.revise, passages=context, question=question, previous_answer=answer,
                           feedback=fb.feedback)                                                      # refine

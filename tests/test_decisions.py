@@ -599,7 +599,7 @@ def test_programs_ask_no_verdict_or_stop_from_a_gate_at_rest(monkeypatch):
 def test_a_gate_deciding_whatever_the_probability_is_named_in_the_trace_and_by_what_the_program_runs_as(monkeypatch):
     """Issue 61 item 1: a resting gate's decision says "at rest (no call)", and the program names what it ran as."""
     import programs
-    from decoding.decisions import ONE_CLASS, REST
+    from decoding.decisions import ONE_CLASS, REST, decided_by
     from programs.rag_critic import RAGCritic
     from programs.self_refine import SelfRefine
     from programs.taxonomy import load_taxonomy
@@ -612,6 +612,7 @@ def test_a_gate_deciding_whatever_the_probability_is_named_in_the_trace_and_by_w
     assert gate.state is None and decide_all(gate, False) and gate.state == REST  # never an error: at rest
     decide_all(gate, True)
     assert gate.state == ONE_CLASS and not gate.at_rest  # every answer an error: a one-class fit
+    assert decided_by(gate, 0.2) == ONE_CLASS and decided_by(gate, None) is None  # no logprobs: the written label
     # PAR2: at rest it stops after the first write, as par2_anchor
     lm = MarkedLM({PAR2_PLAN: TWO_SEARCHES, ESC: {"decision": "CONTINUE", "next_query": "Ana Berg birthplace"},
                    WRITE: said("Lyon")}, {ESC: [field("decision", logs({"STOP": 0.9, "CONTINUE": 0.1}))]})
