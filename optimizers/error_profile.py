@@ -48,7 +48,7 @@ def profile(records: list[dict], critic: ErrorCritic, lookup: dict[str, Passage]
     return {"n_records": len(records), "n_wrong": len(wrong), "rows": rows, "tier1": tier1, "tier2": tier2,
             "critic_said_correct": sum(r["verdict"] == "Correct" for r in rows),
             "unparsed": sum(r["verdict"] is None for r in rows),
-            "unlabelled": sum(r["verdict"] != "Correct" and not r["tier1"] for r in rows),
+            "unlabelled": sum(r["verdict"] == "Error" and not r["tier1"] for r in rows),
             "labels_snapped": sum(r["snapped"] for r in rows), "labels_dropped": sum(r["dropped"] for r in rows)}
 
 

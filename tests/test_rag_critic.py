@@ -443,6 +443,13 @@ def test_error_profile_counts_labels_of_wrong_answers_only(taxonomy, tmp_path):
     assert (tmp_path / "c.png").stat().st_size > 0
 
 
+def test_error_profile_counts_an_unparsed_verdict_as_unparsed_not_as_flagged_without_a_label(taxonomy):
+    routed({CRITIC: {"judgement": "Hard to say.", "analysis": "unclear"}, **LABELS})
+    result = ep.profile(records(), ErrorCritic(taxonomy), {p.id: p for p in P.values()})
+    assert (result["unparsed"], result["unlabelled"], result["critic_said_correct"]) == (1, 0, 0)
+    assert not +result["tier1"] and not result["rows"][0]["tier1"]  # no labels asked for
+
+
 def test_evaluate_error_profile_logs_table_and_chart(taxonomy, monkeypatch):
     lm = DummyLM({"`[[ ## judgement ## ]]`": ERROR, "`[[ ## picks ## ]]`": {"picks": "5"},
                   "question": {"answer": "Paris"}})
