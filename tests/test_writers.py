@@ -87,14 +87,17 @@ def test_a_second_run_told_to_wait_resumes_what_the_first_finished(tmp_path, cap
     second = threading.Thread(target=lambda: out.update(
         records=evaluate(b, EXAMPLES, {"em": exact_match}, checkpoint=ckpt, wait=True)[0]))
     second.start()
-    time.sleep(0.5)
+    said, deadline = "", time.monotonic() + 30
+    while "waiting" not in said and time.monotonic() < deadline:
+        time.sleep(0.05)
+        said += capsys.readouterr().err
+    assert f"waiting for another run (pid {os.getpid()}) to finish with {ckpt}" in said
     assert second.is_alive() and b.calls == 0  # waiting, not asking
     a.go.set()
     writer.join()
     second.join(30)
     assert b.calls == 0 and [r["id"] for r in out["records"]] == ["q0", "q1", "q2"]
     assert ids_on_disk(ckpt) == ["q0", "q1", "q2"]
-    assert f"waiting for another run (pid {os.getpid()}) to finish with {ckpt}" in capsys.readouterr().err
 
 
 WRITER = """
