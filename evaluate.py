@@ -57,7 +57,7 @@ def main(argv=None) -> dict:
         records, summary = evaluate(program, examples, s.metrics, k=args.k if s.retriever else None,
                                     retries=args.retries, checkpoint=s.checkpoint(args.split, args.program, program),
                                     desc=args.split, groups=s.groups, threads=args.threads,
-                                    retry_failed=args.retry_failed,
+                                    retry_failed=args.retry_failed, wait=args.wait_for_checkpoint,
                                     traces=tracking.question_traces(run.info.run_id, s.metrics, args.trace))
         tracking.log_evaluation(args.split, records, summary, s.metrics, s.eval_data(args.split, examples))
         if s.judge:

@@ -31,6 +31,7 @@ from optimizers.evaluation import evaluate
 from optimizers.metrics import METRIC_NAMES
 from optimizers.stats import bootstrap_ci
 from runtime import store
+from runtime.files import locked, write_whole
 from runtime.metering import Limit, metered
 from runtime.roles import assign_roles
 
@@ -65,7 +66,8 @@ def main(argv=None) -> str:
             examples = s.evaluated(examples)
             records, summary = evaluate(prog, examples, s.metrics, k=k, retries=args.retries,
                                         checkpoint=s.checkpoint(name, args.program, prog), desc=name,
-                                        groups=s.groups, retry_failed=args.retry_failed, traces=traces)
+                                        groups=s.groups, retry_failed=args.retry_failed, traces=traces,
+                                        wait=args.wait_for_checkpoint)
             tracking.log_evaluation(name, records, summary, s.metrics, s.eval_data(name.split("_")[0], examples))
             stages[name] = summary
             scores[name] = [r[metric_name] for r in records]
@@ -240,15 +242,17 @@ def compile_ledger(s, label: str, program: dspy.Module, params: dict) -> Path:
 def carried(ledger: Path, seconds: float, cost, finished: bool) -> dict:
     """The cost of a compile whose calls may partly come from the LM cache (which reports no tokens and takes no
     time), kept in ``ledger`` across runs: a finished compile's cost as first recorded; an interrupted one's tokens
-    and seconds added to those of the run that finishes it (its LM calls, cache hits included, count them all)."""
-    earlier = json.loads(ledger.read_text(encoding="utf-8")) if ledger.exists() else {}
-    if earlier.get("finished"):
-        return {k: v for k, v in earlier.items() if k != "finished"}
-    spent = {"seconds": seconds + earlier.get("seconds", 0.0), "lm_calls": cost.lm_calls,
-             "prompt_tokens": cost.prompt_tokens + earlier.get("prompt_tokens", 0),
-             "completion_tokens": cost.completion_tokens + earlier.get("completion_tokens", 0)}
-    ledger.parent.mkdir(parents=True, exist_ok=True)
-    ledger.write_text(json.dumps(spent | {"finished": finished}), encoding="utf-8")
+    and seconds added to those of the run that finishes it (its LM calls, cache hits included, count them all).
+    Read and rewritten whole under the ledger's lock (another compile of the same setting waits), so no run's cost
+    is lost nor half written."""
+    with locked(ledger, wait=True):
+        earlier = json.loads(ledger.read_text(encoding="utf-8")) if ledger.exists() else {}
+        if earlier.get("finished"):
+            return {k: v for k, v in earlier.items() if k != "finished"}
+        spent = {"seconds": seconds + earlier.get("seconds", 0.0), "lm_calls": cost.lm_calls,
+                 "prompt_tokens": cost.prompt_tokens + earlier.get("prompt_tokens", 0),
+                 "completion_tokens": cost.completion_tokens + earlier.get("completion_tokens", 0)}
+        write_whole(ledger, json.dumps(spent | {"finished": finished}))
     return spent
 
 

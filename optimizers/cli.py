@@ -29,7 +29,7 @@ from programs.oracle import parse_roles
 from programs.writer import mc_state
 from retrieval.dense import INDEX_TYPES
 from retrieval.retriever import SPELLINGS, RetrievalConfig, Retriever
-from runtime.files import write_whole
+from runtime.files import Busy, write_whole
 from runtime.lm import make_lm
 from runtime.paths import PROJECT_ROOT, project_cache
 from runtime.roles import Roles, assign_roles, init_dspy
@@ -108,6 +108,9 @@ def parser(description: str) -> argparse.ArgumentParser:
                         "(greedy; still failing, it is recorded as retryable and asked again by the next run)")
     p.add_argument("--retry-failed", action="store_true",
                    help="ask again the questions the checkpoint records as failed (default: resume them as final)")
+    p.add_argument("--wait-for-checkpoint", action="store_true",
+                   help="when another run is writing the same checkpoint, wait for it to finish, then resume what it "
+                        "answered (default: stop with one line naming its pid, exit 75)")
     p.add_argument("--circular", action="store_true",
                    help="multiple choice: evaluate each question once per cyclic shift of its options and report "
                         "circular_<metric> (right at every shift), which a letter-position bias cannot inflate; "
@@ -344,13 +347,14 @@ _interrupt.pending = False
 
 def interruptible(main):
     """Wrap an entry point: on Ctrl-C / SIGTERM print how to resume and exit 130 / 143 without a traceback; an LM
-    endpoint that keeps failing (:class:`EndpointDown`) is one line and exit 3."""
+    endpoint that keeps failing (:class:`EndpointDown`) is one line and exit 3; a checkpoint another run is writing
+    (``runtime.files.Busy``) one line and exit 75 (EX_TEMPFAIL: try again later)."""
     def run(argv=None):
         try:
             return main(argv)
-        except EndpointDown as err:
+        except (EndpointDown, Busy) as err:
             print(f"error: {err}", file=sys.stderr)
-            raise SystemExit(3) from None
+            raise SystemExit(75 if isinstance(err, Busy) else 3) from None
         except KeyboardInterrupt as err:
             print("\ninterrupted: finished questions are in the checkpoint; run the same command again to resume",
                   file=sys.stderr)

@@ -3,12 +3,13 @@ from __future__ import annotations
 
 import contextvars
 import json
+import os
 import sys
 import threading
 import time
 import warnings
 from concurrent.futures import ThreadPoolExecutor, as_completed
-from contextlib import nullcontext
+from contextlib import ExitStack, nullcontext
 from pathlib import Path
 from statistics import mean
 
@@ -18,7 +19,7 @@ from tqdm.auto import tqdm
 from optimizers.metrics import ALL_RETRIEVED, citation_precision, gold_of, gold_passages, retrieval_record
 from programs.oracle import gold_labels
 from retrieval.corpus import excluded
-from runtime.files import write_whole
+from runtime.files import locked, sync_folder, write_whole
 from runtime.lm import ATTEMPT, ENDPOINT_ERRORS, ContextOverflow, ServerError, env_number
 from runtime.metering import metered
 
@@ -91,12 +92,14 @@ def record(example: dspy.Example, pred, metrics: dict, k: int | None, groups: tu
 def evaluate(program: dspy.Module, examples: list[dspy.Example], metrics: dict, *, k: int | None = None,
              retries: int = 1, checkpoint: Path | None = None, desc: str = "eval",
              groups: tuple[str, ...] = (), threads: int = 1, retry_failed: bool = False,
-             traces=None) -> tuple[list[dict], dict]:
+             traces=None, wait: bool = False) -> tuple[list[dict], dict]:
     """Evaluate ``program`` on ``examples``; resume from ``checkpoint`` (JSONL) when it holds finished examples.
 
     A record of an example that ended on LM endpoint errors is ``retryable``: it is written but not resumed, so the
     next run asks it again; ``RAG_ENDPOINT_ERRORS`` (default 5) such examples in a row stop the run
-    (:class:`EndpointDown`). ``retry_failed`` also asks again the examples recorded as failed.
+    (:class:`EndpointDown`). ``retry_failed`` also asks again the examples recorded as failed. The run is the
+    checkpoint's only writer (:class:`Checkpoint`): another run holding it is ``runtime.files.Busy``, or with
+    ``wait`` waited for.
     ``threads`` > 1 evaluates that many examples at once (for endpoints that serve concurrent requests); each
     example's cost is metered on its own and the records come back in input order. ``traces`` (e.g.
     ``tracking.QuestionTraces``): called per example, a context manager around its call that yields a function
@@ -106,11 +109,9 @@ def evaluate(program: dspy.Module, examples: list[dspy.Example], metrics: dict, 
     (``lm_calls``, ``prompt_tokens``, ``completion_tokens``, ``seconds``, ``lm_seconds``), for each example field in
     ``groups`` (e.g. ``lang``) ``<metric>_by_<field>/<value>``, and for circular copies (``data.circular``)
     ``circular_<metric>``: per question the worst score over its copies."""
-    done = {i: r for i, r in (load_checkpoint(checkpoint) if checkpoint else {}).items()
+    sink = Checkpoint(checkpoint, wait) if checkpoint else None
+    done = {i: r for i, r in (sink.done if sink else {}).items()
             if not r.get("retryable") and not (retry_failed and r["failed"])}
-    if checkpoint:
-        checkpoint.parent.mkdir(parents=True, exist_ok=True)
-    sink = open(checkpoint, "a", encoding="utf-8") if checkpoint else None
     write = threading.Lock()
     limit, streak = int(env_number("RAG_ENDPOINT_ERRORS", 5)), [0]
 
@@ -127,8 +128,7 @@ def evaluate(program: dspy.Module, examples: list[dspy.Example], metrics: dict, 
             finish(rec)
         with write:
             if sink:
-                sink.write(json.dumps(rec, ensure_ascii=False, default=str) + "\n")
-                sink.flush()
+                sink.append(rec)
             streak[0] = streak[0] + 1 if retryable else 0
             if streak[0] >= limit:
                 raise EndpointDown(f"the LM endpoint failed {limit} questions in a row (last: {error}); finished "
@@ -185,11 +185,34 @@ def answered(done: dict[str, dict], examples: list[dspy.Example], path: Path | N
     return {key: rec for key, rec in done.items() if key not in stale}
 
 
+class Checkpoint:
+    """A checkpoint this run writes: locked (``runtime.files.locked``) from open to :meth:`close`, so a second run on
+    the same key is refused (or waits) instead of asking the same questions and rewriting the file under this one's
+    appends; its finished records (:attr:`done`) read under the lock, and each new record synced to disk."""
+
+    def __init__(self, path: Path, wait: bool = False):
+        with ExitStack() as held:
+            held.enter_context(locked(path, wait, "let it finish, or pass --wait-for-checkpoint to wait for it"))
+            self.done = load_checkpoint(path)
+            self.sink = held.enter_context(open(path, "a", encoding="utf-8"))
+            sync_folder(path.parent)  # the file's name, if this created it
+            self._held = held.pop_all()
+
+    def append(self, rec: dict) -> None:
+        self.sink.write(json.dumps(rec, ensure_ascii=False, default=str) + "\n")
+        self.sink.flush()
+        os.fsync(self.sink.fileno())
+
+    def close(self) -> None:
+        self._held.close()
+
+
 def load_checkpoint(path: Path) -> dict[str, dict]:
     """The finished records of a checkpoint by id. A line that does not parse (a kill mid-write, bytes that are not
     UTF-8) is dropped with a warning, and the file is rewritten without it, so its question runs again and later
     appends stay whole. Lines are split at newline bytes only and decoded strictly: an answer holding U+2028 stays
-    one record, and no damaged text is read back as an answer."""
+    one record, and no damaged text is read back as an answer. A writer holds the file's lock (:class:`Checkpoint`)
+    while this runs: the rewrite renames a new file over it."""
     if not path.exists():
         return {}
     done, bad = {}, 0

@@ -158,7 +158,7 @@ def run_cell(s: Session, cell: Cell, parent_run_id: str, suite_name: str, progra
         records, summary = evaluate(program, examples, s.metrics, k=a.k if s.retriever else None,
                                     retries=a.retries, desc=f"{cell.label}/{cell.dataset}", groups=s.groups,
                                     checkpoint=s.checkpoint(stage, cell.label, program), threads=a.threads,
-                                    retry_failed=a.retry_failed,
+                                    retry_failed=a.retry_failed, wait=a.wait_for_checkpoint,
                                     traces=tracking.question_traces(run.info.run_id, s.metrics, a.trace))
         if s.judge:  # judge outputs that could not be parsed in this cell (scored wrong)
             summary["judge_failures"] = s.judge.failures - failed_before

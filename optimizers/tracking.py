@@ -261,7 +261,8 @@ def artifact_path(name: str) -> str:
 @contextmanager
 def server(backend_uri: str | None = None, artifacts: Path | None = None, timeout: float = 600):
     """A local ``mlflow server`` on 127.0.0.1 (free port) over ``backend_uri`` (default: the project's sqlite
-    store); yields its URL and stops it on exit. Concurrent writers (Ray cells) log through one such server."""
+    store); yields its URL and stops it on exit, its log (``server.log`` meanwhile) removed. Concurrent writers
+    (Ray cells) log through one such server."""
     import socket
     import sys
     import time
@@ -285,7 +286,7 @@ def server(backend_uri: str | None = None, artifacts: Path | None = None, timeou
                     break
             except OSError:
                 if proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"mlflow server did not start; log {log.name}:\n"
+                    raise RuntimeError("mlflow server did not start; the end of its log:\n"
                                        + Path(log.name).read_text()[-2000:])
                 time.sleep(0.5)
         server.log = log.name
@@ -297,3 +298,4 @@ def server(backend_uri: str | None = None, artifacts: Path | None = None, timeou
         except subprocess.TimeoutExpired:
             proc.kill()
         log.close()
+        Path(log.name).unlink(missing_ok=True)

@@ -1,9 +1,14 @@
 """Reading UTF-8 JSON and JSONL files, with a one-line error naming the file and line for bad bytes or bad JSON;
-writing a file whole or not at all."""
+writing a file whole or not at all; one writer per file (:func:`locked`)."""
 from __future__ import annotations
 
+import fcntl
 import json
+import os
+import sys
+import tempfile
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 JSON_TYPES = {list: "array", str: "string", int: "number", float: "number", bool: "boolean", type(None): "null"}
@@ -55,10 +60,69 @@ def read_json(path: Path):
                          "damaged: fix it or fetch it again") from None
 
 
+def _umask() -> int:
+    """The process's umask (read by setting it, so read once, at import)."""
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+UMASK = _umask()
+
+
 def write_whole(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` (UTF-8, parent folders made) through a temporary file renamed over it, so an
-    interrupted write leaves the old file or none, never half a file."""
+    """Write ``text`` to ``path`` (UTF-8, parent folders made) through a temporary file of its own in the same
+    folder, synced to disk and renamed over it (the folder synced too), so an interrupted write or a crash leaves the
+    old file or the new one, never half a file, and concurrent writers never share a temporary file."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        os.fchmod(fd, 0o666 & ~UMASK)  # as a plain open() would create it (mkstemp makes it 0600)
+        with open(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    sync_folder(path.parent)
+
+
+def sync_folder(folder: Path) -> None:
+    """Make the names in ``folder`` (a file created or renamed there) survive a crash."""
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class Busy(RuntimeError):
+    """Another process holds the file :func:`locked` was asked for."""
+
+
+@contextmanager
+def locked(path: Path, wait: bool = False, hint: str = "") -> Iterator[None]:
+    """Hold an exclusive lock on ``path`` for the block: ``flock`` on ``<path>.lock``, which holds the holder's pid.
+    The OS releases it when its holder exits however it dies (SIGKILL included), so no stale lock outlives a crash;
+    the lock file itself stays (removing it would let two processes lock two different files). Held by another
+    process: :class:`Busy`, one line naming the file, the holder's pid and ``hint``; with ``wait`` a line on stderr
+    and a wait for it instead."""
+    lock = path.with_name(path.name + ".lock")
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = f"pid {os.pread(fd, 20, 0).decode(errors='replace').strip() or 'unknown'}"
+            if not wait:
+                raise Busy(f"{path} is in use by another run ({holder}); {hint or 'let it finish first'}") from None
+            print(f"waiting for another run ({holder}) to finish with {path}", file=sys.stderr)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, str(os.getpid()).encode(), 0)
+        yield
+    finally:
+        os.close(fd)  # releases the lock

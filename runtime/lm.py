@@ -17,6 +17,7 @@ from __future__ import annotations
 import atexit
 import contextvars
 import fcntl
+import http.client
 import json
 import os
 import re
@@ -27,6 +28,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.error
 import urllib.request
 import uuid
 from collections import deque
@@ -42,6 +44,8 @@ from runtime.paths import server_dir
 from runtime.server_host import is_process, live_leases, pid_alive, start_time
 
 LOCAL_PREFIX = "local:"
+#: Ports tried in a row for a new server before giving up, when each is found answering for another process.
+PORT_ATTEMPTS = 3
 #: After a failed call, a server that looks up is checked again this much later (its host notices a death within
 #: ``server_host.POLL_SECONDS``).
 RECHECK_SECONDS = 0.6
@@ -120,6 +124,21 @@ def _reachable(port: int | None) -> bool:
         with socket.create_connection(("127.0.0.1", port), timeout=2):
             return True
     except OSError:
+        return False
+
+
+def _serves(port: int, alias: str) -> bool | None:
+    """Who answers ``GET /v1/models`` on 127.0.0.1:``port``: True when the reply lists model ``alias``, False when
+    something else answers (any other reply), None when nothing answers yet."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=2) as resp:
+            listed = json.loads(resp.read()).get("data")
+        return any(isinstance(m, dict) and m.get("id") == alias for m in listed)
+    except urllib.error.HTTPError:  # an HTTP error status: a reply, but not our server's
+        return False
+    except OSError:  # refused, reset, timed out: nothing serves there (yet)
+        return None
+    except (ValueError, AttributeError, TypeError, http.client.HTTPException):  # not JSON, not a model list, not HTTP
         return False
 
 
@@ -221,30 +240,50 @@ class LlamaServer:
             time.sleep(0.1)
         else:
             self.port = None
+        taken = []
+        while not self._launch():  # another process answers on the port: ours must not be taken for it
+            taken.append(self.port)
+            self._terminate(self.pid, self.pid_start)
+            if len(taken) == PORT_ATTEMPTS:
+                raise ServerError(f"llama.cpp server for {self.model}: ports {', '.join(map(str, taken))} on "
+                                  "127.0.0.1 were each taken by another process before ours could serve on them; "
+                                  "stop whatever keeps taking free ports and run again")
+            print(f"warning: port {self.port} answers for another process; starting the llama.cpp server for "
+                  f"{self.model} on another port", file=sys.stderr)
+            self.port = None
+        tmp = self.home / f"server.json.{os.getpid()}"
+        tmp.write_text(json.dumps({"pid": self.pid, "pid_start": self.pid_start, "port": self.port,
+                                   "model": self.model, "started": time.time()}))
+        tmp.replace(self.home / "server.json")
+
+    def _launch(self) -> bool:
+        """Start the host and its server on ``self.port`` (a free one if None); True once it is ready (see
+        :meth:`_wait_ready`), False if another process answers on the port."""
         self.port = self.port or _free_port()
         host = [sys.executable, str(Path(__file__).with_name("server_host.py")), str(self.home / "leases"), "--"]
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(host + self.command(), stdout=log, stderr=subprocess.STDOUT,
                                          stdin=subprocess.DEVNULL, start_new_session=True, env=server_env())
         self.pid, self.pid_start = self.proc.pid, start_time(self.proc.pid)
-        self._wait_ready()
-        tmp = self.home / f"server.json.{os.getpid()}"
-        tmp.write_text(json.dumps({"pid": self.pid, "pid_start": self.pid_start, "port": self.port,
-                                   "model": self.model, "started": time.time()}))
-        tmp.replace(self.home / "server.json")
+        return self._wait_ready()
 
-    def _wait_ready(self) -> None:
+    def _wait_ready(self) -> bool:
+        """Wait until the server is ours and ready: our host runs and the port lists our model alias (the one
+        :meth:`command` serves). False when another process has the port: it answers without our alias (llama.cpp
+        binds only once the model is loaded, so until then any answer is someone else's), or our server exited
+        while something listens there. A server that exits otherwise, or is not ready in time, is a ServerError."""
         deadline = time.monotonic() + self.startup_timeout
         while time.monotonic() < deadline:
             if not self.alive():
+                if _reachable(self.port):
+                    return False
                 raise ServerError(f"llama.cpp server for {self.model} exited with code {self.proc.returncode}; "
                                   f"log {self.log_path}:\n{self.log_tail()}")
-            try:
-                with urllib.request.urlopen(f"{self.api_base}/models", timeout=2) as resp:
-                    if resp.status == 200:
-                        return
-            except OSError:
+            served = _serves(self.port, self.spec.alias)
+            if served is None:
                 time.sleep(0.5)
+            elif not served or self.alive():  # (served, but our host just died: the next look says why)
+                return served
         self._terminate(self.pid, self.pid_start)
         raise ServerError(f"llama.cpp server for {self.model} not ready after {self.startup_timeout:.0f}s; "
                           f"log {self.log_path}:\n{self.log_tail()}")
@@ -386,7 +425,8 @@ def _token_cap(max_tokens: int) -> dict:
 def make_lm(name: str, api_base: str | None = None, temperature: float = 0.0, max_tokens: int = 512,
             cache: bool = True, timeout: float | None = None) -> ProjectLM:
     """Build an LM from ``local:<model>`` or a DSPy/LiteLLM model string (with optional OpenAI-compatible base);
-    ``timeout`` (seconds) bounds each request."""
+    ``timeout`` (seconds) bounds each request. An ``api_base`` gets the key in ``RAG_API_KEY`` (none: a placeholder),
+    never another variable's: a provider's key (``OPENAI_API_KEY``) goes only to that provider, via LiteLLM."""
     extra = {"timeout": timeout} if timeout else {}
     if name.startswith(LOCAL_PREFIX):
         key = name[len(LOCAL_PREFIX):]
@@ -402,7 +442,7 @@ def make_lm(name: str, api_base: str | None = None, temperature: float = 0.0, ma
     if "/" not in name:
         raise ValueError(f"unknown LM '{name}'; use local:qwen-0.5b, local:qwen-1.5b, or a DSPy/LiteLLM model "
                          "string such as openai/gpt-4o-mini (add --api-base URL for an OpenAI-compatible server)")
-    if api_base:
-        extra |= {"api_base": api_base, "api_key": os.environ.get("OPENAI_API_KEY", "local"),
+    if api_base:  # a key only where the user named one for this endpoint: never a provider's key (OPENAI_API_KEY)
+        extra |= {"api_base": api_base, "api_key": os.environ.get("RAG_API_KEY") or "local",
                   "extra_body": _token_cap(max_tokens)}
     return ProjectLM(name, temperature=temperature, max_tokens=max_tokens, cache=cache, **extra)

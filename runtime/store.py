@@ -2,7 +2,9 @@
 (:func:`download`). Logging runs is :mod:`optimizers.tracking`'s."""
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -21,9 +23,10 @@ def tracking_uri() -> str:
 
 
 def download(run_id: str, artifact: str) -> Path:
-    """Fetch one artifact of ``run_id`` from the project store into a temp dir."""
+    """Fetch one artifact of ``run_id`` from the project store into a temp dir, removed when the process exits."""
     import mlflow  # slow to import: only when a run is read
 
     mlflow.set_tracking_uri(tracking_uri())
-    return Path(mlflow.artifacts.download_artifacts(run_id=run_id, artifact_path=artifact,
-                                                    dst_path=tempfile.mkdtemp(prefix="rag-artifact-")))
+    folder = tempfile.mkdtemp(prefix="rag-artifact-")
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    return Path(mlflow.artifacts.download_artifacts(run_id=run_id, artifact_path=artifact, dst_path=folder))

@@ -52,6 +52,7 @@ class FakeOpenAI:
 
     def __init__(self, latency: float = 0.0, context: int | None = None):
         self.latency, self.requests, self.context = latency, 0, context
+        self.keys: list[str | None] = []  # each chat request's Authorization header
         lock = threading.Lock()
         outer = self
 
@@ -74,6 +75,7 @@ class FakeOpenAI:
                 request = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
                 with lock:
                     outer.requests += 1
+                    outer.keys.append(self.headers.get("Authorization"))
                 time.sleep(outer.latency)
                 messages = request.get("messages", [])
                 text = reply(messages)

@@ -20,7 +20,8 @@ class FaultHost(LlamaServer):
         self.request_log, self.flags, self.max_seconds = log, [str(f) for f in flags], max_seconds
 
     def command(self):
-        return [sys.executable, str(FAULT_SERVER), "--port", str(self.port), "--log", str(self.request_log),
+        return [sys.executable, str(FAULT_SERVER), "--port", str(self.port), "--alias", self.spec.alias,
+                "--log", str(self.request_log),
                 "--max-seconds", str(self.max_seconds), *self.flags]
 
     def requests(self) -> list[dict]:

@@ -82,7 +82,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
     server: FaultServer
 
     def do_GET(self):
-        self.reply(200, json.dumps({"object": "list", "data": [{"id": "fault", "object": "model"}]}).encode())
+        self.reply(200, json.dumps({"object": "list", "data": [{"id": self.server.args.alias,
+                                                                 "object": "model"}]}).encode())
 
     def do_POST(self):
         body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
@@ -127,6 +128,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
 def parse(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--port", type=int, default=0)
+    p.add_argument("--alias", default="fault", help="the model id /v1/models lists (what a client waits for)")
     p.add_argument("--log", required=True, help="request log (JSONL), appended")
     p.add_argument("--answer", default="yes", help="text put in every output field")
     p.add_argument("--malformed", type=float, default=0.0)

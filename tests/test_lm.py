@@ -6,6 +6,7 @@ import subprocess
 import sys
 import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -14,13 +15,15 @@ import pytest
 from runtime import lm as lm_mod
 from runtime import server_host
 from runtime.lm import LlamaServer, RestartBudget, ServerError, _reachable, _running, make_lm
+from tests.fake_openai import FakeOpenAI
 
-# A stand-in for llama_cpp.server: answers GET /v1/models on the given port.
+# A stand-in for llama_cpp.server: on the given port, GET /v1/models lists the given model alias.
 FAKE_SERVER = """
-import http.server, sys
+import http.server, json, sys
 class H(http.server.BaseHTTPRequestHandler):
     def do_GET(self):
-        self.send_response(200); self.end_headers(); self.wfile.write(b'{"data": []}')
+        self.send_response(200); self.end_headers()
+        self.wfile.write(json.dumps({"data": [{"id": sys.argv[2]}]}).encode())
 http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
 """
 
@@ -29,7 +32,7 @@ class FakeServer(LlamaServer):
     script = FAKE_SERVER
 
     def command(self):
-        return [sys.executable, "-c", self.script, str(self.port)]
+        return [sys.executable, "-c", self.script, str(self.port), self.spec.alias]
 
 
 def fake(**kwargs) -> FakeServer:
@@ -53,6 +56,71 @@ def test_server_restarts_on_its_port_within_the_budget_then_stops_with_the_log_t
     finally:
         server.stop()
     assert not server.alive()
+
+
+@contextmanager
+def foreign(kind: str):
+    """Another local process's listener on a free port (yielded): an HTTP server listing another model, one
+    answering 404, or a socket that accepts and never answers."""
+    if kind == "silent":
+        with socket.create_server(("127.0.0.1", 0)) as sock:
+            yield sock.getsockname()[1]
+        return
+    status, body = {"other model": (200, b'{"data": [{"id": "gpt-4o"}]}'), "404": (404, b"not found")}[kind]
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(status)
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        yield httpd.server_port
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+
+
+@pytest.mark.parametrize("kind", ["other model", "404", "silent"])
+def test_a_port_another_process_took_is_not_taken_for_our_server(kind, monkeypatch, capsys):
+    """The port is chosen free, released, and bound by our server only once its model is loaded, so another process
+    can take it in between: its answer (any HTTP 200 counted as ready) is not our server; ours moves to another."""
+    free = lm_mod._free_port
+    with foreign(kind) as taken:
+        ports = iter([taken])
+        monkeypatch.setattr(lm_mod, "_free_port", lambda: next(ports, None) or free())
+        server = fake().start()
+        try:
+            assert server.port != taken and lm_mod._serves(server.port, server.spec.alias) and server.alive()
+            assert json.loads((server.home / "server.json").read_text())["port"] == server.port
+        finally:
+            server.stop()
+    assert f"warning: port {taken} answers for another process" in capsys.readouterr().err
+
+
+def test_ports_taken_again_and_again_stop_the_start_with_one_line(monkeypatch):
+    with foreign("other model") as taken:
+        monkeypatch.setattr(lm_mod, "_free_port", lambda: taken)
+        with pytest.raises(ServerError, match=f"ports {taken}, {taken}, {taken} on 127.0.0.1 were each taken by "
+                                              "another process"):
+            fake().start()
+
+
+def test_an_api_base_gets_only_the_key_named_for_it(monkeypatch):
+    """OPENAI_API_KEY went to any --api-base; an endpoint gets $RAG_API_KEY, else a placeholder."""
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-provider-secret")
+    monkeypatch.delenv("RAG_API_KEY", raising=False)
+    with FakeOpenAI() as endpoint:
+        make_lm("openai/fake", endpoint.api_base, cache=False)("hello")
+        monkeypatch.setenv("RAG_API_KEY", "endpoint-key")
+        make_lm("openai/fake", endpoint.api_base, cache=False)("hello")
+    assert endpoint.keys == ["Bearer local", "Bearer endpoint-key"]
+    assert "api_key" not in make_lm("openai/gpt-4o-mini").kwargs  # a provider: LiteLLM's own default (its variable)
 
 
 def test_restart_budget_is_per_window_with_growing_backoff():
