@@ -298,3 +298,30 @@ def test_the_judge_raises_an_endpoint_error_instead_of_scoring_wrong():
     with pytest.raises(LMTransportError):
         judge(QUESTIONS[0], dspy.Prediction(answer="affirmative"))
     assert judge.failures == 0
+
+
+def test_a_milvus_outage_is_a_transient_error_and_any_other_milvus_error_is_not():
+    import grpc
+    import numpy as np
+    from pymilvus.exceptions import MilvusException
+
+    from retrieval.corpus import Corpus
+    from retrieval.milvus import MilvusIndex, StoreUnavailable
+
+    class Down:
+        def __init__(self, error):
+            self.error = error
+
+        def search(self, *args, **kwargs):
+            raise self.error
+
+    index = MilvusIndex.__new__(MilvusIndex)  # a collection on a server that is down: no client to connect
+    index.corpus, index.uri, index.collection = Corpus("en", [{"id": "1", "title": "T", "text": "t"}], "en"), "x", "c"
+    index.group_sizes = {}
+    index.client = Down(MilvusException(grpc.StatusCode.UNAVAILABLE, "[search] Retry run out of 75 retry times"))
+    with pytest.raises(StoreUnavailable, match="Milvus at x is unavailable") as down:
+        index.search_vectors(np.ones((1, 4)), 1)
+    assert isinstance(down.value, ConnectionError)  # so an evaluation records the question as retryable
+    index.client = Down(MilvusException(1100, "collection not loaded"))
+    with pytest.raises(MilvusException):
+        index.search_vectors(np.ones((1, 4)), 1)
