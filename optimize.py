@@ -68,7 +68,7 @@ def main(argv=None) -> str:
                                         groups=s.groups, retry_failed=args.retry_failed, traces=traces)
             tracking.log_evaluation(name, records, summary, s.metrics, s.eval_data(name.split("_")[0], examples))
             stages[name] = summary
-            scores[name] = [r[metric_name] for r in records]
+            scores[name] = [r[metric_name] for r in records if r[metric_name] is not None]  # None: not scored
             return summary
 
         s.eval_data("train", s.splits.train).log()  # what compile learns from
