@@ -79,8 +79,6 @@ def main(argv=None) -> str:
                                                     compile_params(args, args.optimizer, metric_name)))
         stage("dev_after", compiled, s.splits.dev)
         stage("test_after", compiled, s.splits.test)
-        if s.judge:
-            mlflow.log_metric("judge_failures", s.judge.failures)
 
         out = Path(args.out) if args.out else Path(tempfile.mkdtemp()) / "program.json"
         log_compiled(s, compiled, out)

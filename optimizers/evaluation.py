@@ -16,7 +16,8 @@ from statistics import mean
 import dspy
 from tqdm.auto import tqdm
 
-from optimizers.metrics import ALL_RETRIEVED, citation_precision, gold_of, gold_passages, retrieval_record
+from optimizers.metrics import (ALL_RETRIEVED, UnreadableVerdict, citation_precision, gold_of, gold_passages,
+                                retrieval_record)
 from programs.oracle import gold_labels
 from retrieval.corpus import excluded
 from runtime.files import write_whole
@@ -83,13 +84,28 @@ def stopped(example: dspy.Example, where: str, err: BaseException) -> QuestionEr
 
 
 def record(example: dspy.Example, pred, metrics: dict, k: int | None, groups: tuple[str, ...] = ()) -> dict:
+    """The record of ``pred`` (None: the program failed, every metric scores 0). A metric that could not be
+    computed, on a transient error (``retryable`` is set) or an unreadable judge verdict, is None, with its error
+    in ``metric_errors``; any other metric error is raised as :class:`QuestionError`."""
     rec = {"id": example.id, "question": example.question, "gold": example.answer,
            "answer": getattr(pred, "answer", None), "failed": pred is None}
     rec.update({g: example.get(g) for g in groups})
     if example.get("base_id"):
         rec["base_id"] = example.base_id  # a circular multiple-choice copy (``data.circular``)
+    errors = {}
     for name, fn in metrics.items():
-        rec[name] = float(fn(example, pred)) if pred is not None else 0.0
+        try:
+            rec[name] = float(fn(example, pred)) if pred is not None else 0.0
+        except (UnreadableVerdict, *UNREADABLE_ERRORS, *TRANSIENT_ERRORS) as err:
+            rec[name], errors[name] = None, describe(err)
+            if isinstance(err, TRANSIENT_ERRORS):
+                rec["retryable"] = True
+        except ServerError:
+            raise
+        except Exception as err:
+            raise stopped(example, f"metric {name}", err) from err
+    if errors:
+        rec["metric_errors"] = errors
     passages = list(getattr(pred, "passages", None) or [])
     gold, key = gold_passages(example)  # paragraph ids where the data has them (MuSiQue, XRAG), else titles
     if k is not None and gold:  # scored on everything retrieved, where the program says
@@ -112,7 +128,7 @@ def evaluate(program: dspy.Module, examples: list[dspy.Example], metrics: dict, 
     """Evaluate ``program`` on ``examples``; resume from ``checkpoint`` (JSONL) when it holds finished examples.
 
     The program's errors (see :func:`_run`): an unreadable reply, retried with sampling, may end as a ``failed``
-    record scored 0; a question that ended on a transient error (the program's, or a metric's) is
+    record scored 0; a question that ended on a transient error (the program's, or a metric's: :func:`record`) is
     ``retryable``: written, not scored, not resumed, so the next run asks it again, and ``RAG_ENDPOINT_ERRORS``
     (default 5) such questions in a row stop the run (:class:`EndpointDown`); any other error stops the run at once
     (:class:`QuestionError`). A failed record names its ``error`` and ``error_class``. ``retry_failed`` also asks
@@ -143,10 +159,7 @@ def evaluate(program: dspy.Module, examples: list[dspy.Example], metrics: dict, 
                     raise  # the LM server is gone for good: its own message stops the run
                 except Exception as err:
                     raise stopped(example, f"the program {type(program).__name__} ({desc})", err) from err
-                try:
-                    rec = record(example, pred, metrics, k, groups)
-                except TRANSIENT_ERRORS as err:  # a judge metric could not reach its LM
-                    error, rec = err, record(example, None, metrics, k, groups)
+                rec = record(example, pred, metrics, k, groups)
             rec |= {"error": None if error is None else describe(error), "tries": tries}
             if error is not None:
                 rec["error_class"] = type(error).__name__
@@ -160,7 +173,8 @@ def evaluate(program: dspy.Module, examples: list[dspy.Example], metrics: dict, 
                 sink.flush()
             streak[0] = streak[0] + 1 if rec.get("retryable") else 0
             if streak[0] >= limit:
-                raise EndpointDown(f"an endpoint failed {limit} questions in a row (last: {rec['error']}); finished "
+                last = rec["error"] or next(iter(rec["metric_errors"].values()))
+                raise EndpointDown(f"an endpoint failed {limit} questions in a row (last: {last}); finished "
                                    "questions are in the checkpoint: run the same command again when it is back "
                                    "(RAG_ENDPOINT_ERRORS sets the limit)")
         return rec
@@ -231,14 +245,17 @@ def load_checkpoint(path: Path) -> dict[str, dict]:
 
 def summarize(records: list[dict], metrics: dict, groups: tuple[str, ...] = ()) -> dict:
     """What the records say, counted from them (so a resumed run reports what its checkpoint holds): ``n``,
-    ``failed_examples``, ``retryable_examples``, ``failed_by_class/<error class>``, the means (of the records that
-    have a value), the circular, group and tier breakdowns."""
+    ``failed_examples``, ``retryable_examples``, ``failed_by_class/<error class>``, per metric the records it could
+    not score ``<metric>_errors_by_class/<error class>``, the means (of the records that have a value), the
+    circular, group and tier breakdowns."""
     if not records:
         return {"n": 0}
     summary = {"n": len(records), "failed_examples": sum(r["failed"] for r in records)}
     if retry := sum(bool(r.get("retryable")) for r in records):
         summary["retryable_examples"] = retry
     counts = Counter(f"failed_by_class/{r['error_class']}" for r in records if r["failed"] and r.get("error_class"))
+    counts.update(f"{name}_errors_by_class/{error.split(':')[0]}" for r in records
+                  for name, error in (r.get("metric_errors") or {}).items())
     summary.update(sorted(counts.items()))
     numeric = [*metrics, "title_precision", "title_recall", "title_f1", "recall_any", "all_pass", "ndcg",
                *ALL_RETRIEVED, "retrieved_n", "citation_precision", "lm_calls", "prompt_tokens", "completion_tokens",

@@ -218,6 +218,25 @@ def test_failures_are_counted_by_class_from_the_records_so_a_resumed_run_reports
     assert evaluate(program, EXAMPLES, {"em": exact_match}, checkpoint=ckpt)[1] == summary and not program.calls
 
 
+def test_a_metric_that_could_not_be_computed_is_none_and_counted_from_the_stored_records(tmp_path):
+    """A judge whose replies stay unreadable gives no score (not a silent 0); the count is in the records, so the
+    resumed run, which calls no judge, reports it too."""
+    from optimizers.metrics import Judge
+
+    lm = dspy.utils.DummyLM([{"verdict": "yes"}] * 8)  # no `same` field: unreadable
+    metrics = {"em": exact_match, "judge": Judge(lm)}
+    ckpt = tmp_path / "dev.jsonl"
+    answers = Raising()
+    answers.forward = lambda question: dspy.Prediction(answer="affirmative", passages=[])
+    records, summary = evaluate(answers, EXAMPLES[:2], metrics, checkpoint=ckpt)
+    assert [r["judge"] for r in records] == [None, None] and [r["em"] for r in records] == [0.0, 0.0]
+    assert records[0]["metric_errors"]["judge"].startswith("UnreadableVerdict: 2 unreadable replies")
+    assert not any(r.get("retryable") or r["failed"] for r in records)  # final: the program answered
+    assert summary["judge_errors_by_class/UnreadableVerdict"] == 2 and "judge" not in summary
+    calls = len(lm.history)
+    assert evaluate(answers, EXAMPLES[:2], metrics, checkpoint=ckpt)[1] == summary and len(lm.history) == calls
+
+
 def test_means_leave_out_what_was_not_scored():
     from optimizers.evaluation import per_question, summarize
 
