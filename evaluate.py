@@ -5,8 +5,6 @@
 ``python evaluate.py --suite paper --test 30 --judge`` (every method with its baselines, see optimizers/suite.py)"""
 from __future__ import annotations
 
-import mlflow
-
 import programs
 from optimizers import tracking
 from optimizers.cli import fail, interruptible, oracle_suffix, session
@@ -60,8 +58,6 @@ def main(argv=None) -> dict:
                                     retry_failed=args.retry_failed, wait=args.wait_for_checkpoint,
                                     traces=tracking.question_traces(run.info.run_id, s.metrics, args.trace))
         tracking.log_evaluation(args.split, records, summary, s.metrics, s.eval_data(args.split, examples))
-        if s.judge:
-            mlflow.log_metric("judge_failures", s.judge.failures)
         if args.error_profile:
             print(error_profile(s, records, taxonomy, f"{run_name} (labels by {s.lm_ids()['judge_lm']})"))
     print(f"\nrun {run.info.run_id} ({run_name})")

@@ -70,7 +70,7 @@ def main(argv=None) -> str:
                                         wait=args.wait_for_checkpoint)
             tracking.log_evaluation(name, records, summary, s.metrics, s.eval_data(name.split("_")[0], examples))
             stages[name] = summary
-            scores[name] = [r[metric_name] for r in records]
+            scores[name] = [r[metric_name] for r in records if r[metric_name] is not None]  # None: not scored
             return summary
 
         s.eval_data("train", s.splits.train).log()  # what compile learns from
@@ -82,8 +82,6 @@ def main(argv=None) -> str:
         tracking.tag_effective(compiled, args.program)  # its gates fitted on dev may rest
         stage("dev_after", compiled, s.splits.dev)
         stage("test_after", compiled, s.splits.test)
-        if s.judge:
-            mlflow.log_metric("judge_failures", s.judge.failures)
 
         out = Path(args.out) if args.out else Path(tempfile.mkdtemp()) / "program.json"
         log_compiled(s, compiled, out)

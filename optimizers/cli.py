@@ -22,7 +22,7 @@ from decoding.choice import MODES, MCScoring
 from decoding.decisions import MODES as DECISION_MODES
 from optimizers import tracking
 from optimizers.calibration import calibrate_pride
-from optimizers.evaluation import EndpointDown
+from optimizers.evaluation import RunStopped
 from optimizers.metrics import ANSWER_METRICS, Judge, gold_of
 from optimizers.task_metrics import answer_metrics
 from programs.oracle import parse_roles
@@ -346,15 +346,16 @@ _interrupt.pending = False
 
 
 def interruptible(main):
-    """Wrap an entry point: on Ctrl-C / SIGTERM print how to resume and exit 130 / 143 without a traceback; an LM
-    endpoint that keeps failing (:class:`EndpointDown`) is one line and exit 3; a checkpoint another run is writing
-    (``runtime.files.Busy``) one line and exit 75 (EX_TEMPFAIL: try again later)."""
+    """Wrap an entry point: on Ctrl-C / SIGTERM print how to resume and exit 130 / 143 without a traceback; a run
+    that cannot go on (:class:`RunStopped`: an endpoint that keeps failing, exit 3; an error on a question that
+    asking again cannot fix, exit 4) is one line, and so is a checkpoint another run is writing
+    (``runtime.files.Busy``, exit 75: EX_TEMPFAIL, try again later)."""
     def run(argv=None):
         try:
             return main(argv)
-        except (EndpointDown, Busy) as err:
+        except (RunStopped, Busy) as err:
             print(f"error: {err}", file=sys.stderr)
-            raise SystemExit(75 if isinstance(err, Busy) else 3) from None
+            raise SystemExit(75 if isinstance(err, Busy) else err.code) from None
         except KeyboardInterrupt as err:
             print("\ninterrupted: finished questions are in the checkpoint; run the same command again to resume",
                   file=sys.stderr)

@@ -7,13 +7,16 @@ import random
 import re
 import sys
 import types
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 
 import dspy
 import mlflow
 from dspy.teleprompt.gepa.instruction_proposal import InstructionProposer
 from dspy.utils.callback import BaseCallback
 
+from optimizers.evaluation import stopped
+from optimizers.metrics import UnreadableVerdict
+from runtime.lm import ServerError
 from runtime.metering import BudgetSpent, Limit, limited
 
 OPTIMIZERS = ("bootstrap", "random_search", "mipro", "gepa")
@@ -23,13 +26,21 @@ PROBE_EXAMPLES = 5  # train examples run once before MIPROv2 to find the predict
 FEEDBACK_CHARS = 600  # the feedback text is cut here; each quoted decision at a quarter of it
 
 
-def never_raises(metric):
-    """A metric failing on odd model output scores the example as wrong instead of aborting compilation."""
+class _MetricFailed(BaseException):
+    """A compile metric error that is no verdict, raised past DSPy's optimizers: they catch ``Exception`` (up to
+    ``max_errors``, counting the example as failed), so an outage would compile on without demos."""
+
+
+def verdicts_only(metric):
+    """The compile metric: a judge's unreadable verdict (:class:`UnreadableVerdict`) scores the example as wrong;
+    any other error (an endpoint outage, a bug) stops the compile (:class:`QuestionError`, one line)."""
     def wrapped(example, pred, trace=None):
         try:
             return metric(example, pred, trace)
-        except Exception:
+        except UnreadableVerdict:
             return False if trace is not None else 0.0
+        except Exception as err:
+            raise _MetricFailed(example, err) from err
     return wrapped
 
 
@@ -216,11 +227,12 @@ def compile_program(program: dspy.Module, optimizer: str, trainset: list, devset
     devset so far (else the uncompiled program), says so in one line, and leaves ``limit.reached`` set."""
     if optimizer not in OPTIMIZERS:
         raise ValueError(f"unknown optimizer '{optimizer}'; choose one of: {', '.join(OPTIMIZERS)}")
-    metric = never_raises(metric)
+    metric = verdicts_only(metric)
     demos = {"max_bootstrapped_demos": max_demos, "max_labeled_demos": max_demos}
     best = BestSoFar(devset)
     program = keeping_lms(program)
-    with limited(limit) if limit else nullcontext(), dspy.context(callbacks=[*dspy.settings.callbacks, best]):
+    with (limited(limit) if limit else nullcontext(), dspy.context(callbacks=[*dspy.settings.callbacks, best]),
+          metric_errors()):
         if optimizer == "bootstrap":
             tp = _Bootstrap(metric=metric, **demos)
             compiled = tp.compile(program, trainset=trainset)
@@ -239,6 +251,19 @@ def compile_program(program: dspy.Module, optimizer: str, trainset: list, devset
         print(f"compile budget spent ({limit.reached}): {optimizer} stopped early and kept {kept}", file=sys.stderr)
     vars(compiled).pop("reset_copy", None)
     return compiled
+
+
+@contextmanager
+def metric_errors():
+    """A compile metric's error (:func:`verdicts_only`) as the one line that stops the run (a dead server's
+    ``ServerError`` as it is: it has its own message)."""
+    try:
+        yield
+    except _MetricFailed as failed:
+        example, err = failed.args
+        if isinstance(err, ServerError):
+            raise err from None
+        raise stopped(example, "the compile metric", err) from err
 
 
 def keeping_lms(program: dspy.Module) -> dspy.Module:

@@ -21,11 +21,11 @@ from retrieval.corpus import Corpus, Passage  # noqa: E402
 
 
 def is_wrong(record: dict) -> bool:
-    if "judge" in record:
-        return record["judge"] < 1.0
-    if "f1" in record:
-        return record["f1"] < F1_PASS
-    return record.get("accuracy", 0.0) < 1.0
+    """Wrong by the judge where there is one, else by F1, else by accuracy; an answer the measure could not score
+    (None) is not known to be wrong."""
+    name = "judge" if "judge" in record else "f1" if "f1" in record else "accuracy"
+    value = record.get(name, 0.0)
+    return value is not None and value < (F1_PASS if name == "f1" else 1.0)
 
 
 def passage_lookup(corpora: list[Corpus], wanted: set[str]) -> dict[str, Passage]:

@@ -1,13 +1,14 @@
-"""Resumable, cost-metered evaluation: one JSON record per example, failures scored and counted, never fatal."""
+"""Resumable, cost-metered evaluation: one JSON record per example; an unreadable reply is a scored failure, a
+transient error leaves the question to the next run, any other error stops the run."""
 from __future__ import annotations
 
 import contextvars
 import json
 import os
-import sys
 import threading
 import time
 import warnings
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from contextlib import ExitStack, nullcontext
 from pathlib import Path
@@ -16,43 +17,39 @@ from statistics import mean
 import dspy
 from tqdm.auto import tqdm
 
-from optimizers.metrics import ALL_RETRIEVED, citation_precision, gold_of, gold_passages, retrieval_record
+from optimizers.metrics import (ALL_RETRIEVED, UnreadableVerdict, citation_precision, gold_of, gold_passages,
+                                retrieval_record)
 from programs.oracle import gold_labels
 from retrieval.corpus import excluded
 from runtime.files import locked, sync_folder, write_whole
-from runtime.lm import ATTEMPT, ENDPOINT_ERRORS, ContextOverflow, ServerError, env_number
+from runtime.lm import ATTEMPT, TRANSIENT_ERRORS, UNREADABLE_ERRORS, ServerError, describe, env_number
 from runtime.metering import metered
 
 
 def _run(program: dspy.Module, example: dspy.Example, retries: int):
-    """Call the program, retrying up to ``retries`` times; return (prediction|None, error, tries, retryable).
+    """Call the program, retrying up to ``retries`` times; return (prediction|None, last error|None, tries).
 
-    A parse failure is retried with cache-bypassing sampling (``ATTEMPT``); an LM endpoint error (transport,
-    authentication, rate limit, timeout, server error) is retried greedily after a backoff, and when it is the last
-    error the example is ``retryable``: not answered, to be asked again by the next run. Documents of the groups in
-    ``example.leave_out`` (if any) are not retrievable during the call, and the example's gold labels are there for
-    the program's oracle roles (``programs.oracle``; never in its inputs)."""
-    error, retryable, sampled = None, False, 0
+    An unreadable reply (:data:`~runtime.lm.UNREADABLE_ERRORS`) is retried with cache-bypassing sampling
+    (``ATTEMPT``); a transient error (:data:`~runtime.lm.TRANSIENT_ERRORS`: an LM endpoint, a connection, a timeout)
+    is retried greedily after a backoff; any other error (a bug, an invalid request, a context overflow, a dead
+    server) is raised at once: asking again cannot help. Documents of the groups in ``example.leave_out`` (if any)
+    are not retrievable during the call, and the example's gold labels are there for the program's oracle roles
+    (``programs.oracle``; never in its inputs)."""
+    error, sampled = None, 0
     for tries in range(1, retries + 2):
         token = ATTEMPT.set(sampled)
         try:
             with excluded(example.get("leave_out") or ()), gold_labels(gold_of(example)):
-                return program(**example.inputs()), None, tries, False
-        except ServerError:
-            raise  # the LM server is gone for good: stop the run with its own message
-        except ENDPOINT_ERRORS as err:  # the request never got a model answer: ask the same again, greedily
-            error, retryable = _describe(err), True
+                return program(**example.inputs()), None, tries
+        except UNREADABLE_ERRORS as err:  # the model answered unreadably: sample another answer
+            error, sampled = err, sampled + 1
+        except TRANSIENT_ERRORS as err:  # no answer came back: ask the same again, greedily
+            error = err
             if tries <= retries:
                 time.sleep(endpoint_backoff(err, tries))
-        except Exception as err:  # parse failures, malformed model output: sample another answer
-            error, retryable, sampled = _describe(err), False, sampled + 1
         finally:
             ATTEMPT.reset(token)
-    return None, error, retries + 1, retryable
-
-
-def _describe(err: Exception) -> str:
-    return f"{type(err).__name__}: {str(err)[:300]}"
+    return None, error, retries + 1
 
 
 def endpoint_backoff(err: Exception, tries: int) -> float:
@@ -62,18 +59,54 @@ def endpoint_backoff(err: Exception, tries: int) -> float:
     return min(30.0, getattr(err, "retry_after", None) or base * 2 ** (tries - 1))
 
 
-class EndpointDown(RuntimeError):
-    """``RAG_ENDPOINT_ERRORS`` (default 5) examples in a row ended on LM endpoint errors: the run stops."""
+class RunStopped(RuntimeError):
+    """The run cannot go on; finished questions are in the checkpoint. The CLIs print it as one line and exit
+    with :attr:`code`."""
+
+    code = 3
+
+
+class EndpointDown(RunStopped):
+    """``RAG_ENDPOINT_ERRORS`` (default 5) examples in a row ended on transient errors: the run stops."""
+
+
+class QuestionError(RunStopped):
+    """A question's program or metric raised an error that asking again cannot fix (a bug, an invalid request, a
+    context overflow): the run stops at once, naming the question."""
+
+    code = 4
+
+
+def stopped(example: dspy.Example, where: str, err: BaseException) -> QuestionError:
+    """The one line that stops a run on ``err``, raised by ``where`` (the program, a metric) on ``example``."""
+    question = example.get("id") or repr(example.question)
+    return QuestionError(f"question {question}: {where} raised {describe(err)}; nothing was recorded for it (finished "
+                         "questions are in the checkpoint): fix the cause and run the same command again")
 
 
 def record(example: dspy.Example, pred, metrics: dict, k: int | None, groups: tuple[str, ...] = ()) -> dict:
+    """The record of ``pred`` (None: the program failed, every metric scores 0). A metric that could not be
+    computed, on a transient error (``retryable`` is set) or an unreadable judge verdict, is None, with its error
+    in ``metric_errors``; any other metric error is raised as :class:`QuestionError`."""
     rec = {"id": example.id, "question": example.question, "gold": example.answer,
            "answer": getattr(pred, "answer", None), "failed": pred is None}
     rec.update({g: example.get(g) for g in groups})
     if example.get("base_id"):
         rec["base_id"] = example.base_id  # a circular multiple-choice copy (``data.circular``)
+    errors = {}
     for name, fn in metrics.items():
-        rec[name] = float(fn(example, pred)) if pred is not None else 0.0
+        try:
+            rec[name] = float(fn(example, pred)) if pred is not None else 0.0
+        except (UnreadableVerdict, *UNREADABLE_ERRORS, *TRANSIENT_ERRORS) as err:
+            rec[name], errors[name] = None, describe(err)
+            if isinstance(err, TRANSIENT_ERRORS):
+                rec["retryable"] = True
+        except ServerError:
+            raise
+        except Exception as err:
+            raise stopped(example, f"metric {name}", err) from err
+    if errors:
+        rec["metric_errors"] = errors
     passages = list(getattr(pred, "passages", None) or [])
     gold, key = gold_passages(example)  # paragraph ids where the data has them (MuSiQue, XRAG), else titles
     if k is not None and gold:  # scored on everything retrieved, where the program says
@@ -95,20 +128,22 @@ def evaluate(program: dspy.Module, examples: list[dspy.Example], metrics: dict, 
              traces=None, wait: bool = False) -> tuple[list[dict], dict]:
     """Evaluate ``program`` on ``examples``; resume from ``checkpoint`` (JSONL) when it holds finished examples.
 
-    A record of an example that ended on LM endpoint errors is ``retryable``: it is written but not resumed, so the
-    next run asks it again; ``RAG_ENDPOINT_ERRORS`` (default 5) such examples in a row stop the run
-    (:class:`EndpointDown`). ``retry_failed`` also asks again the examples recorded as failed. The run is the
-    checkpoint's only writer (:class:`Checkpoint`): another run holding it is ``runtime.files.Busy``, or with
-    ``wait`` waited for.
+    The program's errors (see :func:`_run`): an unreadable reply, retried with sampling, may end as a ``failed``
+    record scored 0; a question that ended on a transient error (the program's, or a metric's: :func:`record`) is
+    ``retryable``: written, not scored, not resumed, so the next run asks it again, and ``RAG_ENDPOINT_ERRORS``
+    (default 5) such questions in a row stop the run (:class:`EndpointDown`); any other error stops the run at once
+    (:class:`QuestionError`). A failed record names its ``error`` and ``error_class``. ``retry_failed`` also asks
+    again the examples recorded as failed. The run is the checkpoint's only writer (:class:`Checkpoint`): another run
+    holding it is ``runtime.files.Busy``, or with ``wait`` waited for.
     ``threads`` > 1 evaluates that many examples at once (for endpoints that serve concurrent requests); each
     example's cost is metered on its own and the records come back in input order. ``traces`` (e.g.
     ``tracking.QuestionTraces``): called per example, a context manager around its call that yields a function
     taking the finished record.
-    Returns the per-example records and a summary: mean of every metric, ``failed_examples`` (count, with
-    ``retryable_examples`` among them when any), mean ``iterations`` (from ``pred.trace``), cost per question
-    (``lm_calls``, ``prompt_tokens``, ``completion_tokens``, ``seconds``, ``lm_seconds``), for each example field in
-    ``groups`` (e.g. ``lang``) ``<metric>_by_<field>/<value>``, and for circular copies (``data.circular``)
-    ``circular_<metric>``: per question the worst score over its copies."""
+    Returns the per-example records and a summary (:func:`summarize`): mean of every metric over the records that
+    have it, ``failed_examples`` (count, with ``retryable_examples`` among them when any), the error counts, mean
+    ``iterations`` (from ``pred.trace``), cost per question (``lm_calls``, ``prompt_tokens``, ``completion_tokens``,
+    ``seconds``, ``lm_seconds``), for each example field in ``groups`` (e.g. ``lang``) ``<metric>_by_<field>/<value>``,
+    and for circular copies (``data.circular``) ``circular_<metric>``: per question the worst score over its copies."""
     sink = Checkpoint(checkpoint, wait) if checkpoint else None
     done = {i: r for i, r in (sink.done if sink else {}).items()
             if not r.get("retryable") and not (retry_failed and r["failed"])}
@@ -118,20 +153,27 @@ def evaluate(program: dspy.Module, examples: list[dspy.Example], metrics: dict, 
     def one(example: dspy.Example) -> dict:
         with (traces(example) if traces else nullcontext(lambda rec: None)) as finish:
             with metered() as cost:
-                pred, error, tries, retryable = _run(program, example, retries)
                 try:
-                    rec = record(example, pred, metrics, k, groups)
-                except ENDPOINT_ERRORS as err:  # a judge metric could not reach its LM
-                    error, retryable = _describe(err), True
-                    rec = record(example, None, metrics, k, groups)
-            rec |= {"error": error, "tries": tries, **({"retryable": True} if retryable else {})} | cost.as_dict()
+                    pred, error, tries = _run(program, example, retries)
+                except ServerError:
+                    raise  # the LM server is gone for good: its own message stops the run
+                except Exception as err:
+                    raise stopped(example, f"the program {type(program).__name__} ({desc})", err) from err
+                rec = record(example, pred, metrics, k, groups)
+            rec |= {"error": None if error is None else describe(error), "tries": tries}
+            if error is not None:
+                rec["error_class"] = type(error).__name__
+                if isinstance(error, TRANSIENT_ERRORS):  # never answered: no score, asked again next run
+                    rec |= dict.fromkeys(metrics) | {"retryable": True}
+            rec |= cost.as_dict()
             finish(rec)
         with write:
             if sink:
                 sink.append(rec)
-            streak[0] = streak[0] + 1 if retryable else 0
+            streak[0] = streak[0] + 1 if rec.get("retryable") else 0
             if streak[0] >= limit:
-                raise EndpointDown(f"the LM endpoint failed {limit} questions in a row (last: {error}); finished "
+                last = rec["error"] or next(iter(rec["metric_errors"].values()))
+                raise EndpointDown(f"an endpoint failed {limit} questions in a row (last: {last}); finished "
                                    "questions are in the checkpoint: run the same command again when it is back "
                                    "(RAG_ENDPOINT_ERRORS sets the limit)")
         return rec
@@ -157,20 +199,12 @@ def evaluate(program: dspy.Module, examples: list[dspy.Example], metrics: dict, 
         bar.close()
         if sink:
             sink.close()
-    report_overflows(fresh.values())
     records = [done.get(ex.id) or fresh[ex.id] for ex in examples]
     if retry := sum(bool(r.get("retryable")) for r in records):
-        warnings.warn(f"{retry} question(s) ended on LM endpoint errors and are not answered (recorded as "
-                      "retryable, scored 0 here): run the same command again to ask them", RuntimeWarning,
-                      stacklevel=2)
+        warnings.warn(f"{retry} question(s) ended on transient errors (an LM endpoint, a connection, a timeout) and "
+                      "are not finished (recorded as retryable, not scored): run the same command again to ask "
+                      "them", RuntimeWarning, stacklevel=2)
     return records, summarize(records, metrics, groups)
-
-
-def report_overflows(records) -> None:
-    """One line per question whose prompt did not fit the model's context window (its record says by how much)."""
-    for rec in records:
-        if (rec.get("error") or "").startswith(ContextOverflow.__name__):
-            print(f"warning: question {rec['id']} failed: {rec['error']}", file=sys.stderr)
 
 
 def answered(done: dict[str, dict], examples: list[dspy.Example], path: Path | None) -> dict[str, dict]:
@@ -232,11 +266,19 @@ def load_checkpoint(path: Path) -> dict[str, dict]:
 
 
 def summarize(records: list[dict], metrics: dict, groups: tuple[str, ...] = ()) -> dict:
+    """What the records say, counted from them (so a resumed run reports what its checkpoint holds): ``n``,
+    ``failed_examples``, ``retryable_examples``, ``failed_by_class/<error class>``, per metric the records it could
+    not score ``<metric>_errors_by_class/<error class>``, the means (of the records that have a value), the
+    circular, group and tier breakdowns."""
     if not records:
         return {"n": 0}
     summary = {"n": len(records), "failed_examples": sum(r["failed"] for r in records)}
     if retry := sum(bool(r.get("retryable")) for r in records):
         summary["retryable_examples"] = retry
+    counts = Counter(f"failed_by_class/{r['error_class']}" for r in records if r["failed"] and r.get("error_class"))
+    counts.update(f"{name}_errors_by_class/{error.split(':')[0]}" for r in records
+                  for name, error in (r.get("metric_errors") or {}).items())
+    summary.update(sorted(counts.items()))
     numeric = [*metrics, "title_precision", "title_recall", "title_f1", "recall_any", "all_pass", "ndcg",
                *ALL_RETRIEVED, "retrieved_n", "citation_precision", "lm_calls", "prompt_tokens", "completion_tokens",
                "seconds", "lm_seconds"]
@@ -246,7 +288,8 @@ def summarize(records: list[dict], metrics: dict, groups: tuple[str, ...] = ()) 
             summary[key] = mean(values)
     if any("base_id" in r for r in records):
         for name in metrics:
-            summary[f"circular_{name}"] = mean(per_question(records, name).values())
+            if scores := per_question(records, name):
+                summary[f"circular_{name}"] = mean(scores.values())
         summary["n_questions"] = len({r.get("base_id", r["id"]) for r in records})
     iterations = [r["trace"]["iterations"] for r in records if (r.get("trace") or {}).get("iterations") is not None]
     if iterations:
@@ -255,7 +298,8 @@ def summarize(records: list[dict], metrics: dict, groups: tuple[str, ...] = ()) 
         for value in sorted({str(r.get(field)) for r in records}):
             subset = [r for r in records if str(r.get(field)) == value]
             for name in metrics:
-                summary[f"{name}_by_{field}/{value}"] = mean(r[name] for r in subset)
+                if scored := [r[name] for r in subset if r.get(name) is not None]:
+                    summary[f"{name}_by_{field}/{value}"] = mean(scored)
             summary[f"n_by_{field}/{value}"] = len(subset)
     if {"tier", "source_lang"} <= set(groups):
         summary.update(language_means(records, metrics))
@@ -265,17 +309,20 @@ def summarize(records: list[dict], metrics: dict, groups: tuple[str, ...] = ()) 
 def language_means(records: list[dict], metrics: dict) -> dict:
     """``<metric>_by_tier_langmean/<tier>``: the mean of the per-language means within each resource tier (how the
     CORAL paper averages a tier), beside the pooled ``<metric>_by_tier/<tier>`` that weights languages by size."""
-    by_tier: dict[str, dict[str, list[dict]]] = {}
-    for r in records:
-        by_tier.setdefault(str(r.get("tier")), {}).setdefault(str(r.get("source_lang")), []).append(r)
-    return {f"{name}_by_tier_langmean/{tier}": mean(mean(r[name] for r in recs) for recs in langs.values())
-            for tier, langs in sorted(by_tier.items()) for name in metrics}
+    by_tier: dict[str, dict[str, list[float]]] = {}
+    for name in metrics:
+        for r in records:
+            if r.get(name) is not None:
+                by_tier.setdefault(f"{name}_by_tier_langmean/{r.get('tier')}", {}).setdefault(
+                    str(r.get("source_lang")), []).append(r[name])
+    return {key: mean(map(mean, langs.values())) for key, langs in sorted(by_tier.items())}
 
 
 def per_question(records: list[dict], metric: str) -> dict[str, float]:
-    """Each question's ``metric`` score: the worst over its circular copies (same ``base_id``), else its own."""
-    scores: dict[str, float] = {}
+    """Each question's ``metric`` score: the worst over its circular copies (same ``base_id``), else its own; a
+    question with a copy not scored (None: retryable, or the metric could not be computed) is left out."""
+    scores: dict[str, float | None] = {}
     for r in records:
         key, value = r.get("base_id", r["id"]), r.get(metric, 0.0)
-        scores[key] = min(scores[key], value) if key in scores else value
-    return scores
+        scores[key] = None if value is None or scores.get(key, 0.0) is None else min(scores.get(key, value), value)
+    return {key: value for key, value in scores.items() if value is not None}

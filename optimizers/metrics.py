@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 import re
-import threading
 from operator import attrgetter
 from typing import Callable
 
@@ -13,10 +12,11 @@ from dspy.evaluate.metrics import EM, F1
 
 from programs.oracle import Gold
 from programs.text import abstained
-from runtime.lm import ENDPOINT_ERRORS, ServerError
+from runtime.lm import ATTEMPT, UNREADABLE_ERRORS, describe
 from signatures.judge import JudgeAnswer, JudgeAnswerToQuestion
 
 F1_PASS = 0.5  # an F1 at or above this accepts a bootstrapped demo
+READ_TRIES = 2  # calls for a judge's verdict: the first as configured, then sampled past the cache
 
 
 def exact_match(example, pred, trace=None):
@@ -41,20 +41,37 @@ def correct(example, answer: str) -> bool:
     return bool((accuracy if example.get("options") else f1)(example, dspy.Prediction(answer=answer), trace=True))
 
 
+class UnreadableVerdict(Exception):
+    """A judge's replies could not be read, :data:`READ_TRIES` times: the metric has no value for this answer."""
+
+
+def read(predict: dspy.Predict, **inputs) -> dspy.Prediction:
+    """``predict(**inputs)``; a reply that cannot be read is asked again with cache-bypassing sampling (``ATTEMPT``),
+    up to :data:`READ_TRIES` calls, then :class:`UnreadableVerdict`. Any other error (an endpoint's, a bug) is
+    raised as it is: it is no verdict."""
+    for attempt in range(READ_TRIES):
+        token = ATTEMPT.set(ATTEMPT.get() + attempt)
+        try:
+            return predict(**inputs)
+        except UNREADABLE_ERRORS as err:
+            error = err
+        finally:
+            ATTEMPT.reset(token)
+    raise UnreadableVerdict(f"{READ_TRIES} unreadable replies, the last: {describe(error)}") from error
+
+
 class Judge:
     """LLM-judge correctness (its own LM, see ``--judge-lm``). Without a call: "I don't know" and empty answers
     are wrong, an exact match after DSPy normalisation is right (small judges reject even those). The judge
     compares against the references only: shown the question, small judges accept plausible but wrong answers.
-    A judge output that cannot be parsed counts as wrong and is tallied in ``failures``; an LM endpoint error is
-    raised (no verdict), and so is a dead judge server (``ServerError``), which stops the run. ``with_question``
-    shows the judge the question too (XRAG's protocol)."""
+    A verdict is :func:`read`: an unreadable one raises :class:`UnreadableVerdict`, an LM endpoint error or a dead
+    judge server (``ServerError``) is raised as it is; none is a score. ``with_question`` shows the judge the
+    question too (XRAG's protocol)."""
 
     def __init__(self, lm: dspy.LM | None = None, with_question: bool = False):
         self.with_question = with_question
         self.predict = dspy.Predict(JudgeAnswerToQuestion if with_question else JudgeAnswer)
         self.predict.lm = lm
-        self.failures = 0
-        self._lock = threading.Lock()
 
     def __call__(self, example, pred, trace=None):
         answer = (pred.answer or "").strip()
@@ -63,17 +80,9 @@ class Judge:
         elif EM(answer, example.answers):
             ok = True
         else:
-            try:
-                asked = {"question": example.question} if self.with_question else {}
-                ok = bool(self.predict(**asked, reference_answers=list(example.answers), predicted_answer=answer).same)
-            except ServerError:
-                raise  # the embedded judge server is gone for good: the run stops, as for the program's own
-            except ENDPOINT_ERRORS:
-                raise  # no verdict: the evaluation records the example as retryable, not as wrong
-            except Exception:
-                with self._lock:
-                    self.failures += 1
-                ok = False
+            asked = {"question": example.question} if self.with_question else {}
+            ok = bool(read(self.predict, **asked, reference_answers=list(example.answers),
+                           predicted_answer=answer).same)
         return ok if trace is not None else float(ok)
 
 

@@ -154,14 +154,11 @@ def run_cell(s: Session, cell: Cell, parent_run_id: str, suite_name: str, progra
         tracking.log_params(s.params(cell.program) | {"split": a.split, "threads": a.threads, "cell": name,
                                                       "eval_ids": [ex.id for ex in examples]})
         shown = tracking.tag_effective(program, name)
-        failed_before = s.judge.failures if s.judge else 0
         records, summary = evaluate(program, examples, s.metrics, k=a.k if s.retriever else None,
                                     retries=a.retries, desc=f"{cell.label}/{cell.dataset}", groups=s.groups,
                                     checkpoint=s.checkpoint(stage, cell.label, program), threads=a.threads,
                                     retry_failed=a.retry_failed, wait=a.wait_for_checkpoint,
                                     traces=tracking.question_traces(run.info.run_id, s.metrics, a.trace))
-        if s.judge:  # judge outputs that could not be parsed in this cell (scored wrong)
-            summary["judge_failures"] = s.judge.failures - failed_before
         tracking.log_evaluation(a.split, records, summary, s.metrics, s.eval_data(a.split, examples))
         mlflow.flush_trace_async_logging()
     return Result(cell, run.info.run_id, summary, records, shown if shown != name else "")

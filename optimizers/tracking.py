@@ -199,7 +199,8 @@ class QuestionTraces:
                                      "decisions": _cell(rec.get("trace")),
                                      "passages": _cell([p["title"] for p in rec.get("passages") or []])})
                 mlflow.update_current_trace(tags={"question_id": str(rec["id"]), "failed": str(rec["failed"]),
-                                                  **{m: f"{rec[m]:g}" for m in self.metrics if m in rec}})
+                                                  **{m: f"{rec[m]:g}" for m in self.metrics
+                                                     if rec.get(m) is not None}})  # None: not scored
             yield finish
 
 

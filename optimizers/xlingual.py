@@ -18,9 +18,8 @@ import dspy
 from dspy.dsp.utils import DPR_normalize, has_answer
 from dspy.evaluate.metrics import normalize_text
 
-from optimizers.metrics import Judge, exact_match, f1
+from optimizers.metrics import Judge, UnreadableVerdict, exact_match, f1, read
 from runtime.language import in_language, language_name, language_verdict
-from runtime.lm import ServerError
 from signatures.judge import JudgeAnswerLanguage
 
 ECHO_SHARE = 0.8  # share of an answer's 3-grams found in the question from which it counts as an echo
@@ -77,8 +76,18 @@ def states_gold(example, answer: str) -> bool:
                and not has_answer([gold], asked) for gold in golds)
 
 
+def majority(votes: list[bool | None], what: str) -> bool:
+    """Whether most ``votes`` say yes (a tie says no), where None is a judge whose reply could not be read: decided
+    when the unread votes could not change it, else :class:`UnreadableVerdict`."""
+    yes, unread = votes.count(True), votes.count(None)
+    if yes * 2 > len(votes) or (yes + unread) * 2 <= len(votes):
+        return yes * 2 > len(votes)
+    raise UnreadableVerdict(f"{unread} of {len(votes)} judges gave no readable {what}, and their votes decide it")
+
+
 class JudgePanel:
-    """1-3 LLM judges (question-aware :class:`Judge`), majority vote; a tie counts as wrong. Without a judge call:
+    """1-3 LLM judges (question-aware :class:`Judge`), majority vote (:func:`majority`): a tie counts as wrong, and
+    a judge whose reply could not be read counts only where the others' votes do not decide. Without a judge call:
     an answer that only echoes the question (:func:`echoes_question`) is wrong, counted in ``echoes``; one that
     states a gold answer in a short sentence (:func:`states_gold`) is right, counted in ``stated``. The verdict of
     each (example, answer) is memoised, so ``judge`` and ``accuracy`` cost one panel call. The response language
@@ -97,15 +106,10 @@ class JudgePanel:
         self.echoes = 0
         self.stated = 0
         self.language_paths: Counter = Counter()  # "lingua" / "judges": who decided an answer's language
-        self.language_failures = 0
-
-    @property
-    def failures(self) -> int:
-        return sum(j.failures for j in self.judges) + self.language_failures
 
     def language(self, example, pred, trace=None):
         """Whether the answer is in the question's language: lingua's verdict, or when lingua cannot tell, the
-        panel's majority (an unreadable vote counts as "no")."""
+        panel's :func:`majority`."""
         answer, lang = (pred.answer or "").strip(), example.get("lang") or "en"
         key = ("language", example.get("id"), example.question, answer)
         with self._lock:
@@ -113,22 +117,13 @@ class JudgePanel:
         if ok is None:
             ok, path = language_verdict(answer, lang, example.answers, example.question), "lingua"
             if ok is None:
-                votes = [self._reads(r, language_name(lang), example.question, answer) for r in self.readers]
-                ok, path = sum(votes) * 2 > len(votes), "judges"
+                votes = [_vote(read, r, language=language_name(lang), question=example.question, answer=answer)
+                         for r in self.readers]
+                ok, path = majority([None if v is None else bool(v.in_language) for v in votes], "language"), "judges"
             with self._lock:
                 self._memo[key] = ok
                 self.language_paths[path] += 1
         return ok if trace is not None else float(ok)
-
-    def _reads(self, reader, language: str, question: str, answer: str) -> bool:
-        try:
-            return bool(reader(language=language, question=question, answer=answer).in_language)
-        except ServerError:
-            raise
-        except Exception:
-            with self._lock:
-                self.language_failures += 1
-            return False
 
     def verdict(self, example, pred) -> bool:
         key = (example.get("id"), example.question, pred.answer or "")
@@ -137,8 +132,8 @@ class JudgePanel:
                 return self._memo[key]
         echo = echoes_question(example, pred.answer or "")
         stated = not echo and states_gold(example, pred.answer or "")
-        ok = stated or (not echo and sum(bool(judge(example, pred, trace=True)) for judge in self.judges) * 2
-                        > len(self.judges))
+        ok = stated or (not echo and majority([_vote(judge, example, pred, trace=True) for judge in self.judges],
+                                              "verdict"))
         with self._lock:
             self._memo[key] = ok
             self.echoes += echo
@@ -153,6 +148,14 @@ class JudgePanel:
         """XRAG accuracy: the panel accepts the answer AND it is in the question's language."""
         ok = self.language(example, pred, trace=True) and self.verdict(example, pred)
         return ok if trace is not None else float(ok)
+
+
+def _vote(ask, *args, **kwargs):
+    """``ask(*args, **kwargs)``, or None when the judge's reply could not be read."""
+    try:
+        return ask(*args, **kwargs)
+    except UnreadableVerdict:
+        return None
 
 
 def xrag_metrics(panel: JudgePanel | None = None) -> dict:

@@ -24,6 +24,22 @@ MAX_LIMIT = 16_384  # Milvus caps topk
 _CLIENTS: dict[str, object] = {}
 
 
+class StoreUnavailable(ConnectionError):
+    """The Milvus server could not be reached or did not answer in time: a transient error (asking again later can
+    succeed), where any other Milvus error is not."""
+
+
+def unavailable(err: Exception) -> bool:
+    """Whether a pymilvus error means the server is unreachable: its gRPC status (pymilvus keeps it as ``code`` once
+    its own retries are spent) is UNAVAILABLE or DEADLINE_EXCEEDED, or it is pymilvus's connection error."""
+    import grpc
+    from pymilvus.exceptions import ConnectError, MilvusUnavailableException
+
+    code = err.code() if isinstance(err, grpc.RpcError) else getattr(err, "code", None)
+    return isinstance(err, (ConnectError, MilvusUnavailableException)) or code in (
+        grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+
+
 def client(uri: str):
     """One ``MilvusClient`` per URI and process (milvus-lite allows one client per database file)."""
     if uri not in _CLIENTS:
@@ -89,6 +105,12 @@ class MilvusIndex:
             return [[] for _ in range(len(queries))]
         hidden = sorted(g for g in _EXCLUDED.get() if g in self.group_sizes)
         where = f"grp not in {json.dumps(hidden, ensure_ascii=False)}" if hidden else ""
-        found = self.client.search(self.collection, data=[q.tolist() for q in np.asarray(queries, np.float32)],
-                                   limit=k, filter=where, output_fields=["row"], search_params={"metric_type": "IP"})
+        try:
+            found = self.client.search(self.collection, data=[q.tolist() for q in np.asarray(queries, np.float32)],
+                                       limit=k, filter=where, output_fields=["row"],
+                                       search_params={"metric_type": "IP"})
+        except Exception as err:
+            if unavailable(err):
+                raise StoreUnavailable(f"Milvus at {self.uri} is unavailable: {err}") from err
+            raise
         return [[self.corpus.passage(int(h["entity"]["row"]), float(h["distance"])) for h in hits] for hits in found]

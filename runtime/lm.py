@@ -36,8 +36,9 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import dspy
-from dspy.utils.exceptions import (ContextWindowExceededError, LMAuthError, LMBillingError, LMRateLimitError,
-                                   LMServerError, LMTimeoutError, LMTransportError)
+from dspy.utils.exceptions import (AdapterParseError, ContextWindowExceededError, LMAuthError, LMBillingError,
+                                   LMRateLimitError, LMServerError, LMTimeoutError, LMTransportError)
+from pydantic import ValidationError
 
 from runtime import models
 from runtime.paths import server_dir
@@ -49,12 +50,24 @@ PORT_ATTEMPTS = 3
 #: After a failed call, a server that looks up is checked again this much later (its host notices a death within
 #: ``server_host.POLL_SECONDS``).
 RECHECK_SECONDS = 0.6
-#: >0 while an evaluation retries an example after a parse failure: LM calls then bypass the cache and sample
-#: (temperature 0.7). Endpoint errors are retried greedily (it stays 0).
+#: >0 while an evaluation retries an example, or a judge its verdict, after an unreadable reply: LM calls then bypass
+#: the cache and sample (temperature 0.7). Transient errors are retried greedily (it stays as it was).
 ATTEMPT: contextvars.ContextVar[int] = contextvars.ContextVar("lm_attempt", default=0)
 #: The request got no model answer (DSPy wraps LiteLLM's and OpenAI's exceptions into these): connection, timeout,
 #: authentication, billing, rate limit or a server-side error. Asking again later can succeed.
 ENDPOINT_ERRORS = (LMTransportError, LMTimeoutError, LMAuthError, LMBillingError, LMRateLimitError, LMServerError)
+#: Transient infrastructure errors: an LM endpoint error, or a connection refused, reset or timed out elsewhere (a
+#: retriever's service, a vector store: ``retrieval.milvus.StoreUnavailable`` is a ``ConnectionError``). The question
+#: got no answer; asking it again later can succeed.
+TRANSIENT_ERRORS = (*ENDPOINT_ERRORS, ConnectionError, TimeoutError)
+#: The model answered, but its reply could not be read into the signature's fields (DSPy's adapters raise
+#: ``AdapterParseError``; a pydantic output type, ``ValidationError``): a sampled retry may read.
+UNREADABLE_ERRORS = (AdapterParseError, ValidationError)
+
+
+def describe(err: BaseException) -> str:
+    """``Class: message`` on one line, at most 300 characters of message (what records and one-line errors show)."""
+    return f"{type(err).__name__}: {' '.join(str(err).split())[:300]}"
 
 
 class ServerError(RuntimeError):
@@ -62,7 +75,8 @@ class ServerError(RuntimeError):
 
 
 class ContextOverflow(ValueError):
-    """The prompt, with the answer's token budget, does not fit the model's context window."""
+    """The prompt, with the answer's token budget, does not fit the model's context window: asking again cannot help,
+    so an evaluation stops."""
 
 
 def context_overflow(err: Exception, model: str) -> ContextOverflow:

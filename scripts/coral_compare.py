@@ -178,7 +178,7 @@ def by_gold_position(records: dict[str, list[dict]], metric: str) -> str:
     lines = ["| program | " + " | ".join(f"gold {g}" for g in letters) + " | spread | answered "
              + " / ".join(letters) + " |", "|---|" + "---|" * (len(letters) + 2)]
     for name, recs in records.items():
-        acc = {g: [r.get(metric, 0.0) for r in recs if r.get("gold") == g] for g in letters}
+        acc = {g: [r[metric] for r in recs if r.get("gold") == g and r.get(metric) is not None] for g in letters}
         means = {g: sum(v) / len(v) for g, v in acc.items() if v}
         answered = Counter(str(r.get("answer")) for r in recs)
         cells = [f"{means[g]:.3f} ({len(acc[g])})" if g in means else "" for g in letters]

@@ -126,7 +126,7 @@ def main(argv=None) -> dict[str, dict]:
             sig |= metrics
         board = suite.log_leaderboard(list(results.values()), pairs, title)
         text = "\n\n".join(report) + "\n"
-        mlflow.log_metrics(sig | ({"judge_failures": s.judge.failures} if s.judge else {}))
+        mlflow.log_metrics(sig)
         mlflow.log_text(text, "report.md")
     print(f"\n{board.markdown}\n{text}\nrun {run.info.run_id}")
     return {cell.label: result.summary for cell, result in results.items()}

@@ -145,18 +145,19 @@ def main(argv=None) -> dict:
         board = suite.log_leaderboard(results, pairs, f"XRAG-style settings on XQuAD, n={args.n} per language, "
                                                       f"lm {args.lm}")
         mono, multi = table(summaries, args, "mono"), table(summaries, args, "multi")
-        failures = sum(j.failures for j in judges if j)
+        # answers a metric could not score (an unreadable or unreachable judge), counted from the stored records
+        unscored = sum(v for r in results for key, v in r.summary.items() if "_errors_by_class/" in key)
         echoes = sum(j.echoes for j in judges if j)
         stated = sum(j.stated for j in judges if j)
         paths = sum((j.language_paths for j in judges if j), Counter())  # who decided each answer's language
-        mlflow.log_metrics({"judge_failures": failures, "judge_echoes": echoes, "judge_stated": stated,
+        mlflow.log_metrics({"unscored_verdicts": unscored, "judge_echoes": echoes, "judge_stated": stated,
                             "language_by_lingua": paths["lingua"], "language_by_judges": paths["judges"]})
         mlflow.log_text(f"## Monolingual retrieval\n\n{mono}\n\n## Multilingual retrieval\n\n{multi}\n", "report.md")
     print(f"\n{board.markdown}")
     print("\nMonolingual retrieval (accuracy = judge AND language, % / response-language correct, %)\n" + mono)
     if args.multi:
         print("\nMultilingual retrieval (full context)\n" + multi)
-    print(f"\nrun {run.info.run_id}; judge failures: {failures}; without a judge call: {echoes} answers that only "
+    print(f"\nrun {run.info.run_id}; verdicts not scored: {unscored}; without a judge call: {echoes} answers that only "
           f"repeat the question (wrong), {stated} short sentences stating a gold answer (right); response language "
           f"decided by lingua {paths['lingua']}, by the judge panel {paths['judges']} (lingua undecided)")
     return summaries

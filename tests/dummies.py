@@ -1,7 +1,9 @@
 """DummyLM helpers shared by the program tests: per-signature answer queues and a routed, metered DummyLM."""
 from __future__ import annotations
 
+import dspy
 from dspy.utils.dummies import DummyLM
+from dspy.utils.exceptions import AdapterParseError
 
 from runtime.roles import init_dspy
 
@@ -21,3 +23,8 @@ def routed(routes: dict) -> DummyLM:
     lm = DummyLM({key: value if isinstance(value, Queue) else Queue(value) for key, value in routes.items()})
     init_dspy(lm, cache=False)
     return lm
+
+
+def unreadable(reply: str = "no fields here") -> AdapterParseError:
+    """What DSPy raises when a model's ``reply`` has none of the ``question -> answer`` output fields."""
+    return AdapterParseError("ChatAdapter", dspy.Signature("question -> answer"), reply)

@@ -101,17 +101,20 @@ def test_an_unknown_mlflow_run_for_compiled_is_one_line(capsys):
     assert "pass a program.json path or the run id optimize.py printed" in line
 
 
-def test_a_prompt_longer_than_the_context_is_one_line_naming_the_question_and_the_budget(capsys):
+def test_a_prompt_longer_than_the_context_stops_the_run_with_one_line_naming_the_question_and_the_budget(capsys):
+    """A context overflow is permanent (asking again cannot fit the prompt): the run stops at the first one, where
+    it used to go on and score every question 0."""
     with FakeOpenAI(context=120) as server:
-        summary = evaluate.main(["--program", "direct", "--dataset", "demo", "--train", "0", "--dev", "2", "--test",
-                                 "0", "--lm", "openai/fake", "--api-base", server.api_base, "--no-cache"])
-    assert summary["failed_examples"] == 2
-    lines = [line for line in capsys.readouterr().err.splitlines() if "context window" in line]
-    assert len(lines) == 2 and all(line.startswith("warning: question ") for line in lines)
-    assert "failed: ContextOverflow: the prompt does not fit openai/fake's context window: " in lines[0]
+        with pytest.raises(SystemExit) as stop:
+            evaluate.main(["--program", "direct", "--dataset", "demo", "--train", "0", "--dev", "2", "--test", "0",
+                           "--lm", "openai/fake", "--api-base", server.api_base, "--no-cache"])
+        assert server.requests == 1  # neither retried nor the next question asked
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert stop.value.code == 4 and re.match(r"error: question \S+: the program Direct \(dev\) raised ContextOverflow: "
+                                             "the prompt does not fit openai/fake's context window: ", line), line
     answer = output_cap(AnswerDirectly)  # the call's own output cap, not the LM's 512 (runtime.caps)
     assert re.search(rf"\d+ tokens \(\d+ prompt \+ {answer} answer\) > 120; lower --k, --max-chars or "
-                     r"--loops", lines[0]), lines[0]
+                     r"--loops", line), line
 
 
 def test_a_corrupt_pride_prior_is_computed_again(monkeypatch, capsys):

@@ -1,6 +1,7 @@
 """compile_program on a DummyLM: random search, MIPROv2 and GEPA pick demos / instructions from the trainset and
-select on the devset; the metric wrappers never abort a compile; an LM budget stops a compile with the best program
-so far; demos fit a token budget. (BootstrapFewShot's CLI run is covered by test_cli.)"""
+select on the devset; an unreadable verdict scores wrong, any other metric error stops the compile; an LM budget
+stops a compile with the best program so far; demos fit a token budget. (BootstrapFewShot's CLI run is covered by
+test_cli.)"""
 from __future__ import annotations
 
 
@@ -10,9 +11,10 @@ from dspy.utils.dummies import DummyLM
 
 import programs
 from fake_openai import FakeOpenAI
-from optimizers.compile import (OPTIMIZERS, compile_program, feedback, fit_demos, instruction_fault, never_raises,
+from optimizers.compile import (OPTIMIZERS, compile_program, feedback, fit_demos, instruction_fault, verdicts_only,
                                 with_feedback)
-from optimizers.metrics import exact_match
+from optimizers.evaluation import QuestionError
+from optimizers.metrics import UnreadableVerdict, exact_match
 from retrieval.corpus import Passage
 from runtime.lm import make_lm
 from runtime.metering import BudgetSpent, Limit, limited
@@ -44,15 +46,15 @@ def demo_questions(program: dspy.Module) -> list[str]:
 
 # --- metric wrappers --------------------------------------------------------------------------------------------
 
-def test_never_raises_scores_a_crashing_metric_as_wrong():
-    def crashes(example, pred, trace=None):
-        raise AttributeError("odd model output")
+def test_an_unreadable_verdict_scores_the_example_wrong_in_a_compile():
+    def unreadable(example, pred, trace=None):
+        raise UnreadableVerdict("2 unreadable replies")
 
-    safe = never_raises(crashes)
+    safe = verdicts_only(unreadable)
     ex, pred = EXAMPLES[0], dspy.Prediction(answer=None)
     assert safe(ex, pred) == 0.0 and isinstance(safe(ex, pred), float)
     assert safe(ex, pred, trace=[]) is False  # bootstrapping (trace set) wants a bool
-    ok = never_raises(exact_match)  # a working metric passes through untouched
+    ok = verdicts_only(exact_match)  # a working metric passes through untouched
     assert ok(ex, dspy.Prediction(answer="Paris")) == 1.0 and ok(ex, dspy.Prediction(answer="Rome"), trace=[]) is False
 
 
@@ -63,7 +65,7 @@ def test_with_feedback_scores_and_names_the_expected_answer():
     assert "Expected answer: 'Paris'" in wrong.feedback and "'Lyon'" in wrong.feedback
     right = gepa_metric(EXAMPLES[0], dspy.Prediction(answer="Paris"))
     assert right.score == 1.0 and "Score 1.00" in right.feedback
-    no_answer = with_feedback(never_raises(exact_match))(EXAMPLES[0], dspy.Prediction())  # pred.answer missing
+    no_answer = with_feedback(exact_match)(EXAMPLES[0], dspy.Prediction(answer=None))
     assert no_answer.score == 0.0 and "Predicted: None" in no_answer.feedback
     as_bool = with_feedback(lambda gold, pred, trace=None: gold.answer == pred.answer)  # GEPA wants a float
     assert type(as_bool(EXAMPLES[0], dspy.Prediction(answer="Paris")).score) is float
@@ -118,17 +120,32 @@ def test_every_candidate_scored_on_the_devset_is_a_step_of_the_mlflow_run(dummy)
     assert best[-1].value == max(scores) and all(a.value <= b.value for a, b in zip(best, best[1:]))
 
 
-def test_a_crashing_metric_scores_zero_instead_of_aborting_the_compile(dummy):
-    """Unwrapped, a metric that raises is an evaluation error, and DSPy cancels a run after 10 of them."""
+def test_a_crashing_metric_stops_the_compile_with_one_line_instead_of_scoring_zero(dummy):
+    """DSPy counts a metric that raises as a failed example (scored 0) and cancels only after 10 of them."""
     dummy({q: {"answer": a} for q, a in CAPITALS})
 
     def crashes(example, pred, trace=None):
         raise KeyError("answers")
 
-    dev = EXAMPLES * 2  # 12 examples: more than dspy.settings.max_errors
-    compiled = compile_program(programs.build("direct"), "random_search", TRAIN, dev, crashes, candidates=1)
-    assert [c["score"] for c in compiled.candidate_programs] == [0.0] * 4
-    assert demo_questions(compiled) == []  # nothing beat zero-shot, and no trace passed the metric
+    dev = [ex.copy(id=f"d{i}") for i, ex in enumerate(EXAMPLES * 2)]  # 12: more than dspy.settings.max_errors
+    with pytest.raises(QuestionError, match=r"^question d0: the compile metric raised KeyError: 'answers'"):
+        compile_program(programs.build("direct"), "random_search", TRAIN, dev, crashes, candidates=1)
+
+
+@pytest.mark.parametrize("optimizer, first", [("bootstrap", "t0"), ("random_search", "d0")])  # zero-shot on dev
+def test_a_judge_outage_stops_the_compile_instead_of_compiling_without_demos(dummy, optimizer, first):
+    from dspy.utils.exceptions import LMTransportError
+
+    from optimizers.metrics import Judge
+
+    class Unreachable(DummyLM):
+        def __call__(self, *args, **kwargs):
+            raise LMTransportError("connection refused")
+
+    dummy({q: {"answer": f"the city of {a}"} for q, a in CAPITALS})  # not an exact match: the judge is asked
+    train, dev = ([ex.copy(id=f"{s}{i}") for i, ex in enumerate(split)] for s, split in (("t", TRAIN), ("d", DEV)))
+    with pytest.raises(QuestionError, match=f"^question {first}: the compile metric raised LMTransportError"):
+        compile_program(programs.build("direct"), optimizer, train, dev, Judge(Unreachable([])), candidates=1)
 
 
 # --- MIPROv2 ----------------------------------------------------------------------------------------------------

@@ -3,9 +3,10 @@ import json
 import dspy
 import pytest
 
-from optimizers.evaluation import evaluate
+from optimizers.evaluation import QuestionError, evaluate, load_checkpoint
 from optimizers.metrics import exact_match
 from runtime.lm import ServerError
+from tests.dummies import unreadable
 
 EXAMPLES = [dspy.Example(id=f"q{i}", question=f"question {i}", answer="yes", answers=["yes"]).with_inputs("question")
             for i in range(3)]
@@ -22,7 +23,7 @@ class Flaky(dspy.Module):
     def forward(self, question):
         self.seen[question] = self.seen.get(question, 0) + 1
         if self.seen[question] <= self.failures:
-            raise ValueError("could not parse the model output")
+            raise unreadable("could not parse the model output")
         return dspy.Prediction(answer=self.predict(question=question).answer, passages=[])
 
 
@@ -118,3 +119,130 @@ def test_records_score_retrieval_and_citations_by_paragraph_id_where_the_data_ha
     xrag = dspy.Example(id="x", question="?", answer="Rome", supporting=["m:1"])
     rec = record(xrag, pred, {}, k=2)
     assert rec["title_recall"] == 1.0 and rec["citation_precision"] == 0.0
+
+
+class Raising(dspy.Module):
+    """Raises ``error`` on the questions in ``on`` (every question when None), else answers "yes"; records the retry
+    attempt (``ATTEMPT``) of each call."""
+
+    def __init__(self, error=None, on=None):
+        super().__init__()
+        self.error, self.on, self.calls = error, on, []
+
+    def forward(self, question):
+        from runtime.lm import ATTEMPT
+
+        self.calls.append((question, ATTEMPT.get()))
+        if self.error is not None and (self.on is None or question in self.on):
+            raise self.error
+        return dspy.Prediction(answer="yes", passages=[])
+
+
+def test_a_refused_connection_is_retryable_and_the_next_run_asks_again(tmp_path, monkeypatch):
+    """Issue 59's repro: a program raising ConnectionRefusedError was tried twice (the second time sampled), recorded
+    as a final failure scored 0, and the next run made 0 calls."""
+    monkeypatch.setenv("RAG_ENDPOINT_BACKOFF", "0")
+    ckpt = tmp_path / "dev.jsonl"
+    refused = Raising(ConnectionRefusedError(111, "Connection refused"))
+    with pytest.warns(RuntimeWarning, match="1 question.* ended on transient errors"):
+        (rec,), summary = evaluate(refused, EXAMPLES[:1], {"em": exact_match}, retries=1, checkpoint=ckpt)
+    assert refused.calls == [("question 0", 0), ("question 0", 0)]  # retried greedily
+    assert rec["retryable"] and rec["failed"] and rec["em"] is None and "em" not in summary  # not scored
+    assert rec["error_class"] == "ConnectionRefusedError" and summary["failed_by_class/ConnectionRefusedError"] == 1
+    assert load_checkpoint(ckpt)["q0"]["retryable"]
+    back = Raising()
+    (rec,), summary = evaluate(back, EXAMPLES[:1], {"em": exact_match}, checkpoint=ckpt)
+    assert back.calls == [("question 0", 0)] and rec["em"] == 1.0 and summary["failed_examples"] == 0
+
+
+def test_a_bug_in_retrieval_stops_the_run_with_one_line_naming_the_question_and_the_program(embedder, tmp_path):
+    """Issue 59's repro: ``--rrf-k -1`` makes every hybrid search divide by zero, and every question scored 0."""
+    import programs
+    from data import demo
+    from retrieval.retriever import Retriever
+
+    bundle = demo.load_multihop()
+    program = programs.build("rag", search=Retriever(bundle.corpora, embedder, retriever="hybrid", rrf_k=-1), k=3)
+    ckpt = tmp_path / "dev.jsonl"
+    with pytest.raises(QuestionError) as stop:
+        evaluate(program, bundle.examples[:3], {"em": exact_match}, k=3, retries=1, checkpoint=ckpt)
+    line = str(stop.value)
+    assert "\n" not in line and line.startswith(f"question {bundle.examples[0].id}: the program RAG (eval) raised "
+                                                "ZeroDivisionError: ")
+    assert stop.value.code == 4 and isinstance(stop.value.__cause__, ZeroDivisionError)
+    assert load_checkpoint(ckpt) == {}  # nothing was scored
+
+
+@pytest.mark.parametrize("error", [KeyError("passages"), TypeError("'NoneType' object is not iterable"),
+                                   FileNotFoundError(2, "No such file or directory"), PermissionError(13, "denied")])
+def test_a_program_bug_stops_the_run_at_once_and_a_rerun_resumes_the_finished_questions(tmp_path, error):
+    ckpt = tmp_path / "dev.jsonl"
+    buggy = Raising(error, on={"question 1"})
+    stop = rf"^question q1: the program Raising \(eval\) raised {type(error).__name__}: "
+    with pytest.raises(QuestionError, match=stop):
+        evaluate(buggy, EXAMPLES, {"em": exact_match}, retries=2, checkpoint=ckpt)
+    assert buggy.calls == [("question 0", 0), ("question 1", 0)]  # no retry, no question after it
+    assert list(load_checkpoint(ckpt)) == ["q0"]
+    fixed = Raising()
+    records, summary = evaluate(fixed, EXAMPLES, {"em": exact_match}, checkpoint=ckpt)
+    assert [q for q, _ in fixed.calls] == ["question 1", "question 2"] and summary["em"] == 1.0
+
+
+def test_a_remote_400_and_a_context_overflow_stop_the_run_and_a_503_is_retryable(monkeypatch):
+    from dspy.utils.exceptions import LMInvalidRequestError, LMServerError
+
+    from runtime.lm import ContextOverflow
+
+    monkeypatch.setenv("RAG_ENDPOINT_BACKOFF", "0")
+    for permanent in (LMInvalidRequestError("unknown parameter 'foo'", status=400),
+                      ContextOverflow("the prompt does not fit openai/x's context window: 5000 tokens > 4096")):
+        program = Raising(permanent)
+        with pytest.raises(QuestionError, match=f"question q0: .* raised {type(permanent).__name__}: "):
+            evaluate(program, EXAMPLES[:1], {"em": exact_match}, retries=1)
+        assert len(program.calls) == 1
+    program = Raising(LMServerError("Service Unavailable", status=503))
+    with pytest.warns(RuntimeWarning, match="transient errors"):
+        (rec,), summary = evaluate(program, EXAMPLES[:1], {"em": exact_match}, retries=1)
+    assert len(program.calls) == 2 and rec["retryable"] and summary["failed_by_class/LMServerError"] == 1
+
+
+def test_failures_are_counted_by_class_from_the_records_so_a_resumed_run_reports_them(tmp_path, monkeypatch):
+    monkeypatch.setenv("RAG_ENDPOINT_BACKOFF", "0")
+    ckpt = tmp_path / "dev.jsonl"
+    program = Raising(unreadable(), on={"question 0", "question 2"})
+    records, summary = evaluate(program, EXAMPLES, {"em": exact_match}, retries=1, checkpoint=ckpt)
+    assert [r.get("error_class") for r in records] == ["AdapterParseError", None, "AdapterParseError"]
+    assert [a for _, a in program.calls] == [0, 1, 0, 0, 1]  # the unreadable replies were asked again, sampled
+    assert summary["failed_by_class/AdapterParseError"] == 2 and summary["em"] == pytest.approx(1 / 3)
+    program = Raising()
+    assert evaluate(program, EXAMPLES, {"em": exact_match}, checkpoint=ckpt)[1] == summary and not program.calls
+
+
+def test_a_metric_that_could_not_be_computed_is_none_and_counted_from_the_stored_records(tmp_path):
+    """A judge whose replies stay unreadable gives no score (not a silent 0); the count is in the records, so the
+    resumed run, which calls no judge, reports it too."""
+    from optimizers.metrics import Judge
+
+    lm = dspy.utils.DummyLM([{"verdict": "yes"}] * 8)  # no `same` field: unreadable
+    metrics = {"em": exact_match, "judge": Judge(lm)}
+    ckpt = tmp_path / "dev.jsonl"
+    answers = Raising()
+    answers.forward = lambda question: dspy.Prediction(answer="affirmative", passages=[])
+    records, summary = evaluate(answers, EXAMPLES[:2], metrics, checkpoint=ckpt)
+    assert [r["judge"] for r in records] == [None, None] and [r["em"] for r in records] == [0.0, 0.0]
+    assert records[0]["metric_errors"]["judge"].startswith("UnreadableVerdict: 2 unreadable replies")
+    assert not any(r.get("retryable") or r["failed"] for r in records)  # final: the program answered
+    assert summary["judge_errors_by_class/UnreadableVerdict"] == 2 and "judge" not in summary
+    calls = len(lm.history)
+    assert evaluate(answers, EXAMPLES[:2], metrics, checkpoint=ckpt)[1] == summary and len(lm.history) == calls
+
+
+def test_means_leave_out_what_was_not_scored():
+    from optimizers.evaluation import per_question, summarize
+
+    records = [{"id": "a", "failed": False, "em": 1.0, "lang": "ko", "base_id": "q"},
+               {"id": "b", "failed": True, "em": None, "lang": "ko", "base_id": "q", "retryable": True},
+               {"id": "c", "failed": False, "em": 0.0, "lang": "es", "base_id": "r"}]
+    s = summarize(records, {"em": None}, ("lang",))
+    assert s["em"] == 0.5 and s["em_by_lang/ko"] == 1.0 and s["n_by_lang/ko"] == 2
+    assert per_question(records, "em") == {"r": 0.0} and s["circular_em"] == 0.0  # q's worst copy is unknown

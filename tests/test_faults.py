@@ -22,6 +22,7 @@ from optimizers.evaluation import EndpointDown, evaluate, load_checkpoint
 from optimizers.metrics import exact_match
 from runtime.lm import ATTEMPT, ProjectLM, ServerError, _free_port, _reachable
 from runtime.roles import init_dspy
+from tests.dummies import unreadable
 
 ROOT = Path(__file__).resolve().parent.parent
 QUESTIONS = [dspy.Example(id=f"q{i:02d}", question=f"Is {i} a number?", answer="yes", answers=["yes"])
@@ -151,8 +152,8 @@ def test_endpoint_errors_are_retried_greedily_and_parse_failures_sampled(monkeyp
     program = Scripted(LMTransportError("connection refused"), LMRateLimitError("slow down"))
     (rec,), summary = evaluate(program, QUESTIONS[:1], {"em": exact_match}, retries=2)
     assert rec["answer"] == "yes" and program.attempts == [0, 0, 0]  # greedy: no sampling for a transport error
-    program = Scripted(ValueError("garbled output"), LMTransportError("reset"), LMTransportError("reset"))
-    with pytest.warns(RuntimeWarning, match="1 question.* ended on LM endpoint errors"):
+    program = Scripted(unreadable("garbled output"), LMTransportError("reset"), LMTransportError("reset"))
+    with pytest.warns(RuntimeWarning, match="1 question.* ended on transient errors"):
         (rec,), summary = evaluate(program, QUESTIONS[:1], {"em": exact_match}, retries=2)
     assert program.attempts == [0, 1, 1]  # the parse failure samples; the transport errors keep that attempt
     assert rec["retryable"] and rec["failed"] and rec["error"].startswith("LMTransportError")
@@ -161,7 +162,7 @@ def test_endpoint_errors_are_retried_greedily_and_parse_failures_sampled(monkeyp
 
 def test_retry_failed_asks_the_recorded_failures_again(tmp_path):
     ckpt = tmp_path / "dev.jsonl"
-    broken = Scripted(*[ValueError("unparseable")] * 6)
+    broken = Scripted(*[unreadable("unparseable")] * 6)
     records, _ = evaluate(broken, QUESTIONS[:3], {"em": exact_match}, retries=1, checkpoint=ckpt)
     assert [r["failed"] for r in records] == [True] * 3 and not any(r.get("retryable") for r in records)
     fixed = Scripted()
@@ -282,9 +283,11 @@ def test_a_judge_that_cannot_reach_its_lm_leaves_the_question_retryable(tmp_path
     def unreachable_judge(example, pred, trace=None):
         raise LMTransportError("connection refused")
 
-    with pytest.warns(RuntimeWarning, match="ended on LM endpoint errors"):
-        (rec,), _ = evaluate(Scripted(), QUESTIONS[:1], {"judge": unreachable_judge}, checkpoint=ckpt)
-    assert rec["retryable"] and rec["judge"] == 0.0 and load_checkpoint(ckpt)[rec["id"]]["retryable"]
+    with pytest.warns(RuntimeWarning, match="ended on transient errors"):
+        (rec,), summary = evaluate(Scripted(), QUESTIONS[:1], {"judge": unreachable_judge}, checkpoint=ckpt)
+    assert rec["retryable"] and rec["judge"] is None and load_checkpoint(ckpt)[rec["id"]]["retryable"]
+    assert rec["metric_errors"] == {"judge": "LMTransportError: connection refused"} and not rec["failed"]
+    assert summary["judge_errors_by_class/LMTransportError"] == 1 and "judge" not in summary  # no score, no 0
     program = Scripted()
     (rec,), _ = evaluate(program, QUESTIONS[:1], {"judge": lambda ex, pred, trace=None: 1.0}, checkpoint=ckpt)
     assert program.attempts == [0] and rec["judge"] == 1.0  # asked again, not resumed as a zero
@@ -297,4 +300,30 @@ def test_the_judge_raises_an_endpoint_error_instead_of_scoring_wrong():
                             num_retries=0, cache=False))
     with pytest.raises(LMTransportError):
         judge(QUESTIONS[0], dspy.Prediction(answer="affirmative"))
-    assert judge.failures == 0
+
+
+def test_a_milvus_outage_is_a_transient_error_and_any_other_milvus_error_is_not():
+    import grpc
+    import numpy as np
+    from pymilvus.exceptions import MilvusException
+
+    from retrieval.corpus import Corpus
+    from retrieval.milvus import MilvusIndex, StoreUnavailable
+
+    class Down:
+        def __init__(self, error):
+            self.error = error
+
+        def search(self, *args, **kwargs):
+            raise self.error
+
+    index = MilvusIndex.__new__(MilvusIndex)  # a collection on a server that is down: no client to connect
+    index.corpus, index.uri, index.collection = Corpus("en", [{"id": "1", "title": "T", "text": "t"}], "en"), "x", "c"
+    index.group_sizes = {}
+    index.client = Down(MilvusException(grpc.StatusCode.UNAVAILABLE, "[search] Retry run out of 75 retry times"))
+    with pytest.raises(StoreUnavailable, match="Milvus at x is unavailable") as down:
+        index.search_vectors(np.ones((1, 4)), 1)
+    assert isinstance(down.value, ConnectionError)  # so an evaluation records the question as retryable
+    index.client = Down(MilvusException(1100, "collection not loaded"))
+    with pytest.raises(MilvusException):
+        index.search_vectors(np.ones((1, 4)), 1)

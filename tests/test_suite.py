@@ -177,7 +177,7 @@ def test_frontier_bars_are_the_bootstrap_ci_of_the_per_question_scores():
     assert [tuple(point[1] for point in bar) for bar in bars] == [(low, high), (0.5, 0.5)]
 
 
-def test_each_suite_cell_logs_its_own_judge_failures(dummy):
+def test_each_suite_cell_logs_its_own_unreadable_verdicts(dummy):
     def hook(s):
         from dspy.utils.dummies import DummyLM
 
@@ -193,10 +193,12 @@ def test_each_suite_cell_logs_its_own_judge_failures(dummy):
     args = suite_args(["--suite", "cot,direct", "--dataset", "demo", "--train", "0", "--dev", "0", "--test", "3",
                        "--lm", "openai/unused", "--no-cache", "--judge", "--experiment", "suite-judge"])
     out = suite.run_suite(args, hook=hook)
-    assert [r.summary["judge_failures"] for r in out["results"]] == [3, 3]
+    key = "judge_errors_by_class/UnreadableVerdict"
+    assert [r.summary[key] for r in out["results"]] == [3, 3]
+    assert all(r["judge"] is None for result in out["results"] for r in result.records)  # no verdict, no score
     mlflow.set_tracking_uri(store.tracking_uri())
     runs = mlflow.search_runs(experiment_names=["suite-judge"])
-    assert sorted(runs["metrics.test_judge_failures"].dropna()) == [3, 3]
+    assert sorted(runs[f"metrics.test_{key}"].dropna()) == [3, 3]
 
 
 def test_f1_is_paired_beside_a_primary_metric_at_the_floor():
