@@ -7,6 +7,7 @@ import hashlib
 import json
 import os
 import re
+import shlex
 import signal
 import sys
 import threading
@@ -394,6 +395,42 @@ def retrieval_options(args: argparse.Namespace) -> dict:
     """The ``Retriever`` keyword arguments set by the retrieval flags (also logged and part of checkpoint keys)."""
     return {"retriever": args.retriever, "rerank": args.rerank, "rerank_depth": args.rerank_depth,
             "fuse_depth": args.fuse_depth, "rrf_k": args.rrf_k}
+
+
+def given_flags(p: argparse.ArgumentParser, argv: list[str] | None) -> set[str]:
+    """The ``args`` names the command line ``argv`` sets, as opposed to those left at their defaults."""
+    unset = object()
+    args = p.parse_args(argv, namespace=argparse.Namespace(**dict.fromkeys(vars(p.parse_args([])), unset)))
+    return {key for key, value in vars(args).items() if value is not unset}
+
+
+def as_compiled(args: argparse.Namespace, artifact: dict, given: set[str]) -> None:
+    """Set ``args`` to what the compiled ``artifact`` was built with (its program, config and retrieval data; the
+    dataset unless ``--dataset`` names another), so a run builds, keys and logs the program as compiled. A setting
+    the command line (``given``) sets otherwise is one line: leave the flag out, or recompile with it."""
+    settings = {key: value for part in ("data", "config") for key, value in artifact[part].items()}
+    args.dataset = args.dataset or settings.pop("dataset", None)
+    settings.pop("dataset", None)
+    for key, value in settings.items():
+        if key in given and getattr(args, key) != value:
+            flag = f"--{key.replace('_', '-')}"
+            fail(f"{flag} {getattr(args, key)} conflicts with {artifact['source']}, compiled with {key} {value}: "
+                 f"leave {flag} out to run the compiled program, or recompile it with {flag} {getattr(args, key)}")
+        setattr(args, key, value)
+    args.program = artifact["program"]
+
+
+def flags(args: argparse.Namespace, keys) -> str:
+    """``args``' values of ``keys`` as the command-line flags that set them (to print a command that reproduces a
+    run); unset ones left out."""
+    out = []
+    for key in keys:
+        value, flag = getattr(args, key, None), key.replace("_", "-")
+        if isinstance(value, bool):
+            out.append(f"--{flag}" if value else f"--no-{flag}")
+        elif value is not None:
+            out.append(f"--{flag} {shlex.quote(str(value))}")
+    return " ".join(out)
 
 
 def fail(message: str) -> None:

@@ -217,7 +217,8 @@ def check_artifact(artifact: dict, given: dict | None = None) -> None:
 
     if not isinstance(name, str) or name not in REGISTRY:
         refuse(f"unknown program {name!r} (this checkout has: {', '.join(names())})")
-    for part, allowed in (("config", [k for k in SETTINGS if k in spec(name).params]), ("data", list(DATA))):
+    compiled = [k for k in SETTINGS if k in spec(name).params and k != "oracle"]  # an oracle is the evaluation's
+    for part, allowed in (("config", compiled), ("data", list(DATA))):
         if not isinstance(artifact[part], dict):
             refuse(f"{part} is a {type(artifact[part]).__name__}, not an object")
         for key, value in artifact[part].items():
