@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import functools
 import hashlib
+import inspect
 import json
 import os
 import re
@@ -22,7 +23,7 @@ import programs
 from data import corpora as sources
 from decoding.choice import MODES, MCScoring
 from decoding.decisions import MODES as DECISION_MODES
-from optimizers import tracking
+from optimizers import evaluation, tracking
 from optimizers.calibration import calibrate_pride
 from optimizers.evaluation import EndpointDown
 from optimizers.metrics import ANSWER_METRICS, Judge, gold_of
@@ -32,7 +33,8 @@ from programs.writer import mc_state
 from retrieval.dense import INDEX_TYPES
 from retrieval.retriever import SPELLINGS, RetrievalConfig, Retriever
 from runtime.files import write_whole
-from runtime.lm import make_lm
+from runtime import models
+from runtime.lm import LOCAL_PREFIX, make_lm
 from runtime.paths import PROJECT_ROOT, project_cache
 from runtime.roles import Roles, assign_roles, init_dspy
 
@@ -236,6 +238,13 @@ class Session:
         return {"lm": a.lm, "api_base": a.api_base or "", "planner_lm": a.planner_lm or a.lm,
                 "critic_lm": a.critic_lm or a.lm, "judge_lm": a.judge_lm or a.lm}
 
+    def model_ids(self) -> dict:
+        """The models behind the answers and their scores, as checkpoints are keyed: :meth:`lm_ids` with each local
+        model pinned by its file's sha256 (the one ``runtime.models.verify`` checks) and the XRAG judge panel."""
+        panel = [m.strip() for m in self.args.judge_lms.split(",")] if self.args.judge and self.args.judge_lms else []
+        return ({role: pinned(lm) for role, lm in self.lm_ids().items()}
+                | ({"judge_lms": [pinned(lm) for lm in panel]} if panel else {}))
+
     def params(self, program_name: str) -> dict:
         a, sizes = self.args, {k: len(v) for k, v in self.splits.ids().items()}
         return {"program": program_name, "program_config": self.program_config(program_name),
@@ -296,16 +305,19 @@ class Session:
 
     def checkpoint(self, stage: str, program_name: str, program: dspy.Module, pooled: tuple[str, ...] = ()) -> Path:
         """Per-example results file keyed by everything that changes them (the dataset and what its examples and
-        corpora hold, settings, prompts and demos, the answer code's :func:`code_version`), so an interrupted run
+        corpora hold, a prebuilt index and its search settings, the models (:meth:`model_ids`), the embedder's
+        versioned id, settings, prompts and demos, the answer code's :func:`code_version`), so an interrupted run
         resumes and a changed one starts afresh. The slice is not part of the key: records are looked up by question
         id (and used only for the question and gold they answered, ``evaluation.answered``), so a larger ``--test``
         reuses the questions a smaller one answered, and a smaller one reads its subset. ``pooled``: the
         questions (as the program sees them) that the whole file depends on (PriDe's calibration prior), which are
         keyed."""
         retrieval = retrieval_options(self.args)  # left out at its defaults, so earlier checkpoints stay valid
-        key = json.dumps([stage, program_name, self.args.dataset, self.bundle.fingerprint, self.lm_ids(),
-                          self.args.embedder, self.args.index, self.config,
+        indexes = [c.index_fingerprint for c in self.bundle.corpora]  # a prebuilt index and its search settings
+        key = json.dumps([stage, program_name, self.args.dataset, self.bundle.fingerprint, self.model_ids(),
+                          self.retriever.embedder.id if self.retriever else None, self.args.index, self.config,
                           *([] if retrieval == DEFAULT_RETRIEVAL else [retrieval]),
+                          *([indexes] if any(indexes) else []),
                           self.args.judge, self.corpus_params(), programs.portable_state(program),
                           *([mc_state(program)] if self.args.mc_scoring != "generate" else []),
                           *([list(pooled)] if pooled else []), code_version()],
@@ -330,22 +342,28 @@ def saved_calibration(path: Path) -> dict | None:
     return None
 
 
-#: The code that writes and scores the answers a checkpoint holds: a change to any of it starts new checkpoints.
+def pinned(lm: str) -> str:
+    """``lm`` with a local model's sha256: ``local:qwen-0.5b@sha256:...``; any other LM as it is named."""
+    return f"{lm}@sha256:{models.spec(lm[len(LOCAL_PREFIX):]).sha256}" if lm.startswith(LOCAL_PREFIX) else lm
+
+
+#: The code that writes and scores the answers a checkpoint holds (with ``evaluation.record``, which turns a
+#: prediction into the record): a change to any of it starts new checkpoints.
 ANSWER_CODE = ("programs", "decoding", "retrieval", "signatures", "optimizers/metrics.py", "optimizers/task_metrics.py",
                "optimizers/xlingual.py", "runtime/caps.py", "runtime/language.py", "runtime/lm.py",
-               "runtime/llama_serve.py")
+               "runtime/llama_serve.py", "runtime/roles.py")
 #: Files under ANSWER_CODE that build datasets and answer nothing (the XRAG construction pipeline's signatures).
 NOT_ANSWER_CODE = ("signatures/construct.py",)
 
 
 @functools.lru_cache(maxsize=1)
 def code_version() -> str:
-    """A hash of the source that produces and scores answers (:data:`ANSWER_CODE`), so a checkpoint written by
+    """A hash of the source that produces and scores answers (:data:`ANSWER_CODE`, ``evaluation.record``), so a checkpoint written by
     other code (a changed prompt, parser or metric) is not resumed as if it were this code's."""
     files = sorted(p for entry in ANSWER_CODE for p in ((PROJECT_ROOT / entry).rglob("*.py")
                                                           if (PROJECT_ROOT / entry).is_dir() else [PROJECT_ROOT / entry])
                    if p.relative_to(PROJECT_ROOT).as_posix() not in NOT_ANSWER_CODE)
-    digest = hashlib.sha256()
+    digest = hashlib.sha256(inspect.getsource(evaluation.record).encode())
     for path in files:
         digest.update(path.relative_to(PROJECT_ROOT).as_posix().encode() + b"\0" + path.read_bytes())
     return digest.hexdigest()[:12]
