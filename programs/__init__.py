@@ -200,8 +200,9 @@ CHOICES = {"dataset": (lambda v: v in datasets.names(), ", ".join(datasets.names
            "corpus": (lambda v: v in corpora.SOURCES[:5] or v.startswith(corpora.PREFIXED), ", ".join(corpora.SOURCES)),
            "retriever": (RetrievalConfig, ""), "oracle": (parse_roles, ""), "decisions": (MODES.__contains__,
                                                                                          ", ".join(MODES)),
-           **dict.fromkeys(("rerank", "search_rerank"), (lambda v: v in RERANKERS or v.startswith("cross:") and len(v) > 6,
-                                                         ", ".join(RERANKERS) + ", cross:<model>"))}
+           **dict.fromkeys(("rerank", "search_rerank"),
+                           (lambda v: v in RERANKERS or v.startswith("cross:") and len(v) > 6,
+                            ", ".join(RERANKERS) + ", cross:<model>"))}
 
 
 def check_artifact(artifact: dict, given: dict | None = None) -> None:
@@ -223,7 +224,8 @@ def check_artifact(artifact: dict, given: dict | None = None) -> None:
             refuse(f"{part} is a {type(artifact[part]).__name__}, not an object")
         for key, value in artifact[part].items():
             if key not in allowed:
-                refuse(f"unexpected key {part}[{key!r}] in a compiled program of {name} (it holds {', '.join(allowed)})")
+                refuse(f"unexpected key {part}[{key!r}] in a compiled program of {name} "
+                       f"(it holds {', '.join(allowed)})")
             if problem := setting_problem(key, value, name if part == "config" else None):
                 refuse(f"{part}[{key!r}] {problem}")
             if isinstance(value, str) and key in EXTERNAL and EXTERNAL[key](value) and given.get(key) != value:

@@ -173,7 +173,8 @@ def test_a_crafted_artifact_is_refused_in_one_line_before_anything_is_built(tmp_
 def test_a_path_from_an_artifact_is_used_when_the_command_line_names_the_same_one(tmp_path, capsys):
     folder = tmp_path / "corpus"
     path = tmp_path / "program.json"
-    programs.save_compiled(programs.build("direct"), path, "direct", {}, {"dataset": "demo", "corpus": f"jsonl:{folder}"})
+    programs.save_compiled(programs.build("direct"), path, "direct", {},
+                           {"dataset": "demo", "corpus": f"jsonl:{folder}"})
     for argv in (["--corpus", f"jsonl:{tmp_path / 'other'}"], []):
         with pytest.raises(SystemExit):
             evaluate.main(["--compiled", str(path), *argv])
