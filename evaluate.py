@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import programs
 from optimizers import tracking
-from optimizers.cli import fail, interruptible, oracle_suffix, session
+from optimizers.cli import as_compiled, fail, given_flags, interruptible, oracle_suffix, session
 from optimizers.evaluation import evaluate
 from optimizers.suite import parser as suite_parser
 from optimizers.suite import run_suite
@@ -28,19 +28,21 @@ def main(argv=None) -> dict:
     args.split = args.split or "dev"
     if bool(args.program) == bool(args.compiled):
         fail(f"give exactly one of --program ({', '.join(programs.names())}) or --compiled PATH|RUN_ID")
-    artifact = None
-    if args.compiled:
+    artifact, given = None, {}
+    if args.compiled:  # checked, then run as compiled: its settings, and its paths only where the flags name them
+        given = {key: getattr(args, key) for key in given_flags(p, argv)}
         try:
             artifact = programs.read_artifact(args.compiled)
+            programs.check_artifact(artifact, given)
         except (FileNotFoundError, ValueError) as err:
             fail(str(err))
-        args.program = artifact["program"]
-        args.dataset = args.dataset or artifact["data"]["dataset"]
+        as_compiled(args, artifact, set(given))
     s = session(args, programs.spec(args.program).needs_search)
     taxonomy = error_taxonomy(args.data_dir) if args.error_profile else None
     try:
         program = (s.build_scored(args.program, lambda mc: programs.load_compiled(
-                       artifact, search=s.retriever, roles=s.roles, oracle=s.oracle(args.program), mc=mc))
+                       artifact, search=s.retriever, roles=s.roles, oracle=s.oracle(args.program), mc=mc,
+                       given=given))
                    if artifact else s.build(args.program))
     except ValueError as err:  # a compiled program saved by another version of the program
         fail(str(err))

@@ -138,6 +138,9 @@ def jsonl(folder: Path, max_chars: int = 1500, max_docs: int | None = None) -> l
     corpora = []
     for path in files:
         docs = list(islice(read_jsonl(path, ("id", "title", "text")), max_docs))
+        if not docs:
+            raise ValueError(f"{path} holds no documents: give it one {{\"id\", \"title\", \"text\"}} object per "
+                             "line, or remove it from the folder")
         corpora.append(Corpus(path.stem, chunked(docs, max_chars), path.stem))
     return corpora
 

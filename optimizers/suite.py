@@ -214,6 +214,7 @@ def run_suite(args: argparse.Namespace, hook=None, custom: tuple[Entry, ...] | N
     cells, pairs = plan(suite, args.datasets, args.methods, getattr(args, "oracle", ""))
     if not cells:
         fail(f"suite '{args.suite}' has no cell for --datasets {args.datasets} / --methods {args.methods}")
+    cli.check_args(args, list(dict.fromkeys(c.program for c in cells)))
     if args.ray and not store.tracking_uri().startswith("http"):
         print("warning: --ray with the sqlite store: concurrent cells should log through a tracking server "
               "(mlflow server ...; MLFLOW_TRACKING_URI=http://...)")

@@ -9,9 +9,10 @@ from pathlib import Path
 
 import dspy
 
+import data as datasets
 from data import corpora
 from decoding.choice import MCScoring
-from decoding.decisions import Gate
+from decoding.decisions import MODES, Gate
 from programs.baselines import RAG, Direct
 from programs.coral import CORAL
 from programs.crag import CRAG
@@ -22,7 +23,11 @@ from programs.rag_critic import RAGCritic
 from programs.seal import SEAL
 from programs.self_rag import SelfRAG
 from programs.self_refine import SelfRefine
-from retrieval.retriever import Retriever
+from programs.oracle import parse_roles
+from retrieval.dense import INDEX_TYPES
+from retrieval.rerank import RERANKERS
+from retrieval.retriever import RetrievalConfig, Retriever
+from runtime.embedders import EMBEDDERS
 from runtime.roles import assign_roles
 from runtime.store import download, tracking_uri
 
@@ -51,9 +56,15 @@ class ProgramSpec:
 
 #: Defaults of config keys a program takes but whose method sets none of its own (``--loops`` when not given).
 SHARED_DEFAULTS = {"loops": 3}
-#: Config keys whose None is a setting, not a flag left out: ``max_chars=None`` shows whole passages (the session
-#: resolves ``--max-chars`` to 600, or to None on XRAG, before it builds a program).
-NONE_IS_A_VALUE = ("max_chars",)
+#: Settings whose None is a setting, not a flag left out: ``max_chars=None`` shows whole passages (the session
+#: resolves ``--max-chars`` to 600, or to None on XRAG, before it builds a program); ``max_docs=None`` reads them all.
+NONE_IS_A_VALUE = ("max_chars", "max_docs")
+#: The settings a run passes to programs (``optimizers.cli``'s flags of the same names), which a compiled program
+#: records in its ``config``: ``(type, lowest, highest)`` for a number (a method may ask more: its class's
+#: ``AT_LEAST``), else the type. Checked on the command line and in an artifact before anything is built.
+SETTINGS = {"k": (int, 1, 100), "loops": (int, 0, 50), "subqueries": (int, 1, 50), "context_tokens": (int, 1, 10**6),
+            "search_depth": (int, 1, 1000), "rounds": (int, 1, 10), "max_chars": (int, 1, 10**6),
+            "search_rerank": str, "ledger_to_writer": bool, "decisions": str, "oracle": str}
 #: PAR2-RAG's step and sub-query budgets in its paper: H = m = 5.
 PAR2_PAPER = {"loops": 5, "subqueries": 5}
 
@@ -146,10 +157,89 @@ def build(name: str, search=None, mc: MCScoring | None = None, **config) -> dspy
     return s.cls(**kwargs)
 
 
+def range_problem(value, kind: type, low, high=None, scope: str = "") -> str:
+    """Why ``value`` is no ``kind`` (int or float) from ``low`` to ``high`` (None: no upper bound), said ``scope``
+    (e.g. " for coral"); '' when it is one."""
+    if isinstance(value, bool) or not isinstance(value, (int, float) if kind is float else int):
+        return f"must be {'a number' if kind is float else 'an integer'}{scope} (got {value!r})"
+    if value < low or high is not None and value > high:
+        return f"must be {f'from {low} to {high}' if high is not None else f'>= {low}'}{scope} (got {value})"
+    return ""
+
+
+def setting_problem(key: str, value, program: str | None = None) -> str:
+    """Why ``value`` is no valid setting ``key`` (:data:`SETTINGS`, :data:`DATA`) -- of ``program`` when given,
+    whose method may ask more (its class's ``AT_LEAST``); '' when it is valid."""
+    rule = SETTINGS[key] if key in SETTINGS else DATA[key]
+    if value is None and key in NONE_IS_A_VALUE:
+        return ""
+    if not (isinstance(rule, tuple) and len(rule) == 3):
+        kinds = rule if isinstance(rule, tuple) else (rule,)
+        if not isinstance(value, kinds):
+            return f"must be a {kinds[0].__name__} (got {value!r})"
+        check, choices = CHOICES.get(key, (None, ""))
+        try:
+            return "" if check is None or value is None or check(value) is not False else \
+                f"must be one of {choices} (got {value!r})"
+        except ValueError as err:
+            return str(err)
+    kind, low, high = rule
+    stricter = getattr(spec(program).cls, "AT_LEAST", {}).get(key) if program else None
+    return range_problem(value, kind, stricter or low, high, f" for {program}" if stricter else "")
+
+
+#: The settings that may point outside the project (a path, a server, a model to download), with how: such a value
+#: in an artifact is used only when the command line names the same one.
+EXTERNAL = {"corpus": lambda v: v.startswith(corpora.PREFIXED), "retriever": lambda v: bool(RetrievalConfig(v).milvus),
+            "embedder": lambda v: v.startswith("st:"), "rerank": lambda v: v.startswith("cross:"),
+            "search_rerank": lambda v: v.startswith("cross:")}
+#: What a string setting may name: (a check that returns False or raises ValueError, the choices to name).
+CHOICES = {"dataset": (lambda v: v in datasets.names(), ", ".join(datasets.names())),
+           "index": (lambda v: v in (*INDEX_TYPES, "ivf"), ", ".join((*INDEX_TYPES, "ivf"))),
+           "embedder": (lambda v: v in EMBEDDERS[:-1] or v.startswith("st:") and len(v) > 3, ", ".join(EMBEDDERS)),
+           "corpus": (lambda v: v in corpora.SOURCES[:5] or v.startswith(corpora.PREFIXED), ", ".join(corpora.SOURCES)),
+           "retriever": (RetrievalConfig, ""), "oracle": (parse_roles, ""), "decisions": (MODES.__contains__,
+                                                                                         ", ".join(MODES)),
+           **dict.fromkeys(("rerank", "search_rerank"),
+                           (lambda v: v in RERANKERS or v.startswith("cross:") and len(v) > 6,
+                            ", ".join(RERANKERS) + ", cross:<model>"))}
+
+
+def check_artifact(artifact: dict, given: dict | None = None) -> None:
+    """Refuse (ValueError, one line) an artifact whose program, ``config`` or ``data`` is not what optimize.py
+    writes: an unknown program, a key it does not take, a value of the wrong type, out of range or naming an unknown
+    choice, or a value pointing outside the project (:data:`EXTERNAL`) that ``given`` (the settings the caller vouches
+    for: the command line's) does not hold too. Its ``state`` is checked by :func:`load_compiled` against the
+    program's predictors."""
+    source, name, given = artifact.get("source", "the compiled program"), artifact.get("program"), given or {}
+
+    def refuse(problem: str):
+        raise ValueError(f"{source}: {problem}; not loaded: recompile it with optimize.py")
+
+    if not isinstance(name, str) or name not in REGISTRY:
+        refuse(f"unknown program {name!r} (this checkout has: {', '.join(names())})")
+    compiled = [k for k in SETTINGS if k in spec(name).params and k != "oracle"]  # an oracle is the evaluation's
+    for part, allowed in (("config", compiled), ("data", list(DATA))):
+        if not isinstance(artifact[part], dict):
+            refuse(f"{part} is a {type(artifact[part]).__name__}, not an object")
+        for key, value in artifact[part].items():
+            if key not in allowed:
+                refuse(f"unexpected key {part}[{key!r}] in a compiled program of {name} "
+                       f"(it holds {', '.join(allowed)})")
+            if problem := setting_problem(key, value, name if part == "config" else None):
+                refuse(f"{part}[{key!r}] {problem}")
+            if isinstance(value, str) and key in EXTERNAL and EXTERNAL[key](value) and given.get(key) != value:
+                flag = f"--{key.replace('_', '-')}"
+                raise ValueError(f"{source}: its {key} {value!r} points outside the project; it is used only when "
+                                 f"the command line names it too: pass {flag} {value}")
+
+
 ARTIFACT_FORMAT = "agentic-rag-dspy/1"
-#: ``data`` keys of an artifact: what rebuilds its retriever (written by optimize.py).
-DATA_KEYS = ("dataset", "embedder", "index", "corpus", "leave_question_out", "max_docs", "retriever", "rerank",
-             "rerank_depth", "fuse_depth", "rrf_k")
+#: An artifact's ``data``: what rebuilds its retriever (written by optimize.py from the flags of the same names), as
+#: :data:`SETTINGS` says.
+DATA = {"dataset": str, "embedder": str, "index": str, "corpus": (str, type(None)), "leave_question_out": bool,
+        "max_docs": (int, 1, None), "retriever": str, "rerank": str, "rerank_depth": (int, 1, 1000),
+        "fuse_depth": (int, 1, 1000), "rrf_k": (float, 0, None)}
 #: A predictor's saved state: demos, instructions and field texts, DSPy's decision-field settings and bookkeeping;
 #: no LM (roles bind LMs at load time). Anything else would be set as an attribute by ``load_state``: a per-call
 #: ``config`` can send every request to another ``api_base``.
@@ -209,7 +299,7 @@ def strays(value, schema, path: str = "") -> list[str]:
 def artifact_schema(name: str, program: dspy.Module) -> dict:
     """Everything a compiled ``program`` (of registered program ``name``) may hold: see :func:`strays`."""
     return {"format": str, "program": str, "program_version": str, "source": str,
-            "config": dict.fromkeys(spec(name).params, object), "data": dict.fromkeys(DATA_KEYS, object),
+            "config": dict, "data": dict,  # checked by check_artifact
             "state": {**{predictor: PREDICTOR_STATE for predictor, _ in program.named_predictors()},
                       **{gate: GATE_STATE for gate, param in program.named_parameters() if isinstance(param, Gate)}}}
 
@@ -245,15 +335,16 @@ def read_artifact(path_or_run_id: str) -> dict:
 
 
 def load_compiled(path_or_run_id: str | dict, search=None, data_dir=None, roles=None, oracle: str = "",
-                  mc: MCScoring | None = None) -> dspy.Module:
+                  mc: MCScoring | None = None, given: dict | None = None) -> dspy.Module:
     """A ready module from a compiled artifact: a JSON path, an MLflow run id of this project's store, or the
-    artifact dict itself.
+    artifact dict itself, checked first (:func:`check_artifact`; ``given``: the settings the caller vouches for).
 
     Without ``search`` the retriever is rebuilt from the recorded dataset corpora (cached index, no re-embedding).
     With ``roles`` (``runtime.roles.Roles``) the predictors are bound to their LMs; otherwise the default LM
     configured with ``dspy.configure`` is used. ``oracle``: the program's oracle roles (``programs.oracle``); ``mc``:
     its multiple-choice scoring (:func:`build`)."""
     artifact = path_or_run_id if isinstance(path_or_run_id, dict) else read_artifact(path_or_run_id)
+    check_artifact(artifact, given)
     name, data = artifact["program"], artifact["data"]
     if spec(name).needs_search and search is None:
         bundle = corpora.load(data["dataset"], data_dir, data.get("corpus"), data.get("leave_question_out", True),

@@ -238,6 +238,7 @@ class CORAL(dspy.Module):
     ROLES = {"planner": "planner", "replanner": "planner", "critic": "critic", "critic_each": "critic",
              "sufficiency": "critic"}
     ORACLE_ROLES = ("relevance", "sufficiency", "planner")
+    AT_LEAST = {"loops": 1}  # settings this method needs higher than programs.SETTINGS allows
 
     def __init__(self, search: Retriever, k: int = 5, loops: int = 3, max_corpora: int = 3, min_each: int = 2,
                  min_total: float = 6.0, writer_docs: int = 5, scope: str = "dynamic", rewrite: bool = True,

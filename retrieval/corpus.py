@@ -95,6 +95,12 @@ class Corpus:
         return hashlib.sha256(json.dumps(self.docs, sort_keys=True, ensure_ascii=False, default=str).encode()
                               ).hexdigest()
 
+    @property
+    def index_fingerprint(self) -> str:
+        """What its search depends on beyond the documents and the run's flags: '' for an index built from them (its
+        embedder and index type are keyed by the run); a prebuilt index's own (:class:`retrieval.ondisk.DiskCorpus`)."""
+        return ""
+
     def group_sizes(self) -> Counter:
         """Documents per ``group`` (the unit :func:`excluded` hides)."""
         return Counter(str(d["group"]) for d in self.docs if d.get("group"))

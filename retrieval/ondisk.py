@@ -26,6 +26,7 @@ from tqdm.auto import tqdm
 from retrieval.corpus import Corpus
 from retrieval.dense import CorpusIndex, encode_passages, index_factory
 from runtime.embedders import Embedder, get_embedder
+from runtime.files import write_whole
 from runtime.paths import index_dir
 
 FORMAT = "agentic-rag-index/1"
@@ -45,15 +46,33 @@ def doc_digest(doc: dict) -> bytes:
     return json.dumps([str(doc["id"]), doc["title"], doc["text"]], ensure_ascii=False).encode()
 
 
+def version_key(path: Path) -> str:
+    """A short key of this version of file ``path`` (where it is, its size and modification time), under which what
+    is read from it is cached."""
+    stat = path.stat()
+    return hashlib.sha256(f"{path.resolve()}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()[:20]
+
+
+def file_digest(path: Path) -> str:
+    """The sha256 of file ``path``, read once per file version (cached under :func:`runtime.paths.index_dir`)."""
+    cache = index_dir() / "digests" / f"{path.name}-{version_key(path)}"
+    if cache.exists():
+        return cache.read_text(encoding="utf-8")
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 22), b""):
+            digest.update(block)
+    write_whole(cache, digest.hexdigest())
+    return digest.hexdigest()
+
+
 class LazyDocs(Sequence):
     """The documents of a JSONL file, each parsed when asked for, found by its byte offset (the offsets array is
     built once per file version and cached, memory-mapped, under :func:`runtime.paths.index_dir`)."""
 
     def __init__(self, path: Path):
         self.path = Path(path)
-        stat = self.path.stat()
-        key = hashlib.sha256(f"{self.path.resolve()}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()[:20]
-        cache = index_dir() / "offsets" / f"{self.path.stem}-{key}"
+        cache = index_dir() / "offsets" / f"{self.path.stem}-{version_key(self.path)}"
         if not (cache / "done.json").exists():
             self._scan(cache)
         self.offsets = np.load(cache / "offsets.npy", mmap_mode="r")
@@ -113,6 +132,13 @@ class DiskCorpus(Corpus):
         """The corpus file's content hash, computed once (at build, or on first open) and kept: hashing millions
         of documents again on every run is what a prebuilt corpus avoids."""
         return self._hash
+
+    @property
+    def index_fingerprint(self) -> str:
+        """The index file's sha256 (read once per file version) with the manifest (embedder, factory, search
+        settings), which results searched through it depend on."""
+        return hashlib.sha256(json.dumps([file_digest(self.index_file), self.manifest], sort_keys=True).encode()
+                              ).hexdigest()
 
     def group_sizes(self) -> Counter:
         return self._groups

