@@ -244,7 +244,7 @@ def test_compiled_coral_round_trips(tmp_path, search):
     coral = programs.build("coral", search=search, k=2)
     coral.critic.demos = [dspy.Example(question="q", candidates=["[1] x"], ratings="1 | 3 | 3 | 3 | 3 | ok")]
     path = tmp_path / "coral.json"
-    programs.save_compiled(coral, path, "coral", {"k": 2, "loops": 2}, {"dataset": "toy"})
+    programs.save_compiled(coral, path, "coral", {"k": 2, "loops": 2}, {"dataset": "demo"})
     loaded = programs.load_compiled(str(path), search=search)
     assert loaded.k == 2 and loaded.loops == 2 and loaded.critic.demos[0]["ratings"].startswith("1 | 3")
 
