@@ -25,14 +25,22 @@ from typing import NamedTuple, Sequence
 
 import dspy
 from dspy.predict.parameter import Parameter
-from dspy.utils.exceptions import AdapterParseError
 
 from decoding.choice import TOP_LOGPROBS, label_logprobs, normalized, warn_no_logprobs
+from runtime.lm import UNREADABLE_ERRORS
 
 MODES = ("generate", "logprob", "fused")
 YES_NO = ("yes", "no")
 SCALE = tuple("012345")
-PARSE_ERRORS = (AdapterParseError, ValueError)  # unparseable model output (pydantic errors are ValueErrors)
+
+
+class UnreadableDecision(Exception):
+    """A reply that parsed but gives the decision no label (neither logprobs nor a written label to read)."""
+
+
+#: An unreadable reply, read as an unreadable decision: DSPy's and pydantic's parse errors and
+#: :class:`UnreadableDecision`. Nothing else is (a context overflow, an endpoint error, a bug propagate).
+PARSE_ERRORS = (*UNREADABLE_ERRORS, UnreadableDecision)
 LABEL_TOKENS = 1  # a bare label decision's reply: its first token decides it
 #: What a gate's decisions are about, and their gold label in calibration: ``passage`` (it is a gold passage),
 #: ``set`` (the set holds every gold passage), ``correct`` / ``error`` (the answer judged is right / wrong by the task

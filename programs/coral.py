@@ -42,7 +42,8 @@ import dspy
 
 from decoding.choice import MCScoring
 from decoding.constrained import BOOL, constrained_config, name_list, one_of
-from decoding.decisions import PARSE_ERRORS, REST, SCALE, Gate, check_mode, decide, record, relative, rest_note
+from decoding.decisions import (PARSE_ERRORS, REST, SCALE, Gate, UnreadableDecision, check_mode, decide, record,
+                                relative, rest_note)
 from programs.mrag import DEFAULT_LANG, SCOPES, answer_writer, corpus_of, language_label, scope_corpora, with_options
 from programs.oracle import check_roles, oracle as oracle_labels
 from retrieval.corpus import Passage, dedup
@@ -548,7 +549,7 @@ class CORAL(dspy.Module):
                                       evidence=evidence)
                     out, p_enough = decision.output, decision.prob("enough", "True")
                     if out is None or p_enough is None:
-                        raise ValueError("unreadable sufficiency verdict")
+                        raise UnreadableDecision("no readable sufficiency verdict")
                     record(self.sufficiency_gate, p_enough, None, [r.passage for r in best(kept, self.writer_docs)])
                     enough = p_enough >= self.sufficiency_gate.thresholds["threshold"]
                 verdict = Verdict(enough, (out.reason or "").strip())

@@ -20,6 +20,7 @@ import numpy as np
 
 from retrieval.corpus import Passage
 from runtime.embedders import Embedder
+from runtime.lm import UNREADABLE_ERRORS
 from signatures.rerank import GradePassage
 
 RERANKERS = ("none", "embed", "cross", "lm")
@@ -110,7 +111,7 @@ class LMReranker(Reranker):
         self.calls += 1
         try:
             text = self.grade(question=query, passage=passage.format(self.max_chars), config={"max_tokens": 8}).score
-        except (ValueError, dspy.utils.exceptions.AdapterParseError):
+        except UNREADABLE_ERRORS:  # any other error (a context overflow, an endpoint) propagates
             text = ""
         match = re.search(r"\d+", str(text))
         if not match:

@@ -369,6 +369,22 @@ def test_unreadable_sufficiency_verdict_means_search_again(dummy, search):
     assert t["parse_failures"] == 1 and t["iterations"] == 2 and t["stop_reason"] == "max_rounds"
 
 
+def test_a_prompt_past_the_context_window_is_no_unreadable_verdict(search):
+    # only an unreadable reply reads as "search again": a context overflow propagates (the run stops with one line)
+    from runtime.lm import ContextOverflow
+    from runtime.roles import init_dspy
+    from tests.dummies import Overflowing
+
+    routes = {PLAN: Queue({"corpora": ["en"]}), BATCH: Queue(batched(rating(1, 5, 5, 5, 5))),
+              WRITE: Queue({"answer": "C"})}
+    init_dspy(Overflowing(routes, marker=ENOUGH), cache=False)
+    with pytest.raises(ContextOverflow):
+        CORAL(search, k=1, loops=2, critic_batch=True)(question=QUESTION, options=OPTIONS, lang="en")
+    init_dspy(Overflowing(routes, marker=BATCH), cache=False)
+    with pytest.raises(ContextOverflow):
+        CORAL(search, k=1, loops=2, critic_batch=True)(question=QUESTION, options=OPTIONS, lang="en")
+
+
 def test_no_valid_corpus_name_falls_back_to_english_and_is_counted(dummy, search):
     scripted(dummy, plan=Queue({"corpora": ["Klingon"]}), batch=Queue(batched(rating(1, 1, 1, 1, 1))),
              write=Queue({"answer": "A"}))

@@ -12,7 +12,7 @@ from decoding.decisions import (SCALE, YES_NO, Gate, LabelAdapter, check_mode, d
                                 fit_fusion, fit_gate, recall_threshold, written_label, youden_threshold)
 from runtime.roles import init_dspy
 from signatures.critic import JudgeRelevance, RateDocument
-from tests.dummies import Queue
+from tests.dummies import Overflowing, Queue, unreadable
 from tests.test_seal import ANSWER, Q, ScriptedSearch
 
 
@@ -803,3 +803,24 @@ def test_self_rag_acceptance_is_recorded_as_the_smaller_of_its_two_probabilities
         program(question=Q)
     assert [(c.gate, c.answer) for c in calls] == [(program.critic_gate, "Lyon")]
     assert calls[0].prob == pytest.approx(0.6, abs=1e-4) and program.critic_gate.kind == "correct"
+
+
+def test_only_an_unreadable_reply_reads_as_an_unreadable_decision():
+    # a prompt past the context window (a ValueError) is no unreadable decision: it propagates and stops the run
+    from decoding.decisions import two_way
+    from runtime.lm import ContextOverflow
+
+    init_dspy(Overflowing({}, marker="TOO LONG"), cache=False)
+    judge = dspy.Predict(JudgeRelevance)
+    with pytest.raises(ContextOverflow):
+        decide(judge, {"relevant": YES_NO}, question="Q?", passage="TOO LONG")
+    with pytest.raises(ContextOverflow):
+        two_way(judge, "relevant", YES_NO, str, None, "an answer", question="Q?", passage="TOO LONG")
+
+    class Unreadable(dspy.Predict):
+        def __call__(self, **kwargs):
+            raise unreadable()
+
+    assert decide(Unreadable(JudgeRelevance), {"relevant": YES_NO}, question="Q?", passage="P.").output is None
+    assert two_way(Unreadable(JudgeRelevance), "relevant", YES_NO, str, None, "an answer", question="Q?",
+                   passage="P.") == (None, None, None)

@@ -40,6 +40,17 @@ def test_lm_grades_each_candidate_and_counts_unparseable_grades(search, dummy):
     assert reranker.calls == 3 and reranker.failures == 1
 
 
+def test_a_prompt_past_the_context_window_is_no_unparseable_grade(search):
+    from runtime.lm import ContextOverflow
+    from runtime.roles import init_dspy
+    from tests.dummies import Overflowing
+
+    init_dspy(Overflowing([{"score": "3"}], marker="Danube"), cache=False)
+    candidates = [Passage(f"rivers:{i}", DOCS[i]["title"], DOCS[i]["text"]) for i in range(2)]
+    with pytest.raises(ContextOverflow):
+        get_reranker("lm", search).rerank("Which river flows through Vienna?", candidates, 2)
+
+
 def test_search_reranks_rerank_depth_candidates_down_to_k(embedder, tmp_path, dummy):
     r = Retriever([Corpus("rivers", DOCS)], embedder, cache_dir=tmp_path, retriever="bm25", rerank="lm",
                   rerank_depth=3)
