@@ -34,7 +34,7 @@ from retrieval.dense import INDEX_TYPES
 from retrieval.retriever import SPELLINGS, RetrievalConfig, Retriever
 from runtime import models
 from runtime.files import Busy, write_whole
-from runtime.lm import LOCAL_PREFIX, make_lm
+from runtime.lm import LOCAL_PREFIX, ServerError, make_lm
 from runtime.paths import PROJECT_ROOT, project_cache
 from runtime.roles import Roles, assign_roles, init_dspy
 
@@ -408,14 +408,15 @@ _interrupt.pending = False
 def interruptible(main):
     """Wrap an entry point: on Ctrl-C / SIGTERM print how to resume and exit 130 / 143 without a traceback; a run
     that cannot go on (:class:`RunStopped`: an endpoint that keeps failing, exit 3; an error on a question that
-    asking again cannot fix, exit 4) is one line, and so is a checkpoint another run is writing
-    (``runtime.files.Busy``, exit 75: EX_TEMPFAIL, try again later)."""
+    asking again cannot fix, exit 4) is one line, and so are an embedded LM server gone for good
+    (``runtime.lm.ServerError``, exit 5: the line names its log, whose tail says why) and a checkpoint another run is
+    writing (``runtime.files.Busy``, exit 75: EX_TEMPFAIL, try again later)."""
     def run(argv=None):
         try:
             return main(argv)
-        except (RunStopped, Busy) as err:
-            print(f"error: {err}", file=sys.stderr)
-            raise SystemExit(75 if isinstance(err, Busy) else err.code) from None
+        except (RunStopped, Busy, ServerError) as err:
+            print(f"error: {str(err).splitlines()[0].removesuffix(':')}", file=sys.stderr)
+            raise SystemExit(75 if isinstance(err, Busy) else 5 if isinstance(err, ServerError) else err.code) from None
         except KeyboardInterrupt as err:
             print("\ninterrupted: finished questions are in the checkpoint; run the same command again to resume",
                   file=sys.stderr)

@@ -213,3 +213,19 @@ def test_a_checkpoint_in_use_stops_an_entry_point_with_one_line_and_exit_75(caps
     assert stop.value.code == 75 and capsys.readouterr().err == ("error: dev.jsonl is in use by another run (pid 7); "
                                                                  "let it finish\n")
     assert parser("x").parse_args(["--wait-for-checkpoint"]).wait_for_checkpoint
+
+
+def test_an_lm_server_gone_for_good_stops_an_entry_point_with_one_line_and_exit_5(capsys):
+    from optimizers.cli import interruptible
+    from runtime.lm import ServerError
+
+    @interruptible
+    def main(argv=None):
+        raise ServerError("llama.cpp server for qwen is down again after 3 restarts in 600s; log /s/server.log:\n"
+                          "line 1 of its tail\nline 2")
+
+    with pytest.raises(SystemExit) as stop:
+        main()
+    assert stop.value.code == 5
+    assert capsys.readouterr().err == ("error: llama.cpp server for qwen is down again after 3 restarts in 600s; "
+                                       "log /s/server.log\n")
