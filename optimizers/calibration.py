@@ -11,8 +11,6 @@ order, and a pipeline's retrieval, planner and critic run once per question inst
 must not overlap the evaluated questions."""
 from __future__ import annotations
 
-import json
-from contextlib import nullcontext
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
@@ -24,8 +22,9 @@ import data as datasets
 from decoding.choice import estimate_prior
 from decoding.decisions import ANSWER_KINDS, fit_gate, gates, recorded_decisions
 from optimizers import metrics
-from optimizers.evaluation import _run, load_checkpoint
+from optimizers.evaluation import Checkpoint, _run
 from programs.writer import mc_state, recorded_choices
+from runtime.lm import TRANSIENT_ERRORS
 from runtime.metering import metered
 
 
@@ -69,17 +68,17 @@ def calibrate_decisions(program: dspy.Module, examples: list[dspy.Example], fuse
     weights with the retriever's score, keeping the LM's probability only where it lowers the loss out of fold
     (folds by question). Returns, per gate, the fit (AUC, ROC curve, thresholds, weights) or why it
     was skipped; gates without labelled decisions keep their thresholds. ``journal`` (JSONL, keyed by the caller
-    like a checkpoint): each question's labelled decisions are appended as it finishes and read back instead of
-    asked again, so an interrupted fit resumes; a question that ended on endpoint errors is not kept."""
+    like a checkpoint, and written like one: :class:`~optimizers.evaluation.Checkpoint`, one writer, each line synced):
+    each question's labelled decisions are appended as it finishes and read back instead of asked again, so an
+    interrupted fit resumes; a question that ended on a transient error is not kept."""
     correct = correct or metrics.correct
     found = gates(program)
     names = {id(gate): name for name, gate in found.items()}
     by_answer = any(gate.kind in ANSWER_KINDS for gate in found.values())
     rows: dict[str, list[tuple[float, float | None, bool, str]]] = {name: [] for name in found}
-    done = load_checkpoint(journal) if journal else {}
-    if journal:
-        journal.parent.mkdir(parents=True, exist_ok=True)
-    with open(journal, "a", encoding="utf-8") if journal else nullcontext() as sink:
+    sink = Checkpoint(journal) if journal else None
+    done = sink.done if sink else {}
+    try:
         for example in examples:
             gold = replace(metrics.gold_of(example), correct=partial(correct, example))
             if gold.missing("relevance") and not by_answer:
@@ -87,14 +86,16 @@ def calibrate_decisions(program: dspy.Module, examples: list[dspy.Example], fuse
             decided = done.get(str(example.id), {}).get("decisions")
             if decided is None:
                 with recorded_decisions() as calls:
-                    retryable = _run(program, example, retries)[3]
-                decided = [[names[id(call.gate)], call.prob, call.score, label] for call in calls
-                           if id(call.gate) in names and (label := call.gold(gold)) is not None]
-                if sink and not retryable:
-                    sink.write(json.dumps({"id": str(example.id), "decisions": decided}, default=float) + "\n")
-                    sink.flush()
+                    error = _run(program, example, retries)[1]
+                decided = [[names[id(c.gate)], float(c.prob), None if c.score is None else float(c.score), label]
+                           for c in calls if id(c.gate) in names and (label := c.gold(gold)) is not None]
+                if sink and not isinstance(error, TRANSIENT_ERRORS):
+                    sink.append({"id": str(example.id), "decisions": decided})
             for name, prob, score, label in decided:
                 rows[name].append((prob, score, label, str(example.id)))
+    finally:
+        if sink:
+            sink.close()
     info = {}
     for name, made in rows.items():
         probs, scores, labels, questions = (list(c) for c in zip(*made)) if made else ([], [], [], [])

@@ -441,6 +441,24 @@ def test_an_interrupted_calibration_resumes_from_its_journal_without_asking_agai
     assert again.calls == 0
 
 
+def test_a_calibration_journal_has_one_writer(tmp_path):
+    # another process writing the journal: the fit stops before asking anything, as a second run on a checkpoint does
+    from optimizers.calibration import calibrate_decisions
+    from programs.crag import CRAG
+    from runtime.files import Busy, locked
+
+    lm = RelevanceLM({ANSWER: {"answer": "Lyon [1]"}}, {"Blue Fox": 0.9})
+    init_dspy(lm, cache=False)
+    dev = [dspy.Example(id="d0", question=Q, answer="Lyon", gold_titles=["Blue Fox"]).with_inputs("question")]
+    crag = CRAG(ScriptedSearch({Q: ["Blue Fox"]}), k=1, loops=0, decisions="logprob")
+    journal = tmp_path / "gates.jsonl"
+    with locked(journal), pytest.raises(Busy, match="gates.jsonl is in use by another run"):
+        calibrate_decisions(crag, dev, fused=False, retries=0, journal=journal)
+    assert not lm.history
+    calibrate_decisions(crag, dev, fused=False, retries=0, journal=journal)
+    assert [json.loads(line)["id"] for line in journal.read_text().splitlines()] == ["d0"]
+
+
 def test_calibration_labels_passages_by_paragraph_id_where_the_data_has_ids():
     """MuSiQue's ``gold_ids`` (paragraphs share titles) and XRAG's ``supporting`` article (no gold titles at all)
     label the decisions as the oracle does -- by id, not by title."""
