@@ -132,8 +132,8 @@ def evaluate(program: dspy.Module, examples: list[dspy.Example], metrics: dict, 
     record scored 0; a question that ended on a transient error (the program's, or a metric's: :func:`record`) is
     ``retryable``: written, not scored, not resumed, so the next run asks it again, and ``RAG_ENDPOINT_ERRORS``
     (default 5) such questions in a row stop the run (:class:`EndpointDown`); any other error stops the run at once
-    (:class:`QuestionError`). A failed record names its ``error`` and ``error_class``. ``retry_failed`` also asks
-    again the examples recorded as failed. The run is the checkpoint's only writer (:class:`Checkpoint`): another run
+    (:class:`QuestionError`). A failed record names its ``error``, ``error_class`` and ``tries``; it is final unless
+    this run may try it more times (``retries`` raised) or ``retry_failed`` asks again every failed example. The run is the checkpoint's only writer (:class:`Checkpoint`): another run
     holding it is ``runtime.files.Busy``, or with ``wait`` waited for.
     ``threads`` > 1 evaluates that many examples at once (for endpoints that serve concurrent requests); each
     example's cost is metered on its own and the records come back in input order. ``traces`` (e.g.
@@ -145,8 +145,8 @@ def evaluate(program: dspy.Module, examples: list[dspy.Example], metrics: dict, 
     ``seconds``, ``lm_seconds``), for each example field in ``groups`` (e.g. ``lang``) ``<metric>_by_<field>/<value>``,
     and for circular copies (``data.circular``) ``circular_<metric>``: per question the worst score over its copies."""
     sink = Checkpoint(checkpoint, wait) if checkpoint else None
-    done = {i: r for i, r in (sink.done if sink else {}).items()
-            if not r.get("retryable") and not (retry_failed and r["failed"])}
+    done = {i: r for i, r in (sink.done if sink else {}).items()  # a failure tried fewer times than now is asked again
+            if not r.get("retryable") and not (r["failed"] and (retry_failed or r["tries"] < retries + 1))}
     write = threading.Lock()
     limit, streak = int(env_number("RAG_ENDPOINT_ERRORS", 5)), [0]
 

@@ -52,6 +52,22 @@ def test_checkpoint_resumes_without_rerunning(dummy, tmp_path):
     assert json.loads(ckpt.read_text().splitlines()[0])["id"] == "q0"
 
 
+def test_a_failure_is_asked_again_only_by_a_run_that_may_try_it_more_times(dummy, tmp_path):
+    dummy({"question": {"answer": "yes"}})
+    ckpt, prog = tmp_path / "dev.jsonl", Flaky(failures=2)
+    (first,), _ = evaluate(prog, EXAMPLES[:1], {"em": exact_match}, retries=0, checkpoint=ckpt)
+    assert first["failed"] and first["tries"] == 1 and prog.seen == {"question 0": 1}
+    (second,), _ = evaluate(prog, EXAMPLES[:1], {"em": exact_match}, retries=2, checkpoint=ckpt)
+    assert not second["failed"] and second["tries"] == 2 and prog.seen == {"question 0": 3}  # 2 failures, then yes
+    evaluate(prog, EXAMPLES[:1], {"em": exact_match}, retries=0, checkpoint=ckpt)
+    assert prog.seen == {"question 0": 3}
+    prog.seen.clear()
+    ckpt.unlink()
+    evaluate(prog, EXAMPLES[:1], {"em": exact_match}, retries=1, checkpoint=ckpt)  # failed after 2 tries
+    (kept,), _ = evaluate(prog, EXAMPLES[:1], {"em": exact_match}, retries=0, checkpoint=ckpt)
+    assert kept["failed"] and prog.seen == {"question 0": 2}  # a smaller budget keeps the failure final
+
+
 def test_dead_server_stops_the_run():
     class Dead(dspy.Module):
         def forward(self, question):
