@@ -6,6 +6,7 @@ import json
 import random
 import re
 import sys
+import time
 import types
 from contextlib import contextmanager, nullcontext
 
@@ -14,9 +15,9 @@ import mlflow
 from dspy.teleprompt.gepa.instruction_proposal import InstructionProposer
 from dspy.utils.callback import BaseCallback
 
-from optimizers.evaluation import stopped
+from optimizers.evaluation import EndpointDown, endpoint_backoff, stopped
 from optimizers.metrics import UnreadableVerdict
-from runtime.lm import ServerError
+from runtime.lm import TRANSIENT_ERRORS, UNREADABLE_ERRORS, ServerError, describe
 from runtime.metering import BudgetSpent, Limit, limited
 
 OPTIMIZERS = ("bootstrap", "random_search", "mipro", "gepa")
@@ -26,22 +27,51 @@ PROBE_EXAMPLES = 5  # train examples run once before MIPROv2 to find the predict
 FEEDBACK_CHARS = 600  # the feedback text is cut here; each quoted decision at a quarter of it
 
 
-class _MetricFailed(BaseException):
-    """A compile metric error that is no verdict, raised past DSPy's optimizers: they catch ``Exception`` (up to
-    ``max_errors``, counting the example as failed), so an outage would compile on without demos."""
+#: Times a compile asks a call that ends on a transient error (greedily, after ``evaluation.endpoint_backoff``).
+COMPILE_TRIES = 3
+
+
+class _Stop(BaseException):
+    """(example, where, error): an error that stops the compile, raised past DSPy's optimizers: they catch
+    ``Exception`` around a program or metric call (up to ``max_errors``, counting the example as failed or scoring
+    it 0), so an outage or a bug would compile on without demos. :func:`stops` makes it the one line."""
+
+
+def asked(call, example, where: str, unreadable: type[Exception] | tuple[type[Exception], ...]):
+    """``call()`` in a compile: an ``unreadable`` error (the model answered, unreadably) is raised as it is, for DSPy
+    to handle; a transient error (``runtime.lm.TRANSIENT_ERRORS``) is asked again greedily, :data:`COMPILE_TRIES`
+    times in all; any other error, or the last transient one, is raised as :class:`_Stop`."""
+    for tries in range(1, COMPILE_TRIES + 1):
+        try:
+            return call()
+        except unreadable:
+            raise
+        except Exception as err:
+            if tries == COMPILE_TRIES or not isinstance(err, TRANSIENT_ERRORS):
+                raise _Stop(example, where, err) from err
+            time.sleep(endpoint_backoff(err, tries))
 
 
 def verdicts_only(metric):
     """The compile metric: a judge's unreadable verdict (:class:`UnreadableVerdict`) scores the example as wrong;
-    any other error (an endpoint outage, a bug) stops the compile (:class:`QuestionError`, one line)."""
+    any other error stops the compile (:func:`asked`)."""
     def wrapped(example, pred, trace=None):
         try:
-            return metric(example, pred, trace)
+            return asked(lambda: metric(example, pred, trace), example, "the compile metric", UnreadableVerdict)
         except UnreadableVerdict:
             return False if trace is not None else 0.0
-        except Exception as err:
-            raise _MetricFailed(example, err) from err
     return wrapped
+
+
+def guarded(program: dspy.Module) -> dspy.Module:
+    """``program``, its calls made through :func:`asked`: an unreadable reply fails the example as DSPy does, any
+    other error stops the compile. Set as an instance attribute, so every copy an optimizer makes keeps it."""
+    def forward(self, *args, **kwargs):
+        return asked(lambda: type(self).forward(self, *args, **kwargs), dspy.Example(**kwargs),
+                     f"the program {type(self).__name__} (compile)", UNREADABLE_ERRORS)
+
+    program.forward = types.MethodType(forward, program)
+    return program
 
 
 def feedback(gold, pred, score: float) -> str:
@@ -230,9 +260,9 @@ def compile_program(program: dspy.Module, optimizer: str, trainset: list, devset
     metric = verdicts_only(metric)
     demos = {"max_bootstrapped_demos": max_demos, "max_labeled_demos": max_demos}
     best = BestSoFar(devset)
-    program = keeping_lms(program)
+    program = guarded(keeping_lms(program))
     with (limited(limit) if limit else nullcontext(), dspy.context(callbacks=[*dspy.settings.callbacks, best]),
-          metric_errors()):
+          stops()):
         if optimizer == "bootstrap":
             tp = _Bootstrap(metric=metric, **demos)
             compiled = tp.compile(program, trainset=trainset)
@@ -249,21 +279,26 @@ def compile_program(program: dspy.Module, optimizer: str, trainset: list, devset
                         else "the uncompiled program: no candidate was scored on the whole dev set yet")
     if limit and limit.reached:
         print(f"compile budget spent ({limit.reached}): {optimizer} stopped early and kept {kept}", file=sys.stderr)
-    vars(compiled).pop("reset_copy", None)
+    for attribute in ("reset_copy", "forward"):  # the compile's own (keeping_lms, guarded)
+        vars(compiled).pop(attribute, None)
     return compiled
 
 
 @contextmanager
-def metric_errors():
-    """A compile metric's error (:func:`verdicts_only`) as the one line that stops the run (a dead server's
-    ``ServerError`` as it is: it has its own message)."""
+def stops():
+    """An error that stops the compile (:class:`_Stop`) as the one line that stops the run: a transient one
+    :class:`EndpointDown` (the compile's calls so far are cached, so the same command resumes), a dead server's
+    ``ServerError`` as it is (it has its own message), any other :class:`QuestionError`."""
     try:
         yield
-    except _MetricFailed as failed:
-        example, err = failed.args
+    except _Stop as stop:
+        example, where, err = stop.args
         if isinstance(err, ServerError):
             raise err from None
-        raise stopped(example, "the compile metric", err) from err
+        if isinstance(err, TRANSIENT_ERRORS):
+            raise EndpointDown(f"{where} failed {COMPILE_TRIES} times in a row (last: {describe(err)}); the "
+                               "compile's calls so far are cached: run the same command again when it is back") from err
+        raise stopped(example, where, err) from err
 
 
 def keeping_lms(program: dspy.Module) -> dspy.Module:

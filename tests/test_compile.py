@@ -1,7 +1,7 @@
 """compile_program on a DummyLM: random search, MIPROv2 and GEPA pick demos / instructions from the trainset and
-select on the devset; an unreadable verdict scores wrong, any other metric error stops the compile; an LM budget
-stops a compile with the best program so far; demos fit a token budget. (BootstrapFewShot's CLI run is covered by
-test_cli.)"""
+select on the devset; an unreadable verdict or reply fails the example, any other metric or program error stops the
+compile; an LM budget stops a compile with the best program so far; demos fit a token budget. (BootstrapFewShot's CLI
+run is covered by test_cli.)"""
 from __future__ import annotations
 
 
@@ -19,6 +19,7 @@ from retrieval.corpus import Passage
 from runtime.lm import make_lm
 from runtime.metering import BudgetSpent, Limit, limited
 from runtime.roles import init_dspy
+from tests.dummies import unreadable
 
 CAPITALS = [("capital of France", "Paris"), ("capital of Italy", "Rome"), ("capital of Spain", "Madrid"),
             ("capital of Japan", "Tokyo"), ("capital of Peru", "Lima"), ("capital of Chile", "Santiago")]
@@ -132,20 +133,73 @@ def test_a_crashing_metric_stops_the_compile_with_one_line_instead_of_scoring_ze
         compile_program(programs.build("direct"), "random_search", TRAIN, dev, crashes, candidates=1)
 
 
-@pytest.mark.parametrize("optimizer, first", [("bootstrap", "t0"), ("random_search", "d0")])  # zero-shot on dev
-def test_a_judge_outage_stops_the_compile_instead_of_compiling_without_demos(dummy, optimizer, first):
-    from dspy.utils.exceptions import LMTransportError
+class Unreachable(DummyLM):
+    """An LM endpoint that refuses every connection; counts the calls."""
 
+    def __call__(self, *args, **kwargs):
+        from dspy.utils.exceptions import LMTransportError
+
+        self.history.append(kwargs)
+        raise LMTransportError("connection refused")
+
+
+@pytest.mark.parametrize("optimizer", ["bootstrap", "random_search"])
+def test_a_judge_outage_stops_the_compile_instead_of_compiling_without_demos(dummy, monkeypatch, optimizer):
+    from optimizers.evaluation import EndpointDown
     from optimizers.metrics import Judge
 
-    class Unreachable(DummyLM):
-        def __call__(self, *args, **kwargs):
-            raise LMTransportError("connection refused")
-
+    monkeypatch.setenv("RAG_ENDPOINT_BACKOFF", "0")
     dummy({q: {"answer": f"the city of {a}"} for q, a in CAPITALS})  # not an exact match: the judge is asked
-    train, dev = ([ex.copy(id=f"{s}{i}") for i, ex in enumerate(split)] for s, split in (("t", TRAIN), ("d", DEV)))
-    with pytest.raises(QuestionError, match=f"^question {first}: the compile metric raised LMTransportError"):
-        compile_program(programs.build("direct"), optimizer, train, dev, Judge(Unreachable([])), candidates=1)
+    judge = Unreachable([])
+    with pytest.raises(EndpointDown, match="^the compile metric failed 3 times in a row .last: LMTransportError"):
+        compile_program(programs.build("direct"), optimizer, TRAIN, DEV, Judge(judge), candidates=1)
+    assert len(judge.history) == 3  # asked greedily 3 times, then stopped
+
+
+@pytest.mark.parametrize("optimizer", OPTIMIZERS)
+def test_a_program_outage_or_bug_stops_the_compile_instead_of_compiling_without_demos(monkeypatch, optimizer):
+    """DSPy's optimizers count a program that raises as a failed example (up to 10 of them) and compile on."""
+    from optimizers.evaluation import EndpointDown
+
+    monkeypatch.setenv("RAG_ENDPOINT_BACKOFF", "0")
+    lm = Unreachable([])
+    init_dspy(lm, cache=False)
+    with pytest.raises(EndpointDown, match=r"^the program Direct \(compile\) failed 3 times in a row .last: "
+                                           "LMTransportError: connection refused"):
+        compile_program(programs.build("direct"), optimizer, TRAIN, DEV, exact_match, candidates=1, budget=4,
+                        reflection_lm=lm)
+    assert len(lm.history) == 3
+
+    class Broken(dspy.Module):
+        def __init__(self):
+            super().__init__()
+            self.write = dspy.Predict("question -> answer")  # never reached: a bug comes first
+
+        def forward(self, question):
+            return self.write(question={}["answer"])
+
+    with pytest.raises(QuestionError, match="^question 'capital of [A-Za-z]+': the program Broken .compile. raised "
+                                            "KeyError: 'answer'"):
+        compile_program(Broken(), optimizer, TRAIN, DEV, exact_match, candidates=1, budget=4, reflection_lm=lm)
+
+
+def test_an_unreadable_reply_fails_the_example_as_dspy_does_and_the_compile_goes_on(dummy):
+    dummy({q: {"answer": a} for q, a in CAPITALS})
+
+    class Unreadable(dspy.Module):
+        def __init__(self):
+            super().__init__()
+            self.write = dspy.Predict("question -> answer")
+
+        def forward(self, question):
+            if question == TRAIN[0].question:
+                raise unreadable()
+            return self.write(question=question)
+
+    compiled = compile_program(Unreadable(), "bootstrap", TRAIN, DEV, exact_match, max_demos=4)
+    bootstrapped = [d["question"] for p in compiled.predictors() for d in p.demos if d.get("augmented")]
+    assert bootstrapped == [ex.question for ex in TRAIN[1:]]  # the unreadable one made no demo
+    assert "forward" not in vars(compiled) and "reset_copy" not in vars(compiled)
 
 
 # --- MIPROv2 ----------------------------------------------------------------------------------------------------
