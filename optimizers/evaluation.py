@@ -17,7 +17,7 @@ from statistics import mean
 import dspy
 from tqdm.auto import tqdm
 
-from optimizers.metrics import (ALL_RETRIEVED, UnreadableVerdict, citation_precision, gold_of, gold_passages,
+from optimizers.metrics import (ALL_RETRIEVED, UnreadableVerdict, citation_precision, gold_of, gold_passages, noted,
                                 retrieval_record)
 from programs.oracle import gold_labels
 from retrieval.corpus import excluded
@@ -87,26 +87,30 @@ def stopped(example: dspy.Example, where: str, err: BaseException) -> QuestionEr
 def record(example: dspy.Example, pred, metrics: dict, k: int | None, groups: tuple[str, ...] = ()) -> dict:
     """The record of ``pred`` (None: the program failed, every metric scores 0). A metric that could not be
     computed, on a transient error (``retryable`` is set) or an unreadable judge verdict, is None, with its error
-    in ``metric_errors``; any other metric error is raised as :class:`QuestionError`."""
+    in ``metric_errors``; any other metric error is raised as :class:`QuestionError`. What the metrics noted about
+    how they decided (``optimizers.metrics.note``) is in ``noted``."""
     rec = {"id": example.id, "question": example.question, "gold": example.answer,
            "answer": getattr(pred, "answer", None), "failed": pred is None}
     rec.update({g: example.get(g) for g in groups})
     if example.get("base_id"):
         rec["base_id"] = example.base_id  # a circular multiple-choice copy (``data.circular``)
     errors = {}
-    for name, fn in metrics.items():
-        try:
-            rec[name] = float(fn(example, pred)) if pred is not None else 0.0
-        except (UnreadableVerdict, *UNREADABLE_ERRORS, *TRANSIENT_ERRORS) as err:
-            rec[name], errors[name] = None, describe(err)
-            if isinstance(err, TRANSIENT_ERRORS):
-                rec["retryable"] = True
-        except ServerError:
-            raise
-        except Exception as err:
-            raise stopped(example, f"metric {name}", err) from err
+    with noted() as notes:
+        for name, fn in metrics.items():
+            try:
+                rec[name] = float(fn(example, pred)) if pred is not None else 0.0
+            except (UnreadableVerdict, *UNREADABLE_ERRORS, *TRANSIENT_ERRORS) as err:
+                rec[name], errors[name] = None, describe(err)
+                if isinstance(err, TRANSIENT_ERRORS):
+                    rec["retryable"] = True
+            except ServerError:
+                raise
+            except Exception as err:
+                raise stopped(example, f"metric {name}", err) from err
     if errors:
         rec["metric_errors"] = errors
+    if notes:
+        rec["noted"] = notes  # how the metrics decided (``metrics.note``), counted by :func:`summarize`
     passages = list(getattr(pred, "passages", None) or [])
     gold, key = gold_passages(example)  # paragraph ids where the data has them (MuSiQue, XRAG), else titles
     if k is not None and gold:  # scored on everything retrieved, where the program says
@@ -133,8 +137,9 @@ def evaluate(program: dspy.Module, examples: list[dspy.Example], metrics: dict, 
     ``retryable``: written, not scored, not resumed, so the next run asks it again, and ``RAG_ENDPOINT_ERRORS``
     (default 5) such questions in a row stop the run (:class:`EndpointDown`); any other error stops the run at once
     (:class:`QuestionError`). A failed record names its ``error``, ``error_class`` and ``tries``; it is final unless
-    this run may try it more times (``retries`` raised) or ``retry_failed`` asks again every failed example. The run is the checkpoint's only writer (:class:`Checkpoint`): another run
-    holding it is ``runtime.files.Busy``, or with ``wait`` waited for.
+    this run may try it more times (``retries`` raised) or ``retry_failed`` asks again every failed example. The
+    run is the checkpoint's only writer (:class:`Checkpoint`): another run holding it is ``runtime.files.Busy``, or
+    with ``wait`` waited for.
     ``threads`` > 1 evaluates that many examples at once (for endpoints that serve concurrent requests); each
     example's cost is metered on its own and the records come back in input order. ``traces`` (e.g.
     ``tracking.QuestionTraces``): called per example, a context manager around its call that yields a function
@@ -268,8 +273,8 @@ def load_checkpoint(path: Path) -> dict[str, dict]:
 def summarize(records: list[dict], metrics: dict, groups: tuple[str, ...] = ()) -> dict:
     """What the records say, counted from them (so a resumed run reports what its checkpoint holds): ``n``,
     ``failed_examples``, ``retryable_examples``, ``failed_by_class/<error class>``, per metric the records it could
-    not score ``<metric>_errors_by_class/<error class>``, the means (of the records that have a value), the
-    circular, group and tier breakdowns."""
+    not score ``<metric>_errors_by_class/<error class>``, per field the metrics noted ``<field>/<value>`` (e.g.
+    ``verdict_by/echo``), the means (of the records that have a value), the circular, group and tier breakdowns."""
     if not records:
         return {"n": 0}
     summary = {"n": len(records), "failed_examples": sum(r["failed"] for r in records)}
@@ -278,6 +283,7 @@ def summarize(records: list[dict], metrics: dict, groups: tuple[str, ...] = ()) 
     counts = Counter(f"failed_by_class/{r['error_class']}" for r in records if r["failed"] and r.get("error_class"))
     counts.update(f"{name}_errors_by_class/{error.split(':')[0]}" for r in records
                   for name, error in (r.get("metric_errors") or {}).items())
+    counts.update(f"{field}/{value}" for r in records for field, value in (r.get("noted") or {}).items())
     summary.update(sorted(counts.items()))
     numeric = [*metrics, "title_precision", "title_recall", "title_f1", "recall_any", "all_pass", "ndcg",
                *ALL_RETRIEVED, "retrieved_n", "citation_precision", "lm_calls", "prompt_tokens", "completion_tokens",

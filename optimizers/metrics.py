@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import math
 import re
+from contextlib import contextmanager
+from contextvars import ContextVar
 from operator import attrgetter
-from typing import Callable
+from typing import Callable, Iterator
 
 import dspy
 from dspy.evaluate.metrics import EM, F1
@@ -17,6 +19,24 @@ from signatures.judge import JudgeAnswer, JudgeAnswerToQuestion
 
 F1_PASS = 0.5  # an F1 at or above this accepts a bootstrapped demo
 READ_TRIES = 2  # calls for a judge's verdict: the first as configured, then sampled past the cache
+_NOTES: ContextVar[dict | None] = ContextVar("metric_notes", default=None)
+
+
+def note(**fields: str) -> None:
+    """Say how a metric decided the answer it is scoring (e.g. XRAG's ``verdict_by="echo"``): inside :func:`noted`,
+    the fields go into that answer's record, so a run counts them from its records (a resumed run too)."""
+    if (notes := _NOTES.get()) is not None:
+        notes.update(fields)
+
+
+@contextmanager
+def noted() -> Iterator[dict]:
+    """The fields the metrics scored inside the block :func:`note`."""
+    token = _NOTES.set(notes := {})
+    try:
+        yield notes
+    finally:
+        _NOTES.reset(token)
 
 
 def exact_match(example, pred, trace=None):

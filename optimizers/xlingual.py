@@ -18,7 +18,7 @@ import dspy
 from dspy.dsp.utils import DPR_normalize, has_answer
 from dspy.evaluate.metrics import normalize_text
 
-from optimizers.metrics import Judge, UnreadableVerdict, exact_match, f1, read
+from optimizers.metrics import Judge, UnreadableVerdict, exact_match, f1, note, read
 from runtime.language import in_language, language_name, language_verdict
 from signatures.judge import JudgeAnswerLanguage
 
@@ -88,11 +88,11 @@ def majority(votes: list[bool | None], what: str) -> bool:
 class JudgePanel:
     """1-3 LLM judges (question-aware :class:`Judge`), majority vote (:func:`majority`): a tie counts as wrong, and
     a judge whose reply could not be read counts only where the others' votes do not decide. Without a judge call:
-    an answer that only echoes the question (:func:`echoes_question`) is wrong, counted in ``echoes``; one that
-    states a gold answer in a short sentence (:func:`states_gold`) is right, counted in ``stated``. The verdict of
-    each (example, answer) is memoised, so ``judge`` and ``accuracy`` cost one panel call. The response language
-    (:meth:`language`) is lingua's verdict where it has one, else the panel's majority; ``language_paths`` counts
-    which decided."""
+    an answer that only echoes the question (:func:`echoes_question`) is wrong, one that states a gold answer in a
+    short sentence (:func:`states_gold`) is right; which decided is noted in the answer's record (``verdict_by``:
+    ``echo``, ``stated`` or ``judges``; ``optimizers.metrics.note``). The verdict of each (example, answer) is
+    memoised, so ``judge`` and ``accuracy`` cost one panel call. The response language (:meth:`language`) is
+    lingua's verdict where it has one, else the panel's majority (``language_by``: ``lingua`` or ``judges``)."""
 
     def __init__(self, lms: list):
         if not 1 <= len(lms) <= 3:
@@ -101,11 +101,8 @@ class JudgePanel:
         self.readers = [dspy.Predict(JudgeAnswerLanguage) for _ in lms]
         for reader, lm in zip(self.readers, lms):
             reader.lm = lm
-        self._memo: dict[tuple, bool] = {}
+        self._memo: dict[tuple, tuple[bool, str]] = {}  # (example, answer) -> (verdict, what decided it)
         self._lock = threading.Lock()
-        self.echoes = 0
-        self.stated = 0
-        self.language_paths: Counter = Counter()  # "lingua" / "judges": who decided an answer's language
 
     def language(self, example, pred, trace=None):
         """Whether the answer is in the question's language: lingua's verdict, or when lingua cannot tell, the
@@ -113,7 +110,7 @@ class JudgePanel:
         answer, lang = (pred.answer or "").strip(), example.get("lang") or "en"
         key = ("language", example.get("id"), example.question, answer)
         with self._lock:
-            ok = self._memo.get(key)
+            ok, path = self._memo.get(key, (None, None))
         if ok is None:
             ok, path = language_verdict(answer, lang, example.answers, example.question), "lingua"
             if ok is None:
@@ -121,23 +118,22 @@ class JudgePanel:
                          for r in self.readers]
                 ok, path = majority([None if v is None else bool(v.in_language) for v in votes], "language"), "judges"
             with self._lock:
-                self._memo[key] = ok
-                self.language_paths[path] += 1
+                self._memo[key] = ok, path
+        note(language_by=path)
         return ok if trace is not None else float(ok)
 
     def verdict(self, example, pred) -> bool:
         key = (example.get("id"), example.question, pred.answer or "")
         with self._lock:
-            if key in self._memo:
-                return self._memo[key]
-        echo = echoes_question(example, pred.answer or "")
-        stated = not echo and states_gold(example, pred.answer or "")
-        ok = stated or (not echo and majority([_vote(judge, example, pred, trace=True) for judge in self.judges],
-                                              "verdict"))
-        with self._lock:
-            self._memo[key] = ok
-            self.echoes += echo
-            self.stated += stated
+            ok, how = self._memo.get(key, (None, None))
+        if ok is None:
+            answer = pred.answer or ""
+            how = "echo" if echoes_question(example, answer) else "stated" if states_gold(example, answer) else "judges"
+            ok = how == "stated" or (how == "judges" and majority(
+                [_vote(judge, example, pred, trace=True) for judge in self.judges], "verdict"))
+            with self._lock:
+                self._memo[key] = ok, how
+        note(verdict_by=how)
         return ok
 
     def __call__(self, example, pred, trace=None):

@@ -116,7 +116,7 @@ def main(argv=None) -> dict:
     args = p.parse_args(argv)
     args.judge, args.train, args.dev, args.test = True, 0, 0, 1
     chosen = sample_ids(datasets.data_dir(args.data_dir), args.n, args.seed)
-    summaries, results, judges, pairs = {}, [], [], []
+    summaries, results, pairs = {}, [], []
     with tracking.run(args.experiment, f"xrag-eval-n{args.n}", tags={"entry": ENTRY}) as run:
         tracking.log_params({"n_per_lang": args.n, "langs": args.langs, "conditions": args.conditions,
                              "programs": args.programs, "question_ids": sorted(chosen), "lm": args.lm,
@@ -128,7 +128,6 @@ def main(argv=None) -> dict:
                 setting.dataset = name
                 s = session(setting, needs_search=key[1])
                 s = s if args.judge_all else replace(s, metrics={m: f for m, f in s.metrics.items() if m != "judge"})
-                judges.append(s.judge)
             cell = replace(suite.cell(prog, name, {"k": k}, args.oracle), variant=f"{kind}_{cond}")
             examples = [ex for ex in s.bundle.examples if ex.id.split("@")[0] in chosen]
             result = suite.run_cell(suite.cell_session(s, cell), cell, run.info.run_id, "xrag-eval",
@@ -145,11 +144,14 @@ def main(argv=None) -> dict:
         board = suite.log_leaderboard(results, pairs, f"XRAG-style settings on XQuAD, n={args.n} per language, "
                                                       f"lm {args.lm}")
         mono, multi = table(summaries, args, "mono"), table(summaries, args, "multi")
-        # answers a metric could not score (an unreadable or unreachable judge), counted from the stored records
+        # counted from the stored records (a resumed run reports what its checkpoints hold): answers a metric could
+        # not score (an unreadable or unreachable judge), and how the panel decided the others (xlingual.JudgePanel)
+        counts = Counter()
+        for r in results:
+            counts.update({key: v for key, v in r.summary.items() if key.startswith(("verdict_by/", "language_by/"))})
         unscored = sum(v for r in results for key, v in r.summary.items() if "_errors_by_class/" in key)
-        echoes = sum(j.echoes for j in judges if j)
-        stated = sum(j.stated for j in judges if j)
-        paths = sum((j.language_paths for j in judges if j), Counter())  # who decided each answer's language
+        echoes, stated = counts["verdict_by/echo"], counts["verdict_by/stated"]
+        paths = {"lingua": counts["language_by/lingua"], "judges": counts["language_by/judges"]}
         mlflow.log_metrics({"unscored_verdicts": unscored, "judge_echoes": echoes, "judge_stated": stated,
                             "language_by_lingua": paths["lingua"], "language_by_judges": paths["judges"]})
         mlflow.log_text(f"## Monolingual retrieval\n\n{mono}\n\n## Multilingual retrieval\n\n{multi}\n", "report.md")

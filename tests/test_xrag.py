@@ -13,6 +13,7 @@ import evaluate
 from data import xrag
 from optimizers import cli
 from optimizers.evaluation import evaluate as run_eval
+from optimizers.metrics import noted
 from optimizers.xlingual import JudgePanel, char3_recall, language_correct, xrag_metrics
 from runtime.language import in_language, language_verdict
 from programs import build
@@ -182,6 +183,12 @@ def pred(answer):
     return dspy.Prediction(answer=answer)
 
 
+def verdict(panel, example, answer):
+    """The panel's score for ``answer`` and what it noted deciding it by (``verdict_by``)."""
+    with noted() as notes:
+        return panel(example, pred(answer)), notes.get("verdict_by")
+
+
 def test_language_rule():
     assert in_language("im Jahr 1902 am Hafen gebaut", "de")
     assert not in_language("it was built in the year nineteen hundred", "de")
@@ -242,14 +249,14 @@ def test_an_answer_that_only_repeats_the_question_is_wrong_without_asking_the_ju
     panel = JudgePanel([lm])
     question = "في أي عام تعرف جوزيف بريستلي على الأكسجين؟"
     e = ex(question=question, answers=("1774",), lang="ar")
-    assert panel(e, pred(question)) == 0.0 and panel.echoes == 1 and not lm.history
+    assert verdict(panel, e, question) == (0.0, "echo") and not lm.history
     year = ex(question="في أي سنة تم التوقيع على معاهدة ماسترخت؟", answers=("سنة 1992",), lang="ar", id_="y")
-    assert panel(year, pred(year.question)) == 0.0 and panel.echoes == 2  # "سنة" (year) is the question's word
+    assert verdict(panel, year, year.question) == (0.0, "echo")  # "سنة" (year) is the question's word
     # the question's words around the gold are not an echo (the sentence states the gold), nor is a gold that the
     # question names
-    assert panel(e, pred("تعرف جوزيف بريستلي على الأكسجين عام 1774")) == 1.0 and panel.echoes == 2
+    assert verdict(panel, e, "تعرف جوزيف بريستلي على الأكسجين عام 1774") == (1.0, "stated")
     which = ex(question="Welcher Fluss ist länger, Rhein oder Elbe?", answers=("Rhein",), id_="z")
-    assert panel(which, pred("Rhein")) == 1.0 and panel.echoes == 2
+    assert verdict(panel, which, "Rhein") == (1.0, "judges")
 
 
 def test_a_short_sentence_stating_the_gold_is_right_without_asking_the_judge(dummy):
@@ -257,17 +264,16 @@ def test_a_short_sentence_stating_the_gold_is_right_without_asking_the_judge(dum
     lm = DummyLM([{"same": False}] * 4)  # the 1.5B judge rejected these sentences
     panel = JudgePanel([lm])
     year = ex(question="In what year did Joseph Priestley recognize oxygen?", answers=("1774",), lang="en")
-    assert panel(year, pred("Joseph Priestley recognized oxygen in 1774.")) == 1.0
+    assert verdict(panel, year, "Joseph Priestley recognized oxygen in 1774.") == (1.0, "stated")
     where = ex(question="药剂咨询师倾向于在哪里工作？", answers=("疗养院",), lang="zh", id_="z")
-    assert panel(where, pred("药剂咨询师倾向于在 疗养院 工作。")) == 1.0
-    assert panel.stated == 2 and not lm.history
+    assert verdict(panel, where, "药剂咨询师倾向于在 疗养院 工作。") == (1.0, "stated") and not lm.history
     # a copied passage that mentions the gold among other facts, a longer number, a gold the question names:
     # the judge decides
     passage = "Priestley " + " ".join(f"fact{i}" for i in range(25)) + " 1774"
     assert panel(year, pred(passage)) == 0.0 and len(lm.history) == 1
     assert panel(year, pred("In 17745.")) == 0.0 and len(lm.history) == 2
     which = ex(question="Welcher Fluss ist länger, Rhein oder Elbe?", answers=("Rhein",), id_="w")
-    assert panel(which, pred("Rhein oder Elbe")) == 0.0 and len(lm.history) == 3 and panel.stated == 2
+    assert verdict(panel, which, "Rhein oder Elbe") == (0.0, "judges") and len(lm.history) == 3
 
 
 def test_panel_size_is_one_to_three():
@@ -565,9 +571,25 @@ def test_an_answer_lingua_cannot_place_goes_to_the_panel(dummy, answer, votes, o
     readers = [DummyLM([{"in_language": v}]) for v in votes]
     panel = JudgePanel(readers)
     e = ex(question="Wo trainiert die Läuferin Ohm?", answers=("in Graz",))
-    assert panel.language(e, pred(answer)) == ok and panel.language_paths == {path: 1}
-    assert all(bool(r.history) == (path == "judges") for r in readers)
-    assert xrag_metrics(panel)["lang_ok"](e, pred(answer)) == ok and panel.language_paths == {path: 1}  # memoised
+    for _ in range(2):  # the second time memoised: no call, the same path noted
+        with noted() as notes:
+            assert xrag_metrics(panel)["lang_ok"](e, pred(answer)) == ok and notes == {"language_by": path}
+        assert [len(r.history) for r in readers] == [int(path == "judges")] * len(readers)
+
+
+def test_how_the_panel_decided_is_counted_from_the_records_so_a_resumed_run_reports_it(dummy, tmp_path):
+    dummy([])
+    judge = DummyLM([{"same": True}])
+    answers = {"Wann wurde der Hafen gebaut?": "Wann wurde der Hafen gebaut?",  # an echo
+               "Wann wurde die Brücke gebaut?": "Die Brücke wurde 1902 gebaut.",  # states the gold
+               "Wann wurde das Haus gebaut?": "neunzehnhundertzwei"}  # the judge decides
+    examples = [ex(question=q, id_=f"q{i}").with_inputs("question") for i, q in enumerate(answers)]
+    for _ in range(2):  # the second run, a new process, resumes every record from the checkpoint
+        _, summary = run_eval(lambda question: pred(answers[question]), examples, {"judge": JudgePanel([judge])},
+                              checkpoint=tmp_path / "x.jsonl")
+        assert {k: v for k, v in summary.items() if k.startswith("verdict_by/")} == {
+            "verdict_by/echo": 1, "verdict_by/judges": 1, "verdict_by/stated": 1}
+    assert len(judge.history) == 1
 
 
 def test_the_judge_rubric_names_the_answer_language():
