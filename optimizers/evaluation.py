@@ -146,7 +146,7 @@ def evaluate(program: dspy.Module, examples: list[dspy.Example], metrics: dict, 
     taking the finished record.
     Returns the per-example records and a summary (:func:`summarize`): mean of every metric over the records that
     have it, ``failed_examples`` (count, with ``retryable_examples`` among them when any), the error counts, mean
-    ``iterations`` (from ``pred.trace``), cost per question (``lm_calls``, ``prompt_tokens``, ``completion_tokens``,
+    ``iterations``, ``at_rest`` and ``unparsed_verdicts`` (from ``pred.trace``), cost per question (``lm_calls``, ``prompt_tokens``, ``completion_tokens``,
     ``seconds``, ``lm_seconds``), for each example field in ``groups`` (e.g. ``lang``) ``<metric>_by_<field>/<value>``,
     and for circular copies (``data.circular``) ``circular_<metric>``: per question the worst score over its copies."""
     sink = Checkpoint(checkpoint, wait) if checkpoint else None
@@ -270,6 +270,11 @@ def load_checkpoint(path: Path) -> dict[str, dict]:
     return done
 
 
+#: Per-question counts a program's trace may hold, averaged over the questions that have them: rounds, decisions a
+#: gate at rest took without a call, verdicts that could not be read.
+TRACE_COUNTS = ("iterations", "at_rest", "unparsed_verdicts")
+
+
 def summarize(records: list[dict], metrics: dict, groups: tuple[str, ...] = ()) -> dict:
     """What the records say, counted from them (so a resumed run reports what its checkpoint holds): ``n``,
     ``failed_examples``, ``retryable_examples``, ``failed_by_class/<error class>``, per metric the records it could
@@ -297,9 +302,9 @@ def summarize(records: list[dict], metrics: dict, groups: tuple[str, ...] = ()) 
             if scores := per_question(records, name):
                 summary[f"circular_{name}"] = mean(scores.values())
         summary["n_questions"] = len({r.get("base_id", r["id"]) for r in records})
-    iterations = [r["trace"]["iterations"] for r in records if (r.get("trace") or {}).get("iterations") is not None]
-    if iterations:
-        summary["iterations"] = mean(iterations)
+    for key in TRACE_COUNTS:
+        if values := [r["trace"][key] for r in records if (r.get("trace") or {}).get(key) is not None]:
+            summary[key] = mean(values)
     for field in groups:
         for value in sorted({str(r.get(field)) for r in records}):
             subset = [r for r in records if str(r.get(field)) == value]

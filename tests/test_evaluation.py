@@ -77,16 +77,19 @@ def test_dead_server_stops_the_run():
         evaluate(Dead(), EXAMPLES, {"em": exact_match})
 
 
-def test_metrics_are_broken_down_by_group_and_iterations_averaged(dummy):
+def test_metrics_are_broken_down_by_group_and_trace_counts_averaged(dummy):
     class Looping(dspy.Module):
         def forward(self, question):
             n = int(question.split()[-1])
-            return dspy.Prediction(answer="yes" if n else "no", passages=[], trace={"iterations": n + 1})
+            rested = {"at_rest": n % 2} if n else {}  # a program with no gate has no such count
+            return dspy.Prediction(answer="yes" if n else "no", passages=[],
+                                   trace={"iterations": n + 1, "unparsed_verdicts": 3 * n} | rested)
 
     examples = [ex.copy(lang=lang) for ex, lang in zip(EXAMPLES, ["ko", "ko", "es"])]
     _, summary = evaluate(Looping(), examples, {"em": exact_match}, groups=("lang",))
     assert summary["em_by_lang/ko"] == 0.5 and summary["em_by_lang/es"] == 1.0 and summary["n_by_lang/ko"] == 2
-    assert summary["iterations"] == 2.0
+    assert summary["iterations"] == 2.0 and summary["unparsed_verdicts"] == 3.0
+    assert summary["at_rest"] == 0.5  # over the two questions whose trace counts it
 
 
 def test_circular_score_needs_every_copy_right(dummy):
