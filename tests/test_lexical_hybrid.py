@@ -116,7 +116,7 @@ def test_retriever_spellings_name_the_stages_and_the_milvus_uri(spelling, kind, 
      "unknown retriever 'sparse'; choose one of: dense, bm25, hybrid, milvus:URI, hybrid:milvus:URI"),
     (["--retriever", "hybrid:milvus:"],
      "unknown retriever 'hybrid:milvus:'; choose one of: dense, bm25, hybrid, milvus:URI, hybrid:milvus:URI"),
-    (["--rerank", "colbert"], "unknown reranker 'colbert'; choose one of: none, embed, cross, lm"),
+    (["--rerank", "colbert"], "--rerank must be one of none, embed, cross, lm, cross:<model> (got 'colbert')"),
 ])
 def test_bad_retrieval_flags_are_one_clear_line(argv, message, capsys, monkeypatch):
     monkeypatch.setattr(cli, "make_lm", lambda *a, **k: DummyLM([{"answer": "x"}]))

