@@ -2,13 +2,13 @@
 
 ``python tests/fault_server.py --port P --log requests.jsonl --malformed 0.1 --die-at 40`` answers
 ``/v1/chat/completions`` in DSPy's chat format (every requested output field filled with ``--answer``; JSON when
-the request asks for a JSON response, as DSPy's JSONAdapter does) and injects faults, drawn per request from ``--seed``: a share of
-completions without any field markers (``--malformed``), of HTTP 500s (``--error``) and of answers delayed by
-``--slow-seconds`` (``--slow``; ``--stall-at N``: the N-th request only). ``--die-at N,M`` exits the process
-abruptly on the N-th and M-th request (counted over restarts through ``--log``), as a crashing server would;
-``--outage N:M`` answers requests N to M with HTTP 503, as an endpoint that is down; ``--judge-outage N:M`` does so
-for the verdicts among them only (a request for a ``bool`` output field, as a judge's). ``--answers FILE`` (a JSON
-object question -> answer) picks the answer by the prompt's question; ``--unreadable FILE`` (a JSON list of
+the request asks for a JSON response, as DSPy's JSONAdapter does) and injects faults, drawn per request from
+``--seed``: a share of completions without any field markers (``--malformed``), of HTTP 500s (``--error``) and of
+answers delayed by ``--slow-seconds`` (``--slow``; ``--stall-at N``: the N-th request only). ``--die-at N,M`` exits
+the process abruptly on the N-th and M-th request (counted over restarts through ``--log``), as a crashing server
+would; ``--outage N:M`` answers requests N to M with HTTP 503, as an endpoint that is down; ``--judge-outage N:M``
+does so for the verdicts among them only (a request for a ``bool`` output field, as a judge's). ``--answers FILE``
+(a JSON object question -> answer) picks the answer by the prompt's question; ``--unreadable FILE`` (a JSON list of
 questions) answers every greedy request about those questions malformed.
 
 A ``bool`` output field gets a verdict: whether one of the prompt's ``reference_answers`` occurs in its

@@ -13,7 +13,7 @@ SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "chaos_run.py"
 sys.path.insert(0, str(SCRIPT.parent))
 
 import chaos_run  # noqa: E402
-from chaos_run import expected, failed, stray  # noqa: E402
+from chaos_run import expected, failed, matches, stray  # noqa: E402
 
 
 @pytest.mark.timeout(900)  # 7 evaluation processes, each importing DSPy
@@ -50,7 +50,7 @@ def test_a_sampled_request_counts_only_after_a_malformed_reply_to_the_same_quest
 
 def test_the_expected_record_follows_what_the_log_shows():
     calm = {"id": "q", "answer": "Paris", "em": 1.0}
-    assert expected(calm, [request("malformed"), request("ok")]) is calm  # the JSON fallback read it
+    assert expected(calm, [request("malformed"), request("ok")]) == calm  # the JSON fallback read it
     assert expected(calm, [request("malformed"), request("malformed"), request("malformed", 0.7),
                            request("ok", 0.7)]) == calm | {"answer": "Paris" + chaos_run.SAMPLED, "tries": 2}
     assert expected(calm, [request("malformed"), request("die"), request("malformed"),
@@ -60,12 +60,23 @@ def test_the_expected_record_follows_what_the_log_shows():
                                                            "tries": 2}
 
 
+def test_a_record_matches_only_what_is_expected_of_it():
+    calm = {"id": "q", "answer": "Paris", "em": 1.0, "tries": 1, "seconds": 0.1}
+    assert matches(calm | {"tries": 2, "seconds": 0.3}, expected(calm, []))  # a greedy retry, slower
+    assert not matches(calm | {"em": 0.0}, expected(calm, []))
+    assert not matches(calm | {"retryable": True}, expected(calm, []))  # a field more
+    sampled = expected(calm, [request("malformed"), request("malformed"), request("ok", 0.7)])
+    assert matches(calm | {"answer": "Paris" + chaos_run.SAMPLED, "tries": 2}, sampled)
+    assert not matches(calm, sampled) and not matches(calm | {"answer": "Paris" + chaos_run.SAMPLED}, sampled)
+
+
 def test_any_loss_difference_stray_or_missing_fault_fails_the_run():
     good = {"lost": 0, "duplicated": 0, "different records": 0, "repeated requests": 0, "unmatched requests": 0,
             "stray sampled requests": 0, "em (calm / chaos)": "0.325 / 0.325", "faults that did not happen": "none",
             "cut question asked again by": "1 process(es)"}
     assert not failed(good)
-    for key, bad in [("lost", 1), ("duplicated", 1), ("different records", 1), ("repeated requests", 1),
-                     ("unmatched requests", 1), ("stray sampled requests", 1), ("em (calm / chaos)", "0.000 / 0.000"),
-                     ("faults that did not happen", ["judge outage"]), ("cut question asked again by", "2 process(es)")]:
-        assert failed(good | {key: bad}), key
+    bad = {"lost": 1, "duplicated": 1, "different records": 1, "repeated requests": 1, "unmatched requests": 1,
+           "stray sampled requests": 1, "em (calm / chaos)": "0.000 / 0.000",
+           "faults that did not happen": ["judge outage"], "cut question asked again by": "2 process(es)"}
+    for key, value in bad.items():
+        assert failed(good | {key: value}), key
