@@ -209,7 +209,7 @@ class Phase:
         self.exits: list[int] = []
         self.restarts, self.refused, self.waited, self.most = 0, 0, 0, Counter()
         self.left: set[tuple[str, str]] = set()  # (question, error class) of each record left retryable
-        self.cut, self.bug, self.stop_lines, self.skipped, self.spawned = None, None, [], 0, 0
+        self.cut, self.bug_line, self.skipped, self.spawned = None, None, 0, 0
 
     def finished(self) -> Counter:
         """Final records on disk per question (a duplicate counts twice)."""
@@ -290,12 +290,12 @@ class Phase:
         """The retriever bug stopped the run: one line naming the question; the processes after this one run
         without it (the fix)."""
         hit = next(s["query"] for s in records(self.searches) if s["fault"] == "bug")
-        self.bug = next(ex.id for ex in questions(self.n) if ex.question == hit)
+        bug = next(ex.id for ex in questions(self.n) if ex.question == hit)
         errors = [line for line in child.stderr().splitlines() if line.startswith("error:")]
-        if len(errors) != 1 or f"question {self.bug}: " not in errors[0] or "Traceback" in child.stderr():
-            sys.exit(f"the retriever bug did not stop the run with one line naming question {self.bug}:\n"
+        if len(errors) != 1 or f"question {bug}: " not in errors[0] or "Traceback" in child.stderr():
+            sys.exit(f"the retriever bug did not stop the run with one line naming question {bug}:\n"
                      f"{child.stderr()[-3000:]}")
-        self.stop_lines.append(errors[0])
+        self.bug_line = errors[0]
         self.pending.pop("store_bug")
 
 
@@ -358,7 +358,7 @@ def compare(n: int, calm: Phase, chaos: Phase) -> dict:
                                                                                 for i in same),
                "server deaths": faults["die"] == 2, "endpoint outage (exit 3)": faults["outage"] == 12 and exits[3],
                "judge outage": faults["judge-outage"], "store outage": searches["down"],
-               "retriever bug (exit 4)": chaos.bug, "SIGTERM (143)": exits[143],
+               "retriever bug (exit 4)": chaos.bug_line, "SIGTERM (143)": exits[143],
                "SIGKILL mid-line (-9)": exits[-9] and chaos.skipped, "refused writer (75)": chaos.refused,
                "waiting writer": chaos.waited}
     em = ["{:.3f}".format(sum(r["em"] for r in rs) / n) for rs in (reference.values(), final.values())]
@@ -375,7 +375,7 @@ def compare(n: int, calm: Phase, chaos: Phase) -> dict:
             "refused writers": chaos.refused, "waiting writers": chaos.waited,
             "cut question asked again by": f"{cut_asked} process(es)" if chaos.cut else "-",
             "stops by exit code": dict(sorted(exits.items())), "evaluation processes": len(chaos.exits),
-            "bug stop line": chaos.stop_lines[0] if chaos.stop_lines else "-",
+            "bug stop line": chaos.bug_line or "-",
             "requests (calm / chaos)": f"{len(calm_requests)} / {len(requests)}",
             "faults logged": dict(faults - Counter(ok=faults["ok"])),
             "searches failed": dict(searches - Counter(ok=searches["ok"])),
