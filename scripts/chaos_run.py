@@ -373,7 +373,7 @@ def compare(n: int, calm: Phase, chaos: Phase) -> dict:
             "lost": len(set(text) - set(final)), "duplicated": sum(c > 1 for c in chaos.most.values()),
             "left retryable, by class": dict(Counter(kind for _, kind in chaos.left)), "restarts": chaos.restarts,
             "refused writers": chaos.refused, "waiting writers": chaos.waited,
-            "cut question asked again by": f"{cut_asked} process(es)" if chaos.cut else "-",
+            "cut question": cut or "-", "cut question asked again by": f"{cut_asked} process(es)" if cut else "-",
             "stops by exit code": dict(sorted(exits.items())), "evaluation processes": len(chaos.exits),
             "bug stop line": chaos.bug_line or "-",
             "requests (calm / chaos)": f"{len(calm_requests)} / {len(requests)}",
