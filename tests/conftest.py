@@ -4,6 +4,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import sys
 
 import dspy
 import numpy as np
@@ -29,7 +30,8 @@ def no_embedded_server(request, monkeypatch):
 
 @pytest.fixture(autouse=True)
 def isolated(tmp_path, monkeypatch):
-    """Every test gets its own project cache, index cache and MLflow store; nothing touches ./.cache or ./mlruns."""
+    """Every test gets its own project cache, index cache and MLflow store; nothing touches ./.cache or ./mlruns.
+    What a test leaves in MLflow's process-wide state goes with it (:func:`reset_mlflow`)."""
     monkeypatch.setenv("RAG_PROJECT_CACHE", str(tmp_path / "cache"))
     monkeypatch.setenv("RAG_MLRUNS", str(tmp_path / "mlruns"))
     monkeypatch.setenv("RAG_INDEX_DIR", str(tmp_path / "indexes"))
@@ -37,6 +39,21 @@ def isolated(tmp_path, monkeypatch):
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     yield
     dspy.configure(lm=None)
+    if "mlflow" in sys.modules:
+        reset_mlflow()
+
+
+def reset_mlflow():
+    """MLflow state a test leaves in the process. A traced run turns DSPy autologging on for the whole process
+    (``tracking.question_traces``): left on, every later test's DSPy calls are traced too, and MLflow's background
+    threads export those traces into whatever store it last pointed at (an earlier test's) while later tests run.
+    Off, flushed, and no run left active: each test starts with no thread of an earlier one at work."""
+    import mlflow
+
+    mlflow.dspy.autolog(disable=True)
+    mlflow.flush_trace_async_logging()
+    while mlflow.active_run():
+        mlflow.end_run("FAILED")
 
 
 class HashEmbedder(Embedder):

@@ -80,8 +80,7 @@ def test_an_oracle_row_is_logged_under_a_name_mlflow_accepts():
     board = leaderboard.report([oracle, base], [("d", oracle.cell, base.cell)], "t")
     assert "| crag+oracle:relevance | 10 |" in board.markdown  # the table keeps the label as the run names it
     assert "d_crag.oracle:relevance_vs_rag_diff" in board.metrics
-    mlflow.set_tracking_uri(store.tracking_uri())
-    mlflow.set_experiment("oracle-row")
+    tracking.setup("oracle-row")  # its artifacts in the test's store (set_experiment would put them in ./mlruns)
     with mlflow.start_run():
         leaderboard.log(board, [oracle, base], [("d", oracle.cell, base.cell)])  # MLflow refused "+" before
 

@@ -136,8 +136,7 @@ def test_a_dataset_logged_by_two_runs_at_once_is_linked_not_a_crash(monkeypatch)
             return real(*args, **kwargs)
         return log_input
 
-    mlflow.set_tracking_uri(store.tracking_uri())
-    mlflow.set_experiment("race")
+    tracking.setup("race")  # its artifacts in the test's store (set_experiment would put them in ./mlruns)
     monkeypatch.setattr(mlflow, "log_input", racing("UNIQUE constraint failed: datasets.experiment_id, "
                                                     "datasets.name, datasets.digest"))
     with mlflow.start_run() as run:
