@@ -1,5 +1,6 @@
 """``python -m runtime.llama_serve ARGS``: ``llama_cpp.server`` (same ARGS) with token logprobs selected, not sorted,
-and every prompt token's logits kept only for requests that ask for logprobs.
+every prompt token's logits kept only for requests that ask for logprobs, the prompt tokens each request did not
+compute reported, and prompt-cache states without logits.
 
 llama-cpp-python 0.3.x builds each generated token's ``top_logprobs`` by sorting (logprob, token id) pairs over the
 whole vocabulary in Python (``list(sorted(zip(logprobs, range(n_vocab)), reverse=True))``, then the first
@@ -14,8 +15,11 @@ Second, llama-cpp-python computes and keeps the vocabulary logits of every promp
 ``logits_all`` -- which it must be for any request to get logprobs -- so every generation call pays for a prompt-length
 output projection and a copy of n_prompt x 151,936 floats it never reads. Here a request decodes with every row
 kept only when it asks for logprobs (:func:`keep_logits_when_asked`); the others keep the last position's logits
-only, as a model loaded without ``logits_all`` does. Only the server process runs patched: the project's LM clients
-never import this module."""
+only, as a model loaded without ``logits_all`` does. Third, every completion reports the prompt prefix it resumed
+from, as OpenAI's ``usage.prompt_tokens_details.cached_tokens`` (:func:`report_cached_tokens`); fourth, the prompt
+cache (``--cache true``, ``runtime.lm.prompt_cache``) keeps its states without vocabulary logits
+(:func:`cache_without_logits`). Only the server process runs patched: the project's LM clients never import this
+module."""
 from __future__ import annotations
 
 import builtins

@@ -6,7 +6,9 @@ past DSPy's cache and without retries, once against a private server started wit
 with ``--cache-mb``: each in its own process, one after the other (the demos compiled once, before, by a third). Prints
 one markdown table: s/q off and on and their ratio (one run's: time it on an idle machine), prompt tokens sent and
 computed per question (the server's ``cached_tokens``), the server's prompt-cache hits and largest state kept, and
-whether every answer is identical (greedy: it must be)."""
+whether every answer is identical, else the first LM call where the two runs part: greedy, but llama.cpp's CPU kernels
+give a token slightly different logits depending on where its evaluation batch starts and ends, which differs when a
+request resumes from another prefix, so a near-tie can go the other way."""
 from __future__ import annotations
 
 import argparse
