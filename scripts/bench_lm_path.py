@@ -46,7 +46,8 @@ def compile_demos(s, names: list[str], demos: Path) -> None:
 
 def calls(entries: list[dict]) -> list[dict]:
     """The LM calls of ``entries`` (DSPy's history): prompt, reply, prompt tokens sent and reported cached."""
-    return [{"prompt": json.dumps(e["messages"]), "reply": str(e["outputs"][0]), "sent": e["usage"].get("prompt_tokens"),
+    return [{"prompt": json.dumps(e["messages"]), "reply": str(e["outputs"][0]),
+             "sent": e["usage"].get("prompt_tokens"),
              "cached": (e["usage"].get("prompt_tokens_details") or {}).get("cached_tokens")} for e in entries]
 
 
@@ -114,7 +115,8 @@ def main(argv=None) -> list[dict]:
                      "--out", str(out), "--demos", str(Path(tmp) / "demos.json")]
             env = os.environ | {"RAG_PROMPT_CACHE_MB": str(mb), "RAG_SHARED_SERVER": "0"}
             subprocess.run(child, env=env, check=True)
-            results[setting] = json.loads(out.read_text()) if out.exists() else {}
+            if setting != "demos":
+                results[setting] = json.loads(out.read_text())
     off, on = results["off"], results["on"]
     rows = [{"program": name, "off_s_q": off[name]["s_q"], "on_s_q": on[name]["s_q"],
              "ratio": on[name]["s_q"] / off[name]["s_q"], "sent": on[name]["sent"],
@@ -123,8 +125,8 @@ def main(argv=None) -> list[dict]:
              "identical": off[name]["answers"] == on[name]["answers"] and off[name]["sent"] == on[name]["sent"]}
             for name in args.programs]
     print(f"\n{args.lm} on {args.n} demo questions (k={args.k}, loops={args.loops}), greedy, DSPy cache off; prompt "
-          f"cache off, then on ({args.cache_mb} MB): {off['cache_hits']} and {on['cache_hits']} cache hits, the largest state "
-          f"kept {on['state_mb']:.1f} MB\n")
+          f"cache off, then on ({args.cache_mb} MB): {off['cache_hits']} and {on['cache_hits']} cache hits, the "
+          f"largest state kept {on['state_mb']:.1f} MB\n")
     print("| program | s/q off | s/q on | on/off | prompt tok/q sent | computed off | computed on | computed/sent on "
           "| failed | answers identical |")
     print("|---|---|---|---|---|---|---|---|---|---|")
