@@ -1,5 +1,6 @@
 """``python -m runtime.llama_serve ARGS``: ``llama_cpp.server`` (same ARGS) with token logprobs selected, not sorted,
-and every prompt token's logits kept only for requests that ask for logprobs.
+every prompt token's logits kept only for requests that ask for logprobs, the prompt tokens each request did not
+compute reported, and prompt-cache states without logits.
 
 llama-cpp-python 0.3.x builds each generated token's ``top_logprobs`` by sorting (logprob, token id) pairs over the
 whole vocabulary in Python (``list(sorted(zip(logprobs, range(n_vocab)), reverse=True))``, then the first
@@ -14,8 +15,11 @@ Second, llama-cpp-python computes and keeps the vocabulary logits of every promp
 ``logits_all`` -- which it must be for any request to get logprobs -- so every generation call pays for a prompt-length
 output projection and a copy of n_prompt x 151,936 floats it never reads. Here a request decodes with every row
 kept only when it asks for logprobs (:func:`keep_logits_when_asked`); the others keep the last position's logits
-only, as a model loaded without ``logits_all`` does. Only the server process runs patched: the project's LM clients
-never import this module."""
+only, as a model loaded without ``logits_all`` does. Third, every completion reports the prompt prefix it resumed
+from, as OpenAI's ``usage.prompt_tokens_details.cached_tokens`` (:func:`report_cached_tokens`); fourth, the prompt
+cache (``--cache true``, ``runtime.lm.prompt_cache``) keeps its states without vocabulary logits
+(:func:`cache_without_logits`). Only the server process runs patched: the project's LM clients never import this
+module."""
 from __future__ import annotations
 
 import builtins
@@ -55,10 +59,68 @@ def keep_logits_when_asked() -> None:
     Llama.create_completion = create_completion
 
 
+def report_cached_tokens() -> None:
+    """Every completion's usage names the prompt tokens it did not compute, as OpenAI reports them
+    (``usage.prompt_tokens_details.cached_tokens``): the prefix the request resumed from, left by the previous request
+    or loaded from the prompt cache. They are counted where the request's prompt evaluation starts: its first
+    ``eval`` (one with no tokens when the whole prompt was already there)."""
+    from typing_extensions import NotRequired, TypedDict
+
+    from llama_cpp import llama_types
+    from llama_cpp.llama import Llama
+
+    class PromptTokensDetails(TypedDict):
+        cached_tokens: int
+
+    usage = llama_types.CompletionUsage  # the server's response model drops keys its TypedDict does not name
+    usage.__annotations__["prompt_tokens_details"] = NotRequired[PromptTokensDetails]
+    usage.__optional_keys__ = usage.__optional_keys__ | {"prompt_tokens_details"}
+    create, evaluate = Llama.create_completion, Llama.eval
+
+    def eval(self, tokens):
+        if self._prompt_cached is None:
+            self._prompt_cached = self.n_tokens
+        evaluate(self, tokens)
+
+    def create_completion(self, *args, **kwargs):
+        self._prompt_cached = None
+        out = create(self, *args, **kwargs)
+        if isinstance(out, dict) and self._prompt_cached is not None:  # not a stream
+            out["usage"]["prompt_tokens_details"] = {"cached_tokens": self._prompt_cached}
+        return out
+
+    Llama._prompt_cached = None
+    Llama.eval, Llama.create_completion = eval, create_completion
+
+
+def cache_without_logits() -> None:
+    """The prompt cache's states without their vocabulary logits. ``Llama.save_state`` copies the logits of every
+    evaluated token (n_tokens x 151,936 floats: 0.6 MB a token, 1.2 GB for a 2,000-token prompt, uncounted by the
+    cache's capacity) and ``load_state`` scans the whole n_ctx x n_vocab array; a restored state's rows are never
+    read, since a request that loads one evaluates at least its prompt's last token again (``load_state`` sets
+    ``_requires_eval``), and logprobs are read from that token on (no client of ours echoes the prompt). Both run
+    here against an array of no columns."""
+    import numpy as np
+    from llama_cpp.llama import Llama
+
+    def without_logits(method):
+        def run(self, *args):
+            scores, self.scores = self.scores, np.empty((len(self.scores), 0), dtype=np.single)
+            try:
+                return method(self, *args)
+            finally:
+                self.scores = scores
+        return run
+
+    Llama.save_state, Llama.load_state = without_logits(Llama.save_state), without_logits(Llama.load_state)
+
+
 def patch() -> None:
-    """Both changes to ``llama_cpp.llama`` (see the module docstring)."""
+    """The changes to ``llama_cpp.llama`` (see the module docstring)."""
     select_top_logprobs()
     keep_logits_when_asked()
+    report_cached_tokens()
+    cache_without_logits()
 
 
 def main() -> None:

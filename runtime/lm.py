@@ -205,7 +205,7 @@ class LlamaServer:
         path = models.verify(self.model) if models.model_path(self.model).exists() else models.fetch(self.model)
         return [sys.executable, "-m", "runtime.llama_serve", "--model", str(path), "--model_alias", self.spec.alias,
                 "--host", "127.0.0.1", "--port", str(self.port), "--n_ctx", str(self.n_ctx),
-                "--n_threads", str(self.n_threads), "--n_threads_batch", str(self.n_threads)]
+                "--n_threads", str(self.n_threads), "--n_threads_batch", str(self.n_threads), *prompt_cache()]
 
     @contextmanager
     def _locked(self):
@@ -428,6 +428,13 @@ def server_env() -> dict[str, str]:
         return dict(os.environ)
     names = {n.lower() for n in (*ModelSettings.model_fields, *ServerSettings.model_fields)}
     return {k: v for k, v in os.environ.items() if k.lower() not in names}
+
+
+def prompt_cache() -> list[str]:
+    """The server's prompt cache flags: KV states of recent prompts (``RAG_PROMPT_CACHE_MB``, default 1024; 0: off),
+    each request resuming from the longest prefix it shares with any of them (docs/cli.md)."""
+    size = env_number("RAG_PROMPT_CACHE_MB", 1024)
+    return ["--cache", "true", "--cache_type", "ram", "--cache_size", str(int(size * 2**20))] if size > 0 else []
 
 
 def _token_cap(max_tokens: int) -> dict:

@@ -1,5 +1,5 @@
-"""Cost accounting for LM work: calls and LM latency (a DSPy callback), tokens (DSPy usage tracking), wall seconds;
-and LM budgets (:func:`limited`), enforced by the same callback.
+"""Cost accounting for LM work: calls and LM latency (a DSPy callback), prompt tokens sent and computed, completion
+tokens (DSPy usage tracking), wall seconds; and LM budgets (:func:`limited`), enforced by the same callback.
 
 Each ``metered()`` block owns one :class:`Cost`, carried in DSPy's per-context settings, so blocks running at the
 same time in different threads (``evaluate(..., threads=N)``) each count only their own calls."""
@@ -22,6 +22,7 @@ _LOCK = threading.Lock()  # a program's own threads (dspy.Parallel) share their 
 class Cost:
     lm_calls: int = 0
     prompt_tokens: int = 0
+    prompt_tokens_computed: int = 0  # prompt_tokens less those the endpoint reports cached (its prefix reuse)
     completion_tokens: int = 0
     seconds: float = 0.0
     lm_seconds: float = 0.0  # sum of LM call latencies (cache hits included); seconds - lm_seconds = orchestration
@@ -95,7 +96,16 @@ def metered():
             cost.seconds = time.perf_counter() - t0
             for usage in tracker.get_total_tokens().values():
                 cost.prompt_tokens += int(usage.get("prompt_tokens") or 0)
+                cost.prompt_tokens_computed += computed_prompt_tokens(usage)
                 cost.completion_tokens += int(usage.get("completion_tokens") or 0)
+
+
+def computed_prompt_tokens(usage: dict) -> int:
+    """The prompt tokens of ``usage`` the endpoint computed: those sent less OpenAI's
+    ``prompt_tokens_details.cached_tokens`` (the embedded server reports its prefix reuse there; an endpoint that
+    reports none is counted as computing every token sent)."""
+    cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0
+    return int(usage.get("prompt_tokens") or 0) - int(cached)
 
 
 @contextmanager

@@ -4,7 +4,8 @@
 It reads the output fields DSPy's ChatAdapter asks for and fills each with a value that parses: a choice among a
 ``Literal``'s options or ``True``/``False`` picked by a hash of the prompt, ``1`` for numbers, ``[]`` for lists,
 otherwise a short text derived from the prompt. The same prompt always gets the same reply, and usage is reported
-(prompt characters / 4, completion characters / 4), so runs can be compared record for record.
+(prompt characters / 4, completion characters / 4; with ``cached`` that many of the prompt's reported cached, as
+OpenAI's ``usage.prompt_tokens_details``), so runs can be compared record for record.
 
 ``with FakeOpenAI(latency=0.2) as server: dspy.LM("openai/fake", api_base=server.api_base, api_key="x")``"""
 from __future__ import annotations
@@ -50,8 +51,8 @@ def reply(messages: list[dict]) -> str:
 class FakeOpenAI:
     """``/v1/chat/completions`` and ``/v1/models`` on 127.0.0.1 (free port), each request held ``latency`` s."""
 
-    def __init__(self, latency: float = 0.0, context: int | None = None):
-        self.latency, self.requests, self.context = latency, 0, context
+    def __init__(self, latency: float = 0.0, context: int | None = None, cached: int = 0):
+        self.latency, self.requests, self.context, self.cached = latency, 0, context, cached
         self.keys: list[str | None] = []  # each chat request's Authorization header
         lock = threading.Lock()
         outer = self
@@ -92,7 +93,9 @@ class FakeOpenAI:
                             "choices": [{"index": 0, "finish_reason": "stop",
                                          "message": {"role": "assistant", "content": text}}],
                             "usage": {"prompt_tokens": prompt, "completion_tokens": len(text) // 4,
-                                      "total_tokens": prompt + len(text) // 4}})
+                                      "total_tokens": prompt + len(text) // 4,
+                                      **({"prompt_tokens_details": {"cached_tokens": min(outer.cached, prompt)}}
+                                         if outer.cached else {})}})
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.httpd.daemon_threads = True

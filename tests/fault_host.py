@@ -29,7 +29,8 @@ class FaultHost(LlamaServer):
 
 
 #: Record fields that depend on how the answer was reached (calls, timing, retries), not on the answer.
-VOLATILE = {"lm_calls", "prompt_tokens", "completion_tokens", "seconds", "lm_seconds", "tries", "error"}
+VOLATILE = {"lm_calls", "prompt_tokens", "prompt_tokens_computed", "completion_tokens", "seconds", "lm_seconds",
+            "tries", "error"}
 
 
 def comparable(record: dict) -> dict:

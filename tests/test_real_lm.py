@@ -107,3 +107,26 @@ def test_the_small_planner_writes_a_plan_that_parses_under_the_plan_grammar(monk
     plan, text, error, _ = critic.plan(example.question, search.search(example.question, 2), "Paris", critique)
     assert error is None, f"{error}: {text!r}"
     assert plan.steps[-1].call.function == "GenerateAnswer"
+
+
+def test_a_prompt_asked_again_after_another_resumes_from_the_prompt_cache_with_the_same_reply_and_logprobs(lm):
+    """The embedded server's prompt cache: a prompt asked again after a different one computes only its replayed
+    last token (the previous request's prefix reuse alone would recompute most of it), and the state it resumes from
+    gives the same reply and top logprobs (the state keeps no logits: runtime.llama_serve.cache_without_logits)."""
+    from decoding.choice import _get
+    from runtime.metering import metered
+
+    def ask(question: str):
+        with metered() as cost:
+            out = lm(messages=[{"role": "user", "content": question}], max_tokens=3, logprobs=True, top_logprobs=5)[0]
+        top = _get(_get(out["logprobs"], "content")[0], "top_logprobs")
+        return out["text"], [(_get(t, "token"), _get(t, "logprob")) for t in top], cost
+
+    asked = "Answer Yes or No, then give one reason in a short sentence.\nQuestion: Is the Rhine a river in Europe?"
+    text, top, first = ask(asked)
+    ask("Name the capital city of France in one word.")
+    again, top_again, cost = ask(asked)
+    assert cost.prompt_tokens == first.prompt_tokens > 20 and cost.prompt_tokens_computed == 1
+    assert again == text and [t for t, _ in top_again] == [t for t, _ in top]
+    # the last token replayed in a batch of one: llama.cpp's CPU kernels moved logits by up to 0.3 that way (docs)
+    assert [p for _, p in top_again] == pytest.approx([p for _, p in top], abs=0.3)
