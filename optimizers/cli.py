@@ -34,7 +34,7 @@ from retrieval.dense import INDEX_TYPES
 from retrieval.retriever import SPELLINGS, RetrievalConfig, Retriever
 from runtime import models
 from runtime.files import Busy, write_whole
-from runtime.lm import LOCAL_PREFIX, ServerError, make_lm
+from runtime.lm import LOCAL_PREFIX, ServerError, make_lm, prompt_cache_mb
 from runtime.paths import PROJECT_ROOT, project_cache
 from runtime.roles import Roles, assign_roles, init_dspy
 
@@ -355,8 +355,11 @@ def saved_calibration(path: Path) -> dict | None:
 
 
 def pinned(lm: str) -> str:
-    """``lm`` with a local model's sha256: ``local:qwen-0.5b@sha256:...``; any other LM as it is named."""
-    return f"{lm}@sha256:{models.spec(lm[len(LOCAL_PREFIX):]).sha256}" if lm.startswith(LOCAL_PREFIX) else lm
+    """``lm`` with a local model's sha256 and its server's prompt cache (resuming another prefix can move a near
+    tie: docs/results/infrastructure.md): ``local:qwen-0.5b@sha256:...+cache1024MB``; any other LM as it is named."""
+    if not lm.startswith(LOCAL_PREFIX):
+        return lm
+    return f"{lm}@sha256:{models.spec(lm[len(LOCAL_PREFIX):]).sha256}+cache{prompt_cache_mb()}MB"
 
 
 #: The code that writes and scores the answers a checkpoint holds (with ``evaluation.record``, which turns a

@@ -430,11 +430,16 @@ def server_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k.lower() not in names}
 
 
+def prompt_cache_mb() -> int:
+    """Megabytes of the embedded server's prompt cache (``RAG_PROMPT_CACHE_MB``, default 1024; 0: off)."""
+    return max(0, int(env_number("RAG_PROMPT_CACHE_MB", 1024)))
+
+
 def prompt_cache() -> list[str]:
-    """The server's prompt cache flags: KV states of recent prompts (``RAG_PROMPT_CACHE_MB``, default 1024; 0: off),
-    each request resuming from the longest prefix it shares with any of them (docs/cli.md)."""
-    size = env_number("RAG_PROMPT_CACHE_MB", 1024)
-    return ["--cache", "true", "--cache_type", "ram", "--cache_size", str(int(size * 2**20))] if size > 0 else []
+    """The server's prompt cache flags: KV states of recent prompts (:func:`prompt_cache_mb`), each request resuming
+    from the longest prefix it shares with any of them (docs/cli.md)."""
+    size = prompt_cache_mb()
+    return ["--cache", "true", "--cache_type", "ram", "--cache_size", str(size * 2**20)] if size else []
 
 
 def _token_cap(max_tokens: int) -> dict:

@@ -143,6 +143,13 @@ def test_the_local_models_sha256_is_keyed(counted, monkeypatch):
     assert key_of(["--lm", "local:qwen-0.5b"]) != before
 
 
+def test_the_local_servers_prompt_cache_is_keyed(counted, monkeypatch):
+    monkeypatch.setenv("RAG_PROMPT_CACHE_MB", "1024")
+    before = key_of(["--lm", "local:qwen-0.5b"])
+    monkeypatch.setenv("RAG_PROMPT_CACHE_MB", "0")
+    assert key_of(["--lm", "local:qwen-0.5b"]) != before
+
+
 def test_the_role_binding_code_is_keyed(counted, tmp_path, monkeypatch):
     for entry in cli.ANSWER_CODE:  # a copy of the answer code, then runtime/roles.py edited in it
         source, target = cli.PROJECT_ROOT / entry, tmp_path / entry
