@@ -79,9 +79,9 @@ def setting(key: str):
 def at_least(low: int):
     """argparse type: an integer >= ``low``."""
     def parse(text: str) -> int:
-        if problem := programs.range_problem(int(text), int, low):
+        if problem := programs.range_problem(value := int(text), int, low):
             raise argparse.ArgumentTypeError(problem)
-        return int(text)
+        return value
     parse.__name__ = "int"
     return parse
 

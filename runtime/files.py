@@ -6,7 +6,7 @@ import fcntl
 import json
 import os
 import sys
-import tempfile
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -60,31 +60,20 @@ def read_json(path: Path):
                          "damaged: fix it or fetch it again") from None
 
 
-def _umask() -> int:
-    """The process's umask (read by setting it, so read once, at import)."""
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
-UMASK = _umask()
-
-
 def write_whole(path: Path, text: str) -> None:
     """Write ``text`` to ``path`` (UTF-8, parent folders made) through a temporary file of its own in the same
     folder, synced to disk and renamed over it (the folder synced too), so an interrupted write or a crash leaves the
     old file or the new one, never half a file, and concurrent writers never share a temporary file."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")  # created new ("x"), with the usual permissions
     try:
-        os.fchmod(fd, 0o666 & ~UMASK)  # as a plain open() would create it (mkstemp makes it 0600)
-        with open(fd, "w", encoding="utf-8") as fh:
+        with open(tmp, "x", encoding="utf-8") as fh:
             fh.write(text)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)
         raise
     sync_folder(path.parent)
 

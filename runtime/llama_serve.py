@@ -77,7 +77,7 @@ def report_cached_tokens() -> None:
     usage.__optional_keys__ = usage.__optional_keys__ | {"prompt_tokens_details"}
     create, evaluate = Llama.create_completion, Llama.eval
 
-    def eval(self, tokens):
+    def counting(self, tokens):  # Llama.eval, noting the tokens already in the context at the first call
         if self._prompt_cached is None:
             self._prompt_cached = self.n_tokens
         evaluate(self, tokens)
@@ -90,7 +90,7 @@ def report_cached_tokens() -> None:
         return out
 
     Llama._prompt_cached = None
-    Llama.eval, Llama.create_completion = eval, create_completion
+    Llama.eval, Llama.create_completion = counting, create_completion
 
 
 def cache_without_logits() -> None:
