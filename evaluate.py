@@ -2,15 +2,15 @@
 
 ``python evaluate.py --program rag --dataset hotpotqa --split dev --dev 50 --judge``
 ``python evaluate.py --compiled <run-id or program.json> --split test``
-``python evaluate.py --suite paper --test 30 --judge`` (every method with its baselines, see optimizers/suite.py)"""
+``python evaluate.py --suite paper --test 30 --judge`` (every method with its baselines, see experiments/suite.py)"""
 from __future__ import annotations
 
 import programs
-from optimizers import tracking
-from optimizers.cli import as_compiled, fail, given_flags, interruptible, oracle_suffix, session
-from optimizers.evaluation import evaluate
-from optimizers.suite import parser as suite_parser
-from optimizers.suite import run_suite
+from evaluation import tracking
+from experiments.cli import as_compiled, fail, given_flags, interruptible, oracle_suffix, session
+from evaluation.loop import evaluate
+from experiments.suite import parser as suite_parser
+from experiments.suite import run_suite
 
 
 @interruptible
@@ -69,7 +69,7 @@ def main(argv=None) -> dict:
 
 def error_taxonomy(data_dir):
     """RAG-Critic's taxonomy for ``--error-profile``, checked before anything is evaluated."""
-    from programs.taxonomy import load_taxonomy
+    from programs.rag_critic.taxonomy import load_taxonomy
 
     try:
         return load_taxonomy(data_dir)
@@ -80,8 +80,8 @@ def error_taxonomy(data_dir):
 def error_profile(s, records: list[dict], taxonomy, title: str) -> str:
     """Critique the wrong answers in ``records`` with the judge-role LM (the evaluator's model, so every program's
     profile is labelled by the same critic whatever its own roles) and log the profile to the active run."""
-    from optimizers import error_profile as ep
-    from programs.error_critic import ErrorCritic
+    from evaluation import error_profile as ep
+    from programs.rag_critic.error_critic import ErrorCritic
 
     critic = ErrorCritic(taxonomy, s.max_chars, embedder=s.retriever.embedder if s.retriever else None)
     for predictor in critic.predictors():

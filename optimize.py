@@ -23,13 +23,14 @@ from dspy.clients.cache import Cache
 
 import programs
 from decoding.decisions import describe
-from optimizers import compile as compile_module, tracking
+from optimizers import compile as compile_module
+from evaluation import tracking
 from optimizers.calibration import calibrate_decisions
-from optimizers.cli import compile_metric, fail, flags, interruptible, parser, session
+from experiments.cli import compile_metric, fail, flags, interruptible, parser, session
 from optimizers.compile import OPTIMIZERS, compile_program, fit_demos
-from optimizers.evaluation import evaluate
-from optimizers.metrics import METRIC_NAMES
-from optimizers.stats import bootstrap_ci
+from evaluation.loop import evaluate
+from evaluation.metrics import METRIC_NAMES
+from evaluation.stats import bootstrap_ci
 from runtime import store
 from runtime.files import locked, write_whole
 from runtime.metering import Limit, metered

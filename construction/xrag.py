@@ -20,7 +20,7 @@ import re
 import dspy
 
 from decoding.constrained import BOOL, constrained_config
-from programs.text import content_words, mentions, normalize, words
+from programs.shared.text import content_words, mentions, normalize, words
 from runtime.language import detect, in_language, language_name
 from signatures.construct import (
     QUESTION_TYPES,

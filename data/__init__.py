@@ -141,7 +141,7 @@ def split(examples: list[dspy.Example], n_train: int, n_dev: int, n_test: int, s
 def circular(examples: list[dspy.Example]) -> list[dspy.Example]:
     """Circular multiple choice: each example once per cyclic shift of its options, so every option text (the
     gold one included) stands at every letter exactly once. Copies get id ``<id>#r<shift>``, ``base_id`` and
-    ``rotation``; ``optimizers.evaluation.summarize`` counts a question as solved only when all its copies are.
+    ``rotation``; ``evaluation.loop.summarize`` counts a question as solved only when all its copies are.
     A writer that always picks one letter scores 1/n per copy and 0 circular."""
     out = []
     for ex in examples:

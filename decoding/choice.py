@@ -1,6 +1,6 @@
 """Multiple-choice scoring without trusting the letter the model writes (``--mc-scoring``).
 
-- ``generate``: the written reply, parsed into a letter (``programs.writer.parse_choice``);
+- ``generate``: the written reply, parsed into a letter (``programs.shared.writer.parse_choice``);
 - ``logprob``: the probability of each option letter at the first token of the answer, read from the token
   log-probabilities that llama.cpp's server and OpenAI-compatible endpoints return (``logprobs`` /
   ``top_logprobs`` on chat completions), renormalised over the option letters; the answer is the most probable;

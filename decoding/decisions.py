@@ -483,7 +483,7 @@ class Recorded(NamedTuple):
     answer: str | None = None
 
     def gold(self, gold) -> bool | None:
-        """The decision's gold label (see :data:`KINDS`) from one question's ``programs.oracle.Gold`` -- the
+        """The decision's gold label (see :data:`KINDS`) from one question's ``programs.shared.oracle.Gold`` -- the
         labels the oracle roles use: a passage is gold by paragraph id where the data has ids (MuSiQue, XRAG),
         else by title; a set when it holds every gold passage; an answer by the task metric. None when the
         question has no gold passages."""

@@ -1,1 +1,1 @@
-"""Compilation (teleprompters), metrics, evaluation loop and MLflow tracking."""
+"""Optimizers: compiling programs with DSPy teleprompters, and fitting gates and option priors on dev."""

@@ -21,9 +21,9 @@ from dspy.utils.exceptions import AdapterParseError
 import data as datasets
 from decoding.choice import estimate_prior
 from decoding.decisions import ANSWER_KINDS, fit_gate, gates, recorded_decisions
-from optimizers import metrics
-from optimizers.evaluation import Checkpoint, _run
-from programs.writer import mc_state, recorded_choices
+from evaluation import metrics
+from evaluation.loop import Checkpoint, _run
+from programs.shared.writer import mc_state, recorded_choices
 from runtime.lm import TRANSIENT_ERRORS
 from runtime.metering import metered
 
@@ -59,16 +59,16 @@ def calibrate_pride(program: dspy.Module, examples: list[dspy.Example], retries:
 def calibrate_decisions(program: dspy.Module, examples: list[dspy.Example], fused: bool, retries: int = 1,
                         correct=None, journal: Path | None = None) -> dict:
     """Fit every gate of ``program`` (``decoding.decisions.Gate``) on the decisions it makes on ``examples``
-    (the dev split), labelled by the gate's kind with the oracle roles' labels (:func:`optimizers.metrics.gold_of`):
+    (the dev split), labelled by the gate's kind with the oracle roles' labels (:func:`evaluation.metrics.gold_of`):
     a passage decision is gold when its passage is one of the example's gold passages (paragraph ids where the
     data has them -- MuSiQue's ``gold_ids``, XRAG's supporting article -- else ``gold_titles``), a sufficiency
     decision when its set holds every gold passage, a stop or acceptance when the answer it judged is correct and
-    an error verdict when it is wrong (``correct(example, answer)``, default :func:`optimizers.metrics.correct`:
+    an error verdict when it is wrong (``correct(example, answer)``, default :func:`evaluation.metrics.correct`:
     the task metric). ``fused``: per-passage gates also fit fusion
     weights with the retriever's score, keeping the LM's probability only where it lowers the loss out of fold
     (folds by question). Returns, per gate, the fit (AUC, ROC curve, thresholds, weights) or why it
     was skipped; gates without labelled decisions keep their thresholds. ``journal`` (JSONL, keyed by the caller
-    like a checkpoint, and written like one: :class:`~optimizers.evaluation.Checkpoint`, one writer, each line synced):
+    like a checkpoint, and written like one: :class:`~evaluation.loop.Checkpoint`, one writer, each line synced):
     each question's labelled decisions are appended as it finishes and read back instead of asked again, so an
     interrupted fit resumes; a question that ended on a transient error is not kept."""
     correct = correct or metrics.correct

@@ -15,8 +15,8 @@ import mlflow
 from dspy.teleprompt.gepa.instruction_proposal import InstructionProposer
 from dspy.utils.callback import BaseCallback
 
-from optimizers.evaluation import EndpointDown, endpoint_backoff, stopped
-from optimizers.metrics import UnreadableVerdict
+from evaluation.loop import EndpointDown, endpoint_backoff, stopped
+from evaluation.metrics import UnreadableVerdict
 from runtime.lm import TRANSIENT_ERRORS, UNREADABLE_ERRORS, ServerError, describe
 from runtime.metering import BudgetSpent, Limit, limited
 

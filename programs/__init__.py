@@ -13,17 +13,17 @@ import data as datasets
 from data import corpora
 from decoding.choice import MCScoring
 from decoding.decisions import MODES, Gate
-from programs.baselines import RAG, Direct
-from programs.coral import CORAL
-from programs.crag import CRAG
-from programs.iterative import IRCoT, ReAct
-from programs.mrag import MultilingualRAG
-from programs.par2 import PAR2
-from programs.rag_critic import RAGCritic
-from programs.seal import SEAL
-from programs.self_rag import SelfRAG
-from programs.self_refine import SelfRefine
-from programs.oracle import parse_roles
+from programs.baselines.rag import RAG, Direct
+from programs.coral.coral import CORAL
+from programs.baselines.crag import CRAG
+from programs.baselines.iterative import IRCoT, ReAct
+from programs.coral.mrag import MultilingualRAG
+from programs.par2.par2 import PAR2
+from programs.rag_critic.rag_critic import RAGCritic
+from programs.seal.seal import SEAL
+from programs.baselines.self_rag import SelfRAG
+from programs.rag_critic.self_refine import SelfRefine
+from programs.shared.oracle import parse_roles
 from retrieval.dense import INDEX_TYPES
 from retrieval.rerank import RERANKERS
 from retrieval.retriever import RetrievalConfig, Retriever
@@ -59,7 +59,7 @@ SHARED_DEFAULTS = {"loops": 3}
 #: Settings whose None is a setting, not a flag left out: ``max_chars=None`` shows whole passages (the session
 #: resolves ``--max-chars`` to 600, or to None on XRAG, before it builds a program); ``max_docs=None`` reads them all.
 NONE_IS_A_VALUE = ("max_chars", "max_docs")
-#: The settings a run passes to programs (``optimizers.cli``'s flags of the same names), which a compiled program
+#: The settings a run passes to programs (``experiments.cli``'s flags of the same names), which a compiled program
 #: records in its ``config``: ``(type, lowest, highest)`` for a number (a method may ask more: its class's
 #: ``AT_LEAST``), else the type. Checked on the command line and in an artifact before anything is built.
 SETTINGS = {"k": (int, 1, 100), "loops": (int, 0, 50), "subqueries": (int, 1, 50), "context_tokens": (int, 1, 10**6),
@@ -128,7 +128,7 @@ def spec(name: str) -> ProgramSpec:
 
 
 def oracle_roles(name: str) -> tuple[str, ...]:
-    """The oracle roles (``programs.oracle``) program ``name`` has a decision for."""
+    """The oracle roles (``programs.shared.oracle``) program ``name`` has a decision for."""
     s = spec(name)
     return s.cls.oracle_roles(**s.fixed) if hasattr(s.cls, "oracle_roles") else getattr(s.cls, "ORACLE_ROLES", ())
 
@@ -341,7 +341,7 @@ def load_compiled(path_or_run_id: str | dict, search=None, data_dir=None, roles=
 
     Without ``search`` the retriever is rebuilt from the recorded dataset corpora (cached index, no re-embedding).
     With ``roles`` (``runtime.roles.Roles``) the predictors are bound to their LMs; otherwise the default LM
-    configured with ``dspy.configure`` is used. ``oracle``: the program's oracle roles (``programs.oracle``); ``mc``:
+    configured with ``dspy.configure`` is used. ``oracle``: the program's oracle roles (``programs.shared.oracle``); ``mc``:
     its multiple-choice scoring (:func:`build`)."""
     artifact = path_or_run_id if isinstance(path_or_run_id, dict) else read_artifact(path_or_run_id)
     check_artifact(artifact, given)

@@ -1,5 +1,5 @@
 """The project's MLflow store: where it is (:func:`mlruns`, :func:`tracking_uri`) and reading a run's artifact
-(:func:`download`). Logging runs is :mod:`optimizers.tracking`'s."""
+(:func:`download`). Logging runs is :mod:`evaluation.tracking`'s."""
 from __future__ import annotations
 
 import atexit

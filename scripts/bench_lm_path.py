@@ -25,9 +25,9 @@ sys.path.insert(0, str(ROOT))
 
 from dspy.clients.base_lm import GLOBAL_HISTORY  # noqa: E402
 
-from optimizers.cli import compile_metric, parser, session  # noqa: E402
+from experiments.cli import compile_metric, parser, session  # noqa: E402
 from optimizers.compile import compile_program  # noqa: E402
-from optimizers.evaluation import evaluate  # noqa: E402
+from evaluation.loop import evaluate  # noqa: E402
 from programs import portable_state  # noqa: E402
 from runtime.lm import LOCAL_PREFIX, local_server  # noqa: E402
 

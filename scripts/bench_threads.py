@@ -15,8 +15,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 from fake_openai import FakeOpenAI  # noqa: E402
-from optimizers.cli import parser, session  # noqa: E402
-from optimizers.evaluation import evaluate  # noqa: E402
+from experiments.cli import parser, session  # noqa: E402
+from evaluation.loop import evaluate  # noqa: E402
 
 TIMINGS = ("seconds", "lm_seconds")
 

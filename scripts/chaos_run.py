@@ -1,7 +1,7 @@
 """Chaos run: an evaluation disturbed every way at once must end with the records of an undisturbed one.
 
 ``python scripts/chaos_run.py --n 200`` evaluates N questions (the bundled ``demo`` questions, numbered copies of
-them past 20) with ``--program`` (default ``rag``) on EM, F1 and an LLM judge (``optimizers.metrics.Judge``), against
+them past 20) with ``--program`` (default ``rag``) on EM, F1 and an LLM judge (``evaluation.metrics.Judge``), against
 ``tests/fault_server.py`` run as the embedded LM server (``tests/fault_host.py``: the project's host, leases and
 restarts around it). The server answers from a question -> answer table (a third right, a third "unknown", a third
 "probably <right>", which the judge decides), so scores differ by question; a sampled request (temperature > 0: a
@@ -104,7 +104,7 @@ def faulty_search(search, log: Path, down: range, bug: int):
 def cut_write(checkpoint: Path, at: int, marker: Path) -> None:
     """Write the first record appended once ``checkpoint`` holds ``at`` lines in two halves, each synced, and pause
     between them (a slow disk) after naming its question in ``marker``: the parent SIGKILLs this process there."""
-    from optimizers.evaluation import Checkpoint
+    from evaluation.loop import Checkpoint
 
     whole = Checkpoint.append
 
@@ -127,9 +127,9 @@ def child(args: argparse.Namespace) -> int:
     checkpoint is busy, 143 on SIGTERM."""
     import programs
     from data import demo
-    from optimizers.cli import _interrupt
-    from optimizers.evaluation import RunStopped, evaluate
-    from optimizers.metrics import Judge, exact_match, f1
+    from experiments.cli import _interrupt
+    from evaluation.loop import RunStopped, evaluate
+    from evaluation.metrics import Judge, exact_match, f1
     from retrieval.retriever import Retriever
     from runtime.files import Busy
     from runtime.lm import ProjectLM

@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import mlflow  # noqa: E402
 
-from optimizers import tracking  # noqa: E402
+from evaluation import tracking  # noqa: E402
 from runtime import store  # noqa: E402
 
 EXPAND = "button[data-component-id*='runnamecellrenderer']"  # the +/- before a parent run's name (MLflow 3)

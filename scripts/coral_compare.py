@@ -5,7 +5,7 @@
 ``python scripts/coral_compare.py --dataset blend --test 48 --programs direct multi_rag --circular``
 ``python scripts/coral_compare.py --dataset blend --test 48 --programs direct multi_rag --circular --mc-scoring pride``
 
-A thin use of the suite machinery (``optimizers/suite.py``): one parent run, one child run per program (checkpointed
+A thin use of the suite machinery (``experiments/suite.py``): one parent run, one child run per program (checkpointed
 per question, so an interrupted run resumes), and the suite's leaderboard (accuracy, cost per question, every
 program paired with coral, or else with the first program: exact McNemar with bootstrap CIs and Holm). The parent's
 comparison.md adds CORAL's own measures: accuracy at every option shift with ``--circular`` and per resource tier
@@ -30,11 +30,12 @@ import matplotlib.pyplot as plt  # noqa: E402
 import mlflow  # noqa: E402
 
 import programs  # noqa: E402
-from optimizers import suite, tracking  # noqa: E402
-from optimizers.cli import compile_metric, interruptible, session  # noqa: E402
+from experiments import suite  # noqa: E402
+from evaluation import tracking  # noqa: E402
+from experiments.cli import compile_metric, interruptible, session  # noqa: E402
 from optimizers.compile import compile_program  # noqa: E402
-from optimizers.evaluation import summarize  # noqa: E402
-from programs.writer import Writer  # noqa: E402
+from evaluation.loop import summarize  # noqa: E402
+from programs.shared.writer import Writer  # noqa: E402
 from retrieval.corpus import excluded  # noqa: E402
 from runtime.metering import metered  # noqa: E402
 

@@ -40,7 +40,7 @@ import data as datasets  # noqa: E402
 from data import hotpotqa, musique  # noqa: E402
 from data.xrag import paragraph, read_xquad, xquad_records  # noqa: E402
 from decoding.decisions import YES_NO, Gate, decide, fit_fusion, lm_adds, relative, written_label  # noqa: E402
-from optimizers import tracking  # noqa: E402
+from evaluation import tracking  # noqa: E402
 from retrieval.corpus import Corpus, Passage  # noqa: E402
 from retrieval.retriever import Retriever  # noqa: E402
 from runtime.embedders import get_embedder  # noqa: E402

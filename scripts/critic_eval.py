@@ -23,12 +23,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import mlflow  # noqa: E402
 
 import data  # noqa: E402
-from optimizers import tracking  # noqa: E402
-from optimizers.critic_scores import answer_is_wrong, identification, tier1_agreement  # noqa: E402
-from optimizers.error_profile import passage_lookup  # noqa: E402
-from optimizers.leaderboard import fmt  # noqa: E402
-from programs.error_critic import ErrorCritic  # noqa: E402
-from programs.taxonomy import load_taxonomy  # noqa: E402
+from evaluation import tracking  # noqa: E402
+from evaluation.critic_scores import answer_is_wrong, identification, tier1_agreement  # noqa: E402
+from evaluation.error_profile import passage_lookup  # noqa: E402
+from evaluation.leaderboard import fmt  # noqa: E402
+from programs.rag_critic.error_critic import ErrorCritic  # noqa: E402
+from programs.rag_critic.taxonomy import load_taxonomy  # noqa: E402
 from runtime import store  # noqa: E402
 from runtime.lm import make_lm  # noqa: E402
 from runtime.roles import init_dspy  # noqa: E402

@@ -29,9 +29,10 @@ import mlflow  # noqa: E402
 
 import programs  # noqa: E402
 from decoding.decisions import describe, gates  # noqa: E402
-from optimizers import suite, tracking  # noqa: E402
+from experiments import suite  # noqa: E402
+from evaluation import tracking  # noqa: E402
 from optimizers.calibration import calibrate_decisions  # noqa: E402
-from optimizers.cli import fail, interruptible, session  # noqa: E402
+from experiments.cli import fail, interruptible, session  # noqa: E402
 from runtime.files import write_whole  # noqa: E402
 
 RUNGS = ("generate", "fused", "fused-critic", "oracle")

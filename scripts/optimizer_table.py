@@ -25,8 +25,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import optimize  # noqa: E402
 import programs  # noqa: E402
-from optimizers import cli, suite, tracking  # noqa: E402
-from optimizers.cli import compile_metric, fail, interruptible, session  # noqa: E402
+from experiments import cli, suite  # noqa: E402
+from evaluation import tracking  # noqa: E402
+from experiments.cli import compile_metric, fail, interruptible, session  # noqa: E402
 from optimizers.compile import OPTIMIZERS  # noqa: E402
 
 ENTRY = "scripts/optimizer_table.py"

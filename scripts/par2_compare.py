@@ -3,7 +3,7 @@
 ``python scripts/par2_compare.py --dataset musique --test 30 --k 5 --loops 5 --judge --judge-lm local:qwen-1.5b``
 ``python scripts/par2_compare.py --dataset musique --test 30 --programs par2 --budgets 3 5 7``   (the H table)
 
-A thin use of the suite machinery (``optimizers/suite.py``): every (program, H) cell is a child run of one parent
+A thin use of the suite machinery (``experiments/suite.py``): every (program, H) cell is a child run of one parent
 run, checkpointed per question (an interrupted run resumes), and the parent holds the suite's leaderboard (EM, F1,
 judge, retrieval, LM calls, tokens and seconds per question; every program paired with par2 at the same H by exact
 McNemar with bootstrap CIs and Holm). The parent's report.md adds PAR2's own measures: Recall (any gold paragraph),
@@ -24,11 +24,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import mlflow  # noqa: E402
 
 import programs  # noqa: E402
-from optimizers import suite, tracking  # noqa: E402
-from optimizers.cli import compile_metric, interruptible, session  # noqa: E402
+from experiments import suite  # noqa: E402
+from evaluation import tracking  # noqa: E402
+from experiments.cli import compile_metric, interruptible, session  # noqa: E402
 from optimizers.compile import compile_program  # noqa: E402
-from optimizers.leaderboard import fmt  # noqa: E402
-from optimizers.stats import paired_t  # noqa: E402
+from evaluation.leaderboard import fmt  # noqa: E402
+from evaluation.stats import paired_t  # noqa: E402
 from runtime.metering import metered  # noqa: E402
 
 DEFAULT_PROGRAMS = ("direct", "cot", "rag", "react", "ircot", "par2_anchor", "par2_chain", "par2")

@@ -20,10 +20,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import mlflow  # noqa: E402
 
-from optimizers import suite, tracking  # noqa: E402
-from optimizers.cli import interruptible, session  # noqa: E402
-from programs.coral import CORAL, Trace  # noqa: E402
-from programs.mrag import corpus_of  # noqa: E402
+from experiments import suite  # noqa: E402
+
+from evaluation import tracking  # noqa: E402
+from experiments.cli import interruptible, session  # noqa: E402
+from programs.coral.coral import CORAL, Trace  # noqa: E402
+from programs.coral.mrag import corpus_of  # noqa: E402
 from runtime.lm import make_lm  # noqa: E402
 from runtime.metering import metered  # noqa: E402
 from scripts.coral_compare import balanced, planner_diagnostics  # noqa: E402

@@ -26,9 +26,9 @@ import dspy  # noqa: E402
 import mlflow  # noqa: E402
 
 import evaluate as evaluate_cli  # noqa: E402
-from optimizers import cli, suite  # noqa: E402
-from optimizers.critic_scores import answer_is_wrong, identification  # noqa: E402
-from optimizers.leaderboard import fmt  # noqa: E402
+from experiments import cli, suite  # noqa: E402
+from evaluation.critic_scores import answer_is_wrong, identification  # noqa: E402
+from evaluation.leaderboard import fmt  # noqa: E402
 
 
 def behaviour(records: list[dict]) -> dict:

@@ -13,7 +13,7 @@ from statistics import mean
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from data import corpora as sources  # noqa: E402
-from optimizers.metrics import retrieval_scores  # noqa: E402
+from evaluation.metrics import retrieval_scores  # noqa: E402
 from retrieval.retriever import Retriever  # noqa: E402
 
 

@@ -5,7 +5,7 @@ default), as a suite run.
 [--ks 1 3] [--budgets 0 1 3 5] [--programs seal self_rag crag rag_cited] [--ledger-to-writer] [--corpus bundled]
 [--dataset musique]``
 
-A thin use of ``evaluate.py --suite`` (``optimizers/suite.py``): the grid is one suite entry (seal against its
+A thin use of ``evaluate.py --suite`` (``experiments/suite.py``): the grid is one suite entry (seal against its
 baselines at every (k, L)), so every cell gets its child run, per-question checkpoint and the suite's leaderboard
 (judge, EM, F1, retrieval, cost; seal vs each arm by exact McNemar with bootstrap CIs and Holm). This script adds
 what only SEAL has, logged as the parent run's ``report.md``: how many held passages the ranking replaced per
@@ -29,10 +29,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import mlflow  # noqa: E402
 
 from data import corpora as sources  # noqa: E402
-from optimizers import suite  # noqa: E402
-from optimizers.cli import interruptible  # noqa: E402
-from optimizers.leaderboard import fmt  # noqa: E402
-from optimizers.stats import bootstrap_ci, holm, paired_t  # noqa: E402
+from experiments import suite  # noqa: E402
+from experiments.cli import interruptible  # noqa: E402
+from evaluation.leaderboard import fmt  # noqa: E402
+from evaluation.stats import bootstrap_ci, holm, paired_t  # noqa: E402
 
 PROGRAMS = ("seal", "self_rag", "crag", "rag_cited")
 LEDGER = "seal_ledger"  # seal with ledger_to_writer: its own row

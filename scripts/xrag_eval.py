@@ -14,7 +14,7 @@ conditions, with the same k as ``rag``. The same ``--n`` XQuAD questions (seeded
 XQuAD questions are answered by ONE paragraph, unlike XRAG's cross-document questions: these numbers measure
 cross-lingual reading and answer language, not cross-document reasoning.
 
-A thin use of the suite machinery (``optimizers/suite.py``): every (condition, setting, program) cell is a child
+A thin use of the suite machinery (``experiments/suite.py``): every (condition, setting, program) cell is a child
 run of one parent run, checkpointed per question, and the parent holds the suite's leaderboard (per setting;
 in every retrieval condition the first ``--programs`` entry is paired with the others) beside the two tables
 (report.md)."""
@@ -32,8 +32,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import mlflow  # noqa: E402
 
 import data as datasets  # noqa: E402
-from optimizers import suite, tracking  # noqa: E402
-from optimizers.cli import interruptible, session  # noqa: E402
+from experiments import suite  # noqa: E402
+from evaluation import tracking  # noqa: E402
+from experiments.cli import interruptible, session  # noqa: E402
 
 CONDITIONS = ("none", "oracle", "full", "open")
 FULL_K = 8  # supporting + distractors: every visible document

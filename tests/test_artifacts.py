@@ -56,7 +56,7 @@ def test_optimize_prints_where_the_compiled_program_stays_and_how_to_browse_runs
     from dspy.utils.dummies import DummyLM
 
     import optimize
-    from optimizers import cli
+    from experiments import cli
 
     monkeypatch.setattr(cli, "make_lm", lambda *a, **k: DummyLM({"question": {"answer": "Paris"}}))
     run_id = optimize.main(["--program", "direct", "--train", "2", "--dev", "0", "--test", "1"])
@@ -127,7 +127,7 @@ def test_a_decision_gates_fitted_thresholds_load_and_a_stray_gate_key_is_refused
 def nothing_built(monkeypatch):
     """A crafted artifact is refused before any corpus is read, retriever built or LM made."""
     from data import corpora
-    from optimizers import cli
+    from experiments import cli
 
     def refuse(*args, **kwargs):
         raise AssertionError("built from a crafted artifact")

@@ -9,7 +9,8 @@ import pytest
 from dspy.utils.dummies import DummyLM
 
 import evaluate
-from optimizers import cli, suite, tracking
+from experiments import cli, suite
+from evaluation import tracking
 from runtime import store
 from runtime.caps import output_cap
 from signatures.writer import AnswerDirectly

@@ -11,7 +11,7 @@ import pytest
 import data
 from data import corpora
 from data.blend import COUNTRIES, blend_kb, build_mcq, clash, kb_group, read_annotations
-from optimizers.evaluation import evaluate
+from evaluation.loop import evaluate
 from retrieval.corpus import excluded as corpora_excluded
 from retrieval.retriever import Retriever
 

@@ -10,7 +10,7 @@ from dspy.utils.dummies import DummyLM
 import programs
 from decoding.choice import MCScoring, debias, estimate_prior, letter_logprobs, sample_prior
 from optimizers.calibration import calibrate_pride
-from programs.writer import Writer, mc_state
+from programs.shared.writer import Writer, mc_state
 from runtime.roles import init_dspy
 
 PRIOR = {"A": 0.4, "B": 0.3, "C": 0.2, "D": 0.1}  # the option-ID prior the fake LM applies
@@ -178,7 +178,7 @@ def test_compare_script_scores_every_mode_from_one_run_and_logs_the_calibration(
     import mlflow
 
     import scripts.coral_compare as compare
-    from optimizers import cli
+    from experiments import cli
 
     lm = LetterBiasLM({"[[ ## options ## ]]": {"answer": "B"}})
     monkeypatch.setattr(cli, "make_lm", lambda *a, **k: lm)

@@ -7,7 +7,8 @@ from dspy.utils.dummies import DummyLM
 import evaluate
 import optimize
 import programs
-from optimizers import cli, tracking
+from experiments import cli
+from evaluation import tracking
 from runtime import store
 
 

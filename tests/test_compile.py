@@ -13,8 +13,8 @@ import programs
 from fake_openai import FakeOpenAI
 from optimizers.compile import (OPTIMIZERS, compile_program, feedback, fit_demos, instruction_fault, verdicts_only,
                                 with_feedback)
-from optimizers.evaluation import QuestionError
-from optimizers.metrics import UnreadableVerdict, exact_match
+from evaluation.loop import QuestionError
+from evaluation.metrics import UnreadableVerdict, exact_match
 from retrieval.corpus import Passage
 from runtime.lm import make_lm
 from runtime.metering import BudgetSpent, Limit, limited
@@ -107,7 +107,7 @@ def test_random_search_picks_trainset_demos_on_the_devset(dummy):
 def test_every_candidate_scored_on_the_devset_is_a_step_of_the_mlflow_run(dummy):
     import mlflow
 
-    from optimizers import tracking
+    from evaluation import tracking
 
     dummy([], follow_examples=True)
     with tracking.run("compile-test", "random-search") as active:
@@ -145,8 +145,8 @@ class Unreachable(DummyLM):
 
 @pytest.mark.parametrize("optimizer", ["bootstrap", "random_search"])
 def test_a_judge_outage_stops_the_compile_instead_of_compiling_without_demos(dummy, monkeypatch, optimizer):
-    from optimizers.evaluation import EndpointDown
-    from optimizers.metrics import Judge
+    from evaluation.loop import EndpointDown
+    from evaluation.metrics import Judge
 
     monkeypatch.setenv("RAG_ENDPOINT_BACKOFF", "0")
     dummy({q: {"answer": f"the city of {a}"} for q, a in CAPITALS})  # not an exact match: the judge is asked
@@ -159,7 +159,7 @@ def test_a_judge_outage_stops_the_compile_instead_of_compiling_without_demos(dum
 @pytest.mark.parametrize("optimizer", OPTIMIZERS)
 def test_a_program_outage_or_bug_stops_the_compile_instead_of_compiling_without_demos(monkeypatch, optimizer):
     """DSPy's optimizers count a program that raises as a failed example (up to 10 of them) and compile on."""
-    from optimizers.evaluation import EndpointDown
+    from evaluation.loop import EndpointDown
 
     monkeypatch.setenv("RAG_ENDPOINT_BACKOFF", "0")
     lm = Unreachable([])

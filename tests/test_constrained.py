@@ -31,7 +31,7 @@ def test_no_grammar_for_endpoints_without_one(dummy):
 
 
 def test_plan_grammar_parses_in_llama_cpp_and_tracks_assigned_names(dummy):
-    from programs.plan import grammar
+    from programs.rag_critic.plan import grammar
     from signatures.planner import PlanCorrection
 
     llama_cpp = pytest.importorskip("llama_cpp")

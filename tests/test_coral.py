@@ -5,8 +5,8 @@ import pytest
 from dspy.utils.dummies import DummyLM
 
 import programs
-from programs.coral import CORAL, Rated, accumulate, best, passes, same_plan, validate_corpora
-from programs.mrag import corpus_of, scope_corpora
+from programs.coral.coral import CORAL, Rated, accumulate, best, passes, same_plan, validate_corpora
+from programs.coral.mrag import corpus_of, scope_corpora
 from retrieval.corpus import Corpus, Passage
 from retrieval.retriever import Retriever
 from runtime.roles import Roles, assign_roles
@@ -296,7 +296,7 @@ def test_compare_script_prints_one_table_and_logs_one_run(embedder, monkeypatch,
     import mlflow
 
     import scripts.coral_compare as compare
-    from optimizers import cli
+    from experiments import cli
 
     lm = DummyLM({PLAN: Queue({"corpora": ["ko"]}), REPLAN: Queue({"corpora": ["es"], "query": "other"}),
                   BATCH: Queue(batched(*(rating(i, 4, 4, 4, 4) for i in range(1, 10)))), SINGLE: Queue(rating(0, 4, 4, 4, 4)),
@@ -321,7 +321,7 @@ def test_compare_script_prints_one_table_and_logs_one_run(embedder, monkeypatch,
 
 def test_compare_script_circular_mode_scores_a_letter_bias_zero(monkeypatch, capsys):
     import scripts.coral_compare as compare
-    from optimizers import cli
+    from experiments import cli
 
     monkeypatch.setattr(cli, "make_lm", lambda *a, **k: DummyLM({WRITE: Queue({"answer": "A"})}))
     rows = compare.main(["--dataset", "demo_culture", "--programs", "direct", "--train", "1", "--dev", "1",
@@ -333,8 +333,8 @@ def test_compare_script_circular_mode_scores_a_letter_bias_zero(monkeypatch, cap
 
 
 def test_leaderboard_counts_a_circular_question_right_only_at_every_shift():
-    from optimizers import leaderboard
-    from optimizers.suite import Cell, Result
+    from evaluation import leaderboard
+    from experiments.suite import Cell, Result
 
     def result(name, rights):
         records = [{"id": f"q{q}#r{r}", "base_id": f"q{q}", "answer": "A", "accuracy": float(ok)}
@@ -353,7 +353,7 @@ def test_every_registered_program_takes_the_question_language():
 
 
 def test_critic_lines_are_parsed_leniently():
-    from programs.coral import parse_ratings
+    from programs.coral.coral import parse_ratings
 
     text = "1 | 4 | 3 | 5 | 2 | on topic\n[2] | 0|1|1|0\nsummary: mostly useful\n3. | 9 | 1 | 1 | 1 | x"
     assert parse_ratings(text) == [(1, [4, 3, 5, 2], "on topic"), (2, [0, 1, 1, 0], ""), (3, [9, 1, 1, 1], "x")]
@@ -473,7 +473,7 @@ def test_planner_diagnostics_count_culture_recall_and_list_position():
 
 def test_planner_eval_reports_list_position_per_presentation(embedder, monkeypatch, capsys):
     import scripts.planner_eval as planner_eval
-    from optimizers import cli
+    from experiments import cli
 
     lm = DummyLM({PLAN: Queue({"corpora": ["ar"]})})  # a planner that always names the first corpus of the pool
     monkeypatch.setattr(cli, "make_lm", lambda *a, **k: lm)
@@ -519,7 +519,7 @@ def test_one_set_of_calls_scores_every_mc_mode():
 def test_batched_critic_lines_go_to_the_document_their_number_names(dummy, search, reply, scored, alone):
     scripted(dummy, batch=Queue({"ratings": reply}))
     chunk = [Passage(f"p{i}", f"title {i}", f"text {i}") for i in (1, 2, 3)]
-    trace = programs.coral.Trace()
+    trace = programs.coral.coral.Trace()
     out = CORAL(search, critic_batch=True).rate_batch(chunk, QUESTION, trace)
     assert {pos: r.relevance for pos, r in out.items()} == scored
     assert all(out[pos].passage is chunk[pos - 1] for pos in out) and trace.critic_missing == alone
@@ -532,7 +532,7 @@ def test_the_critic_sees_what_the_writer_sees_unless_told(search):
 
 def test_oracle_lang_tells_only_the_own_corpus_baselines_the_culture(embedder, monkeypatch):
     import scripts.coral_compare as compare
-    from optimizers import cli
+    from experiments import cli
 
     lm = DummyLM({PLAN: Queue({"corpora": ["en"]}), SINGLE: Queue(rating(0, 4, 4, 4, 4)),
                   ENOUGH: Queue({"enough": True, "reason": "fine"}), WRITE: Queue({"answer": "A"})})
@@ -557,7 +557,7 @@ def test_oracle_lang_baselines_are_calibrated_on_questions_told_the_culture(embe
     """PriDe's prior is estimated on the calibration questions as the program is evaluated on them: an
     ``--oracle-lang`` baseline sees them in the culture's scope, every other program as asked."""
     import scripts.coral_compare as compare
-    from optimizers import cli
+    from experiments import cli
 
     lm = DummyLM({WRITE: Queue({"answer": "A"})})
     monkeypatch.setattr(cli, "make_lm", lambda *a, **k: lm)

@@ -7,7 +7,7 @@ import pytest
 import data
 from data import corpora
 from data.demo import load_culture
-from optimizers import cli
+from experiments import cli
 from retrieval.corpus import Corpus, excluded
 from retrieval.retriever import Retriever
 

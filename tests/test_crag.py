@@ -3,8 +3,8 @@ import dspy
 import pytest
 
 import programs
-from programs.crag import CRAG, action, refine
-from programs.evidence import EvidenceWriter, cited_passages, clean_answer
+from programs.baselines.crag import CRAG, action, refine
+from programs.shared.evidence import EvidenceWriter, cited_passages, clean_answer
 from retrieval.corpus import Passage
 from runtime.roles import Roles, assign_roles
 from tests.test_seal import ANSWER, P, Q, Queue, ScriptedSearch, routed

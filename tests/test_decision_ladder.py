@@ -6,7 +6,7 @@ import math
 import mlflow
 import pytest
 
-from optimizers import cli
+from experiments import cli
 from retrieval.retriever import Retriever
 from tests.test_decisions import RelevanceLM
 from tests.test_seal import ANSWER

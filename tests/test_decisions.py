@@ -147,7 +147,7 @@ def test_thresholds_fitted_on_a_hand_made_label_set():
 def test_a_fitted_gate_survives_the_reset_copy_every_dspy_optimizer_starts_from():
     """BootstrapFewShot, random search and MIPROv2 compile ``student.reset_copy()``: the demos go, the gate's fit
     on dev stays, so the compile runs the program as it will run (it reset to the unfitted mix before)."""
-    from programs.crag import CRAG
+    from programs.baselines.crag import CRAG
 
     crag = CRAG(ScriptedSearch({Q: ["Blue Fox"]}), k=1, loops=0, decisions="fused")
     fitted = {"thresholds": {"lower": 0.1, "upper": 0.4}, "weights": [0.2, 0.0, 43.0]}
@@ -234,7 +234,7 @@ class RelevanceLM(DummyLM):
 
 def test_crag_grades_by_thresholds_on_p_yes_and_saves_them_as_program_state():
     import programs
-    from programs.crag import CRAG
+    from programs.baselines.crag import CRAG
 
     search = ScriptedSearch({Q: ["Blue Fox", "Red Owl", "Green Cat"]})
     lm = RelevanceLM({ANSWER: {"answer": "Lyon [1]"}}, {"Blue Fox": 0.9, "Red Owl": 0.5, "Green Cat": 0.1},
@@ -258,7 +258,7 @@ def test_crag_grades_by_thresholds_on_p_yes_and_saves_them_as_program_state():
 
 
 def test_crag_fused_grade_weighs_the_retrieval_score():
-    from programs.crag import CRAG
+    from programs.baselines.crag import CRAG
 
     search = ScriptedSearch({Q: ["Blue Fox", "Red Owl", "Green Cat"]})
     init_dspy(RelevanceLM({ANSWER: {"answer": "Lyon [1]"}}, {"Blue Fox": 0.5, "Red Owl": 0.5, "Green Cat": 0.5},
@@ -297,7 +297,7 @@ def reflection_payload(relevant, full, partial, useful5):
 
 
 def test_self_rag_accepts_a_draft_on_reflection_probabilities():
-    from programs.self_rag import SelfRAG
+    from programs.baselines.self_rag import SelfRAG
     from tests.test_seal import CRITIC
 
     search = ScriptedSearch({Q: ["Blue Fox"], "ana berg": ["Ana Berg"]})
@@ -315,7 +315,7 @@ def test_self_rag_accepts_a_draft_on_reflection_probabilities():
 
 
 def test_seal_gate_reads_the_verdict_as_p_sufficient():
-    from programs.seal import SEAL
+    from programs.seal.seal import SEAL
     from tests.test_seal import ASSESS, FILM_FACTS, GAP, GAP_BERG, QUERY, SUFFICIENT, extract
 
     written = {**SUFFICIENT, "sufficient": "False"}  # every other criterion holds; the written verdict says no
@@ -331,7 +331,7 @@ def test_seal_gate_reads_the_verdict_as_p_sufficient():
 
 
 def test_coral_keep_rule_and_sufficiency_apply_to_expected_scores_and_p_enough(embedder):
-    from programs.coral import CORAL, Trace, passes
+    from programs.coral.coral import CORAL, Trace, passes
     from retrieval.corpus import Corpus, Passage
     from retrieval.retriever import Retriever
 
@@ -356,7 +356,7 @@ def test_coral_keep_rule_and_sufficiency_apply_to_expected_scores_and_p_enough(e
 
 
 def test_coral_fused_keep_weighs_the_retrieval_score_within_each_corpus(embedder):
-    from programs.coral import CORAL, Rated
+    from programs.coral.coral import CORAL, Rated
     from decoding.decisions import recorded_decisions
     from retrieval.corpus import Corpus, Passage
     from retrieval.retriever import Retriever
@@ -380,7 +380,7 @@ def test_coral_fused_keep_weighs_the_retrieval_score_within_each_corpus(embedder
 @pytest.mark.parametrize("mode", ["logprob", "fused"])
 def test_calibration_fits_the_crag_gate_on_dev_gold_titles(mode):
     from optimizers.calibration import calibrate_decisions
-    from programs.crag import CRAG
+    from programs.baselines.crag import CRAG
 
     search = ScriptedSearch({Q: ["Blue Fox", "Red Owl", "Green Cat"]})
     init_dspy(RelevanceLM({ANSWER: {"answer": "Lyon [1]"}}, {"Blue Fox": 0.9, "Red Owl": 0.6, "Green Cat": 0.2},
@@ -401,7 +401,7 @@ def test_calibration_fits_the_crag_gate_on_dev_gold_titles(mode):
 
 def test_an_interrupted_calibration_resumes_from_its_journal_without_asking_again(tmp_path):
     from optimizers.calibration import calibrate_decisions
-    from programs.crag import CRAG
+    from programs.baselines.crag import CRAG
 
     class Counted(RelevanceLM):
         """Counts calls; raises Ctrl-C at call ``stop_at`` (1-based), as an interrupted run would."""
@@ -444,7 +444,7 @@ def test_an_interrupted_calibration_resumes_from_its_journal_without_asking_agai
 def test_a_calibration_journal_has_one_writer(tmp_path):
     # another process writing the journal: the fit stops before asking anything, as a second run on a checkpoint does
     from optimizers.calibration import calibrate_decisions
-    from programs.crag import CRAG
+    from programs.baselines.crag import CRAG
     from runtime.files import Busy, locked
 
     lm = RelevanceLM({ANSWER: {"answer": "Lyon [1]"}}, {"Blue Fox": 0.9})
@@ -463,7 +463,7 @@ def test_calibration_labels_passages_by_paragraph_id_where_the_data_has_ids():
     """MuSiQue's ``gold_ids`` (paragraphs share titles) and XRAG's ``supporting`` article (no gold titles at all)
     label the decisions as the oracle does -- by id, not by title."""
     from optimizers.calibration import calibrate_decisions
-    from programs.crag import CRAG
+    from programs.baselines.crag import CRAG
     from tests.test_seal import P
 
     search = ScriptedSearch({Q: ["Blue Fox", "Red Owl", "Green Cat"]})
@@ -481,7 +481,7 @@ def test_calibration_labels_passages_by_paragraph_id_where_the_data_has_ids():
 
 def test_sufficiency_decisions_are_labelled_by_whether_the_set_holds_every_gold_title():
     from optimizers.calibration import calibrate_decisions
-    from programs.seal import SEAL
+    from programs.seal.seal import SEAL
     from tests.test_seal import ASSESS, FILM_FACTS, GAP, GAP_BERG, QUERY, SUFFICIENT, extract
 
     routes = {extract("Blue Fox"): FILM_FACTS, ASSESS: SUFFICIENT, GAP: GAP_BERG, QUERY: {"query": "Ana Berg"},
@@ -588,8 +588,8 @@ def test_an_answer_level_gate_whose_probability_tells_nothing_on_dev_lets_the_an
 
 def test_programs_ask_no_verdict_or_stop_from_a_gate_at_rest(monkeypatch):
     import programs
-    from programs.rag_critic import RAGCritic
-    from programs.taxonomy import load_taxonomy
+    from programs.rag_critic.rag_critic import RAGCritic
+    from programs.rag_critic.taxonomy import load_taxonomy
     from tests.test_par2 import ANSWER as WRITE, ESC, PLAN as PAR2_PLAN, ROUTES, TWO_SEARCHES, said
     from tests.test_par2 import ScriptedSearch as Par2Search
     from tests.test_rag_critic import CRITIC, ERROR, FIXTURES, LABELS, PLAN, WRITER, ScriptedSearch as CriticSearch
@@ -618,9 +618,9 @@ def test_a_gate_deciding_whatever_the_probability_is_named_in_the_trace_and_by_w
     """Issue 61 item 1: a resting gate's decision says "at rest (no call)", and the program names what it ran as."""
     import programs
     from decoding.decisions import ONE_CLASS, REST, decided_by
-    from programs.rag_critic import RAGCritic
-    from programs.self_refine import SelfRefine
-    from programs.taxonomy import load_taxonomy
+    from programs.rag_critic.rag_critic import RAGCritic
+    from programs.rag_critic.self_refine import SelfRefine
+    from programs.rag_critic.taxonomy import load_taxonomy
     from tests.test_par2 import ANSWER as WRITE, ESC, PLAN as PAR2_PLAN, ROUTES, TWO_SEARCHES, said
     from tests.test_par2 import ScriptedSearch as Par2Search
     from tests.test_rag_critic import CRITIC, ERROR, FEEDBACK, FIXTURES, LABELS, PLAN, WRITER
@@ -667,7 +667,7 @@ def test_a_gate_deciding_whatever_the_probability_is_named_in_the_trace_and_by_w
 
 
 def test_crag_grades_by_retrieval_alone_without_a_call_when_its_gate_gave_the_lm_no_weight():
-    from programs.crag import CRAG
+    from programs.baselines.crag import CRAG
 
     search = ScriptedSearch({Q: ["Blue Fox", "Red Owl", "Green Cat"]})
     lm = RelevanceLM({ANSWER: {"answer": "Lyon [1]"}}, {"Blue Fox": 0.1, "Red Owl": 0.1, "Green Cat": 0.9})
@@ -681,7 +681,7 @@ def test_crag_grades_by_retrieval_alone_without_a_call_when_its_gate_gave_the_lm
 
 
 def test_coral_asks_no_critic_when_its_keep_gate_decides_by_retrieval_and_no_verdict_when_dev_was_one_class(embedder):
-    from programs.coral import CORAL, Trace
+    from programs.coral.coral import CORAL, Trace
     from retrieval.corpus import Corpus, Passage
     from retrieval.retriever import Retriever
 
@@ -726,8 +726,8 @@ def test_par2_controller_stops_on_p_stop_against_its_gate():
 
 def test_rag_critic_verdict_is_flagged_on_p_error_against_its_gate(monkeypatch):
     import programs
-    from programs.rag_critic import RAGCritic
-    from programs.taxonomy import load_taxonomy
+    from programs.rag_critic.rag_critic import RAGCritic
+    from programs.rag_critic.taxonomy import load_taxonomy
     from tests.test_rag_critic import CRITIC, ERROR, FIXTURES, LABELS, PLAN, WRITER, ScriptedSearch as CriticSearch
     from tests.test_rag_critic import said
 
@@ -748,7 +748,7 @@ def test_rag_critic_verdict_is_flagged_on_p_error_against_its_gate(monkeypatch):
 
 def test_self_refine_stops_on_p_correct_against_its_gate():
     import programs
-    from programs.self_refine import SelfRefine
+    from programs.rag_critic.self_refine import SelfRefine
     from tests.test_rag_critic import FEEDBACK, REVISE, WRITER, ScriptedSearch as CriticSearch, said
 
     routes = {FEEDBACK: {"verdict": "Error", "feedback": "Name the city."}, REVISE: {"answer": "Lyon"},
@@ -768,7 +768,7 @@ def test_self_refine_stops_on_p_correct_against_its_gate():
 def test_answer_level_decisions_are_labelled_by_the_correctness_of_the_answer_they_judged():
     from decoding.decisions import Recorded
 
-    from programs.oracle import Gold
+    from programs.shared.oracle import Gold
     from retrieval.corpus import Passage
 
     gold = Gold(correct={"Lyon"}.__contains__)  # no gold passages
@@ -784,7 +784,7 @@ def test_answer_level_decisions_are_labelled_by_the_correctness_of_the_answer_th
 
 def test_calibration_fits_an_answer_level_gate_on_the_task_metric_without_gold_titles():
     from optimizers.calibration import calibrate_decisions
-    from programs.self_refine import SelfRefine
+    from programs.rag_critic.self_refine import SelfRefine
     from tests.test_rag_critic import FEEDBACK, REVISE, WRITER, ScriptedSearch as CriticSearch, said
 
     routes = {FEEDBACK: {"verdict": "Error", "feedback": "Check it."}, REVISE: {"answer": "Lyon"},
@@ -809,7 +809,7 @@ def test_calibration_fits_an_answer_level_gate_on_the_task_metric_without_gold_t
 
 def test_self_rag_acceptance_is_recorded_as_the_smaller_of_its_two_probabilities():
     from decoding.decisions import recorded_decisions
-    from programs.self_rag import SelfRAG
+    from programs.baselines.self_rag import SelfRAG
     from tests.test_seal import CRITIC
 
     search = ScriptedSearch({Q: ["Blue Fox"]})

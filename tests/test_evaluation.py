@@ -3,8 +3,8 @@ import json
 import dspy
 import pytest
 
-from optimizers.evaluation import QuestionError, evaluate, load_checkpoint
-from optimizers.metrics import exact_match
+from evaluation.loop import QuestionError, evaluate, load_checkpoint
+from evaluation.metrics import exact_match
 from runtime.lm import ServerError
 from tests.dummies import unreadable
 
@@ -94,7 +94,7 @@ def test_metrics_are_broken_down_by_group_and_trace_counts_averaged(dummy):
 
 def test_circular_score_needs_every_copy_right(dummy):
     import data
-    from optimizers.metrics import accuracy
+    from evaluation.metrics import accuracy
 
     class AlwaysA(dspy.Module):
         def forward(self, question, options, lang):
@@ -109,7 +109,7 @@ def test_circular_score_needs_every_copy_right(dummy):
 
 
 def test_tier_scores_average_languages_beside_the_pooled_figure():
-    from optimizers.evaluation import summarize
+    from evaluation.loop import summarize
 
     def rec(i, lang, tier, acc):
         return {"id": str(i), "failed": False, "accuracy": acc, "source_lang": lang, "tier": tier}
@@ -126,7 +126,7 @@ def test_tier_scores_average_languages_beside_the_pooled_figure():
 def test_records_score_retrieval_and_citations_by_paragraph_id_where_the_data_has_ids():
     """XRAG's supporting article (no gold titles) still gets retrieval measures; MuSiQue's paragraphs that share a
     gold title are not gold, for recall nor for citation precision."""
-    from optimizers.evaluation import record
+    from evaluation.loop import record
     from retrieval.corpus import Passage
 
     gold_para, same_title = Passage("m:1", "Rome", "Rome is the capital."), Passage("m:2", "Rome", "Rome has a zoo.")
@@ -240,7 +240,7 @@ def test_failures_are_counted_by_class_from_the_records_so_a_resumed_run_reports
 def test_a_metric_that_could_not_be_computed_is_none_and_counted_from_the_stored_records(tmp_path):
     """A judge whose replies stay unreadable gives no score (not a silent 0); the count is in the records, so the
     resumed run, which calls no judge, reports it too."""
-    from optimizers.metrics import Judge
+    from evaluation.metrics import Judge
 
     lm = dspy.utils.DummyLM([{"verdict": "yes"}] * 8)  # no `same` field: unreadable
     metrics = {"em": exact_match, "judge": Judge(lm)}
@@ -257,7 +257,7 @@ def test_a_metric_that_could_not_be_computed_is_none_and_counted_from_the_stored
 
 
 def test_means_leave_out_what_was_not_scored():
-    from optimizers.evaluation import per_question, summarize
+    from evaluation.loop import per_question, summarize
 
     records = [{"id": "a", "failed": False, "em": 1.0, "lang": "ko", "base_id": "q"},
                {"id": "b", "failed": True, "em": None, "lang": "ko", "base_id": "q", "retryable": True},

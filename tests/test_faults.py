@@ -18,8 +18,8 @@ from dspy.utils.exceptions import LMRateLimitError, LMTransportError
 
 import programs
 from fault_host import FAULT_SERVER, FaultHost, comparable
-from optimizers.evaluation import EndpointDown, evaluate, load_checkpoint
-from optimizers.metrics import exact_match
+from evaluation.loop import EndpointDown, evaluate, load_checkpoint
+from evaluation.metrics import exact_match
 from runtime.lm import ATTEMPT, ProjectLM, ServerError, _free_port, _reachable
 from runtime.roles import init_dspy
 from tests.dummies import unreadable
@@ -238,7 +238,7 @@ def test_an_interrupted_run_is_killed_flushed_and_resumes(fault_endpoint, tmp_pa
 
 SWALLOWS_SIGTERM = """
 import signal, sys, time
-from optimizers import cli
+from experiments import cli
 cli.GRACE_SECONDS = float(sys.argv[1])
 signal.signal(signal.SIGTERM, cli._interrupt)
 ready = False
@@ -294,7 +294,7 @@ def test_a_judge_that_cannot_reach_its_lm_leaves_the_question_retryable(tmp_path
 
 
 def test_the_judge_raises_an_endpoint_error_instead_of_scoring_wrong():
-    from optimizers.metrics import Judge
+    from evaluation.metrics import Judge
 
     judge = Judge(ProjectLM("openai/judge", api_base=f"http://127.0.0.1:{_free_port()}/v1", api_key="local",
                             num_retries=0, cache=False))

@@ -5,7 +5,7 @@ import pytest
 from dspy.utils.dummies import DummyLM
 
 import optimize
-from optimizers import cli
+from experiments import cli
 from retrieval.bm25 import BM25Index, tokenize
 from retrieval.corpus import Corpus, Passage, excluded
 from retrieval.retriever import RETRIEVERS, RetrievalConfig, Retriever, rrf

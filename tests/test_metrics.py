@@ -3,7 +3,7 @@ import math
 import dspy
 import pytest
 
-from optimizers.metrics import Judge, accuracy, exact_match, f1, paragraph_id, retrieval_scores
+from evaluation.metrics import Judge, accuracy, exact_match, f1, paragraph_id, retrieval_scores
 from retrieval.corpus import Passage
 
 EX = dspy.Example(question="Capital of France?", answer="Paris", answers=["Paris", "City of Paris"])
@@ -50,7 +50,7 @@ def test_judge_calls_its_lm_and_skips_idk(dummy):
 def test_an_unreadable_verdict_is_asked_again_sampled_then_raised_not_scored_wrong():
     from dspy.utils.dummies import DummyLM
 
-    from optimizers.metrics import UnreadableVerdict
+    from evaluation.metrics import UnreadableVerdict
     from runtime.lm import ATTEMPT
 
     attempts = []
@@ -114,7 +114,7 @@ def test_judge_lets_a_dead_judge_server_stop_the_run():
 
 
 def test_retrieval_is_scored_by_paragraph_over_everything_retrieved_in_order_of_first_retrieval():
-    from optimizers.evaluation import record
+    from evaluation.loop import record
 
     para = {n: Passage(f"musique:0000{n}", "Kel Ora" if n < 3 else f"T{n}", f"text {n}") for n in range(1, 7)}
     example = dspy.Example(id="q", question="?", answer="x", answers=["x"], gold_titles=["Kel Ora", "T5"],
@@ -140,7 +140,7 @@ def test_the_xrag_language_reader_raises_an_endpoint_error_instead_of_voting_no(
     from dspy.utils.dummies import DummyLM
     from dspy.utils.exceptions import LMTransportError
 
-    from optimizers.xlingual import JudgePanel
+    from evaluation.xlingual import JudgePanel
 
     class Unreachable(DummyLM):
         def __call__(self, *args, **kwargs):
@@ -159,8 +159,8 @@ def test_a_panel_decides_without_an_unreadable_judge_only_where_its_vote_could_n
         dummy, verdicts, expected):
     from dspy.utils.dummies import DummyLM
 
-    from optimizers.metrics import UnreadableVerdict
-    from optimizers.xlingual import JudgePanel
+    from evaluation.metrics import UnreadableVerdict
+    from evaluation.xlingual import JudgePanel
 
     dummy([])
     panel = JudgePanel([DummyLM([{"same": v}] if v is not None else [{"verdict": "yes"}] * 4) for v in verdicts])

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 import data
-from optimizers.cli import DEFAULT_SPLITS
+from experiments.cli import DEFAULT_SPLITS
 
 
 def para(idx, title, text, supporting=False):

@@ -13,7 +13,7 @@ from fake_openai import FakeOpenAI
 import evaluate
 import optimize
 import programs
-from optimizers import cli
+from experiments import cli
 from runtime.paths import project_cache
 from tests.test_decision_ladder import ladder_lm  # noqa: F401 (a fixture)
 

@@ -6,17 +6,18 @@ import dspy
 import pytest
 
 import programs
-from optimizers import cli, evaluation
-from optimizers.metrics import exact_match, gold_of
-from optimizers.suite import Entry, plan, parser as suite_parser
-from programs.coral import CORAL
-from programs.crag import CRAG
-from programs.oracle import Gold, gold_labels
-from programs.par2 import PAR2
+from experiments import cli
+from evaluation import loop as evaluation
+from evaluation.metrics import exact_match, gold_of
+from experiments.suite import Entry, plan, parser as suite_parser
+from programs.coral.coral import CORAL
+from programs.baselines.crag import CRAG
+from programs.shared.oracle import Gold, gold_labels
+from programs.par2.par2 import PAR2
 from retrieval.corpus import Corpus
 from retrieval.retriever import Retriever
-from programs.seal import SEAL
-from programs.self_refine import SelfRefine
+from programs.seal.seal import SEAL
+from programs.rag_critic.self_refine import SelfRefine
 from tests.dummies import routed
 from tests.test_coral import EN, ENOUGH, KO, PLAN, QUESTION, REPLAN, SINGLE, WRITE
 from tests.test_seal import (ANSWER, ASSESS, BERG_FACTS, FILM_FACTS, GAP, GAP_BERG, INSUFFICIENT, NO_FACTS, QUERY,

@@ -3,11 +3,11 @@ import pytest
 from dspy.utils.dummies import DummyLM
 
 import programs
-from programs.iterative import first_sentence
-from programs.par2 import esc_decision, interleave, plan_lines
+from programs.baselines.iterative import first_sentence
+from programs.par2.par2 import esc_decision, interleave, plan_lines
 from retrieval.corpus import Corpus, Passage
 from retrieval.retriever import Retriever
-from programs.text import approx_tokens
+from programs.shared.text import approx_tokens
 from tests.dummies import Queue, routed
 from tests.test_seal import P, Q, TEXTS  # the shared made-up toy world
 
@@ -348,7 +348,7 @@ def test_ircot_respects_the_budget_and_counts_unusable_thoughts():
 # --- the comparison / step-budget script --------------------------------------------------------------------------
 
 def test_paired_recall_test_against_par2():
-    from optimizers.suite import Cell, Result
+    from experiments.suite import Cell, Result
     from scripts.par2_compare import paired
 
     ref = Result(Cell("par2", "d"), "run", {"n": 8, "recall_any": 1.0}, [{"id": str(i), "recall_any": 1.0}
@@ -366,7 +366,7 @@ def test_compare_script_runs_programs_and_budgets_in_one_run(monkeypatch, capsys
     import mlflow
 
     import scripts.par2_compare as compare
-    from optimizers import cli
+    from experiments import cli
 
     lm = DummyLM({PLAN: {"searches": "Apple founders | who\nSteve Jobs | person"},
                   ESC: {"decision": "STOP", "next_query": ""}, THOUGHT: {"next_sentence": "So the answer is: Paris."},

@@ -5,7 +5,7 @@ import dspy
 import pytest
 from fake_openai import FakeOpenAI
 
-from optimizers.evaluation import evaluate
+from evaluation.loop import evaluate
 from runtime import lm as lm_mod
 from runtime.lm import LlamaServer
 from runtime.roles import init_dspy

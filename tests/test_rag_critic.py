@@ -11,14 +11,14 @@ from dspy.utils.dummies import DummyLM
 
 import evaluate
 import programs
-from optimizers import cli
-from optimizers import error_profile as ep
-from programs.error_critic import ErrorCritic, parse_verdict
-from programs.executor import PlanExecutor
-from programs.plan import REFINE_OPTIONS, PlanError, grammar, parse_plan
-from programs.rag_critic import RAGCritic
-from programs.self_refine import SelfRefine
-from programs.taxonomy import load_taxonomy, snap
+from experiments import cli
+from evaluation import error_profile as ep
+from programs.rag_critic.error_critic import ErrorCritic, parse_verdict
+from programs.rag_critic.executor import PlanExecutor
+from programs.rag_critic.plan import REFINE_OPTIONS, PlanError, grammar, parse_plan
+from programs.rag_critic.rag_critic import RAGCritic
+from programs.rag_critic.self_refine import SelfRefine
+from programs.rag_critic.taxonomy import load_taxonomy, snap
 from retrieval.corpus import Passage
 from runtime.roles import Roles, assign_roles
 from signatures.planner import ERROR_ACTIONS, FUNCTIONS
@@ -146,7 +146,7 @@ def test_an_unparsed_verdict_is_not_an_error_and_asks_for_no_labels(taxonomy):
 
 
 def test_labels_with_commas_and_colons_stay_whole_and_tier3_is_shortlisted_by_similarity():
-    from programs.taxonomy import Taxonomy
+    from programs.rag_critic.taxonomy import Taxonomy
 
     labels = ["Misreading dates, names or numbers", "Ratio: wrong units", *(f"Filler label {i}" for i in range(12))]
     tax = Taxonomy.from_entries([{"idx": 0, "tag1": "Inaccurate Response", "tag2": "Wrong Entity", "tag3": labels},
@@ -510,7 +510,7 @@ def test_error_profile_without_taxonomy_stops_before_evaluating(tmp_path, monkey
 # --- critic scores and the comparison script -----------------------------------------------------------------
 
 def test_identification_is_balanced_over_both_classes():
-    from optimizers.critic_scores import identification, tier1_agreement
+    from evaluation.critic_scores import identification, tier1_agreement
 
     # 3 wrong answers (2 flagged), 1 right answer (flagged): error recall 2/3, correct recall 0
     ident = identification([True, True, False, True], [True, True, True, False])

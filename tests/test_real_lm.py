@@ -6,8 +6,8 @@ import pytest
 import data
 import optimize
 import programs
-from optimizers.evaluation import evaluate
-from optimizers.task_metrics import answer_metrics
+from evaluation.loop import evaluate
+from evaluation.task_metrics import answer_metrics
 from retrieval.retriever import Retriever
 from runtime.lm import make_lm
 from runtime.roles import init_dspy
@@ -95,8 +95,8 @@ def test_the_small_planner_writes_a_plan_that_parses_under_the_plan_grammar(monk
     (docs/results.md); under the plan grammar its program must parse and end with GenerateAnswer."""
     if not os.environ.get("RAG_DATA_DIR"):
         monkeypatch.setenv("RAG_DATA_DIR", os.path.join(os.path.dirname(__file__), "fixtures"))
-    from programs.error_critic import Critique
-    from programs.rag_critic import RAGCritic
+    from programs.rag_critic.error_critic import Critique
+    from programs.rag_critic.rag_critic import RAGCritic
 
     bundle = data.load("demo")
     example = data.split(bundle.examples, 0, 1, 0, seed=13).dev[0]

@@ -3,8 +3,8 @@ import pytest
 
 import data
 import programs
-from optimizers.evaluation import evaluate
-from optimizers.task_metrics import answer_metrics
+from evaluation.loop import evaluate
+from evaluation.task_metrics import answer_metrics
 from retrieval.retriever import Retriever
 from runtime.lm import make_lm
 from runtime.roles import init_dspy

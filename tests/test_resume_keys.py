@@ -10,9 +10,9 @@ from dspy.utils.dummies import DummyLM
 
 import evaluate
 from data import corpora
-from optimizers import cli
-from optimizers.evaluation import evaluate as run_eval
-from optimizers.metrics import exact_match
+from experiments import cli
+from evaluation.loop import evaluate as run_eval
+from evaluation.metrics import exact_match
 from tests.test_xrag import xquad_file
 
 
@@ -165,7 +165,7 @@ def test_the_role_binding_code_is_keyed(counted, tmp_path, monkeypatch):
 
 
 def test_the_code_that_makes_a_record_is_keyed(counted, monkeypatch):
-    from optimizers import evaluation
+    from evaluation import loop as evaluation
 
     cli.code_version.cache_clear()
     before = key_of([])

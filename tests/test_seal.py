@@ -8,11 +8,11 @@ from dspy.utils.dummies import DummyLM
 import programs
 from retrieval.corpus import Corpus, Passage
 from retrieval.retriever import Retriever
-from programs.evidence import search_excluding
-from programs.seal import (SEAL, Gap, Ledger, clip, entity_first_rank, failed_criteria, occurs_verbatim, pivots,
+from programs.shared.evidence import search_excluding
+from programs.seal.seal import (SEAL, Gap, Ledger, clip, entity_first_rank, failed_criteria, occurs_verbatim, pivots,
                            triple_lines, verbatim_facts)
-from programs.self_rag import SelfRAG, merge
-from programs.text import repeats
+from programs.baselines.self_rag import SelfRAG, merge
+from programs.shared.text import repeats
 from runtime.roles import Roles, assign_roles
 from tests.dummies import Queue, routed
 

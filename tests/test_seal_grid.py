@@ -3,7 +3,7 @@ import math
 
 import pytest
 
-from optimizers import suite
+from experiments import suite
 from scripts.seal_grid import comparisons, replacements
 from tests.test_pool import pool_dir  # noqa: F401 (fixture)
 
@@ -48,7 +48,7 @@ def test_grid_runs_every_arm_in_the_pool_and_logs_one_run(pool_dir, embedder, mo
     from dspy.utils.dummies import DummyLM
 
     import scripts.seal_grid as grid
-    from optimizers import cli
+    from experiments import cli
     from retrieval.retriever import Retriever
     from tests.test_seal import ANSWER, ASSESS, GAP, INSUFFICIENT, QUERY, Queue
 

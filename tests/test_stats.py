@@ -2,7 +2,7 @@ import math
 
 import pytest
 
-from optimizers.stats import bootstrap_ci, holm, mcnemar_exact, paired_t
+from evaluation.stats import bootstrap_ci, holm, mcnemar_exact, paired_t
 
 
 def test_mcnemar_counts_discordant_pairs_and_gives_the_exact_binomial_p():

@@ -8,7 +8,9 @@ from dataclasses import replace
 import mlflow
 import pytest
 
-from optimizers import leaderboard, suite, tracking
+from evaluation import leaderboard, tracking
+
+from experiments import suite
 from runtime import store
 
 
@@ -139,7 +141,7 @@ def test_two_ray_cells_log_concurrently_through_one_tracking_server(tmp_path, mo
 
 
 def test_plots_cover_frontier_languages_and_budgets():
-    from optimizers import plots
+    from evaluation import plots
 
     def result(program, config, judge, lang_scores):
         summary = {"n": 4, "judge": judge, "seconds": 3.0, "prompt_tokens": 900.0, "completion_tokens": 20.0,
@@ -158,8 +160,8 @@ def test_plots_cover_frontier_languages_and_budgets():
 
 
 def test_frontier_bars_are_the_bootstrap_ci_of_the_per_question_scores():
-    from optimizers import plots
-    from optimizers.stats import bootstrap_ci
+    from evaluation import plots
+    from evaluation.stats import bootstrap_ci
 
     judged = [1.0] * 9 + [0.0] * 21
     records = [{"id": f"q{i}", "judge": v} for i, v in enumerate(judged)]
@@ -180,8 +182,8 @@ def test_each_suite_cell_logs_its_own_unreadable_verdicts(dummy):
     def hook(s):
         from dspy.utils.dummies import DummyLM
 
-        from optimizers.metrics import Judge
-        from optimizers.task_metrics import answer_metrics
+        from evaluation.metrics import Judge
+        from evaluation.task_metrics import answer_metrics
         from runtime.roles import Roles, init_dspy
 
         lm = DummyLM({"": {"reasoning": "because", "answer": "Lyon"}})

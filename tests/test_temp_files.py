@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from optimizers import tracking
+from evaluation import tracking
 
 ROOT = Path(__file__).resolve().parents[1]
 

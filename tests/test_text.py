@@ -1,7 +1,7 @@
-"""Refusal detection and query-repeat checks (programs/text.py)."""
+"""Refusal detection and query-repeat checks (programs/shared/text.py)."""
 import pytest
 
-from programs.text import abstained, repeats
+from programs.shared.text import abstained, repeats
 
 
 @pytest.mark.parametrize("answer", ["I don't know", "I don’t know", "i dont know.", "I DO NOT KNOW", "",

@@ -8,8 +8,8 @@ import data
 import programs
 from fake_openai import FakeOpenAI
 from fault_host import comparable
-from optimizers.evaluation import evaluate
-from optimizers.metrics import exact_match
+from evaluation.loop import evaluate
+from evaluation.metrics import exact_match
 from retrieval.retriever import Retriever
 from runtime.roles import init_dspy
 

@@ -10,7 +10,8 @@ from dspy.utils.dummies import DummyLM
 
 import evaluate
 import optimize
-from optimizers import cli, tracking
+from experiments import cli
+from evaluation import tracking
 from runtime import store
 
 

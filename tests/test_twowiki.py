@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 import data
-from optimizers.cli import DEFAULT_SPLITS
+from experiments.cli import DEFAULT_SPLITS
 
 # Made-up records in the original 2WikiMultiHopQA dev layout (not benchmark text): sentences carry no leading space.
 FIXTURE = [

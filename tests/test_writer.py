@@ -1,6 +1,6 @@
 import pytest
 
-from programs.writer import Writer, parse_choice
+from programs.shared.writer import Writer, parse_choice
 from retrieval.corpus import Passage
 
 OPTS = {"A": "Tteokguk", "B": "Zongzi", "C": "Mooncake", "D": "Turkey"}

@@ -14,8 +14,8 @@ import dspy
 import pytest
 
 import optimize
-from optimizers.evaluation import evaluate
-from optimizers.metrics import exact_match
+from evaluation.loop import evaluate
+from evaluation.metrics import exact_match
 from runtime import files
 from runtime.files import Busy, write_whole
 
@@ -103,7 +103,7 @@ def test_a_second_run_told_to_wait_resumes_what_the_first_finished(tmp_path, cap
 WRITER = """
 import sys, time, dspy
 from pathlib import Path
-from optimizers.evaluation import evaluate
+from evaluation.loop import evaluate
 
 ckpt = Path(sys.argv[1])
 
@@ -202,7 +202,7 @@ def test_a_lock_names_its_holder_and_is_free_again_after_the_block(tmp_path):
 
 
 def test_a_checkpoint_in_use_stops_an_entry_point_with_one_line_and_exit_75(capsys):
-    from optimizers.cli import interruptible, parser
+    from experiments.cli import interruptible, parser
 
     @interruptible
     def main(argv=None):
@@ -216,7 +216,7 @@ def test_a_checkpoint_in_use_stops_an_entry_point_with_one_line_and_exit_75(caps
 
 
 def test_an_lm_server_gone_for_good_stops_an_entry_point_with_one_line_and_exit_5(capsys):
-    from optimizers.cli import interruptible
+    from experiments.cli import interruptible
     from runtime.lm import ServerError
 
     @interruptible

@@ -11,15 +11,15 @@ from dspy.utils.dummies import DummyLM
 import data
 import evaluate
 from data import xrag
-from optimizers import cli
-from optimizers.evaluation import evaluate as run_eval
-from optimizers.metrics import noted
-from optimizers.xlingual import JudgePanel, char3_recall, language_correct, xrag_metrics
+from experiments import cli
+from evaluation.loop import evaluate as run_eval
+from evaluation.metrics import noted
+from evaluation.xlingual import JudgePanel, char3_recall, language_correct, xrag_metrics
 from runtime.language import in_language, language_verdict
 from programs import build
 from retrieval.corpus import Corpus, excluded
 from retrieval.retriever import Retriever
-from programs.writer import Writer
+from programs.shared.writer import Writer
 from construction.xrag import (XRAGBuilder, entity_names, lexical_overlap, parse_qa_pairs, question_problem,
                                shared_entities, translation_problem)
 

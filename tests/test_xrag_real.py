@@ -9,8 +9,8 @@ import data
 import programs
 from construction.xrag import XRAGBuilder
 from data.xrag import paragraph, read_xquad
-from optimizers.evaluation import evaluate
-from optimizers.xlingual import JudgePanel, xrag_metrics
+from evaluation.loop import evaluate
+from evaluation.xlingual import JudgePanel, xrag_metrics
 from retrieval.retriever import Retriever
 from runtime.lm import make_lm
 from runtime.roles import init_dspy

@@ -1,0 +1,1 @@
+"""Measuring programs: the checkpointed evaluation loop, metrics, MLflow tracking, statistics, plots and leaderboards."""

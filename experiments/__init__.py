@@ -1,0 +1,1 @@
+"""Running experiments: the command-line settings and session, and suites of evaluations."""

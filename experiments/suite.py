@@ -1,0 +1,266 @@
+"""Suites: every method with its paper baselines on its benchmarks, one MLflow parent run, one child run per cell.
+
+A suite is data: :class:`Entry` (method, baselines, datasets, optional grid of ``k``/``loops`` values). Adding a
+program to the comparison is one ``Entry`` line in ``SUITES``. ``python evaluate.py --suite paper --test 30`` runs
+every (program, dataset[, grid point]) cell on the same seeded split with the same LMs and embedder, each cell
+checkpointed per example (an interrupted suite re-run makes no repeated LM calls), then logs the leaderboard
+(``evaluation.leaderboard``) and plots to the parent run. ``--ray [ADDRESS]`` runs the cells as Ray tasks.
+
+The comparison scripts (``scripts/*_compare.py``, ``seal_grid.py``, ``xrag_eval.py``) are thin uses of the same
+machinery: they open a parent run, evaluate their arms with :func:`run_cell` (their own programs and questions
+where a method needs them: compiled variants, balanced slices) and log :func:`log_leaderboard`, then add only
+their method's diagnostics."""
+from __future__ import annotations
+
+import argparse
+import copy
+import itertools
+import os
+from dataclasses import dataclass, field, replace
+
+import mlflow
+
+import programs
+from experiments import cli
+from evaluation import leaderboard, tracking
+from experiments.cli import Session, fail, session
+from evaluation.loop import evaluate
+from programs.shared.oracle import parse_roles
+from runtime import store
+from runtime.paths import PROJECT_ROOT
+
+SHORT = {"k": "k", "loops": "L"}  # grid keys in cell labels: seal_k3_L1
+
+
+@dataclass(frozen=True)
+class Entry:
+    """A method, the baselines its paper compares it with, the datasets it is measured on, and an optional grid."""
+    method: str
+    baselines: tuple[str, ...]
+    datasets: tuple[str, ...]
+    grid: dict = field(default_factory=dict, hash=False)  # e.g. {"k": (1, 3), "loops": (0, 1, 3)}
+
+
+SUITES: dict[str, tuple[Entry, ...]] = {
+    "paper": (
+        Entry("seal", ("self_rag", "crag", "rag_cited"), ("hotpotqa", "2wiki")),
+        Entry("coral", ("direct", "mono_rag", "multi_rag", "own_en_rag", "cross_rag", "t_rag", "coral_select"),
+              ("blend", "click")),
+        Entry("par2", ("direct", "cot", "rag", "react", "ircot", "par2_anchor", "par2_chain"), ("musique", "2wiki")),
+        Entry("rag_critic", ("rag", "self_refine"), ("hotpotqa", "2wiki")),
+        Entry("coral", ("direct", "rag"), ("xrag_multi_open:all",)),
+    ),
+    "seal-grid": (Entry("seal", ("self_rag", "crag", "rag_cited"), ("hotpotqa",),
+                        {"k": (1, 3), "loops": (0, 1, 3, 5)}),),
+}
+
+
+@dataclass(frozen=True)
+class Cell:
+    program: str
+    dataset: str
+    config: tuple[tuple[str, int], ...] = ()  # grid values this program takes, e.g. (("k", 3), ("loops", 1))
+    variant: str = ""  # a script's own variant of the program, e.g. "compiled"
+    oracle: str = ""  # the program's --oracle roles: an oracle row, never mixed into a non-oracle one
+
+    @property
+    def label(self) -> str:
+        return (self.program + "".join(f"_{SHORT.get(k, k)}{v}" for k, v in self.config)
+                + (f"_{self.variant}" if self.variant else "") + cli.oracle_suffix(self.oracle))
+
+
+@dataclass
+class Result:
+    cell: Cell
+    run_id: str
+    summary: dict
+    records: list[dict]
+    effective: str = ""  # what the program ran as where that is not the cell (``tracking.tag_effective``)
+
+    @property
+    def label(self) -> str:
+        """The row's name: what its program ran as."""
+        return self.effective or self.cell.label
+
+
+def entries(name: str, dataset: str | None) -> tuple[Entry, ...]:
+    """A named suite, or an ad-hoc one: ``METHOD,BASELINE,...`` on ``--dataset``."""
+    if name in SUITES:
+        return SUITES[name]
+    names = [n for n in name.split(",") if n]
+    unknown = [n for n in names if n not in programs.REGISTRY]
+    if unknown or not names:
+        fail(f"unknown suite '{name}'; use one of {', '.join(SUITES)} or a comma-separated program list "
+             f"(method first) with --dataset")
+    return (Entry(names[0], tuple(names[1:]), (dataset or programs.spec(names[0]).default_dataset,)),)
+
+
+def _grid_points(grid: dict) -> list[dict]:
+    keys = list(grid)
+    return [dict(zip(keys, values)) for values in itertools.product(*(grid[k] for k in keys))] or [{}]
+
+
+def cell(program: str, dataset: str, point: dict, oracle: str = "") -> Cell:
+    """The cell of ``program`` on ``dataset`` at grid ``point``, keeping only the values the program takes and the
+    ``oracle`` roles (``--oracle``) it has a decision for."""
+    roles = ",".join(r for r in parse_roles(oracle) if r in programs.oracle_roles(program))
+    return Cell(program, dataset, tuple(sorted(programs.accepted_config(program, point).items())), oracle=roles)
+
+
+def plan(suite: tuple[Entry, ...], only_datasets=None, only_methods=None,
+         oracle: str = "") -> tuple[list[Cell], list[tuple]]:
+    """The distinct cells to run (in suite order) and the (dataset, method cell, baseline cell) pairs to test;
+    ``oracle``: the ``--oracle`` roles, which mark the cells of programs that have them."""
+    cells, pairs = {}, []
+    for entry in suite:
+        if only_methods and entry.method not in only_methods:
+            continue
+        for dataset in entry.datasets:
+            if only_datasets and dataset not in only_datasets:
+                continue
+            for point in _grid_points(entry.grid):
+                method = cell(entry.method, dataset, point, oracle)
+                cells.setdefault(method, None)
+                for baseline in entry.baselines:
+                    base = cell(baseline, dataset, point, oracle)
+                    cells.setdefault(base, None)
+                    if (dataset, method, base) not in pairs:
+                        pairs.append((dataset, method, base))
+    return list(cells), pairs
+
+
+def cell_session(base: Session, cell: Cell) -> Session:
+    """The dataset's session with the cell's grid values in place of ``--k``/``--loops``."""
+    args = copy.copy(base.args)
+    for key, value in cell.config:
+        setattr(args, key, value)
+    return replace(base, args=args)
+
+
+def run_cell(s: Session, cell: Cell, parent_run_id: str, suite_name: str, program=None, examples=None,
+             stage: str | None = None, entry: str = "evaluate.py --suite", run_id: str | None = None) -> Result:
+    """Evaluate one cell into its own child run of ``parent_run_id`` (metrics named ``<split>_<metric>``),
+    checkpointed per example under ``stage`` (default: the split): ``s.build(cell.program)`` on the ``--split``
+    questions, unless a script passes its own program/questions; ``run_id``: the cell's child run a script already
+    started (e.g. holding its compile), continued."""
+    a = s.args
+    program = s.build(cell.program) if program is None else program
+    examples = s.evaluated(getattr(s.splits, a.split)) if examples is None else examples
+    stage = stage or a.split
+    tracking.setup(a.experiment)
+    name = cell.label if cell.oracle else cell.label + cli.oracle_suffix(s.oracle(cell.program))  # a script's cell
+    with tracking.run(a.experiment, f"{name}-{cell.dataset}", parent_run_id=parent_run_id,
+                      nested=mlflow.active_run() is not None, run_id=run_id,
+                      tags={"entry": entry, "suite": suite_name, "cell": name, "dataset": cell.dataset}) as run:
+        tracking.log_params(s.params(cell.program) | {"split": a.split, "threads": a.threads, "cell": name,
+                                                      "eval_ids": [ex.id for ex in examples]})
+        shown = tracking.tag_effective(program, name)
+        records, summary = evaluate(program, examples, s.metrics, k=a.k if s.retriever else None,
+                                    retries=a.retries, desc=f"{cell.label}/{cell.dataset}", groups=s.groups,
+                                    checkpoint=s.checkpoint(stage, cell.label, program), threads=a.threads,
+                                    retry_failed=a.retry_failed, wait=a.wait_for_checkpoint,
+                                    traces=tracking.question_traces(run.info.run_id, s.metrics, a.trace))
+        tracking.log_evaluation(a.split, records, summary, s.metrics, s.eval_data(a.split, examples))
+        mlflow.flush_trace_async_logging()
+    return Result(cell, run.info.run_id, summary, records, shown if shown != name else "")
+
+
+def against(reference: Cell, cells: list[Cell]) -> list[tuple]:
+    """Leaderboard pairs: ``reference`` against every other cell of its dataset."""
+    return [(reference.dataset, reference, c) for c in cells if c != reference and c.dataset == reference.dataset]
+
+
+def log_leaderboard(results: list[Result], pairs: list[tuple], title: str) -> leaderboard.Board:
+    """The leaderboard of ``results`` (tables, paired tests, plots) logged to the active (parent) run."""
+    board = leaderboard.report(results, pairs, title=title)
+    leaderboard.log(board, results, pairs)
+    return board
+
+
+def _remote_cell(args: argparse.Namespace, cell: Cell, parent_run_id: str, suite_name: str, hook=None) -> Result:
+    """A Ray task: its own session (data, retriever, LMs) for the cell's dataset, then :func:`run_cell`."""
+    args = copy.copy(args)
+    args.dataset = cell.dataset
+    s = session(args, programs.spec(cell.program).needs_search)
+    if hook is not None:
+        s = hook(s)
+    return run_cell(cell_session(s, cell), cell, parent_run_id, suite_name)
+
+
+def _ray_results(args, cells: list[Cell], parent_run_id: str, hook) -> list[Result]:
+    try:
+        import ray
+    except ImportError:
+        fail("--ray needs Ray: pip install '.[ray]'")
+    env = {k: v for k, v in os.environ.items() if k.startswith(("RAG_", "MLFLOW_", "LITELLM_", "HF_", "OPENAI_"))}
+    if args.ray == "local":
+        runtime_env = {"env_vars": env | {"PYTHONPATH": str(PROJECT_ROOT)}}
+        ray.init(runtime_env=runtime_env, include_dashboard=False)
+    else:  # a cluster: ship this checkout to the workers
+        ray.init(address=args.ray, runtime_env={"env_vars": env, "working_dir": str(PROJECT_ROOT),
+                                                "excludes": [".venv", ".cache", "mlruns", ".git"]})
+    try:
+        task = ray.remote(num_cpus=args.ray_cpus)(_remote_cell)
+        return ray.get([task.remote(args, cell, parent_run_id, args.suite, hook) for cell in cells])
+    finally:
+        ray.shutdown()
+
+
+def run_suite(args: argparse.Namespace, hook=None, custom: tuple[Entry, ...] | None = None, report=None) -> dict:
+    """Run the suite named by ``args.suite`` (or the ``custom`` entries under that name) and log its leaderboard;
+    ``hook(session) -> session`` (tests) is applied to every dataset's session before its cells run, and
+    ``report(results, sessions) -> markdown`` (a script's own diagnostics; ``sessions`` by dataset, empty under
+    Ray) runs inside the parent run and is logged as report.md."""
+    suite = custom or entries(args.suite, args.dataset)
+    cells, pairs = plan(suite, args.datasets, args.methods, getattr(args, "oracle", ""))
+    if not cells:
+        fail(f"suite '{args.suite}' has no cell for --datasets {args.datasets} / --methods {args.methods}")
+    cli.check_args(args, list(dict.fromkeys(c.program for c in cells)))
+    if args.ray and not store.tracking_uri().startswith("http"):
+        print("warning: --ray with the sqlite store: concurrent cells should log through a tracking server "
+              "(mlflow server ...; MLFLOW_TRACKING_URI=http://...)")
+    results: list[Result] = []
+    sessions: dict[str, Session] = {}
+    with tracking.run(args.experiment, f"suite-{args.suite}", tags={"entry": "evaluate.py --suite"}) as parent:
+        tracking.log_params({"suite": args.suite, "cells": [f"{c.label}@{c.dataset}" for c in cells],
+                             "split": args.split, "split_seed": args.seed, "threads": args.threads,
+                             "ray": args.ray or "", "trace": args.trace, "cache": not args.no_cache,
+                             "lm": args.lm, "judge": args.judge, "embedder": args.embedder, "k": args.k,
+                             "loops": args.loops, "n_test": args.test, "n_dev": args.dev,
+                             "oracle": getattr(args, "oracle", "")})
+        if args.ray:
+            results = _ray_results(args, cells, parent.info.run_id, hook)
+        else:
+            for dataset in dict.fromkeys(c.dataset for c in cells):
+                mine = [c for c in cells if c.dataset == dataset]
+                ds_args = copy.copy(args)
+                ds_args.dataset = dataset
+                s = session(ds_args, any(programs.spec(c.program).needs_search for c in mine))
+                s = sessions[dataset] = hook(s) if hook else s
+                results += [run_cell(cell_session(s, c), c, parent.info.run_id, args.suite) for c in mine]
+        board = log_leaderboard(results, pairs, f"suite {args.suite}, split {args.split} (seed {args.seed}), "
+                                                f"lm {args.lm}, judge {args.judge_lm or args.lm if args.judge else '-'}"
+                                                f", corpus {args.corpus or 'per dataset'}")
+        extra = report(results, sessions) if report else ""
+        if extra:
+            mlflow.log_text(extra, "report.md")
+    print(f"\n{board.markdown}\n{extra}\nrun {parent.info.run_id} (suite-{args.suite})")
+    return {"run_id": parent.info.run_id, "results": results, "leaderboard": board, "report": extra}
+
+
+def parser(description: str) -> argparse.ArgumentParser:
+    """evaluate.py's flags with the suite's: what ``evaluate.py --suite`` and the comparison scripts parse."""
+    p = cli.parser(description)
+    p.add_argument("--split", choices=["train", "dev", "test"], help="default: dev, test for --suite")
+    add_flags(p)
+    return p
+
+
+def add_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--suite", help=f"run a suite ({', '.join(SUITES)}, or METHOD,BASELINE,... on --dataset): "
+                                   "every cell on the same seeded split, one parent MLflow run, a leaderboard")
+    p.add_argument("--datasets", nargs="+", help="suite: only these datasets")
+    p.add_argument("--methods", nargs="+", help="suite: only these methods (with their baselines)")
+    p.add_argument("--ray", nargs="?", const="local", metavar="ADDRESS",
+                   help="suite: run cells as Ray tasks (local ray.init(), or a cluster address); pip install '.[ray]'")
+    p.add_argument("--ray-cpus", type=float, default=1, help="CPUs Ray reserves per cell")

@@ -1,0 +1,147 @@
+"""CRAG-style corrective retrieval, a baseline for SEAL-RAG at the same k and loop budget.
+
+A retrieval evaluator grades each of the top-k passages ``correct``, ``ambiguous`` or ``incorrect`` (one critic
+call per passage). The set's action follows the grades: any correct passage -> *correct* (keep the set's passages
+not graded incorrect, as CRAG passes on only the relevant knowledge); every
+passage incorrect -> *incorrect* (drop them all and search again with a rewritten query); otherwise *ambiguous*
+(keep the best non-incorrect passages, at most k - max(1, k // 2), and fill up to k from a rewritten-query
+search). Each re-search fetches k passages
+not fetched before and counts against ``loops`` (``loops=0``: grade and refine only). With ``decisions="logprob"``
+the grade is read as a score, CRAG's way: P(yes) of a yes/no relevance decision (``decoding.decisions``), graded
+correct at or above the gate's ``upper`` threshold, incorrect below its ``lower`` one, ambiguous between
+(``decisions="fused"``: the probability fused with the passage's retrieval score first; a gate whose dev fit gave
+the LM no weight grades by the retrieval score without a call). With ``oracle="relevance"`` (``programs.shared.oracle``)
+a gold passage is graded correct and any other incorrect, without a call. The kept passages are then
+refined by decompose-then-recompose: each is cut into sentence strips, strips sharing no content word with the
+question or the queries are dropped, and the rest are joined back in order. The shared evidence writer answers from
+the final k passages (graded best first).
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import dspy
+
+from decoding.choice import MCScoring
+from decoding.decisions import YES_NO, Gate, check_mode, decide, record, relative, rest_note
+from programs.shared.evidence import EvidenceWriter, lenient, search_excluding
+from programs.shared.oracle import check_roles, oracle as oracle_labels
+from programs.shared.text import clip, content_words, repeats, sentences
+from retrieval.corpus import Passage
+from retrieval.retriever import Retriever
+from signatures.critic import GradeRetrieval, JudgeRelevance
+from signatures.query import RewriteQuery
+
+GRADES = ("correct", "ambiguous", "incorrect")
+#: Fixed thresholds on the relevance score of an uncompiled program: thirds of the probability scale (the paper's
+#: values belong to its own T5 evaluator's scale).
+THRESHOLDS = {"lower": 1 / 3, "upper": 2 / 3}
+
+
+def graded(score: float, thresholds: dict[str, float]) -> str:
+    """A passage's grade from its relevance score: correct at or above ``upper``, incorrect below ``lower``."""
+    return "correct" if score >= thresholds["upper"] else "incorrect" if score < thresholds["lower"] else "ambiguous"
+
+
+def action(grades: list[str]) -> str:
+    """The set's action from its passages' grades (CRAG's upper/lower thresholds on a three-way grade)."""
+    if "correct" in grades:
+        return "correct"
+    return "incorrect" if grades and all(g == "incorrect" for g in grades) else "ambiguous"
+
+
+def refine(passage: Passage, terms: set[str], max_chars: int) -> Passage:
+    """Decompose-then-recompose: the passage with only the sentence strips (of the text a prompt shows) that share
+    a content word with ``terms``; the first strip when none does."""
+    strips = sentences(passage.clip(max_chars).removesuffix(" …"))
+    kept = [s for s in strips if content_words(s) & terms] or strips[:1]
+    return replace(passage, text=" ".join(kept))
+
+
+class CRAG(dspy.Module):
+    """Grade the top-k, then keep, refine or re-search with a rewritten query; at most ``loops`` re-searches.
+
+    ``lang`` (passed by multilingual datasets) is accepted and unused."""
+
+    ROLES = {"grade": "critic", "grade_relevance": "critic", "rewrite": "planner"}
+    ORACLE_ROLES = ("relevance",)
+
+    def __init__(self, search: Retriever, k: int = 3, loops: int = 1, max_chars: int = 600,
+                 max_query_words: int = 12, stuck_jaccard: float = 0.7, decisions: str = "generate",
+                 oracle: str = "", mc: MCScoring | None = None):
+        super().__init__()
+        self.decisions, self.oracle = check_mode(decisions), check_roles(oracle, self.ORACLE_ROLES, "crag")
+        if decisions != "generate":  # scored grades: a relevance decision and its thresholds (program state)
+            self.grade_relevance = dspy.Predict(JudgeRelevance)
+            self.grade_gate = Gate(**THRESHOLDS)
+        self.search, self.k, self.loops, self.max_chars = search, k, loops, max_chars
+        self.max_query_words, self.stuck_jaccard = max_query_words, stuck_jaccard
+        self.grade = dspy.Predict(GradeRetrieval)
+        self.rewrite = dspy.Predict(RewriteQuery)
+        self.writer = EvidenceWriter(max_chars, mc=mc)
+
+    def _grade(self, question: str, passages: list[Passage], grades: dict[str, str]) -> int:
+        """Grade ``passages`` into ``grades``; returns the number of unreadable grades (graded ambiguous)."""
+        failures = 0
+        if (relevant := oracle_labels(self.oracle, "relevance")) is not None:
+            grades.update((p.id, "correct" if relevant(p) else "incorrect") for p in passages)
+            return failures
+        if self.decisions == "generate":
+            for p in passages:
+                out = lenient(self.grade, question=question, passage=p.format(self.max_chars))
+                failures += out is None or out.grade not in GRADES
+                grades[p.id] = out.grade if out is not None and out.grade in GRADES else "ambiguous"
+            return failures
+        probs, scores = [], relative([p.score for p in passages])
+        asked = self.decisions != "fused" or self.grade_gate.reads_lm  # else calibrated to the retriever alone
+        for p, score in zip(passages, scores) if asked else ():
+            yes = decide(self.grade_relevance, {"relevant": YES_NO}, question=question,
+                         passage=p.format(self.max_chars)).prob("relevant", "yes")
+            failures += yes is None
+            probs.append(0.5 if yes is None else yes)
+            record(self.grade_gate, probs[-1], score, [p])
+        if self.decisions == "fused":
+            probs = self.grade_gate.fuse(probs or [0.5] * len(passages), scores)
+        grades.update((p.id, graded(s, self.grade_gate.thresholds)) for p, s in zip(passages, probs))
+        return failures
+
+    def resting(self) -> str | None:
+        """What CRAG runs as while its grade gate decides whatever the probability (see
+        :func:`decoding.decisions.rest_note`): at rest every passage is graded correct."""
+        return rest_note("grader", getattr(self, "grade_gate", None), "one retrieval, every passage kept")
+
+    def forward(self, question: str, options: dict[str, str] | None = None,
+                lang: str | None = None) -> dspy.Prediction:
+        queries, actions, failures, stop = [question], [], 0, "loop_budget"
+        passages = self.search.search(question, self.k)
+        fetched, grades = {p.id for p in passages}, {}
+        for loop in range(self.loops + 1):
+            failures += self._grade(question, [p for p in passages if p.id not in grades], grades)
+            actions.append(action([grades[p.id] for p in passages]))
+            if actions[-1] == "correct":
+                stop = "correct"
+                break
+            if loop == self.loops:
+                break
+            out = lenient(self.rewrite, question=question, earlier_queries=list(queries))
+            failures += out is None
+            query = clip(out.query if out else "", self.max_query_words)
+            if repeats(query, queries, self.stuck_jaccard):
+                stop = "stuck"
+                break
+            queries.append(query)
+            kept = [p for p in passages if grades[p.id] != "incorrect"] if actions[-1] == "ambiguous" else []
+            kept = kept[:self.k - max(1, self.k // 2)]  # leave room for new evidence (k=1: all of it)
+            new = search_excluding(self.search, query, self.k - len(kept), fetched)
+            fetched.update(p.id for p in new)
+            passages = kept + new
+        if actions[-1] == "correct":  # the relevant knowledge only
+            passages = [p for p in passages if grades[p.id] != "incorrect"]
+        passages = sorted(passages, key=lambda p: GRADES.index(grades.get(p.id, "ambiguous")))
+        terms = set().union(*map(content_words, queries))
+        out = self.writer(question=question, passages=[refine(p, terms, self.max_chars) for p in passages],
+                          options=options)
+        trace = {"iterations": len(queries) - 1, "queries": queries, "stop_reason": stop, "actions": actions,
+                 "grades": [grades.get(p.id) for p in passages], "parse_failures": failures}
+        return dspy.Prediction(answer=out.answer, passages=passages, trace=trace, queries=queries,
+                               loops_used=len(queries) - 1, stop_reason=stop, citations=out.get("citations", []))

@@ -1,0 +1,156 @@
+"""Iterative retrieve-and-reason baselines for PAR2-RAG, with the same step budget ``loops``:
+
+- ``IRCoT`` (Trivedi et al., 2023): retrieve for the question, then alternate one chain-of-thought sentence with a
+  search for that sentence, until a sentence states the answer or ``loops`` sentences; a reader then answers
+  from the collected paragraphs.
+- ``ReAct``: DSPy's ``dspy.ReAct`` agent with one search tool and at most ``loops`` steps.
+
+Both return ``retrieved``: every passage retrieved, in order of first retrieval (what retrieval is scored on).
+"""
+from __future__ import annotations
+
+import re
+from contextvars import ContextVar
+from typing import Annotated, Any
+
+import dspy
+
+from decoding.choice import MCScoring
+from programs.shared.evidence import lenient
+from programs.shared.text import content_words
+from programs.shared.writer import Writer
+from retrieval.corpus import Passage, dedup
+from retrieval.retriever import Retriever
+from runtime.caps import Cap, Text
+from signatures.reasoning import SEARCH_TOOL, AnswerWithSearch, NextThought
+
+ANSWERED = re.compile(r"\banswer is\b", re.I)
+
+
+#: A period after one of these ends an abbreviation, not a sentence ("U.S. President", "Dr. Berg", "St. Louis").
+ABBREVIATION = re.compile(r"(?:\b[A-Za-z]|\b(?:Mr|Mrs|Ms|Dr|Prof|St|Mt|Ft|Jr|Sr|Gen|Col|Lt|Capt|Sgt|Rev|Gov|Sen|Rep|"
+                          r"Pres|Inc|Ltd|Co|Corp|No|vs|approx|Jan|Feb|Mar|Apr|Jun|Jul|Aug|Sep|Sept|Oct|Nov|Dec))\.$")
+
+
+def first_sentence(text: str) -> str:
+    """The first sentence of ``text`` on one line (a model asked for one sentence may write more); a period after
+    an initial or a common abbreviation does not end it."""
+    text = " ".join((text or "").split())
+    for end in re.finditer(r"[.!?](?=\s|$)", text):
+        head = text[:end.end()]
+        if end.end() == len(text) or not (end.group() == "." and ABBREVIATION.search(head)):
+            return head.strip()
+    return text.strip()
+
+
+def newest_first(latest: list[Passage], collected: list[Passage], limit: int) -> list[Passage]:
+    """What the LM sees: the newest hits first, then the earlier ones, at most ``limit``."""
+    return dedup([*latest, *collected])[:limit]
+
+
+class IRCoT(dspy.Module):
+    """Interleaved retrieval and chain of thought: each new sentence is the next query (top ``k``); the LM sees at
+    most ``max_passages`` passages, newest first. ``lang`` is accepted and unused."""
+
+    def __init__(self, search: Retriever, k: int = 5, loops: int = 5, max_passages: int = 8, max_chars: int = 600,
+                 mc: MCScoring | None = None):
+        super().__init__()
+        self.search, self.k, self.loops = search, k, loops
+        self.max_passages, self.max_chars = max_passages, max_chars
+        self.step = dspy.Predict(NextThought)
+        self.writer = Writer(use_passages=True, max_chars=max_chars, mc=mc)
+
+    def forward(self, question: str, options: dict[str, str] | None = None,
+                lang: str | None = None) -> dspy.Prediction:
+        latest = self.search.search(question, self.k)
+        collected, queries, thoughts = list(latest), [question], []
+        stop, failures = "loop_budget", 0
+        for t in range(self.loops):
+            shown = newest_first(latest, collected, self.max_passages)
+            out = lenient(self.step, passages=[p.format(self.max_chars) for p in shown], question=question,
+                          thoughts=" ".join(thoughts))
+            sentence = first_sentence(out.next_sentence) if out is not None else ""
+            if not content_words(sentence):
+                failures += 1
+                stop = "unusable_thought"
+                break
+            thoughts.append(sentence)
+            if ANSWERED.search(sentence):
+                stop = "answered"
+                break
+            if t + 1 < self.loops:
+                latest = self.search.search(sentence, self.k)
+                collected = dedup([*collected, *latest])
+                queries.append(sentence)
+        shown = newest_first(latest, collected, self.max_passages)
+        answer = self.writer(question=question, passages=shown, options=options).answer
+        trace = {"iterations": len(thoughts), "queries": queries, "stop_reason": stop, "thoughts": thoughts,
+                 "fallbacks": {"thought": failures}, "parse_failures": failures}
+        return dspy.Prediction(answer=answer, passages=dedup([*shown, *collected]), retrieved=collected, trace=trace)
+
+
+_CALLS: ContextVar[list | None] = ContextVar("react_search_calls", default=None)
+
+
+class SearchTool:
+    """The agent's search tool: top ``k`` passages as text; each call's query and hits are recorded for the
+    running question (a context variable, so concurrent questions keep their own record)."""
+
+    def __init__(self, search: Retriever, k: int, max_chars: int):
+        self.search, self.k, self.max_chars = search, k, max_chars
+
+    def __call__(self, query: str) -> str:
+        hits = self.search.search(str(query), self.k)
+        calls = _CALLS.get()
+        if calls is not None:
+            calls.append((str(query), hits))
+        return "\n".join(p.format(self.max_chars) for p in hits) or "no results"
+
+    def __deepcopy__(self, memo):
+        return self  # stateless apart from the shared retriever
+
+
+def tool_errors(trajectory: dict) -> int:
+    """Agent steps whose tool call failed (DSPy writes the error as the observation): on the 0.5B model these are
+    arguments that do not match the tool's schema (it copies the schema itself), so no search ran."""
+    return sum(key.startswith("observation_") and str(value).startswith("Execution error in ")
+               for key, value in trajectory.items())
+
+
+class ReAct(dspy.Module):
+    """``dspy.ReAct`` with the search tool, at most ``loops`` agent steps (finishing is a step). When the agent's
+    final answer cannot be parsed, the shared writer answers from the passages found (counted in the trace)."""
+
+    def __init__(self, search: Retriever, k: int = 5, loops: int = 5, max_passages: int = 8, max_chars: int = 600,
+                 mc: MCScoring | None = None):
+        super().__init__()
+        self.loops, self.max_passages = loops, max_passages
+        tool = dspy.Tool(SearchTool(search, k, max_chars), name="search", desc=SEARCH_TOOL)
+        self.agent = dspy.ReAct(AnswerWithSearch, tools=[tool], max_iters=loops)
+        step = self.agent.react  # DSPy's own step signature: its free-text fields capped like ours (runtime.caps)
+        step.signature = (step.signature.with_updated_fields("next_thought", type_=Text[96])
+                          .with_updated_fields("next_tool_args", type_=Annotated[dict[str, Any], Cap(48)]))
+        self.writer = Writer(use_passages=True, max_chars=max_chars, mc=mc)
+
+    def forward(self, question: str, options: dict[str, str] | None = None,
+                lang: str | None = None) -> dspy.Prediction:
+        calls: list = []
+        token = _CALLS.set(calls)
+        try:
+            out = lenient(self.agent, question=question)
+        finally:
+            _CALLS.reset(token)
+        passages = dedup([p for _, hits in calls for p in hits])
+        fallbacks = {"answer": int(out is None)}
+        tools = [v for key, v in out.trajectory.items() if key.startswith("tool_name_")] if out is not None else []
+        if options or out is None:  # multiple choice goes through the writer's letter parsing
+            answer = self.writer(question=question, passages=passages[:self.max_passages], options=options).answer
+        else:
+            answer = (out.answer or "").strip()
+        stop = ("agent_unparsed" if out is None else "finish" if tools and tools[-1] == "finish" else
+                "loop_budget" if len(tools) >= self.loops else "invalid_step")
+        errors = tool_errors(out.trajectory) if out is not None else 0
+        trace = {"iterations": len(calls), "queries": [q for q, _ in calls], "stop_reason": stop, "tools": tools,
+                 "tool_errors": errors, "fallbacks": fallbacks,
+                 "parse_failures": fallbacks["answer"] + (stop == "invalid_step") + errors}
+        return dspy.Prediction(answer=answer, passages=passages, retrieved=passages, trace=trace)

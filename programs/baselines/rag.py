@@ -1,0 +1,45 @@
+"""Baselines shared by every method's comparison: no retrieval (``direct``, ``cot``) and single-shot ``rag``."""
+from __future__ import annotations
+
+import dspy
+
+from decoding.choice import MCScoring
+from programs.shared.evidence import EvidenceWriter
+from programs.shared.writer import Writer
+from retrieval.retriever import Retriever
+
+
+class Direct(dspy.Module):
+    """Closed-book answer (``reasoning=True`` gives the chain-of-thought baseline)."""
+
+    def __init__(self, reasoning: bool = False, mc: MCScoring | None = None):
+        super().__init__()
+        self.writer = Writer(use_passages=False, reasoning=reasoning, mc=mc)
+
+    def forward(self, question: str, options: dict[str, str] | None = None,
+                lang: str | None = None) -> dspy.Prediction:
+        out = self.writer(question=question, options=options, lang=lang)
+        return dspy.Prediction(answer=out.answer, passages=[], trace={"iterations": 0, "queries": [],
+                                                                      "stop_reason": "no_retrieval"})
+
+
+class RAG(dspy.Module):
+    """Retrieve the top-``k`` passages for the question once, then write the answer from them.
+
+    ``cite=True`` uses the evidence loops' writer (2-4 words with cited passages, or "I don't know"), so ``rag``
+    is compared with seal, self_rag and crag under one answer profile."""
+
+    def __init__(self, search: Retriever, k: int = 5, max_chars: int = 600, cite: bool = False,
+                 mc: MCScoring | None = None):
+        super().__init__()
+        self.search, self.k = search, k
+        self.writer = (EvidenceWriter(max_chars, mc=mc) if cite
+                       else Writer(use_passages=True, max_chars=max_chars, mc=mc))
+
+    def forward(self, question: str, options: dict[str, str] | None = None,
+                lang: str | None = None) -> dspy.Prediction:
+        passages = self.search.search(question, self.k)
+        out = self.writer(question=question, passages=passages, options=options, lang=lang)
+        return dspy.Prediction(answer=out.answer, passages=passages, trace={"iterations": 1, "queries": [question],
+                                                                            "stop_reason": "single_pass"},
+                               citations=out.get("citations", []))

@@ -1,0 +1,159 @@
+"""Self-RAG-style reflective baseline for SEAL-RAG, at the same k and loop budget.
+
+Each round drafts an answer from k passages with the writer every arm shares (2-4 words with cited passages, or
+"I don't know") and has a critic grade relevance, support and usefulness. An accepted draft stops the loop;
+otherwise the critic's query (or, when it repeats an earlier query, the question with the draft) fetches k passages
+not held before, which are merged with the held ones, newest first and alternating, back to k. A loop whose every
+query option repeats an earlier one stops ("stuck"). The answer is the best-graded draft (the latest on ties), with
+its passages. With ``decisions="logprob"`` (or ``fused``: there is no per-passage decision to fuse) the reflection
+is read as Self-RAG reads its reflection tokens, as probabilities (``decoding.decisions``): P(relevant),
+P(fully supported) + 0.5 P(partially), expected usefulness; a draft is accepted when P(relevant) and P(fully
+supported) reach the gate's thresholds (program state) and expected usefulness reaches ``min_usefulness``; for
+calibration the acceptance is recorded as min(P(relevant), P(fully supported)), labelled by the draft's correctness.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from itertools import chain, zip_longest
+
+import dspy
+
+from decoding.choice import MCScoring
+from decoding.decisions import Gate, check_mode, decide, record, rest_note
+from programs.shared.evidence import EvidenceWriter, lenient, search_excluding
+from programs.shared.text import abstained, normalize, repeats
+from retrieval.corpus import Passage
+from retrieval.retriever import Retriever
+from signatures.critic import CritiqueDraft
+
+SUPPORT = {"full": 1.0, "partial": 0.5, "none": 0.0}
+REFLECTION = {"relevant": ("True", "False"), "support": tuple(SUPPORT), "usefulness": tuple("12345")}
+
+
+def reflection(decision) -> dict | None:
+    """A critique read as probabilities: P(relevant), expected support (full 1, partial 0.5), P(full support),
+    expected usefulness (1-5); None when any of them is unreadable."""
+    support = decision.distribution("support")
+    values = {"relevant": decision.prob("relevant", "True"), "usefulness": decision.expected("usefulness"),
+              "support": sum(SUPPORT[k] * p for k, p in support.items()) if support else None,
+              "support_full": support["full"] if support else None}
+    return None if any(v is None for v in values.values()) else {**values, "scored": True}
+
+
+@dataclass(frozen=True)
+class Draft:
+    """One round's answer, the passages it was written from, and its critique."""
+
+    answer: str
+    passages: list[Passage]
+    critique: dict | None = None  # relevant, support, usefulness; None when not critiqued
+    citations: list[str] = field(default_factory=list)  # ids of the passages the draft cites
+
+    @property
+    def score(self) -> float:
+        """relevance + support + usefulness, each scaled to [0, 1]; a refusal or a failed critique ranks lowest."""
+        c = self.critique
+        if abstained(self.answer) or not c:
+            return -1.0
+        support = c["support"] if c.get("scored") else SUPPORT.get(c["support"], 0.0)
+        return float(c["relevant"]) + support + (min(max(c["usefulness"], 1), 5) - 1) / 4
+
+
+class SelfRAG(dspy.Module):
+    """Retrieve -> draft -> critique -> retrieve again or stop, with at most ``loops`` re-retrievals.
+
+    ``lang`` (passed by multilingual datasets) is accepted and unused."""
+
+    ROLES = {"critic": "critic"}
+
+    def __init__(self, search: Retriever, k: int = 3, loops: int = 3, max_chars: int = 600, min_usefulness: int = 4,
+                 stuck_jaccard: float = 0.7, decisions: str = "generate", mc: MCScoring | None = None):
+        super().__init__()
+        self.decisions = check_mode(decisions)
+        if decisions != "generate":
+            self.critic_gate = Gate("correct", relevant=0.5, support=0.5)
+        self.search, self.k, self.loops, self.max_chars = search, k, loops, max_chars
+        self.min_usefulness, self.stuck_jaccard = min_usefulness, stuck_jaccard
+        self.writer = EvidenceWriter(max_chars, mc=mc)
+        self.critic = dspy.Predict(CritiqueDraft)
+
+    def resting(self) -> str | None:
+        """What Self-RAG runs as while its acceptance gate decides whatever the probability (see
+        :func:`decoding.decisions.rest_note`): at rest relevance and support pass every draft."""
+        return rest_note("acceptance", getattr(self, "critic_gate", None), "usefulness alone decides")
+
+    def forward(self, question: str, options: dict[str, str] | None = None,
+                lang: str | None = None) -> dspy.Prediction:
+        queries, drafts, failures, stop = [question], [], 0, "loop_budget"
+        passages = self.search.search(question, self.k)                                 # retrieve
+        fetched = {p.id for p in passages}
+        for loop in range(self.loops + 1):
+            written = self.writer(question=question, passages=passages, options=options)  # draft
+            answer, cited = written.answer, written.get("citations", [])
+            if self.loops == 0:  # single pass: nothing to choose between or retrieve again for
+                drafts.append(Draft(answer, passages, citations=cited))
+                break
+            out, critique = self._critique(question, passages, answer)                   # critique
+            failures += critique is None
+            drafts.append(Draft(answer, passages, critique, cited))
+            if self._accepts(drafts[-1]):
+                stop = "accepted"
+                break
+            if loop == self.loops:
+                break
+            query = self._next_query(question, answer, out, queries)
+            if query is None:
+                stop = "stuck"
+                break
+            queries.append(query)                                                        # retrieve again
+            new = search_excluding(self.search, query, self.k, fetched)
+            fetched.update(p.id for p in new)
+            passages = merge(passages, new, self.k)
+        chosen = max(range(len(drafts)), key=lambda i: (drafts[i].score, i))
+        best = drafts[chosen]
+        trace = {"iterations": len(queries) - 1, "queries": queries, "stop_reason": stop,
+                 "critiques": [d.critique for d in drafts], "chosen_round": chosen,
+                 "parse_failures": failures}
+        return dspy.Prediction(answer=best.answer, passages=best.passages, trace=trace, queries=queries,
+                               loops_used=len(queries) - 1, stop_reason=stop, citations=best.citations)
+
+    def _critique(self, question: str, passages: list[Passage], answer: str) -> tuple:
+        """The critic's output and its critique: as written, or read as probabilities (``decisions``)."""
+        inputs = {"question": question, "passages": [p.format(self.max_chars) for p in passages], "draft": answer}
+        if self.decisions == "generate":
+            out = lenient(self.critic, **inputs)
+            return out, {n: out[n] for n in ("relevant", "support", "usefulness")} if out else None
+        decision = decide(self.critic, REFLECTION, **inputs)
+        critique = reflection(decision) if decision.output is not None else None
+        if critique:  # one threshold on both probabilities: accepted when their minimum reaches it
+            record(self.critic_gate, min(critique["relevant"], critique["support_full"]), answer=answer)
+        return decision.output, critique
+
+    def _accepts(self, draft: Draft) -> bool:
+        c = draft.critique
+        if not c or abstained(draft.answer):
+            return False
+        if c.get("scored"):
+            t = self.critic_gate.thresholds
+            return c["relevant"] >= t["relevant"] and c["support_full"] >= t["support"] \
+                and c["usefulness"] >= self.min_usefulness
+        return bool(c["relevant"]) and c["support"] == "full" and c["usefulness"] >= self.min_usefulness
+
+    def _next_query(self, question: str, answer: str, critique: dspy.Prediction | None,
+                    queries: list[str]) -> str | None:
+        """The critic's query; when it gave none or it repeats an earlier query (content-word Jaccard at or above
+        ``stuck_jaccard``), the question conditioned on the draft (not on a refusal), unless exactly that query was
+        issued before; None when neither is left. (Repeats still fetch new passages: held ones are blocked.)"""
+        proposal = (critique.next_query if critique else "").strip()
+        if not repeats(proposal, queries, self.stuck_jaccard):
+            return proposal
+        fallback = f"{question} {answer}"
+        if abstained(answer) or normalize(fallback) in {normalize(q) for q in queries}:
+            return None
+        return fallback
+
+
+def merge(held: list[Passage], new: list[Passage], k: int) -> list[Passage]:
+    """Held and newly fetched passages back to ``k``: newest first, alternating with the held ones in their order
+    (k=3 keeps 2 new and 1 held; k=1 keeps the newest)."""
+    return [p for p in chain.from_iterable(zip_longest(new, held)) if p is not None][:k]

@@ -1,0 +1,1 @@
+"""CORAL (culturally-aligned multilingual RAG) and its paper's multilingual RAG baselines."""

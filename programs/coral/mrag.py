@@ -1,0 +1,113 @@
+"""Multilingual RAG baselines of the CORAL paper (one retrieval over a fixed scope of language corpora) and the
+corpus-scope and translation helpers that CORAL shares with them.
+
+- ``mono_rag``: the corpus in the question's language;
+- ``multi_rag``: all corpora pooled (top-``k`` by score over their union);
+- ``cross_rag``: ``multi_rag`` with the retrieved passages translated into English before writing;
+- ``t_rag``: the question translated into English, then the English corpus.
+
+``lang`` is the language the question is written in (English when not given).
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import dspy
+
+from decoding.choice import MCScoring
+from programs.shared.writer import Writer
+from retrieval.corpus import Passage
+from retrieval.retriever import Retriever
+from runtime.language import LANGUAGE_NAMES
+from signatures.translate import TranslateDocument, TranslateQuery
+
+DEFAULT_LANG = "en"
+SCOPES = ("own", "en", "own_en", "all")
+
+
+def corpus_of(search: Retriever, lang: str | None) -> str | None:
+    """The corpus holding documents in ``lang`` (one named after the language first), or None."""
+    matches = [name for name, code in search.languages().items() if code == lang]
+    return min(matches, key=lambda name: name != lang) if matches else None
+
+
+def scope_corpora(scope: str, search: Retriever, lang: str) -> list[str]:
+    """Corpora of a fixed scope: ``own`` (question language), ``en``, ``own_en`` (both) or ``all``."""
+    if scope == "all":
+        return list(search.corpora)
+    wanted = {"own": [lang], "en": ["en"], "own_en": [lang, "en"]}[scope]
+    return list(dict.fromkeys(c for c in (corpus_of(search, code) for code in wanted) if c))
+
+
+def language_label(code: str) -> str:
+    return f"{code}: {LANGUAGE_NAMES.get(code, code)}"
+
+
+def with_options(question: str, options: dict[str, str] | None) -> str:
+    """The question as the planner-side agents see it: with the answer options when there are any."""
+    if not options:
+        return question
+    return question + "\nOptions: " + " | ".join(f"{letter}. {text}" for letter, text in options.items())
+
+
+def answer_writer(max_chars: int, temperature: float = 0.0, mc: MCScoring | None = None) -> Writer:
+    """The shared evidence-based writer (short answers and option letters, scored by ``mc``), decoding at
+    ``temperature``."""
+    writer = Writer(use_passages=True, max_chars=max_chars, mc=mc)
+    for predictor in writer.predictors():
+        predictor.update_config(temperature=temperature)
+    return writer
+
+
+def clipped_text(passage: Passage, max_chars: int) -> str:
+    """The passage text cut exactly as the writer would show it (without the ``[title]`` prefix)."""
+    return passage.clip(max_chars)
+
+
+class Translator(dspy.Module):
+    """Into-English translation of questions and passages with the writer's LM."""
+
+    def __init__(self):
+        super().__init__()
+        self.query = dspy.Predict(TranslateQuery)
+        self.document = dspy.Predict(TranslateDocument)
+
+    def question(self, text: str, lang: str) -> str:
+        return self.query(question=text, source_language=LANGUAGE_NAMES.get(lang, lang)).english.strip() or text
+
+    def passage(self, passage: Passage, max_chars: int) -> Passage:
+        if passage.lang == "en":
+            return passage
+        english = self.document(passage=clipped_text(passage, max_chars)).english.strip()
+        return replace(passage, text=english or passage.text, lang="en")
+
+
+class MultilingualRAG(dspy.Module):
+    """Retrieve top-``k`` once over a fixed corpus scope (optionally translating), then write the answer."""
+
+    DEFAULT_DATASET = "demo_culture"
+
+    def __init__(self, search: Retriever, k: int = 5, scope: str = "own", translate_query: bool = False,
+                 translate_docs: bool = False, max_chars: int = 600, mc: MCScoring | None = None):
+        super().__init__()
+        if scope not in SCOPES:
+            raise ValueError(f"unknown scope '{scope}'; choose one of: {', '.join(SCOPES)}")
+        self.search, self.k, self.scope, self.max_chars = search, k, scope, max_chars
+        self.translate_query, self.translate_docs = translate_query, translate_docs
+        self.translator = Translator() if translate_query or translate_docs else None
+        self.writer = answer_writer(max_chars, mc=mc)
+
+    def forward(self, question: str, options: dict[str, str] | None = None,
+                lang: str | None = None) -> dspy.Prediction:
+        lang = lang or DEFAULT_LANG
+        query = question
+        if self.translate_query and lang != "en":
+            query = self.translator.question(question, lang)
+        corpora = scope_corpora(self.scope, self.search, lang)
+        passages = self.search.search(query, self.k, corpora) if corpora else []
+        if self.translate_docs:
+            passages = [self.translator.passage(p, self.max_chars) for p in passages]
+        out = self.writer(question=question, passages=passages, options=options, lang=lang)
+        trace = {"iterations": 1 if corpora else 0, "queries": [query], "corpora": [corpora],
+                 "stop_reason": "single_pass" if corpora else "no_corpus_for_language"}
+        return dspy.Prediction(answer=out.answer, passages=passages, trace=trace)

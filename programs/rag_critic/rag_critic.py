@@ -1,0 +1,129 @@
+"""RAG-Critic (Dong et al., 2025) as a DSPy program: generate -> critic -> plan -> execute (Algorithm 1).
+
+The writer answers from the top-k passages; the error critic judges that answer without the gold answer and labels
+its errors with the three-tier taxonomy. Only an Error verdict is corrected, as in the paper: a Correct one ends
+the round, and so does an unparsed one (counted in the trace as ``unparsed_verdicts``). A verdict gate at rest
+(``--decisions logprob|fused``, fitted on dev) says Correct without a call: the stop reason is ``critic_at_rest``
+and RAG-Critic runs as its chain-of-thought first draft (:meth:`RAGCritic.resting`). For an Error the planner
+reads the critique, the suggested actions for the flagged tier-1 errors and the function menu, and writes a
+program of calls; it is parsed into a typed :class:`programs.rag_critic.plan.Plan` (step cap ``max_steps``) and run by the
+dispatcher with the writer model. An invalid plan falls back to one GenerateAnswer on the current evidence, guided
+by the critique. ``rounds=2`` critiques and corrects the corrected answer once more.
+"""
+from __future__ import annotations
+
+import dspy
+
+from decoding.choice import MCScoring
+from decoding.constrained import constrained_config
+from decoding.decisions import REST, rest_note
+from programs.rag_critic.error_critic import CORRECT, ERROR, ErrorCritic
+from programs.shared.evidence import lenient
+from programs.rag_critic.executor import PlanExecutor
+from programs.shared.oracle import check_roles
+from programs.rag_critic.plan import GenerateAnswer, Plan, PlanError, Ref, Step, grammar, parse_plan
+from programs.rag_critic.taxonomy import Taxonomy
+from programs.shared.writer import Writer
+from retrieval.corpus import Passage
+from retrieval.retriever import Retriever
+from signatures.planner import ERROR_ACTIONS, FUNCTIONS, PLAN_EXAMPLE, PlanCorrection
+
+
+STOPS = {CORRECT: "critic_correct", None: "critic_unparsed"}  # why a round ends without a correction
+
+
+def fallback_plan(instruction: str) -> Plan:
+    """One GenerateAnswer over the current evidence, told what the critic found."""
+    return Plan(steps=[Step(output="answer", call=GenerateAnswer(docs=Ref(name="documents"),
+                                                                  additional_instruction=instruction))])
+
+
+class RAGCritic(dspy.Module):
+    """Critic-guided correction of a single-shot RAG answer (``rounds`` critic/plan/execute rounds at most)."""
+
+    ROLES = {"critic": "critic", "planner": "planner"}
+    ORACLE_ROLES = ("verdict",)
+
+    def __init__(self, search: Retriever, k: int = 5, max_chars: int = 600, rounds: int = 1, max_steps: int = 5,
+                 taxonomy: Taxonomy | None = None, decisions: str = "generate", oracle: str = "",
+                 mc: MCScoring | None = None):
+        super().__init__()
+        if rounds < 1:
+            raise ValueError(f"rag_critic needs rounds >= 1 (got {rounds}); rounds=0 is the plain `rag` program")
+        self.search, self.k, self.max_chars, self.rounds, self.max_steps = search, k, max_chars, rounds, max_steps
+        # the critic reads the writer's reasoning
+        self.writer = Writer(use_passages=True, reasoning=True, max_chars=max_chars, mc=mc)
+        self.critic = ErrorCritic(taxonomy, max_chars, embedder=getattr(search, "embedder", None),
+                                  decisions=decisions, oracle=check_roles(oracle, self.ORACLE_ROLES, "rag_critic"))
+        self.planner = dspy.Predict(PlanCorrection)
+        self.executor = PlanExecutor(search, max_chars, mc)
+
+    def forward(self, question: str, options: dict[str, str] | None = None,
+                lang: str | None = None) -> dspy.Prediction:
+        passages = self.search.search(question, self.k)
+        draft = self.writer(question=question, passages=passages, options=options)                # generate
+        answer, reasoning = draft.answer, draft.get("reasoning") or ""
+        rounds, stop, queries = [], "round_budget", [question]
+        for _ in range(self.rounds):
+            critique = self.critic(question=question, passages=passages, prediction=answer,       # critic
+                                   reasoning=reasoning)
+            record = {"answer_in": answer, "passages_in": [p.id for p in passages], "critique": critique.as_dict()}
+            rounds.append(record)
+            if not critique.flagged:
+                stop = "critic_at_rest" if critique.decided == REST else STOPS[critique.verdict]
+                break
+            plan, record["plan_text"], record["plan_error"], record["truncated"] = self.plan(
+                question, passages, answer, critique)                                             # plan
+            record["plan_valid"] = record["plan_error"] is None
+            if plan is None:
+                plan = fallback_plan(critique.analysis)
+            record["plan"] = plan.lines()
+            out = self.executor(plan=plan, question=question, passages=passages, options=options)  # execute
+            record["steps"], record["supplementary"] = out.steps, out.supplementary
+            record["step_errors"] = sum(not s["ok"] for s in out.steps)
+            queries += out.queries
+            if out.answer:
+                answer, passages, reasoning = out.answer, out.passages, ""
+        last = rounds[-1]
+        trace = {"iterations": len(rounds), "queries": queries, "stop_reason": stop, "rounds": rounds,
+                 "flagged": rounds[0]["critique"]["verdict"] == ERROR,
+                 "unparsed_verdicts": sum(r["critique"]["verdict"] is None for r in rounds),
+                 "at_rest": sum(r["critique"]["decided"] == REST for r in rounds),
+                 "plans": sum("plan_valid" in r for r in rounds),
+                 "plans_valid": sum(r.get("plan_valid", False) for r in rounds),
+                 "fallbacks": sum(r.get("plan_valid") is False for r in rounds),
+                 "plans_supplementary": sum(r.get("supplementary", False) for r in rounds),
+                 "plans_clean": sum(r.get("plan_valid", False) and r["step_errors"] == 0 for r in rounds),
+                 "labels_snapped": sum(r["critique"]["snapped"] for r in rounds),
+                 "labels_dropped": sum(r["critique"]["dropped"] for r in rounds)}
+        tags = {tier: last["critique"][tier] for tier in ("tier1", "tier2", "tier3")}
+        return dspy.Prediction(answer=answer, passages=passages, trace=trace, critique=last["critique"], tags=tags,
+                               plan=last.get("plan"), steps=last.get("steps", []))
+
+    def resting(self) -> str | None:
+        """What RAG-Critic runs as while its verdict gate decides whatever the probability (see
+        :func:`decoding.decisions.rest_note`): at rest nothing is corrected."""
+        return rest_note("verdict", getattr(self.critic, "verdict_gate", None), "its chain-of-thought first draft")
+
+    def plan_config(self) -> dict:
+        """The planner's call decodes under the plan grammar where the endpoint takes one (llama.cpp)."""
+        value, rules = grammar(self.max_steps)
+        return constrained_config(self.planner, {"plan": value}, rules)
+
+    def plan(self, question: str, passages: list[Passage], answer: str, critique
+             ) -> tuple[Plan | None, str, str | None, bool]:
+        """(plan or None, the planner's text, why it was rejected or None, whether it was cut to the step cap)."""
+        flagged = critique.tier1 or list(ERROR_ACTIONS)
+        out = lenient(self.planner, question=question,
+                      passages=[f"[{i}] {p.format(self.max_chars)}" for i, p in enumerate(passages)],
+                      prediction=answer, critique=critique.text(),
+                      suggested_actions=[f"{t}: {ERROR_ACTIONS[t]}" for t in flagged if t in ERROR_ACTIONS],
+                      functions=FUNCTIONS, example=PLAN_EXAMPLE,
+                      config=self.plan_config())
+        if out is None:
+            return None, "", "planner output not parsed", False
+        try:
+            plan, truncated = parse_plan(out.plan, self.max_steps)
+            return plan, out.plan, None, truncated
+        except PlanError as err:
+            return None, out.plan, str(err), False

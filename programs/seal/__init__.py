@@ -1,0 +1,1 @@
+"""SEAL-RAG: fixed-k Search, Extract, Assess, Loop with an entity ledger."""

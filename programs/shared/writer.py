@@ -1,0 +1,120 @@
+"""Shared answer writing: short answers, with or without evidence, and robust multiple-choice letters."""
+from __future__ import annotations
+
+import re
+from contextlib import contextmanager
+from contextvars import ContextVar
+
+import dspy
+
+from decoding.choice import TOP_LOGPROBS, MCScoring, letter_logprobs, normalized, warn_no_logprobs
+from programs.shared.text import mentions, normalize
+from retrieval.corpus import Passage
+from runtime.language import language_name
+from signatures.writer import AnswerDirectly, AnswerFromPassages, ChooseOption, in_language
+
+
+def format_options(options: dict[str, str]) -> str:
+    return "\n".join(f"{letter}. {text}" for letter, text in options.items())
+
+
+def _quoted_options(raw: str, options: dict[str, str]) -> list[str]:
+    """Letters whose option text occurs in ``raw`` as whole words (case, punctuation and apostrophes ignored),
+    leaving out options whose text is only part of another quoted option's text ("tea" inside "A cup of tea")."""
+    quoted = {letter: normalize(text) for letter, text in options.items() if mentions(raw, text)}
+    return [letter for letter, text in quoted.items()
+            if not any(text != other and f" {text} " in f" {other} " for other in quoted.values())]
+
+
+def parse_choice(raw: str, options: dict[str, str]) -> str:
+    """Map model output to an option letter: the option whose text the reply quotes first, then an explicit
+    letter ("B", "(B) ...", "the answer is B"), then a lone letter anywhere.
+
+    Text goes first because a reply such as "A cup of tea" starts like the letter A while naming another option.
+    Returns "" when nothing matches, which scores as wrong rather than being guessed."""
+    raw = (raw or "").strip()
+    quoted = _quoted_options(raw, options)
+    if len(quoted) == 1:
+        return quoted[0]
+    letters = "".join(options)
+    for pattern in (rf"^\(?([{letters}])\)?(?:[.):\s]|$)",                        # "B", "B.", "(B) text"
+                    rf"(?i:answer|option|choice)\s*(?:is|:)?\s*\(?([{letters}])\b",  # "the answer is B"
+                    rf"\b([{letters}])\b"):                                       # a lone letter anywhere
+        if m := re.search(pattern, raw):
+            return m.group(1)
+    return ""
+
+
+_CHOICES: ContextVar[list | None] = ContextVar("choices", default=None)
+
+
+@contextmanager
+def recorded_choices():
+    """Within the block, every multiple-choice writer call appends ``(writer, question, context, options)`` to the
+    yielded list: what PriDe calibration re-asks with the options shifted (``optimizers.calibration``)."""
+    calls: list = []
+    token = _CHOICES.set(calls)
+    try:
+        yield calls
+    finally:
+        _CHOICES.reset(token)
+
+
+class Writer(dspy.Module):
+    """Final answer from the question (+ passages, + options for multiple choice).
+
+    ``mc`` says how a multiple-choice letter is picked (``decoding.choice``): from the written reply (the default),
+    or from the option-letter probabilities of the LM, optionally debiased. A program passes its own ``mc`` (a
+    constructor argument, :func:`programs.build`) to every writer it builds, so they all share it."""
+
+    def __init__(self, use_passages: bool = True, reasoning: bool = False, max_chars: int = 600,
+                 mc: MCScoring | None = None):
+        super().__init__()
+        step = dspy.ChainOfThought if reasoning else dspy.Predict
+        self.use_passages, self.max_chars = use_passages, max_chars
+        self.short = step(AnswerFromPassages if use_passages else AnswerDirectly)
+        self.choice = step(ChooseOption)
+        self.mc = mc or MCScoring()
+
+    def forward(self, question: str, passages: list[Passage] = (), options: dict[str, str] | None = None,
+                lang: str | None = None):
+        context = [p.format(self.max_chars) for p in passages] if self.use_passages else []
+        if options:
+            return self.choose(question, context, options)
+        kwargs = {"passages": context} if self.use_passages else {}
+        if lang:  # the question's language is known: ask for the answer in it
+            kwargs.update(signature=in_language(self.short.signature), answer_language=language_name(lang))
+        out = self.short(question=question, **kwargs)
+        return dspy.Prediction(answer=out.answer.strip(), reasoning=getattr(out, "reasoning", None))
+
+    def choose(self, question: str, context: list[str], options: dict[str, str]) -> dspy.Prediction:
+        """The option letter: parsed from the reply, or the most probable letter at the answer's first token."""
+        if (calls := _CHOICES.get()) is not None:
+            calls.append((self, question, context, options))
+        config = {"logprobs": True, "top_logprobs": TOP_LOGPROBS} if self.mc.reads_logprobs else {}
+        out = self.choice(passages=context, question=question, options=format_options(options), config=config)
+        answer = written = parse_choice(out.answer, options)
+        probs = None
+        if self.mc.reads_logprobs:
+            logps = letter_logprobs(out.get("logprobs"), "".join(options))
+            if logps is None:
+                lm = self.choice_lm()
+                if out.get("logprobs") is None:
+                    warn_no_logprobs(getattr(lm, "model", str(lm)))
+            else:
+                probs = normalized(logps)
+                answer = self.mc.pick(probs)
+                if self.mc.observed is not None:
+                    self.mc.observed.append({"written": written, "probs": probs, "answer": answer})
+        return dspy.Prediction(answer=answer, raw_answer=out.answer, option_probs=probs,
+                               reasoning=getattr(out, "reasoning", None))
+
+    def choice_lm(self):
+        predictor = getattr(self.choice, "predict", self.choice)
+        return predictor.lm or dspy.settings.lm
+
+
+def mc_state(program: dspy.Module) -> list[dict]:
+    """The scoring mode (and prior) of every writer in ``program``: what its multiple-choice answers depend on."""
+    return [{"mode": w.mc.mode, "prior": w.mc.prior} for _, w in program.named_sub_modules(Writer)]
+
