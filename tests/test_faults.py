@@ -269,7 +269,7 @@ def test_a_swallowed_sigterm_still_ends_the_run(grace, signals):
 
 def test_two_runs_starting_together_share_a_new_store(tmp_path):
     """Both create the sqlite store at once (the first concurrent evaluations on a fresh clone): neither fails."""
-    code = "from optimizers import tracking; tracking.setup('together')"
+    code = "from evaluation import tracking; tracking.setup('together')"
     procs = [subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, stderr=subprocess.PIPE, text=True)
              for _ in range(2)]
     errors = [p.communicate(timeout=120)[1] for p in procs]
