@@ -121,7 +121,6 @@ class CorpusIndex:
                 for srow, rrow in zip(scores, rows)]
 
 
-
 def local_index(corpus: Corpus, embedder: Embedder, cache_dir: Path | None = None,
                 index_type: str = "flat") -> CorpusIndex:
     """The faiss index of ``corpus``: its own prebuilt one for an on-disk corpus (:mod:`retrieval.ondisk`), else

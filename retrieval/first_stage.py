@@ -21,7 +21,6 @@ from retrieval.corpus import Corpus, Passage
 from runtime.embedders import Embedder
 
 _STAGES: dict[str, type[FirstStage]] = {}
-_found = False
 
 
 @dataclass(frozen=True)
@@ -79,19 +78,17 @@ def register(stage: type[FirstStage]) -> type[FirstStage]:
 
 
 def stages() -> dict[str, type[FirstStage]]:
-    """Every registered first stage by name; on first use each module of this package is imported, so a file that
-    registers one needs no import anywhere else."""
-    global _found
-    if not _found:
-        _found = True
-        for module in pkgutil.iter_modules(sys.modules[__package__].__path__):
-            importlib.import_module(f"{__package__}.{module.name}")
+    """Every registered first stage by name. Each module of this package is imported first (those imported already
+    cost nothing), so a file that registers one needs no import anywhere else."""
+    for module in pkgutil.iter_modules(sys.modules[__package__].__path__):
+        importlib.import_module(f"{__package__}.{module.name}")
     return _STAGES
 
 
 def spellings() -> tuple[str, ...]:
     """What ``--retriever`` accepts: the spellings of every first stage, fewest arguments first, then by name."""
-    return tuple(sorted((s for stage in stages().values() for s in stage.spellings()), key=lambda s: (s.count(":"), s)))
+    every = (s for stage in stages().values() for s in stage.spellings())
+    return tuple(sorted(every, key=lambda s: (s.count(":"), s)))
 
 
 def find(spelling: str) -> tuple[type[FirstStage], str] | None:

@@ -1,5 +1,6 @@
-"""Dense search served by Milvus (``--retriever milvus:URI``, and ``hybrid:milvus:URI``): a local milvus-lite file (``milvus:./rag.db``), a
-Milvus server or a cluster (``milvus:http://host:19530``), through ``pymilvus`` (``pip install '.[milvus]'``).
+"""Dense search served by Milvus (``--retriever milvus:URI``, and ``hybrid:milvus:URI``): a local milvus-lite file
+(``milvus:./rag.db``), a Milvus server or a cluster (``milvus:http://host:19530``), through ``pymilvus``
+(``pip install '.[milvus]'``).
 
 One collection per corpus (so one per language corpus), named by corpus, content hash and embedder id; it is filled
 once from the corpus's faiss index (the cached in-memory one, or the prebuilt one of an on-disk corpus), so nothing

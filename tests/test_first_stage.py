@@ -52,7 +52,6 @@ def toy(tmp_path, monkeypatch):
     (folder / "overlap.py").write_text(TOY)
     monkeypatch.setattr(first_stage, "_STAGES", dict(first_stage.stages()))
     monkeypatch.setattr(retrieval, "__path__", [*retrieval.__path__, str(folder)])
-    monkeypatch.setattr(first_stage, "_found", False)
     yield folder
     sys.modules.pop("retrieval.overlap", None)
 
@@ -71,7 +70,8 @@ def test_a_retriever_file_is_spelled_and_searched_through_the_retriever(toy, emb
         {"en": ["en:2"], "fr": ["fr:2"]}
     reranked = Retriever([Corpus("en", DOCS)], embedder, cache_dir=tmp_path, retriever="overlap", rerank="embed")
     hits = reranked.search("flows through", 2)  # no stored vectors: the embed reranker encodes the passages
-    cosines = embedder.encode_passages([f"{p.title}. {p.text}" for p in hits]) @ embedder.encode_queries(["flows through"])[0]
+    cosines = embedder.encode_passages([f"{p.title}. {p.text}" for p in hits]) @ \
+        embedder.encode_queries(["flows through"])[0]
     assert [p.score for p in hits] == pytest.approx(list(cosines)) and hits[0].score >= hits[1].score
     with pytest.raises(ValueError, match=r"^unknown retriever 'overlap:x'; choose one of: bm25, dense, hybrid, "
                                          r"overlap, milvus:URI, hybrid:milvus:URI$"):
