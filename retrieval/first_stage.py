@@ -29,10 +29,10 @@ class Setup:
     cached, the faiss index type, and hybrid's fusion depth and reciprocal-rank constant."""
 
     embedder: Embedder
-    cache_dir: Path | None = None
-    index_type: str = "flat"
-    fuse_depth: int = 20
-    rrf_k: float = 60.0
+    cache_dir: Path | None
+    index_type: str
+    fuse_depth: int
+    rrf_k: float
 
 
 class FirstStage(ABC):

@@ -48,8 +48,10 @@ class Hybrid(FirstStage):
     @classmethod
     def accepts(cls, arg):
         """Nothing, or the spelling of a vector stage that takes an argument."""
-        found = find(arg) if arg else None
-        return not arg or found is not None and found[0].vectors and bool(found[0].arg)
+        if not arg:
+            return True
+        found = find(arg)
+        return found is not None and found[0].vectors and bool(found[0].arg)
 
     @classmethod
     def external(cls, arg):
