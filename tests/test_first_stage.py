@@ -3,6 +3,7 @@ its path) registers itself, is spelled by --retriever and searched through the R
 following docs/extending-retrieval.md."""
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -82,7 +83,8 @@ def test_the_command_line_offers_a_retriever_file(toy):
     code = (f"import retrieval; retrieval.__path__.append({str(toy)!r}); from experiments import cli; "
             "(flag,) = [a for a in cli.parser('x')._actions if '--retriever' in a.option_strings]; "
             "print(flag.metavar, cli.retriever_arg('overlap'))")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    done = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).parents[1], capture_output=True, text=True,
+                          check=True)
     assert done.stdout.split() == ["bm25|dense|hybrid|overlap|milvus:URI|hybrid:milvus:URI", "overlap"]
 
 
