@@ -1,4 +1,5 @@
 """Retrieval, the infrastructure below ``data`` and ``programs``: corpora and passages (:mod:`retrieval.corpus`),
-cached faiss indexes (:mod:`retrieval.dense`), BM25 (:mod:`retrieval.bm25`), on-disk and Milvus indexes
-(:mod:`retrieval.ondisk`, :mod:`retrieval.milvus`), rerankers (:mod:`retrieval.rerank`) and the retriever that
-searches and fuses them (:mod:`retrieval.retriever`)."""
+first-stage retrievers, each a file registered with :mod:`retrieval.first_stage` (faiss :mod:`retrieval.dense`,
+:mod:`retrieval.bm25`, :mod:`retrieval.milvus`, :mod:`retrieval.hybrid` fusion), on-disk indexes
+(:mod:`retrieval.ondisk`), rerankers (:mod:`retrieval.rerank`) and the retriever that searches through them
+(:mod:`retrieval.retriever`)."""

@@ -1,4 +1,5 @@
-"""Lexical retrieval: a multilingual tokeniser and a ``bm25s`` index per corpus, cached on disk by content hash.
+"""Lexical retrieval (``--retriever bm25``): a multilingual tokeniser and a ``bm25s`` index per corpus, cached on
+disk by content hash.
 
 Tokenisation (:func:`tokenize`): NFKC, lower-case, Unicode word runs (letters, digits and combining marks, so
 Latin, Cyrillic, Arabic, Hangul, Devanagari ... words). Runs containing characters of scripts written without spaces (Han, Hiragana, Katakana, Thai,
@@ -22,6 +23,8 @@ import numpy as np
 import regex
 from filelock import FileLock
 
+from retrieval.corpus import _EXCLUDED, Corpus
+from retrieval.first_stage import FirstStage, Setup, register
 from runtime.paths import index_dir, prune_versions
 
 TOKENIZER_VERSION = "w1b2"  # part of the cache key: bump when tokenize() changes
@@ -122,3 +125,17 @@ class BM25Index:
         top = np.argpartition(-scores, k - 1)[:k]
         top = top[np.lexsort((top, -scores[top]))]  # score descending, row ascending on ties
         return [self.corpus.passage(int(r), float(scores[r])) for r in top]
+
+
+@register
+class BM25(FirstStage):
+    """``bm25``: each corpus's :class:`BM25Index`, searched query by query."""
+
+    name = "bm25"
+
+    def __init__(self, corpora: list[Corpus], setup: Setup, arg: str = ""):
+        self.indexes = {c.name: BM25Index.build(c, setup.cache_dir) for c in corpora}
+
+    def search(self, queries, k, names):
+        hidden = _EXCLUDED.get()
+        return [{name: self.indexes[name].search(query, k, hidden) for name in names} for query in queries]

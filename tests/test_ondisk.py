@@ -82,7 +82,7 @@ def test_built_folder_keeps_groups_for_leave_out_and_languages(tmp_path, embedde
         build_index(write_jsonl(tmp_path / f"{lang}.jsonl", DOCS), tmp_path / "multi" / lang, HashEmbedder(),
                     index="hnsw", name=lang, lang=lang, progress=False)
     r = Retriever(sources.build(f"index:{tmp_path / 'multi'}", None), embedder)
-    assert faiss.downcast_index(r.indexes["es"].index).hnsw.efSearch == 64  # the recorded search parameters
+    assert faiss.downcast_index(r.stage.indexes["es"].index).hnsw.efSearch == 64  # the recorded search parameters
     assert r.languages() == {"en": "en", "es": "es"}
     with excluded(["g0", "g1"]):
         hits = r.search("river lake", 6)
@@ -135,7 +135,8 @@ def test_hybrid_with_milvus_as_dense_engine_equals_faiss_hybrid_with_server_side
     corpora = [Corpus("en", DOCS, "en"), Corpus("es", DOCS[:12], "es")]
     flat = Retriever(corpora, embedder, retriever="hybrid")
     milvus = Retriever(corpora, embedder, retriever=f"hybrid:milvus:{tmp_path / 'rag.db'}")
-    assert {type(i).__name__ for i in milvus.indexes.values()} == {"MilvusIndex"} and all(milvus.bm25.values())
+    assert {type(i).__name__ for i in milvus.stage.dense.indexes.values()} == {"MilvusIndex"}
+    assert all(milvus.stage.lexical.indexes.values())
     dense = Retriever(corpora, embedder)
     assert any([p.id for p in flat.search(q, 10)] != [p.id for p in dense.search(q, 10)] for q in QUERIES)
     for q in QUERIES:
