@@ -1,6 +1,6 @@
 """What a trace per question costs: the same evaluation with ``--no-trace`` and with ``--trace`` (the default).
 
-``python scripts/bench_tracing.py [--program seal --n 10] [--latency 0.5 | --lm local:qwen-0.5b]``
+``python -m scripts.bench_tracing [--program seal --n 10] [--latency 0.5 | --lm local:qwen-0.5b]``
 Runs ``evaluate.py`` on the bundled demo set twice, uncached, each into a fresh MLflow store and checkpoint folder
 (so neither resumes the other), against a local fake OpenAI-compatible server with a fixed latency per request, or
 ``--lm`` (a real model: time it on an idle machine). Prints wall seconds and store bytes per question of each run and
@@ -11,18 +11,14 @@ import argparse
 import contextlib
 import json
 import os
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
-
-import programs  # noqa: E402
-from experiments.cli import session  # noqa: E402
-from experiments.eval_run import evaluate_program, parser  # noqa: E402
-from fake_openai import FakeOpenAI  # noqa: E402
+import programs
+from experiments.cli import session
+from experiments.eval_run import evaluate_program, parser
+from tests.fake_openai import FakeOpenAI
 
 
 def store_bytes(folder: Path) -> int:

@@ -1,6 +1,6 @@
 """The optimizer table: one program on one dataset, uncompiled and compiled by each optimizer, same test questions.
 
-``python scripts/optimizer_table.py --program rag --dataset hotpotqa --optimizers bootstrap random_search mipro gepa \\
+``python -m scripts.optimizer_table --program rag --dataset hotpotqa --optimizers bootstrap random_search mipro gepa \\
     --train 20 --dev 30 --test 50 --proposer-lm local:qwen-1.5b [--compile-budget N] [--demo-tokens T]``
 
 One MLflow parent run; a child run per cell, all on the same seeded split with the same LMs: ``uncompiled``, and per
@@ -17,18 +17,15 @@ reads finished test questions from their checkpoints and every compile call it a
 from __future__ import annotations
 
 import dataclasses
-import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-import programs  # noqa: E402
-from experiments import cli, compile_run, suite  # noqa: E402
-from evaluation import tracking  # noqa: E402
-from experiments.cli import compile_metric, fail, interruptible, session  # noqa: E402
-from optimizers import fitting  # noqa: E402
-from optimizers.compile import OPTIMIZERS  # noqa: E402
+import programs
+from experiments import cli, compile_run, suite
+from evaluation import tracking
+from experiments.cli import compile_metric, fail, interruptible, session
+from optimizers import fitting
+from optimizers.compile import OPTIMIZERS
 
 ENTRY = "scripts/optimizer_table.py"
 

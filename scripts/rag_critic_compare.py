@@ -1,6 +1,6 @@
 """RAG-Critic against its baselines on one seeded split, as a suite run, plus the critic's and planner's behaviour.
 
-``python scripts/rag_critic_compare.py --dataset hotpotqa --train 20 --dev 30 --test 30 --no-cache
+``python -m scripts.rag_critic_compare --dataset hotpotqa --train 20 --dev 30 --test 30 --no-cache
 [--programs rag_critic rag self_refine] [--critic-lm local:qwen-1.5b] [--judge --judge-lm local:qwen-1.5b]
 [--error-profile rag]``
 A thin use of ``evaluate.py --suite`` (takes every flag of evaluate.py): the first program is paired with the
@@ -17,18 +17,14 @@ the critic's confusion matrix against the judge's verdict on each first answer, 
 from __future__ import annotations
 
 import math
-import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import dspy
+import mlflow
 
-import dspy  # noqa: E402
-import mlflow  # noqa: E402
-
-from experiments import cli, suite  # noqa: E402
-from experiments.eval_run import error_profile, error_taxonomy  # noqa: E402
-from evaluation.critic_scores import answer_is_wrong, identification  # noqa: E402
-from evaluation.leaderboard import fmt  # noqa: E402
+from experiments import cli, suite
+from experiments.eval_run import error_profile, error_taxonomy
+from evaluation.critic_scores import answer_is_wrong, identification
+from evaluation.leaderboard import fmt
 
 
 def behaviour(records: list[dict]) -> dict:
