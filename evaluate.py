@@ -6,21 +6,14 @@
 from __future__ import annotations
 
 import programs
-from evaluation import tracking
-from experiments.cli import as_compiled, fail, given_flags, interruptible, oracle_suffix, session
-from evaluation.loop import evaluate
-from experiments.suite import parser as suite_parser
+from experiments.cli import as_compiled, fail, given_flags, interruptible, session
+from experiments.eval_run import evaluate_program, parser
 from experiments.suite import run_suite
 
 
 @interruptible
 def main(argv=None) -> dict:
-    p = suite_parser(__doc__.splitlines()[0])
-    p.add_argument("--compiled", help="compiled program: program.json path or MLflow run id")
-    p.add_argument("--error-profile", action="store_true",
-                   help="label the program's wrong answers with RAG-Critic's error critic on the judge LM (--judge-lm: "
-                        "labelling is evaluation, not part of the program) and log the "
-                        "tier-1/tier-2 distribution (table + bar chart); needs $RAG_DATA_DIR/rag_critic/")
+    p = parser(__doc__.splitlines()[0])
     args = p.parse_args(argv)
     if args.suite:
         args.split = args.split or "test"
@@ -38,57 +31,10 @@ def main(argv=None) -> dict:
             fail(str(err))
         as_compiled(args, artifact, set(given))
     s = session(args, programs.spec(args.program).needs_search)
-    taxonomy = error_taxonomy(args.data_dir) if args.error_profile else None
-    try:
-        program = (s.build_scored(args.program, lambda mc: programs.load_compiled(
-                       artifact, search=s.retriever, roles=s.roles, oracle=s.oracle(args.program), mc=mc,
-                       given=given))
-                   if artifact else s.build(args.program))
-    except ValueError as err:  # a compiled program saved by another version of the program
-        fail(str(err))
-    examples = s.evaluated(getattr(s.splits, args.split))
-    run_name = (f"{args.program}{oracle_suffix(s.oracle(args.program))}-{args.dataset}-{args.split}"
-                + ("-compiled" if artifact else ""))
-    with tracking.run(args.experiment, run_name, tags={"entry": "evaluate.py"}) as run:
-        tracking.log_params(s.params(args.program) | {"split": args.split, "compiled_from": args.compiled or ""})
-        tracking.tag_effective(program, args.program)
-        if args.program in s.calibrations:
-            tracking.log_json("calibration.json", s.calibrations[args.program])
-        records, summary = evaluate(program, examples, s.metrics, k=args.k if s.retriever else None,
-                                    retries=args.retries, checkpoint=s.checkpoint(args.split, args.program, program),
-                                    desc=args.split, groups=s.groups, threads=args.threads,
-                                    retry_failed=args.retry_failed, wait=args.wait_for_checkpoint,
-                                    traces=tracking.question_traces(run.info.run_id, s.metrics, args.trace))
-        tracking.log_evaluation(args.split, records, summary, s.metrics, s.eval_data(args.split, examples))
-        if args.error_profile:
-            print(error_profile(s, records, taxonomy, f"{run_name} (labels by {s.lm_ids()['judge_lm']})"))
-    print(f"\nrun {run.info.run_id} ({run_name})")
+    run_id, run_name, summary = evaluate_program(s, artifact, given)
+    print(f"\nrun {run_id} ({run_name})")
     print("  " + "  ".join(f"{k}={v:.3f}" if isinstance(v, float) else f"{k}={v}" for k, v in summary.items()))
     return summary
-
-
-def error_taxonomy(data_dir):
-    """RAG-Critic's taxonomy for ``--error-profile``, checked before anything is evaluated."""
-    from programs.rag_critic.taxonomy import load_taxonomy
-
-    try:
-        return load_taxonomy(data_dir)
-    except FileNotFoundError as err:
-        fail(str(err))
-
-
-def error_profile(s, records: list[dict], taxonomy, title: str) -> str:
-    """Critique the wrong answers in ``records`` with the judge-role LM (the evaluator's model, so every program's
-    profile is labelled by the same critic whatever its own roles) and log the profile to the active run."""
-    from evaluation import error_profile as ep
-    from programs.rag_critic.error_critic import ErrorCritic
-
-    critic = ErrorCritic(taxonomy, s.max_chars, embedder=s.retriever.embedder if s.retriever else None)
-    for predictor in critic.predictors():
-        predictor.lm = s.roles.lm("judge")
-    ids = {p["id"] for r in records for p in r.get("passages") or []}
-    result = ep.profile(records, critic, ep.passage_lookup(s.bundle.corpora, ids))
-    return ep.log(result, taxonomy, title)
 
 
 if __name__ == "__main__":

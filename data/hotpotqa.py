@@ -6,7 +6,7 @@ from pathlib import Path
 import dspy
 
 from data import Bundle, load_records, require_file
-from retrieval.corpus import Corpus
+from retrieval.corpus import Corpus, Passage
 
 FILES = ("hotpotqa/dev_distractor_sample.json", "hotpotqa/hotpot_dev_distractor_v1.json")
 
@@ -17,8 +17,24 @@ def pooled_corpus(records, name: str) -> Corpus:
     for rec in records:
         for title, sentences in rec["context"]:
             if title not in docs:
-                docs[title] = {"id": f"{len(docs):05d}", "title": title, "text": "".join(sentences).strip()}
+                docs[title] = {"id": f"{len(docs):05d}", "title": title, "text": _text(sentences)}
     return Corpus(name, list(docs.values()), "en")
+
+
+def _text(sentences: list[str]) -> str:
+    return "".join(sentences).strip()
+
+
+def contexts(root: Path | None) -> list[dict]:
+    """Each question's own context paragraphs, in file order: ``{qid, question, gold, distractors}``, the
+    supporting paragraphs and the others as passages with ids ``<qid>:<title>``."""
+    out = []
+    for rec in load_records([require_file(root, *FILES)]):
+        gold = {t for t, _ in rec["supporting_facts"]}
+        paras = [Passage(f"{rec['_id']}:{t}", t, _text(s)) for t, s in rec["context"]]
+        out.append({"qid": rec["_id"], "question": rec["question"], "gold": [p for p in paras if p.title in gold],
+                    "distractors": [p for p in paras if p.title not in gold]})
+    return out
 
 
 def load(root: Path | None) -> Bundle:

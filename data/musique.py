@@ -6,7 +6,7 @@ from pathlib import Path
 import dspy
 
 from data import Bundle, load_records, require_file
-from retrieval.corpus import Corpus
+from retrieval.corpus import Corpus, Passage
 
 FILES = ("musique/musique_ans_dev_sample.jsonl", "musique/musique_ans_v1.0_dev.jsonl")
 
@@ -25,6 +25,17 @@ def paragraphs(records) -> dict[tuple[str, str], dict]:
             if key not in docs:
                 docs[key] = {"id": f"{len(docs):05d}", "title": key[0], "text": key[1]}
     return docs
+
+
+def contexts(root: Path | None) -> list[dict]:
+    """Each question's own paragraphs, in file order: ``{qid, question, gold, distractors}``, the supporting
+    paragraphs and the others as passages with ids ``<qid>:<position>``."""
+    out = []
+    for rec in load_records([require_file(root, *FILES)]):
+        paras = [(Passage(f"{rec['id']}:{i}", *_key(p)), p["is_supporting"]) for i, p in enumerate(rec["paragraphs"])]
+        out.append({"qid": rec["id"], "question": rec["question"], "gold": [p for p, s in paras if s],
+                    "distractors": [p for p, s in paras if not s]})
+    return out
 
 
 def load(root: Path | None) -> Bundle:

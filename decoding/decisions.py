@@ -242,7 +242,7 @@ class Gate(Parameter):
     def reset(self):
         """Nothing: DSPy's optimizers start from ``reset_copy()``, which resets every parameter to forget what an
         earlier compile learned (demos); a gate's fit comes from calibration on dev, not from the optimizer, and the
-        compile must run the program through it (``optimize.compile_fitted``)."""
+        compile must run the program through it (``optimizers.fitting.compile_fitted``)."""
 
     def dump_state(self, json_mode=True) -> dict:
         return {"thresholds": dict(self.thresholds), "weights": self.weights}

@@ -173,7 +173,7 @@ def mismatch(manifest: dict, index: faiss.Index, embedder: Embedder) -> str:
     fix = f"pass --embedder {built}" if built else "pass the --embedder the index was built with"
     if METRICS.get(index.metric_type) != "ip":
         return (f"the index uses metric {METRICS.get(index.metric_type, index.metric_type)}, but retrieval scores "
-                "by inner product of unit vectors; rebuild it with scripts/build_index.py")
+                "by inner product of unit vectors; rebuild it with python -m scripts.build_index")
     dim = embedder.encode_queries(["dimension check"]).shape[1]
     if dim != index.d:
         return f"the index holds {index.d}-d vectors but embedder {embedder.id} gives {dim}-d ones; {fix}"

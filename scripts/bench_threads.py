@@ -1,22 +1,17 @@
 """Speed-up of ``--threads N`` against a local fake OpenAI-compatible server with a fixed per-request latency.
 
-``python scripts/bench_threads.py --latency 0.2 --threads 1 4 16 --n 16``
+``python -m scripts.bench_threads --latency 0.2 --threads 1 4 16 --n 16``
 Evaluates ``seal`` (several LM calls per question) on the bundled demo set once per N, uncached, and prints one
 markdown table: wall seconds, speed-up over the first N, LM seconds per question, and whether every per-example
 record (answer, scores, passages, trace, LM calls, tokens) equals the first N's, timings aside."""
 from __future__ import annotations
 
 import argparse
-import sys
 import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
-
-from fake_openai import FakeOpenAI  # noqa: E402
-from experiments.cli import parser, session  # noqa: E402
-from evaluation.loop import evaluate  # noqa: E402
+from tests.fake_openai import FakeOpenAI
+from experiments.cli import parser, session
+from evaluation.loop import evaluate
 
 TIMINGS = ("seconds", "lm_seconds")
 

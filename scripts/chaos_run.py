@@ -1,6 +1,6 @@
 """Chaos run: an evaluation disturbed every way at once must end with the records of an undisturbed one.
 
-``python scripts/chaos_run.py --n 200`` evaluates N questions (the bundled ``demo`` questions, numbered copies of
+``python -m scripts.chaos_run --n 200`` evaluates N questions (the bundled ``demo`` questions, numbered copies of
 them past 20) with ``--program`` (default ``rag``) on EM, F1 and an LLM judge (``evaluation.metrics.Judge``), against
 ``tests/fault_server.py`` run as the embedded LM server (``tests/fault_host.py``: the project's host, leases and
 restarts around it). The server answers from a question -> answer table (a third right, a third "unknown", a third
@@ -42,10 +42,9 @@ from collections import Counter
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
-from fault_host import FaultHost, comparable  # noqa: E402
-from fault_server import SAMPLED  # noqa: E402
+from tests.fault_host import FaultHost, comparable
+from tests.fault_server import SAMPLED
 
 SESSIONS = 12  # at most this many evaluation processes per phase
 PATIENCE = 600  # seconds a process may take to reach a point the run waits for
@@ -201,9 +200,9 @@ class Phase:
                     "RAG_ENDPOINT_BACKOFF": "0.05", "PYTHONPATH": str(ROOT)}
         self.checkpoint, self.log = self.home / "eval.jsonl", self.home / "requests.jsonl"
         self.searches, self.marker = self.home / "searches.jsonl", self.home / "cutting"
-        self.cmd = [sys.executable, __file__, "--child", "--n", str(args.n), "--program", args.program,
-                    "--embedder", args.embedder, "--checkpoint", str(self.checkpoint), "--log", str(self.log),
-                    "--searches", str(self.searches), "--flags", " ".join(flags)]
+        self.cmd = [sys.executable, "-m", "scripts.chaos_run", "--child", "--n", str(args.n), "--program",
+                    args.program, "--embedder", args.embedder, "--checkpoint", str(self.checkpoint), "--log",
+                    str(self.log), "--searches", str(self.searches), "--flags", " ".join(flags)]
         self.pending, self.n = dict(plan), args.n
         self.segments: list[dict] = []
         self.exits: list[int] = []

@@ -1,7 +1,7 @@
 """Check the MLflow UI as a person would: the runs list shows a suite's runs with their datasets, the compare view
 shows their metrics, one question's trace shows the method's decisions, and a compiled prompt version reads.
 
-``python scripts/check_mlflow_ui.py [--experiment agentic-rag] [--run SUITE_RUN_ID] [--screenshot-dir /tmp]``
+``python -m scripts.check_mlflow_ui [--experiment agentic-rag] [--run SUITE_RUN_ID] [--screenshot-dir /tmp]``
 Starts ``mlflow server`` on 127.0.0.1 over the project's store (``RAG_MLRUNS``, default ./mlruns), opens it in
 headless Chromium (Debian ``chromium`` + ``chromium-driver``, driven by selenium: ``pip install '.[ui]'``), and
 prints one line per check. A screenshot of each page is saved. Exit status 1 if a check fails. The prompt check
@@ -10,18 +10,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import tempfile
 import time
 import urllib.parse
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import mlflow
 
-import mlflow  # noqa: E402
-
-from evaluation import tracking  # noqa: E402
-from runtime import store  # noqa: E402
+from evaluation import tracking
+from runtime import store
 
 EXPAND = "button[data-component-id*='runnamecellrenderer']"  # the +/- before a parent run's name (MLflow 3)
 FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",

@@ -1,9 +1,9 @@
 """CORAL against its multilingual baselines on one dataset and corpus source, in one process and one MLflow run.
 
-``python scripts/coral_compare.py --dataset blend --test 48 --balance country``            (blend_kb, leave-out)
-``python scripts/coral_compare.py --dataset click --corpus xquad --test 30 --compile``
-``python scripts/coral_compare.py --dataset blend --test 48 --programs direct multi_rag --circular``
-``python scripts/coral_compare.py --dataset blend --test 48 --programs direct multi_rag --circular --mc-scoring pride``
+``python -m scripts.coral_compare --dataset blend --test 48 --balance country``            (blend_kb, leave-out)
+``python -m scripts.coral_compare --dataset click --corpus xquad --test 30 --compile``
+``python -m scripts.coral_compare --dataset blend --test 48 --programs direct multi_rag --circular``
+``python -m scripts.coral_compare --dataset blend --test 48 --programs direct multi_rag --circular --mc-scoring pride``
 
 A thin use of the suite machinery (``experiments/suite.py``): one parent run, one child run per program (checkpointed
 per question, so an interrupted run resumes), and the suite's leaderboard (accuracy, cost per question, every
@@ -16,14 +16,10 @@ bootstraps few-shot demos for coral on the train split and reports the compiled 
 from __future__ import annotations
 
 import random
-import sys
 from collections import Counter, defaultdict
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-import dspy  # noqa: E402
-import matplotlib  # noqa: E402
+import dspy
+import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402

@@ -1,6 +1,6 @@
 """Decision-quality table: does an LM's passage-relevance decision know more than the retriever?
 
-``python scripts/critic_auc.py --datasets hotpotqa musique xquad --lm local:qwen-0.5b local:qwen-1.5b``
+``python -m scripts.critic_auc --datasets hotpotqa musique xquad --lm local:qwen-0.5b local:qwen-1.5b``
 
 For each dataset and candidate set, labelled (question, passage, is_gold) decisions:
 
@@ -29,25 +29,23 @@ import random
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import mlflow
+import numpy as np
+from sklearn.metrics import roc_auc_score
+from sklearn.model_selection import GroupKFold
 
-import mlflow  # noqa: E402
-import numpy as np  # noqa: E402
-from sklearn.metrics import roc_auc_score  # noqa: E402
-from sklearn.model_selection import GroupKFold  # noqa: E402
-
-import data as datasets  # noqa: E402
-from data import hotpotqa, musique  # noqa: E402
-from data.xrag import paragraph, read_xquad, xquad_records  # noqa: E402
-from decoding.decisions import YES_NO, Gate, decide, fit_fusion, lm_adds, relative, written_label  # noqa: E402
-from evaluation import tracking  # noqa: E402
-from retrieval.corpus import Corpus, Passage  # noqa: E402
-from retrieval.retriever import Retriever  # noqa: E402
-from runtime.embedders import get_embedder  # noqa: E402
-from runtime.lm import make_lm  # noqa: E402
-from runtime.metering import metered  # noqa: E402
-from runtime.roles import init_dspy  # noqa: E402
-from signatures.critic import JudgeRelevance  # noqa: E402
+import data as datasets
+from data import hotpotqa, musique
+from data.xrag import paragraph, read_xquad, xquad_records
+from decoding.decisions import YES_NO, Gate, decide, fit_fusion, lm_adds, relative, written_label
+from evaluation import tracking
+from retrieval.corpus import Corpus, Passage
+from retrieval.retriever import Retriever
+from runtime.embedders import get_embedder
+from runtime.lm import make_lm
+from runtime.metering import metered
+from runtime.roles import init_dspy
+from signatures.critic import JudgeRelevance
 
 DATASETS = ("hotpotqa", "musique", "xquad")
 CANDIDATES = ("distractors", "topk")
@@ -95,25 +93,14 @@ def cross_fitted(rows: list[dict], folds: int = 5, select: bool = False) -> tupl
 
 def _records(name: str, root: Path | None, lang: str) -> list[dict]:
     """Per question: {qid, question, gold: [Passage], distractors: [Passage]} in the dataset's file order."""
+    if name in ("hotpotqa", "musique"):
+        return {"hotpotqa": hotpotqa, "musique": musique}[name].contexts(root)
     out = []
-    if name == "hotpotqa":
-        for rec in datasets.load_records([datasets.require_file(root, *hotpotqa.FILES)]):
-            gold = {t for t, _ in rec["supporting_facts"]}
-            paras = [Passage(f"{rec['_id']}:{t}", t, "".join(s).strip()) for t, s in rec["context"]]
-            out.append({"qid": rec["_id"], "question": rec["question"], "gold": [p for p in paras if p.title in gold],
-                        "distractors": [p for p in paras if p.title not in gold]})
-    elif name == "musique":
-        for rec in datasets.load_records([datasets.require_file(root, *musique.FILES)]):
-            paras = [(Passage(f"{rec['id']}:{i}", p["title"], p["paragraph_text"].strip()), p["is_supporting"])
-                     for i, p in enumerate(rec["paragraphs"])]
-            out.append({"qid": rec["id"], "question": rec["question"], "gold": [p for p, s in paras if s],
-                        "distractors": [p for p, s in paras if not s]})
-    else:
-        for rec in xquad_records(root, "mono", lang):
-            def passage(d):
-                return Passage(f"xquad:{d['id']}", d["title"], d["text"])
-            out.append({"qid": rec["id"], "question": rec["question"], "gold": [passage(rec["supporting"][0])],
-                        "distractors": [passage(d) for d in rec["distracting"]]})
+    for rec in xquad_records(root, "mono", lang):
+        def passage(d):
+            return Passage(f"xquad:{d['id']}", d["title"], d["text"])
+        out.append({"qid": rec["id"], "question": rec["question"], "gold": [passage(rec["supporting"][0])],
+                    "distractors": [passage(d) for d in rec["distracting"]]})
     return out
 
 

@@ -1,7 +1,7 @@
 """How good is a program's error critic? Identification of wrong answers, and tier-1 agreement with a stronger
 critic model.
 
-``python scripts/critic_eval.py --run <compare run id> [--predictions predictions/rag_critic.jsonl]
+``python -m scripts.critic_eval --run <compare run id> [--predictions predictions/rag_critic.jsonl]
 [--reference-lm local:qwen-1.5b --limit 20]``
 Reads the per-question records of a ``rag_critic`` evaluation (``scripts/rag_critic_compare.py`` or
 ``evaluate.py``). Gold correctness of the first answer is F1 >= 0.5 against the reference answer. With
@@ -15,23 +15,19 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import mlflow
 
-import mlflow  # noqa: E402
-
-import data  # noqa: E402
-from evaluation import tracking  # noqa: E402
-from evaluation.critic_scores import answer_is_wrong, identification, tier1_agreement  # noqa: E402
-from evaluation.error_profile import passage_lookup  # noqa: E402
-from evaluation.leaderboard import fmt  # noqa: E402
-from programs.rag_critic.error_critic import ErrorCritic  # noqa: E402
-from programs.rag_critic.taxonomy import load_taxonomy  # noqa: E402
-from runtime import store  # noqa: E402
-from runtime.lm import make_lm  # noqa: E402
-from runtime.roles import init_dspy  # noqa: E402
+import data
+from evaluation import tracking
+from evaluation.critic_scores import answer_is_wrong, identification, tier1_agreement
+from evaluation.error_profile import passage_lookup
+from evaluation.leaderboard import fmt
+from programs.rag_critic.error_critic import ErrorCritic
+from programs.rag_critic.taxonomy import load_taxonomy
+from runtime import store
+from runtime.lm import make_lm
+from runtime.roles import init_dspy
 
 
 def first_rounds(records: list[dict]) -> list[dict]:

@@ -1,6 +1,6 @@
 """One method's decision ladder against its baseline: same questions, same writer, one MLflow parent run.
 
-``python scripts/decision_ladder.py --program seal --baseline rag_cited --dataset musique --k 3 --loops 1 \\
+``python -m scripts.decision_ladder --program seal --baseline rag_cited --dataset musique --k 3 --loops 1 \\
     --dev 30 --test 30``
 
 Rungs (each a child run, checkpointed per question; every rung paired with the baseline on the test questions by
@@ -20,20 +20,17 @@ import copy
 import dataclasses
 import json
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import dspy
+import mlflow
 
-import dspy  # noqa: E402
-import mlflow  # noqa: E402
-
-import programs  # noqa: E402
-from decoding.decisions import describe, gates  # noqa: E402
-from experiments import suite  # noqa: E402
-from evaluation import tracking  # noqa: E402
-from optimizers.calibration import calibrate_decisions  # noqa: E402
-from experiments.cli import fail, interruptible, session  # noqa: E402
-from runtime.files import write_whole  # noqa: E402
+import programs
+from decoding.decisions import describe, gates
+from experiments import suite
+from evaluation import tracking
+from optimizers.calibration import calibrate_decisions
+from experiments.cli import fail, interruptible, session
+from runtime.files import write_whole
 
 RUNGS = ("generate", "fused", "fused-critic", "oracle")
 ENTRY = "scripts/decision_ladder.py"

@@ -1,6 +1,6 @@
 """How often a character cut drops the gold answer from XQuAD's supporting paragraph (no LM).
 
-``RAG_DATA_DIR=... python scripts/gold_span_cut.py --cuts 600 400 0``
+``RAG_DATA_DIR=... python -m scripts.gold_span_cut --cuts 600 400 0``
 
 For every XQuAD question of each language: is its first gold answer still in the paragraph as a prompt shows it
 (``Passage.clip``: cut at a word boundary after N characters; 0 = the whole paragraph, as XRAG settings now show
@@ -8,14 +8,10 @@ it)? 600 was the writer's cut, 400 CORAL's critic's."""
 from __future__ import annotations
 
 import argparse
-import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-import data as datasets  # noqa: E402
-from data.xrag import read_xquad  # noqa: E402
-from retrieval.corpus import Passage  # noqa: E402
+import data as datasets
+from data.xrag import read_xquad
+from retrieval.corpus import Passage
 
 
 def cut_rates(root, lang: str, cuts: list[int]) -> dict[int, float]:

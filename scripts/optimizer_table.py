@@ -1,6 +1,6 @@
 """The optimizer table: one program on one dataset, uncompiled and compiled by each optimizer, same test questions.
 
-``python scripts/optimizer_table.py --program rag --dataset hotpotqa --optimizers bootstrap random_search mipro gepa \\
+``python -m scripts.optimizer_table --program rag --dataset hotpotqa --optimizers bootstrap random_search mipro gepa \\
     --train 20 --dev 30 --test 50 --proposer-lm local:qwen-1.5b [--compile-budget N] [--demo-tokens T]``
 
 One MLflow parent run; a child run per cell, all on the same seeded split with the same LMs: ``uncompiled``, and per
@@ -13,22 +13,19 @@ runs on ``--lm`` (its roles on ``--planner-lm``/``--critic-lm`` as usual); MIPRO
 reflects with ``--proposer-lm`` (default: the planner role's LM). An interrupted run, re-run with the same command,
 reads finished test questions from their checkpoints and every compile call it already made from the LM cache (under
 ``--no-cache``: from the compile's own answers, kept beside its checkpoints); a row still shows what its compile cost
-(``optimize.compile_ledger``). ``--budget`` is both MIPROv2's trials and GEPA's metric calls."""
+(``optimizers.fitting.compile_ledger``). ``--budget`` is both MIPROv2's trials and GEPA's metric calls."""
 from __future__ import annotations
 
 import dataclasses
-import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-import optimize  # noqa: E402
-import programs  # noqa: E402
-from experiments import cli, suite  # noqa: E402
-from evaluation import tracking  # noqa: E402
-from experiments.cli import compile_metric, fail, interruptible, session  # noqa: E402
-from optimizers.compile import OPTIMIZERS  # noqa: E402
+import programs
+from experiments import cli, compile_run, suite
+from evaluation import tracking
+from experiments.cli import compile_metric, fail, interruptible, session
+from optimizers import fitting
+from optimizers.compile import OPTIMIZERS
 
 ENTRY = "scripts/optimizer_table.py"
 
@@ -47,11 +44,11 @@ def main(argv=None) -> dict:
     p.add_argument("--optimizers", nargs="+", default=list(OPTIMIZERS), choices=OPTIMIZERS)
     p.add_argument("--proposer-lm", help="MIPROv2's instruction proposer and GEPA's reflection LM (e.g. "
                                          "local:qwen-1.5b; default: --planner-lm, else --lm)")
-    optimize.compile_flags(p)
+    compile_run.compile_flags(p)
     args = p.parse_args(argv)
     if not args.program:
         fail(f"--program is required; choose one of: {', '.join(programs.names())}")
-    optimize.check_compile_flags(args)
+    compile_run.check_compile_flags(args)
     args.split, args.suite = "test", f"optimizers-{args.program}"
     s = session(args, programs.spec(args.program).needs_search)
     searching = [o for o in args.optimizers if o != "bootstrap"]
@@ -73,16 +70,16 @@ def main(argv=None) -> dict:
                               nested=True) as child:
                 program, cost = s.build(args.program), {}
                 if optimizer == "uncompiled":  # its gates fitted on dev too: the rows differ in the prompts only
-                    optimize.fit_gates(s, program, metric)
+                    fitting.fit_gates(s, program, metric)
                 else:
-                    params = (optimize.compile_params(args, optimizer, metric_name)
+                    params = (compile_run.compile_params(args, optimizer, metric_name)
                               | {"proposer": proposer_id if optimizer in ("mipro", "gepa") else ""})
                     tracking.log_params(params)
-                    program, spent = optimize.compile_fitted(s, program, optimizer, metric, proposer,
-                                                             optimize.compile_ledger(s, cell.label, program, params))
+                    program, spent = fitting.compile_fitted(s, program, optimizer, metric, proposer,
+                                                             fitting.compile_ledger(s, cell.label, program, params))
                     cost = compile_cost(spent)
                     with tempfile.TemporaryDirectory() as tmp:
-                        optimize.log_compiled(s, program, Path(tmp) / "program.json")
+                        fitting.log_compiled(s, program, Path(tmp) / "program.json")
             result = suite.run_cell(s, cell, parent.info.run_id, args.suite, program=program, entry=ENTRY,
                                     run_id=child.info.run_id)
             result.summary |= cost

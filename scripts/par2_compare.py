@@ -1,7 +1,7 @@
 """PAR2-RAG against its baselines and ablations on one seeded slice, and the step-budget (H) table, in one MLflow run.
 
-``python scripts/par2_compare.py --dataset musique --test 30 --k 5 --loops 5 --judge --judge-lm local:qwen-1.5b``
-``python scripts/par2_compare.py --dataset musique --test 30 --programs par2 --budgets 3 5 7``   (the H table)
+``python -m scripts.par2_compare --dataset musique --test 30 --k 5 --loops 5 --judge --judge-lm local:qwen-1.5b``
+``python -m scripts.par2_compare --dataset musique --test 30 --programs par2 --budgets 3 5 7``   (the H table)
 
 A thin use of the suite machinery (``experiments/suite.py``): every (program, H) cell is a child run of one parent
 run, checkpointed per question (an interrupted run resumes), and the parent holds the suite's leaderboard (EM, F1,
@@ -16,21 +16,17 @@ at the same H by a paired t-test on Recall@k.
 from __future__ import annotations
 
 import math
-import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import mlflow
 
-import mlflow  # noqa: E402
-
-import programs  # noqa: E402
-from experiments import suite  # noqa: E402
-from evaluation import tracking  # noqa: E402
-from experiments.cli import compile_metric, interruptible, session  # noqa: E402
-from optimizers.compile import compile_program  # noqa: E402
-from evaluation.leaderboard import fmt  # noqa: E402
-from evaluation.stats import paired_t  # noqa: E402
-from runtime.metering import metered  # noqa: E402
+import programs
+from experiments import suite
+from evaluation import tracking
+from experiments.cli import compile_metric, interruptible, session
+from optimizers.compile import compile_program
+from evaluation.leaderboard import fmt
+from evaluation.stats import paired_t
+from runtime.metering import metered
 
 DEFAULT_PROGRAMS = ("direct", "cot", "rag", "react", "ircot", "par2_anchor", "par2_chain", "par2")
 BUDGET_PROGRAMS = ("par2", "par2_chain", "ircot")

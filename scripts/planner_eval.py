@@ -1,6 +1,6 @@
 """Does CORAL's planner choose corpora by content or by list position? Its first choice only, per LM and presentation.
 
-``python scripts/planner_eval.py --dataset blend --test 48 --balance country --planners local:qwen-0.5b local:qwen-1.5b``
+``python -m scripts.planner_eval --dataset blend --test 48 --balance country --planners local:qwen-0.5b local:qwen-1.5b``
 
 For every planner LM and every way of showing it the candidate corpora -- ``listed`` (pool order, names only: what
 the planner saw before issue 13), ``shuffled`` (a seeded order per question) and ``probed`` (shuffled, each with the
@@ -14,21 +14,17 @@ from __future__ import annotations
 
 import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import mlflow
 
-import mlflow  # noqa: E402
-
-from experiments import suite  # noqa: E402
-
-from evaluation import tracking  # noqa: E402
-from experiments.cli import interruptible, session  # noqa: E402
-from programs.coral.coral import CORAL, Trace  # noqa: E402
-from programs.coral.mrag import corpus_of  # noqa: E402
-from runtime.lm import make_lm  # noqa: E402
-from runtime.metering import metered  # noqa: E402
-from scripts.coral_compare import balanced, planner_diagnostics  # noqa: E402
+from experiments import suite
+from evaluation import tracking
+from experiments.cli import interruptible, session
+from programs.coral.coral import CORAL, Trace
+from programs.coral.mrag import corpus_of
+from runtime.lm import make_lm
+from runtime.metering import metered
+from scripts.coral_compare import balanced, planner_diagnostics
 
 PRESENTATIONS = {"listed": {"shuffle_corpora": False, "probe": False},
                  "shuffled": {"shuffle_corpora": True, "probe": False},

@@ -1,6 +1,6 @@
 """RAG-Critic against its baselines on one seeded split, as a suite run, plus the critic's and planner's behaviour.
 
-``python scripts/rag_critic_compare.py --dataset hotpotqa --train 20 --dev 30 --test 30 --no-cache
+``python -m scripts.rag_critic_compare --dataset hotpotqa --train 20 --dev 30 --test 30 --no-cache
 [--programs rag_critic rag self_refine] [--critic-lm local:qwen-1.5b] [--judge --judge-lm local:qwen-1.5b]
 [--error-profile rag]``
 A thin use of ``evaluate.py --suite`` (takes every flag of evaluate.py): the first program is paired with the
@@ -17,18 +17,14 @@ the critic's confusion matrix against the judge's verdict on each first answer, 
 from __future__ import annotations
 
 import math
-import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import dspy
+import mlflow
 
-import dspy  # noqa: E402
-import mlflow  # noqa: E402
-
-import evaluate as evaluate_cli  # noqa: E402
-from experiments import cli, suite  # noqa: E402
-from evaluation.critic_scores import answer_is_wrong, identification  # noqa: E402
-from evaluation.leaderboard import fmt  # noqa: E402
+from experiments import cli, suite
+from experiments.eval_run import error_profile, error_taxonomy
+from evaluation.critic_scores import answer_is_wrong, identification
+from evaluation.leaderboard import fmt
 
 
 def behaviour(records: list[dict]) -> dict:
@@ -95,7 +91,7 @@ def report(args, taxonomy):
         for r in results:
             if r.cell.program in (args.error_profile or ()):
                 s = sessions[r.cell.dataset]
-                out += ["", f"### error profile of {r.cell.label}", "", evaluate_cli.error_profile(
+                out += ["", f"### error profile of {r.cell.label}", "", error_profile(
                     s, r.records, taxonomy, f"{r.cell.label} (labels by {s.lm_ids()['judge_lm']})")]
         return "\n".join(out) + "\n"
     return make
@@ -111,7 +107,7 @@ def main(argv=None) -> dict:
     if args.ray:
         cli.fail("rag_critic_compare.py runs its cells in this process (the error profile needs the sessions); "
                  "use evaluate.py --suite for --ray")
-    taxonomy = evaluate_cli.error_taxonomy(args.data_dir) if args.error_profile else None
+    taxonomy = error_taxonomy(args.data_dir) if args.error_profile else None
     entry = suite.Entry(args.programs[0], tuple(args.programs[1:]), (args.dataset,))
     out = suite.run_suite(args, custom=(entry,), report=report(args, taxonomy))
     return {r.cell.label: r.summary | behaviour(r.records) for r in out["results"]}

@@ -2,19 +2,15 @@
 questions, in its bundled corpus and in the ``multihop_pool`` setting, without an LM (rag's passages are the
 question's top-k).
 
-``python scripts/retrieval_difficulty.py [--dataset hotpotqa] [--sources bundled multihop_pool] [--k 1 3]``"""
+``python -m scripts.retrieval_difficulty [--dataset hotpotqa] [--sources bundled multihop_pool] [--k 1 3]``"""
 from __future__ import annotations
 
 import argparse
-import sys
-from pathlib import Path
 from statistics import mean
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from data import corpora as sources  # noqa: E402
-from evaluation.metrics import retrieval_scores  # noqa: E402
-from retrieval.retriever import Retriever  # noqa: E402
+from data import corpora as sources
+from evaluation.metrics import retrieval_scores
+from retrieval.retriever import Retriever
 
 
 def main(argv=None) -> dict:

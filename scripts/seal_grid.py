@@ -1,7 +1,7 @@
 """SEAL-RAG grid: k x loop budget L x {seal, self_rag, crag, rag_cited} on one seeded multi-hop slice (HotpotQA by
 default), as a suite run.
 
-``python scripts/seal_grid.py --n 30 --lm local:qwen-0.5b --seed 13 [--judge-lm local:qwen-1.5b]
+``python -m scripts.seal_grid --n 30 --lm local:qwen-0.5b --seed 13 [--judge-lm local:qwen-1.5b]
 [--ks 1 3] [--budgets 0 1 3 5] [--programs seal self_rag crag rag_cited] [--ledger-to-writer] [--corpus bundled]
 [--dataset musique]``
 
@@ -21,18 +21,14 @@ from __future__ import annotations
 
 import argparse
 import math
-import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import mlflow
 
-import mlflow  # noqa: E402
-
-from data import corpora as sources  # noqa: E402
-from experiments import suite  # noqa: E402
-from experiments.cli import interruptible  # noqa: E402
-from evaluation.leaderboard import fmt  # noqa: E402
-from evaluation.stats import bootstrap_ci, holm, paired_t  # noqa: E402
+from data import corpora as sources
+from experiments import suite
+from experiments.cli import interruptible
+from evaluation.leaderboard import fmt
+from evaluation.stats import bootstrap_ci, holm, paired_t
 
 PROGRAMS = ("seal", "self_rag", "crag", "rag_cited")
 LEDGER = "seal_ledger"  # seal with ledger_to_writer: its own row

@@ -1,8 +1,8 @@
 """Run the XRAG construction pipeline (``construction.xrag``) on article pairs and write XRAG-format JSONL.
 
-``python scripts/xrag_build.py --pairs 3 --out xrag_items.jsonl``                   (XQuAD demo pairs)
-``python scripts/xrag_build.py --articles my_news.jsonl --pairs 10 --translate de --out xrag/xrag.de.jsonl``
-``python scripts/xrag_build.py --pairs 20 --unrelated 20 --relevance-only``                  (the first gate alone)
+``python -m scripts.xrag_build --pairs 3 --out xrag_items.jsonl``                   (XQuAD demo pairs)
+``python -m scripts.xrag_build --articles my_news.jsonl --pairs 10 --translate de --out xrag/xrag.de.jsonl``
+``python -m scripts.xrag_build --pairs 20 --unrelated 20 --relevance-only``                  (the first gate alone)
 
 Articles: ``--articles FILE`` (one ``{"id", "title", "text", "date", "language"}`` JSON per line; consecutive
 lines are paired) or, by default, XQuAD: two paragraphs of the same English article form a related pair
@@ -14,22 +14,19 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import sys
 from collections import Counter
 from datetime import date, timedelta
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-import data as datasets  # noqa: E402
-from construction.xrag import XRAGBuilder  # noqa: E402
-from data.xrag import paragraph, read_xquad  # noqa: E402
-from retrieval.bm25 import BM25Index  # noqa: E402
-from retrieval.corpus import Corpus  # noqa: E402
-from runtime.lm import make_lm  # noqa: E402
-from runtime.metering import metered  # noqa: E402
-from runtime.roles import init_dspy  # noqa: E402
-from signatures.construct import QUESTION_TYPES  # noqa: E402
+import data as datasets
+from construction.xrag import XRAGBuilder
+from data.xrag import paragraph, read_xquad
+from retrieval.bm25 import BM25Index
+from retrieval.corpus import Corpus
+from runtime.lm import make_lm
+from runtime.metering import metered
+from runtime.roles import init_dspy
+from signatures.construct import QUESTION_TYPES
 
 
 def xquad_pairs(root, n: int, unrelated: int, seed: int) -> tuple[list[tuple[dict, dict]], list[dict]]:

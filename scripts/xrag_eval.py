@@ -4,8 +4,8 @@ English-question baseline on the same items, under no retrieval, oracle, full an
 shape (multilingual retrieval, full context: 1 supporting + 3 distracting paragraphs in X and in English, per X,
 and the En + En_X baseline with the English question).
 
-``python scripts/xrag_eval.py --n 20 --judge-lm local:qwen-1.5b``
-``python scripts/xrag_eval.py --n 5 --langs de zh --conditions full open --programs rag coral``
+``python -m scripts.xrag_eval --n 20 --judge-lm local:qwen-1.5b``
+``python -m scripts.xrag_eval --n 5 --langs de zh --conditions full open --programs rag coral``
 
 Conditions: ``none`` = the closed-book writer (``direct``); ``oracle`` = ``rag`` that can only see the
 supporting paragraph; ``full`` = ``rag --k 8`` over supporting + distractors (all of them); ``open`` = ``rag``
@@ -22,19 +22,15 @@ from __future__ import annotations
 
 import copy
 import random
-import sys
 from collections import Counter
 from dataclasses import replace
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import mlflow
 
-import mlflow  # noqa: E402
-
-import data as datasets  # noqa: E402
-from experiments import suite  # noqa: E402
-from evaluation import tracking  # noqa: E402
-from experiments.cli import interruptible, session  # noqa: E402
+import data as datasets
+from experiments import suite
+from evaluation import tracking
+from experiments.cli import interruptible, session
 
 CONDITIONS = ("none", "oracle", "full", "open")
 FULL_K = 8  # supporting + distractors: every visible document

@@ -9,18 +9,17 @@ from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "chaos_run.py"
-sys.path.insert(0, str(SCRIPT.parent))
+import scripts.chaos_run as chaos_run
+from scripts.chaos_run import expected, failed, matches, stray
 
-import chaos_run  # noqa: E402
-from chaos_run import expected, failed, matches, stray  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.mark.timeout(900)  # 7 evaluation processes, each importing DSPy
 def test_a_disturbed_run_ends_with_the_records_of_an_undisturbed_one(tmp_path):
     n = 40
-    done = subprocess.run([sys.executable, str(SCRIPT), "--n", str(n), "--workdir", str(tmp_path)],
-                          capture_output=True, text=True, timeout=800)
+    done = subprocess.run([sys.executable, "-m", "scripts.chaos_run", "--n", str(n), "--workdir", str(tmp_path)],
+                          capture_output=True, text=True, timeout=800, cwd=ROOT)
     assert done.returncode == 0, done.stdout + done.stderr[-3000:]
     counts = json.loads(done.stderr.strip().splitlines()[-1])
     assert counts["faults that did not happen"] == "none"

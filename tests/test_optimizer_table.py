@@ -11,9 +11,9 @@ from dspy.utils.dummies import DummyLM
 from fake_openai import FakeOpenAI
 
 import evaluate
-import optimize
 import programs
 from experiments import cli
+from optimizers import fitting
 from runtime.paths import project_cache
 from tests.test_decision_ladder import ladder_lm  # noqa: F401 (a fixture)
 
@@ -113,17 +113,17 @@ class Interrupt(BaseCallback):
 
 def test_an_interrupted_compile_resumes_and_its_row_counts_both_attempts(table, server, monkeypatch, tmp_path):
     argv = ["--program", "rag", *SPLIT, *lm(server), "--optimizers", "bootstrap"]
-    real = optimize.compile_program
+    real = fitting.compile_program
 
     def interrupted(*args, **kwargs):
         with dspy.context(callbacks=[*dspy.settings.callbacks, Interrupt(2)]):
             return real(*args, **kwargs)
 
-    monkeypatch.setattr(optimize, "compile_program", interrupted)
+    monkeypatch.setattr(fitting, "compile_program", interrupted)
     with pytest.raises(SystemExit) as stop:
         table.main(argv)
     assert stop.value.code == 130
-    monkeypatch.setattr(optimize, "compile_program", real)
+    monkeypatch.setattr(fitting, "compile_program", real)
     resumed = table.main(argv)["results"][1].summary
     monkeypatch.setenv("RAG_PROJECT_CACHE", str(tmp_path / "fresh"))  # no LM cache, no checkpoints, no ledger
     whole = table.main(argv)["results"][1].summary
@@ -139,19 +139,19 @@ def test_under_no_cache_an_interrupted_compile_resumes_from_its_own_answers(tabl
     argv = ["--program", "rag", *SPLIT, *lm(server), "--optimizers", "bootstrap", "--no-cache", *proposer]
     monkeypatch.setenv("RAG_PROJECT_CACHE", str(tmp_path / "whole"))
     whole = table.main(argv)["results"][1]
-    real = optimize.compile_program
+    real = fitting.compile_program
 
     def interrupted(*args, **kwargs):
         with dspy.context(callbacks=[*dspy.settings.callbacks, Interrupt(2)]):
             return real(*args, **kwargs)
 
     monkeypatch.setenv("RAG_PROJECT_CACHE", str(tmp_path / "resumed"))
-    monkeypatch.setattr(optimize, "compile_program", interrupted)
+    monkeypatch.setattr(fitting, "compile_program", interrupted)
     with pytest.raises(SystemExit):
         table.main(argv)
     kept = list((tmp_path / "resumed").rglob("*.answers"))
     assert len(kept) == 1 and kept[0].is_dir()  # the interrupted compile's answers, beside its ledger
-    monkeypatch.setattr(optimize, "compile_program", real)
+    monkeypatch.setattr(fitting, "compile_program", real)
     before = server.requests
     resumed = table.main(argv)["results"][1]
     test_calls = round(resumed.summary["lm_calls"] * resumed.summary["n"])  # uncompiled's test: checkpointed
@@ -167,18 +167,18 @@ def test_under_no_cache_an_interrupted_compile_resumes_from_its_own_answers(tabl
 
 def test_the_resume_cache_serves_only_what_an_earlier_run_stored(tmp_path):
     request = {"model": "m", "messages": [{"role": "user", "content": "Q?"}]}
-    first = optimize.ResumeCache(tmp_path / "answers")
+    first = fitting.ResumeCache(tmp_path / "answers")
     first.put(request, {"text": "A"})
     assert first.get(request) is None  # within one run: asked as --no-cache asks
     first.disk_cache.close()
-    assert optimize.ResumeCache(tmp_path / "answers").get(request) == {"text": "A"}
+    assert fitting.ResumeCache(tmp_path / "answers").get(request) == {"text": "A"}
 
 
 def test_the_compile_runs_the_program_with_its_gates_fitted_on_dev(ladder_lm, table, monkeypatch):
     """CRAG with fused decisions: the program the optimizer compiles already has the uncompiled row's fitted gate
     (so its demos and dev scores come from the program as it will run); that fit is the uncompiled row's, read
     from its journal, not asked again."""
-    seen, real = [], optimize.compile_program
+    seen, real = [], fitting.compile_program
 
     def compile_program(program, *args, **kwargs):  # the real compile, noting the gate of every program it runs
         run = type(program).forward
@@ -191,7 +191,7 @@ def test_the_compile_runs_the_program_with_its_gates_fitted_on_dev(ladder_lm, ta
             return real(program, *args, **kwargs)
         finally:
             monkeypatch.setattr(type(program), "forward", run)
-    monkeypatch.setattr(optimize, "compile_program", compile_program)
+    monkeypatch.setattr(fitting, "compile_program", compile_program)
     out = table.main(["--program", "crag", "--dataset", "demo", "--k", "2", "--loops", "1", "--train", "2",
                       "--dev", "4", "--test", "2", "--decisions", "fused", "--optimizers", "bootstrap"])
     fit = json.loads(open(mlflow.artifacts.download_artifacts(
@@ -214,7 +214,7 @@ def test_mipro_and_gepa_get_the_proposer_lm_while_the_program_runs_on_lm(table, 
         seen[optimizer] = reflection_lm
         return program.deepcopy()
 
-    monkeypatch.setattr(optimize, "compile_program", compile_program)
+    monkeypatch.setattr(fitting, "compile_program", compile_program)
     out = table.main(["--program", "direct", "--train", "2", "--dev", "1", "--test", "1",
                       "--proposer-lm", "fake:proposer"])
     assert [r.cell.label for r in out["results"]] == ["direct_uncompiled", "direct_bootstrap",
@@ -237,10 +237,10 @@ def test_the_table_needs_its_splits(table, capsys, monkeypatch):
 def test_a_compile_ledger_is_keyed_by_the_compile_code(tmp_path, monkeypatch):
     """A changed optimizer (optimizers/compile.py) is another compile: its cost and kept answers start anew."""
     s = type("Session", (), {"checkpoint": lambda self, *key: tmp_path / "compile-abc.jsonl"})()
-    ledger = optimize.compile_ledger(s, "rag_k2_mipro", None, {"optimizer": "mipro"})
-    assert ledger == optimize.compile_ledger(s, "rag_k2_mipro", None, {"optimizer": "mipro"})
-    assert ledger != optimize.compile_ledger(s, "rag_k2_mipro", None, {"optimizer": "gepa"})
-    real = optimize.inspect.getsource
-    monkeypatch.setattr(optimize.inspect, "getsource",
-                        lambda obj: real(obj) + "# edited" if obj is optimize.compile_module else real(obj))
-    assert ledger != optimize.compile_ledger(s, "rag_k2_mipro", None, {"optimizer": "mipro"})
+    ledger = fitting.compile_ledger(s, "rag_k2_mipro", None, {"optimizer": "mipro"})
+    assert ledger == fitting.compile_ledger(s, "rag_k2_mipro", None, {"optimizer": "mipro"})
+    assert ledger != fitting.compile_ledger(s, "rag_k2_mipro", None, {"optimizer": "gepa"})
+    real = fitting.inspect.getsource
+    monkeypatch.setattr(fitting.inspect, "getsource",
+                        lambda obj: real(obj) + "# edited" if obj is fitting.compile_module else real(obj))
+    assert ledger != fitting.compile_ledger(s, "rag_k2_mipro", None, {"optimizer": "mipro"})

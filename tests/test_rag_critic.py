@@ -463,9 +463,7 @@ def test_evaluate_error_profile_logs_table_and_chart(taxonomy, monkeypatch):
 
 
 def test_compare_script_runs_the_suite_and_profiles_the_named_program(taxonomy, monkeypatch, capsys):
-    import sys
-    sys.path.insert(0, str(Path(__file__).parent.parent / "scripts"))
-    import rag_critic_compare
+    import scripts.rag_critic_compare as rag_critic_compare
 
     lm = DummyLM({"`[[ ## judgement ## ]]`": ERROR, "`[[ ## picks ## ]]`": {"picks": "5"},
                   "question": {"answer": "Paris"}})
@@ -483,10 +481,9 @@ def test_compare_script_runs_the_suite_and_profiles_the_named_program(taxonomy, 
 
 
 def test_compare_script_counts_the_critics_confusion_against_the_judge_on_first_answers():
-    import sys
     from types import SimpleNamespace
-    sys.path.insert(0, str(Path(__file__).parent.parent / "scripts"))
-    import rag_critic_compare
+
+    import scripts.rag_critic_compare as rag_critic_compare
 
     def rec(qid, first, verdict):
         return {"id": qid, "trace": {"rounds": [{"answer_in": first, "critique": {"verdict": verdict}}]}}
@@ -521,10 +518,8 @@ def test_identification_is_balanced_over_both_classes():
 
 
 def test_compare_script_reads_flags_plans_and_critic_accuracy_from_traces():
-    import sys
-    sys.path.insert(0, str(Path(__file__).parent.parent / "scripts"))
-    import critic_eval
-    import rag_critic_compare
+    import scripts.critic_eval as critic_eval
+    import scripts.rag_critic_compare as rag_critic_compare
 
     def rec(first, verdict, valid, tier1=(), supplementary=0):
         rounds = [{"answer_in": first, "passages_in": [], "critique": {"verdict": verdict, "tier1": list(tier1)}}]

@@ -13,9 +13,9 @@ from types import SimpleNamespace
 import dspy
 import pytest
 
-import optimize
 from evaluation.loop import evaluate
 from evaluation.metrics import exact_match
+from optimizers import fitting
 from runtime import files
 from runtime.files import Busy, write_whole
 
@@ -177,7 +177,7 @@ def test_compile_ledgers_of_concurrent_interrupted_runs_add_up(tmp_path):
     def run():
         try:
             for _ in range(25):
-                optimize.carried(ledger, 1.0, cost, finished=False)
+                fitting.carried(ledger, 1.0, cost, finished=False)
         except ValueError as err:
             errors.append(err)
 

@@ -1,0 +1,103 @@
+"""optimize.py's run: the flags that say how a program is compiled, and one MLflow run that scores a program on dev
+and test before and after its compile and stores the compiled program."""
+from __future__ import annotations
+
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from evaluation import tracking
+from evaluation.loop import evaluate
+from evaluation.metrics import METRIC_NAMES
+from experiments.cli import Session, fail
+from optimizers.fitting import compile_fitted, compile_ledger, log_compiled
+
+
+def compile_flags(p) -> None:
+    """The flags that say how a program is compiled (also scripts/optimizer_table.py's)."""
+    p.add_argument("--metric", choices=METRIC_NAMES,
+                   help="compile metric (default: f1, or accuracy for MCQ; judge needs --judge)")
+    p.add_argument("--demos", type=int, default=2, help="max bootstrapped and labeled demos per predictor")
+    p.add_argument("--candidates", type=int, default=4, help="candidate programs (random_search, mipro)")
+    p.add_argument("--budget", type=int, help="mipro trials / gepa metric calls")
+    p.add_argument("--compile-budget", type=int, metavar="N",
+                   help="stop the compile at N LM calls (cache hits included) and keep the best program so far")
+    p.add_argument("--compile-minutes", type=float, metavar="M",
+                   help="stop the compile after M minutes and keep the best program so far")
+    p.add_argument("--demo-tokens", type=int, metavar="T",
+                   help="drop each predictor's longest demos until its demos fit T estimated tokens (chars/4)")
+
+
+def check_compile_flags(args) -> None:
+    if args.oracle:
+        fail("--oracle is for evaluation (evaluate.py, --suite): compiling reads no gold labels; compile without it "
+             "and evaluate the compiled program with --oracle")
+    for flag in ("compile_budget", "compile_minutes", "demo_tokens"):
+        if getattr(args, flag) is not None and getattr(args, flag) <= 0:
+            fail(f"--{flag.replace('_', '-')} must be positive (leave it out for no limit)")
+
+
+def compile_params(args, optimizer: str, metric_name: str) -> dict:
+    return {"optimizer": optimizer, "compile_metric": metric_name, "max_demos": args.demos,
+            "candidates": args.candidates, "budget": args.budget or "", "compile_budget": args.compile_budget or "",
+            "compile_minutes": args.compile_minutes or "", "demo_tokens": args.demo_tokens or ""}
+
+
+@dataclass
+class CompileRun:
+    """What :func:`compile_and_score` logged: its MLflow run, each stage's summary and compile-metric scores, the
+    prompt versions it registered, and where the compiled program is stored (``artifact`` in the run)."""
+    run_id: str
+    name: str
+    stages: dict
+    scores: dict
+    prompts: list
+    stored: str
+    artifact: str
+
+
+def compile_and_score(s: Session, metric_name: str, metric) -> CompileRun:
+    """One MLflow run: ``s``'s program scored on dev and test, compiled with ``--optimizer`` on train
+    (:func:`compile_fitted`), scored again, and saved to ``--out`` (default: only as the run's artifact)."""
+    args = s.args
+    program = s.build(args.program)
+    k = args.k if s.retriever else None
+
+    run_name = f"{args.program}-{args.dataset}-{args.optimizer}"
+    with tracking.run(args.experiment, run_name, tags={"entry": "optimize.py"}) as run:
+        tracking.log_params(s.params(args.program) | compile_params(args, args.optimizer, metric_name))
+        stages, scores = {}, {}
+        traces = tracking.question_traces(run.info.run_id, s.metrics, args.trace)
+
+        def stage(name, prog, examples):
+            if not examples:  # e.g. --dev 0 with bootstrap, which never looks at dev
+                return
+            examples = s.evaluated(examples)
+            records, summary = evaluate(prog, examples, s.metrics, k=k, retries=args.retries,
+                                        checkpoint=s.checkpoint(name, args.program, prog), desc=name,
+                                        groups=s.groups, retry_failed=args.retry_failed, traces=traces,
+                                        wait=args.wait_for_checkpoint)
+            tracking.log_evaluation(name, records, summary, s.metrics, s.eval_data(name.split("_")[0], examples))
+            stages[name] = summary
+            scores[name] = [r[metric_name] for r in records if r[metric_name] is not None]  # None: not scored
+            return summary
+
+        s.eval_data("train", s.splits.train).log()  # what compile learns from
+        stage("dev_before", program, s.splits.dev)
+        stage("test_before", program, s.splits.test)
+        compiled, _ = compile_fitted(s, program, args.optimizer, metric, s.roles.lm("planner"),
+                                     compile_ledger(s, args.program, program,
+                                                    compile_params(args, args.optimizer, metric_name)))
+        tracking.tag_effective(compiled, args.program)  # its gates fitted on dev may rest
+        stage("dev_after", compiled, s.splits.dev)
+        stage("test_after", compiled, s.splits.test)
+
+        out = Path(args.out) if args.out else Path(tempfile.mkdtemp()) / "program.json"
+        log_compiled(s, compiled, out)
+        prompts = tracking.register_prompts(compiled, args.program, {"optimizer": args.optimizer,
+                                                                     "dataset": args.dataset})
+        stored = tracking.artifact_path(out.name)
+        if not args.out:
+            shutil.rmtree(out.parent)  # the lasting copy is the run's artifact
+    return CompileRun(run.info.run_id, run_name, stages, scores, prompts, stored, out.name)
