@@ -24,7 +24,7 @@ from experiments import suite  # noqa: E402
 
 from evaluation import tracking  # noqa: E402
 from experiments.cli import interruptible, session  # noqa: E402
-from programs.coral.coral import CORAL, Trace  # noqa: E402
+from programs.coral.coral import CORAL, CORALConfig, Trace  # noqa: E402
 from programs.coral.mrag import corpus_of  # noqa: E402
 from runtime.lm import make_lm  # noqa: E402
 from runtime.metering import metered  # noqa: E402
@@ -72,7 +72,7 @@ def main(argv=None) -> dict[str, dict]:
         for name in args.planners:
             lm = make_lm(name, args.api_base, cache=not args.no_cache)
             for presentation in args.presentations:
-                coral = CORAL(search=s.retriever, seed=args.seed, **PRESENTATIONS[presentation])
+                coral = CORAL(s.retriever, CORALConfig(seed=args.seed, **PRESENTATIONS[presentation]))
                 coral.planner.lm = lm
                 t0 = time.perf_counter()
                 with metered() as cost:

@@ -331,7 +331,8 @@ def test_seal_gate_reads_the_verdict_as_p_sufficient():
 
 
 def test_coral_keep_rule_and_sufficiency_apply_to_expected_scores_and_p_enough(embedder):
-    from programs.coral.coral import CORAL, Trace, passes
+    from programs.coral.coral import CORAL, Trace
+    from programs.coral.critics import passes
     from retrieval.corpus import Corpus, Passage
     from retrieval.retriever import Retriever
 
@@ -346,7 +347,7 @@ def test_coral_keep_rule_and_sufficiency_apply_to_expected_scores_and_p_enough(e
     coral = CORAL(Retriever([Corpus("en", [{"id": "e1", "title": "T", "text": "x"}], "en")], embedder),
                   decisions="logprob")
     passage = Passage("en:e1", "T", "x", "en", "en")
-    rated = coral.rate_one(passage, "Q?", Trace())
+    rated = coral.keep_gate.critic.rate_one(passage, "Q?", Trace())
     assert rated.scores == pytest.approx((2.5, 1.5, 3.0, 3.0), abs=1e-4) and not passes(rated)
     assert rated.total == pytest.approx(2.5 + 0.5 * 7.5, abs=1e-4)
     trace = Trace()
@@ -365,16 +366,16 @@ def test_coral_fused_keep_weighs_the_retrieval_score_within_each_corpus(embedder
     a, b = Passage("en:a", "A", "x", "en", "en", 0.9), Passage("en:b", "B", "x", "en", "en", 0.5)
     c = Passage("de:c", "C", "x", "de", "de", 0.4)  # the best of its corpus, below both English scores
     rated = [Rated(p, 2.5, 2.5, 2.5, 2.5) for p in (a, b, c)]  # s_tot 6.25: the paper's rule keeps all three
-    assert len(CORAL(search, decisions="logprob").keep(rated, [a, b, c])) == 3
+    assert len(CORAL(search, decisions="logprob").keep_gate.keep(rated, [a, b, c])) == 3
     fused = CORAL(search, decisions="fused")
     with recorded_decisions() as calls:
-        kept = fused.keep(rated, [a, b, c])
+        kept = fused.keep_gate.keep(rated, [a, b, c])
     # unfitted: 0.5 * 6.25/12.5 + 0.5 * min-max of the score relative to its corpus's best (A 0, B -0.4, C 0)
     assert [r.passage.title for r in kept] == ["A", "C"]
     assert [(round(x.prob, 3), round(x.score, 3), x.passages) for x in calls] == [
         (0.5, 0.0, (a,)), (0.5, -0.4, (b,)), (0.5, 0.0, (c,))]
     fused.keep_gate.thresholds["threshold"] = 0.2  # a calibrated threshold travels as program state
-    assert len(fused.keep(rated, [a, b, c])) == 3 and "keep_gate" in dict(fused.named_parameters())
+    assert len(fused.keep_gate.keep(rated, [a, b, c])) == 3 and "keep_gate" in dict(fused.named_parameters())
 
 
 @pytest.mark.parametrize("mode", ["logprob", "fused"])
@@ -692,9 +693,9 @@ def test_coral_asks_no_critic_when_its_keep_gate_decides_by_retrieval_and_no_ver
     coral.keep_gate.weights, coral.keep_gate.thresholds["threshold"] = [1.0, 0.0, 10.0], 0.5
     coral.sufficiency_gate.thresholds["threshold"] = 0.0  # a one-class positive fit
     trace = Trace()
-    rated = coral.rate([a, b], "Q?", trace)
+    rated = coral.keep_gate.rate([a, b], "Q?", trace)
     assert [r.rated for r in rated] == [False, False] and trace.unrated == 2 and not trace.calls["critic"]
-    kept = coral.keep(rated, [a, b])
+    kept = coral.keep_gate.keep(rated, [a, b])
     assert [r.passage.title for r in kept] == ["A"]  # sigmoid(1 + 0) passes, sigmoid(1 - 4) does not
     verdict = coral.check("Q?", kept, rated, trace)
     assert verdict.enough is True and trace.sure_sufficiency == 1 and not trace.calls["sufficiency"]
