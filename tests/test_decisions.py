@@ -253,8 +253,11 @@ def test_crag_grades_by_thresholds_on_p_yes_and_saves_them_as_program_state():
     loaded = CRAG(search, k=3, loops=0, decisions="logprob")
     loaded.load_state(state)
     assert loaded(question=Q).trace["grades"] == ["ambiguous", "ambiguous", "incorrect"]
-    # generate mode keeps today's program: no relevance predictor, no gate in its state
-    assert "grade_gate" not in programs.portable_state(CRAG(search, k=3, loops=0))
+    # generate mode keeps today's predictors (no relevance predictor); its gate is in its state, unfitted
+    written = CRAG(search, k=3, loops=0)
+    assert "grade_relevance" not in dict(written.named_predictors())
+    assert programs.portable_state(written)["grade_gate"] == {"thresholds": {"lower": 1 / 3, "upper": 2 / 3},
+                                                              "weights": None}
 
 
 def test_crag_fused_grade_weighs_the_retrieval_score():
@@ -618,7 +621,7 @@ def test_programs_ask_no_verdict_or_stop_from_a_gate_at_rest(monkeypatch):
 def test_a_gate_deciding_whatever_the_probability_is_named_in_the_trace_and_by_what_the_program_runs_as(monkeypatch):
     """Issue 61 item 1: a resting gate's decision says "at rest (no call)", and the program names what it ran as."""
     import programs
-    from decoding.decisions import ONE_CLASS, REST, decided_by
+    from decoding.decisions import ONE_CLASS, REST
     from programs.rag_critic.rag_critic import RAGCritic
     from programs.rag_critic.self_refine import SelfRefine
     from programs.rag_critic.taxonomy import load_taxonomy
@@ -631,7 +634,6 @@ def test_a_gate_deciding_whatever_the_probability_is_named_in_the_trace_and_by_w
     assert gate.state is None and decide_all(gate, False) and gate.state == REST  # never an error: at rest
     decide_all(gate, True)
     assert gate.state == ONE_CLASS and not gate.at_rest  # every answer an error: a one-class fit
-    assert decided_by(gate, 0.2) == ONE_CLASS and decided_by(gate, None) is None  # no logprobs: the written label
     # PAR2: at rest it stops after the first write, as par2_anchor
     lm = MarkedLM({PAR2_PLAN: TWO_SEARCHES, ESC: {"decision": "CONTINUE", "next_query": "Ana Berg birthplace"},
                    WRITE: said("Lyon")}, {ESC: [field("decision", logs({"STOP": 0.9, "CONTINUE": 0.1}))]})
@@ -722,7 +724,9 @@ def test_par2_controller_stops_on_p_stop_against_its_gate():
     # no logprobs: the written reply is parsed as in generate mode ("Don't continue" is STOP)
     init_dspy(MarkedLM({**routes, ESC: {"decision": "Don't continue", "next_query": ""}}, {}), cache=False)
     assert par2(question=Q).trace["stop_reason"] == "esc_stop"
-    assert "esc_gate" not in programs.portable_state(programs.build("par2", search=Par2Search(ROUTES)))
+    # generate mode: the gate is in the state, unfitted
+    assert programs.portable_state(programs.build("par2", search=Par2Search(ROUTES)))["esc_gate"] == {
+        "thresholds": {"threshold": 0.5}, "weights": None}
 
 
 def test_rag_critic_verdict_is_flagged_on_p_error_against_its_gate(monkeypatch):
@@ -826,7 +830,7 @@ def test_self_rag_acceptance_is_recorded_as_the_smaller_of_its_two_probabilities
 
 def test_only_an_unreadable_reply_reads_as_an_unreadable_decision():
     # a prompt past the context window (a ValueError) is no unreadable decision: it propagates and stops the run
-    from decoding.decisions import two_way
+    from programs.shared.gates import LabelGate, Ruling
     from runtime.lm import ContextOverflow
 
     init_dspy(Overflowing({}, marker="TOO LONG"), cache=False)
@@ -834,12 +838,12 @@ def test_only_an_unreadable_reply_reads_as_an_unreadable_decision():
     with pytest.raises(ContextOverflow):
         decide(judge, {"relevant": YES_NO}, question="Q?", passage="TOO LONG")
     with pytest.raises(ContextOverflow):
-        two_way(judge, "relevant", YES_NO, str, None, "an answer", question="Q?", passage="TOO LONG")
+        LabelGate(judge, "relevant", YES_NO, "passage")({"question": "Q?", "passage": "TOO LONG"})
 
     class Unreadable(dspy.Predict):
         def __call__(self, **kwargs):
             raise unreadable()
 
     assert decide(Unreadable(JudgeRelevance), {"relevant": YES_NO}, question="Q?", passage="P.").output is None
-    assert two_way(Unreadable(JudgeRelevance), "relevant", YES_NO, str, None, "an answer", question="Q?",
-                   passage="P.") == (None, None, None)
+    assert LabelGate(Unreadable(JudgeRelevance), "relevant", YES_NO, "passage")(
+        {"question": "Q?", "passage": "P."}) == Ruling(None, failures=1)

@@ -395,9 +395,9 @@ class CORAL(dspy.Module):
             shown = best(kept, self.writer_docs)
             evidence = [r.passage.format(self.critic_chars)
                         + (f" (critic: {r.critique}; score {r.total:g})" if r.rated else "") for r in shown]
-            verdict = self.verdict(self.sufficiency_gate(gold=[r.passage for r in kept],
-                                                         passages=[r.passage for r in shown],
-                                                         question=asked, evidence=evidence), trace)
+            verdict = self.verdict(self.sufficiency_gate({"question": asked, "evidence": evidence},
+                                                         gold=[r.passage for r in kept],
+                                                         passages=[r.passage for r in shown]), trace)
         trace.sufficiency.append(verdict._asdict())
         return verdict
 

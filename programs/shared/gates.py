@@ -37,6 +37,10 @@ class Asking:
         """A decision about one passage also weighs the retriever's score for it."""
         return self.mode == "fused"
 
+    def predictor(self, signature) -> dspy.Predict | None:
+        """A predictor that only scored decisions ask (None when they are written)."""
+        return dspy.Predict(signature) if self.scored else None
+
     def scales(self, predictor: dspy.Predict, names: Sequence[str], labels: Sequence[str], config: dict,
                **inputs) -> tuple[dspy.Prediction | None, list[float] | None]:
         """Numeric scales (``labels``: its digits) on output fields ``names``: the written numbers clamped to the
@@ -61,13 +65,21 @@ class Asking:
 
 
 class DecisionGate(Gate):
-    """A :class:`~decoding.decisions.Gate` asked as ``mode`` says, answered by the gold labels of its oracle
-    ``role`` when that role is among the program's oracle ``roles``."""
+    """A :class:`~decoding.decisions.Gate` asked as ``mode`` (a mode name or its :class:`Asking`) says, answered by
+    the gold labels of its oracle ``role`` when that role is among the program's oracle ``roles``. A subclass
+    asks through :meth:`asked`, which picks its ``written``, ``scored`` or ``fused`` reading by the mode."""
 
-    def __init__(self, kind: str, mode: str = "generate", roles: frozenset[str] = frozenset(),
+    def __init__(self, kind: str, mode: str | Asking = "generate", roles: frozenset[str] = frozenset(),
                  role: str | None = None, **thresholds: float):
         super().__init__(kind, **thresholds)
-        self.asking, self.roles, self.role = Asking(mode), frozenset(roles), role
+        self.asking = mode if isinstance(mode, Asking) else Asking(mode)
+        self.roles, self.role = frozenset(roles), role
+
+    def asked(self, *args, **kwargs):
+        """The decision read as the mode says (a subclass without a ``fused`` reading reads it as ``scored``)."""
+        reading = "fused" if self.asking.fuses and hasattr(self, "fused") else \
+            "scored" if self.asking.scored else "written"
+        return getattr(self, reading)(*args, **kwargs)
 
     @property
     def from_gold(self) -> bool:
@@ -132,9 +144,9 @@ class LabelGate(DecisionGate):
     def rest_label(self) -> str:
         return self.labels[0] if AT_REST[self.kind] else self.labels[1]
 
-    def __call__(self, gold=None, passages=(), answer: str | None = None, **inputs) -> Ruling:
-        """Decide about ``inputs``: ``gold`` is what the oracle judges, ``passages`` / ``answer`` what a recorded
-        probability is about."""
+    def __call__(self, inputs: dict, gold=None, passages=(), answer: str | None = None) -> Ruling:
+        """Decide on the predictor's ``inputs``: ``gold`` is what the oracle judges, ``passages`` / ``answer`` what
+        a recorded probability is about."""
         truth = self.gold(gold) if self.from_gold else None
         if truth is not None:
             label = self.rest_label if truth else next(x for x in self.labels if x != self.rest_label)
@@ -147,13 +159,7 @@ class LabelGate(DecisionGate):
     def ask(self, passages, answer, inputs: dict) -> Ruling:
         if self.rests and self.at_rest:
             return Ruling(self.rest_label, dspy.Prediction(**{self.field: self.rest_label}), decided=REST)
-        if not self.asking.scored:
-            return self.written(**inputs)
-        ruling = self.scored(passages, answer, inputs)
-        if ruling.label is None and self.tries > 1:
-            again = self.written(**inputs)
-            return again._replace(prob=ruling.prob, decided=ruling.decided, failures=1 + again.failures)
-        return ruling
+        return self.asked(inputs, passages=passages, answer=answer)
 
     def read(self, out: dspy.Prediction, label: str | None = None) -> str | None:
         if self.parse is not None:
@@ -163,7 +169,7 @@ class LabelGate(DecisionGate):
     def config(self) -> dict:
         return constrained_config(self.predictor, self.grammar) if self.grammar else {}
 
-    def written(self, label: str | None = None, **inputs) -> Ruling:
+    def written(self, inputs: dict, label: str | None = None, **_) -> Ruling:
         """The written path: at most ``tries`` calls until the reply reads (``label``: the label is given, the
         reply must only be usable)."""
         out, config = None, self.config()
@@ -178,7 +184,15 @@ class LabelGate(DecisionGate):
                 return Ruling(read, out, failures=attempt)
         return Ruling(None, out, failures=self.tries)
 
-    def scored(self, passages, answer, inputs: dict) -> Ruling:
+    def scored(self, inputs: dict, passages=(), answer: str | None = None) -> Ruling:
+        """The scored path; with more than one of ``tries`` an unreadable reply is asked again as written."""
+        ruling = self.probability(inputs, passages, answer)
+        if ruling.label is None and self.tries > 1:
+            again = self.written(inputs)
+            return again._replace(prob=ruling.prob, decided=ruling.decided, failures=1 + again.failures)
+        return ruling
+
+    def probability(self, inputs: dict, passages, answer) -> Ruling:
         decision = decide(self.predictor, {self.field: self.labels}, self.config(), **inputs)
         out = decision.output
         if out is None:
