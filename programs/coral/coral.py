@@ -128,7 +128,7 @@ class Trace:
     critic_missing: int = 0  # candidates a usable batch left out (scored one by one)
     parse_failures: int = 0  # planner / per-document critic / sufficiency outputs that could not be parsed
     planner_fallbacks: int = 0  # planner outputs with no valid corpus name (see ``select`` / ``replan``)
-    unrated: int = 0  # candidates kept or dropped by the fused keep gate without a critic call (``rate``)
+    unrated: int = 0  # candidates kept or dropped by the fused keep gate without a critic call (``KeepGate.rate``)
     sure_sufficiency: int = 0  # "enough" verdicts of a sufficiency gate at rest, without a call (``check``)
     calls: Counter = field(default_factory=Counter)
 
@@ -213,10 +213,11 @@ class CORAL(dspy.Module):
         self.critic_each = dspy.Predict(RateDocument, temperature=t)
         self.sufficiency = dspy.Predict(CheckSufficiency, temperature=t)
         self.writer = answer_writer(c.max_chars, c.writer_temperature, mc)
-        each = EachCritic(self.critic_each, Asking(decisions), self.critic_chars)
+        asking = Asking(decisions)
+        each = EachCritic(self.critic_each, asking, self.critic_chars)
         critic = BatchCritic(self.critic, each, self.critic_chars, c.critic_chunk) if c.critic_batch else each
-        self.keep_gate = KeepGate(critic, c.min_each, c.min_total, decisions, self.oracle)
-        self.sufficiency_gate = LabelGate(self.sufficiency, "enough", ("True", "False"), "set", decisions,
+        self.keep_gate = KeepGate(critic, c.min_each, c.min_total, asking, self.oracle)
+        self.sufficiency_gate = LabelGate(self.sufficiency, "enough", ("True", "False"), "set", asking,
                                           self.oracle, "sufficiency", grammar={"enough": BOOL})
 
     @classmethod

@@ -138,25 +138,26 @@ class KeepGate(DecisionGate):
     under the oracle) the gate over the critic's ``s_tot / 12.5`` fused with the candidate's retrieval score
     relative to the best candidate of its corpus this round."""
 
-    def __init__(self, critic: EachCritic | BatchCritic, min_each: int, min_total: float, mode: str = "generate",
-                 roles: frozenset[str] = frozenset(), threshold: float = 0.5):
+    def __init__(self, critic: EachCritic | BatchCritic, min_each: int, min_total: float,
+                 mode: str | Asking = "generate", roles: frozenset[str] = frozenset(), threshold: float = 0.5):
         super().__init__("passage", mode, roles, "relevance", threshold=threshold)
         self.critic, self.min_each, self.min_total = critic, min_each, min_total
 
     @property
-    def fused(self) -> bool:
+    def weighs_retrieval(self) -> bool:
+        """The fused keep decision (not under the oracle)."""
         return self.asking.fuses and not self.from_gold
 
     def rate(self, passages: list[Passage], asked: str, trace) -> list[Rated]:
         if self.from_gold:
             return [Rated.of(p, [5 if self.gold(p) else 0] * 4) for p in passages]
-        if self.fused and not self.reads_lm:
+        if self.weighs_retrieval and not self.reads_lm:
             trace.unrated += len(passages)
             return [Rated(p, 0, 0, 0, 0, rated=False) for p in passages]
         return self.critic.rate(passages, asked, trace)
 
     def keep(self, new: list[Rated], candidates: list[Passage]) -> list[Rated]:
-        if not self.fused:
+        if not self.weighs_retrieval:
             return [r for r in new if passes(r, self.min_each, self.min_total)]
         by_corpus: dict[str, list[Passage]] = {}
         for p in candidates:

@@ -133,7 +133,7 @@ class LabelGate(DecisionGate):
     (for the reply's other fields) and overrides the label read."""
 
     def __init__(self, predictor: dspy.Predict, field: str, labels: tuple[str, str], kind: str,
-                 mode: str = "generate", roles: frozenset[str] = frozenset(), role: str | None = None,
+                 mode: str | Asking = "generate", roles: frozenset[str] = frozenset(), role: str | None = None,
                  parse: Callable | None = None, tries: int = 1, rests: bool = True, oracle_asks: bool = False,
                  grammar: dict[str, str] | None = None, threshold: float = 0.5):
         super().__init__(kind, mode, roles, role, threshold=threshold)
