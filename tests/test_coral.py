@@ -193,7 +193,8 @@ def test_batch_missing_a_document_scores_only_that_one_alone(dummy, search):
 
 def test_per_document_critic_makes_one_call_per_candidate(dummy, search):
     scripted(dummy, plan=Queue({"corpora": ["ko"]}), single=Queue(rating(0, 4, 4, 4, 4)), write=Queue({"answer": "C"}))
-    t = CORAL(search, CORALConfig(k=2, loops=1, critic_batch=False))(question=QUESTION, options=OPTIONS, lang="en").trace
+    coral = CORAL(search, CORALConfig(k=2, loops=1, critic_batch=False))
+    t = coral(question=QUESTION, options=OPTIONS, lang="en").trace
     assert t["calls"]["critic"] == 4 and len(t["scores"][0]) == 4
 
 

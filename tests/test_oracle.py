@@ -94,7 +94,8 @@ def test_coral_under_oracle_sufficiency_and_planner_stops_when_the_gold_is_kept_
                                                    "compatibility": 5, "critique": "ok"},
                  ENOUGH: {"enough": False, "reason": "no"}, WRITE: {"answer": "x"}})
     with gold_labels(Gold(frozenset({"미역국"}), culture="ko")):
-        pred = CORAL(coral_search, CORALConfig(k=2, loops=3), oracle="sufficiency,planner")(question=QUESTION, lang="en")
+        coral = CORAL(coral_search, CORALConfig(k=2, loops=3), oracle="sufficiency,planner")
+        pred = coral(question=QUESTION, lang="en")
     assert pred.trace["corpora"] == [["ko"]] and pred.trace["stop_reason"] == "sufficient"  # the planner: not en
     messages = [h["messages"][-1]["content"] for h in lm.history]
     assert not any(PLAN in m or ENOUGH in m for m in messages)  # neither the planner nor sufficiency was asked

@@ -404,7 +404,8 @@ class CORAL(dspy.Module):
 
     @staticmethod
     def verdict(ruling: Ruling, trace: Trace) -> Verdict:
-        trace.calls["sufficiency"] += ruling.called
+        if ruling.called:
+            trace.calls["sufficiency"] += 1
         if ruling.oracle:
             return Verdict(ruling.label == "True", "" if ruling.label == "True" else ORACLE_NOT_ENOUGH)
         if ruling.decided == REST:

@@ -22,7 +22,7 @@ from programs.shared.oracle import oracle as oracle_labels
 
 
 class Asking:
-    """How a program's decisions are asked: ``generate``, ``logprob`` or ``fused`` (:data:`decoding.decisions.MODES`)."""
+    """How a program's decisions are asked: ``generate``, ``logprob`` or ``fused`` (``decoding.decisions.MODES``)."""
 
     def __init__(self, mode: str = "generate"):
         self.mode = check_mode(mode)
