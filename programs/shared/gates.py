@@ -22,7 +22,9 @@ from programs.shared.oracle import oracle as oracle_labels
 
 
 class Asking:
-    """How a program's decisions are asked: ``generate``, ``logprob`` or ``fused`` (``decoding.decisions.MODES``)."""
+    """How a program's decisions are asked: ``generate``, ``logprob`` or ``fused`` (``decoding.decisions.MODES``).
+    A scored decision goes through :func:`decoding.decisions.decide` (a one-label one through its adapter,
+    ``LabelAdapter``)."""
 
     def __init__(self, mode: str = "generate"):
         self.mode = check_mode(mode)
