@@ -4,7 +4,7 @@ A decision is a DSPy Signature whose output fields hold labels from a closed set
 token: ``yes``/``no``, ``True``/``False``, ``correct``/``ambiguous``/``incorrect``, the digits of a 0-5 scale).
 Modes (set when a program is built, ``decisions=``):
 
-- ``generate``: the written label, parsed (each method's own path, as before);
+- ``generate``: the written label, parsed;
 - ``logprob``: the distribution over the labels at the field's first token, from the endpoint's token logprobs
   (``decoding.choice.label_logprobs``), renormalised over the labels; graded scales read as expected values
   ``sum p(s) s``. The reply is written freely (no grammar), so the same call also gives the written label;
@@ -13,6 +13,7 @@ Modes (set when a program is built, ``decisions=``):
 An endpoint that returns no logprobs gets the written label read as probability 1 (the ``generate`` reading), with
 one warning line per LM. Thresholds and fusion weights are program state (:class:`Gate`, saved in the compiled
 JSON); uncompiled programs use each paper's fixed thresholds; ``fit_gate`` fits them on labelled dev decisions.
+A program asks its decisions through the gates of ``programs.shared.gates``, which own the mode.
 """
 from __future__ import annotations
 
@@ -34,13 +35,9 @@ YES_NO = ("yes", "no")
 SCALE = tuple("012345")
 
 
-class UnreadableDecision(Exception):
-    """A reply that parsed but gives the decision no label (neither logprobs nor a written label to read)."""
-
-
-#: An unreadable reply, read as an unreadable decision: DSPy's and pydantic's parse errors and
-#: :class:`UnreadableDecision`. Nothing else is (a context overflow, an endpoint error, a bug propagate).
-PARSE_ERRORS = (*UNREADABLE_ERRORS, UnreadableDecision)
+#: An unreadable reply, read as an unreadable decision: DSPy's and pydantic's parse errors. Nothing else is (a
+#: context overflow, an endpoint error, a bug propagate).
+PARSE_ERRORS = UNREADABLE_ERRORS
 LABEL_TOKENS = 1  # a bare label decision's reply: its first token decides it
 #: What a gate's decisions are about, and their gold label in calibration: ``passage`` (it is a gold passage),
 #: ``set`` (the set holds every gold passage), ``correct`` / ``error`` (the answer judged is right / wrong by the task
@@ -170,31 +167,6 @@ def decide(predictor: dspy.Predict, labels: dict[str, Sequence[str]], config: di
         logps = label_logprobs(logprobs, list(values), name)
         probs[name] = normalized(logps) if logps else None
     return Decision(out, labels, probs)
-
-
-def two_way(predictor: dspy.Predict, name: str, labels: tuple[str, str], parse, gate: "Gate | None",
-            judged: str, **inputs) -> tuple[dspy.Prediction | None, str | None, float | None]:
-    """An answer-level two-label decision (a stop, a verdict) on output field ``name``: with a ``gate`` (decisions
-    other than ``generate``) and logprobs in the reply, ``labels[0]`` when its probability reaches the gate's
-    threshold, else ``labels[1]``, recorded for calibration with the ``judged`` answer; otherwise ``parse`` of the
-    written field (the method's generate path). Returns (output or None when unreadable, label or None, the
-    probability of ``labels[0]`` or None). A gate :attr:`~Gate.at_rest` decides without a call: an output holding
-    the label only (the stop or the no-error verdict needs nothing else)."""
-    if gate is not None and gate.at_rest:
-        label = labels[0] if AT_REST[gate.kind] else labels[1]
-        return dspy.Prediction(**{name: label}), label, None
-    if gate is None:
-        try:
-            out = predictor(**inputs)
-        except PARSE_ERRORS:
-            return None, None, None
-    else:
-        decision = decide(predictor, {name: labels}, **inputs)
-        out, prob = decision.output, (decision.probs.get(name) or {}).get(labels[0])
-        if out is not None and prob is not None:
-            record(gate, prob, answer=judged)
-            return out, labels[0] if prob >= gate.thresholds["threshold"] else labels[1], prob
-    return out, parse(out.get(name)) if out is not None else None, None
 
 
 def _logit(p: float) -> float:
@@ -451,19 +423,10 @@ def describe(fit: dict) -> str:
     return line
 
 
-def decided_by(gate: Gate | None, prob: float | None) -> str | None:
-    """How ``gate`` made a decision that its probability (``prob``, None when none was read) could not change:
-    :data:`REST` (no call), :data:`ONE_CLASS` (a probability read, the label fixed); None when it could."""
-    if gate is None or gate.state is None:
-        return None
-    return REST if gate.at_rest else ONE_CLASS if prob is not None else None
-
-
-def rest_note(role: str, gate: Gate | None, runs_as: str) -> str | None:
+def rest_note(role: str, gate: Gate, runs_as: str) -> str | None:
     """How a program names what it runs as while ``gate`` (its ``role``'s decision) decides whatever the probability:
-    "controller at rest = par2_anchor" (``runs_as``), "controller one-class"; None while a probability decides (or
-    there is no gate: ``--decisions generate``)."""
-    state = gate.state if gate is not None else None
+    "controller at rest = par2_anchor" (``runs_as``), "controller one-class"; None while a probability decides."""
+    state = gate.state
     return None if state is None else f"{role} at rest = {runs_as}" if state == REST else f"{role} {ONE_CLASS}"
 
 

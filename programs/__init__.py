@@ -12,7 +12,7 @@ import dspy
 import data as datasets
 from data import corpora
 from decoding.choice import MCScoring
-from decoding.decisions import MODES, Gate
+from decoding.decisions import MODES, Gate, gates
 from programs.baselines.rag import RAG, Direct
 from programs.coral.coral import CORAL
 from programs.baselines.crag import CRAG
@@ -40,9 +40,25 @@ class ProgramSpec:
     defaults: dict = field(default_factory=dict)  # the method's own defaults (its paper's), where a flag is unset
 
     @property
+    def settings(self) -> dict[str, inspect.Parameter]:
+        """The keyword settings the program is built with: its constructor's, a ``config`` dataclass (the class's
+        ``Config``) standing for its fields."""
+        params = dict(inspect.signature(self.cls.__init__).parameters)
+        if "config" in params:
+            del params["config"]
+            params.update(inspect.signature(self.cls.Config).parameters)
+        return params
+
+    @property
     def params(self) -> list[str]:
-        names = inspect.signature(self.cls.__init__).parameters
-        return [n for n in names if n not in ("self", "search", "mc", *self.fixed)]
+        return [n for n in self.settings if n not in ("self", "search", "mc", *self.fixed)]
+
+    def construct(self, **kwargs) -> dspy.Module:
+        """The program from keyword settings (those of a ``Config`` gathered into it)."""
+        if config := getattr(self.cls, "Config", None):
+            fields = inspect.signature(config).parameters
+            kwargs["config"] = config(**{k: kwargs.pop(k) for k in list(kwargs) if k in fields})
+        return self.cls(**kwargs)
 
     @property
     def default_dataset(self) -> str:
@@ -138,7 +154,7 @@ def accepted_config(name: str, config: dict) -> dict:
     (a flag not given) becomes the program's default: its method's (``ProgramSpec.defaults``), else
     :data:`SHARED_DEFAULTS`, else its constructor's -- except for :data:`NONE_IS_A_VALUE`."""
     s = spec(name)
-    params = inspect.signature(s.cls.__init__).parameters
+    params = s.settings
     return {k: (s.defaults.get(k, SHARED_DEFAULTS.get(k, params[k].default))
                 if v is None and k not in NONE_IS_A_VALUE else v)
             for k, v in config.items() if k in s.params}
@@ -154,7 +170,7 @@ def build(name: str, search=None, mc: MCScoring | None = None, **config) -> dspy
         if search is None:
             raise ValueError(f"program '{name}' needs a retriever: build('{name}', search=Retriever(...))")
         kwargs["search"] = search
-    return s.cls(**kwargs)
+    return s.construct(**kwargs)
 
 
 def range_problem(value, kind: type, low, high=None, scope: str = "") -> str:
@@ -363,8 +379,10 @@ def load_compiled(path_or_run_id: str | dict, search=None, data_dir=None, roles=
         raise ValueError(f"{source}: unexpected key {unexpected[0]}{more} in a compiled program, which holds only "
                          "demos, instructions, field texts, config and data (a stray key could redirect LM calls); "
                          "not loaded: recompile it with optimize.py")
+    # an artifact saved before its program's gates always existed (``--decisions generate``) holds none: unfitted
+    state = {**{name: gate.dump_state() for name, gate in gates(program).items()}, **artifact["state"]}
     try:
-        program.load_state(artifact["state"])
+        program.load_state(state)
     except (KeyError, TypeError, ValueError, AttributeError) as err:
         raise ValueError(f"{source}: its saved state does not fit {name} ({type(err).__name__}: {err}); "
                          f"recompile: python optimize.py --program {name}") from None

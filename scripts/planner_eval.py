@@ -20,7 +20,7 @@ import mlflow
 from experiments import suite
 from evaluation import tracking
 from experiments.cli import interruptible, session
-from programs.coral.coral import CORAL, Trace
+from programs.coral.coral import CORAL, CORALConfig, Trace
 from programs.coral.mrag import corpus_of
 from runtime.lm import make_lm
 from runtime.metering import metered
@@ -68,7 +68,7 @@ def main(argv=None) -> dict[str, dict]:
         for name in args.planners:
             lm = make_lm(name, args.api_base, cache=not args.no_cache)
             for presentation in args.presentations:
-                coral = CORAL(search=s.retriever, seed=args.seed, **PRESENTATIONS[presentation])
+                coral = CORAL(s.retriever, CORALConfig(seed=args.seed, **PRESENTATIONS[presentation]))
                 coral.planner.lm = lm
                 t0 = time.perf_counter()
                 with metered() as cost:

@@ -5,7 +5,8 @@ import pytest
 from dspy.utils.dummies import DummyLM
 
 import programs
-from programs.coral.coral import CORAL, Rated, accumulate, best, passes, same_plan, validate_corpora
+from programs.coral.coral import CORAL, CORALConfig, Rated, accumulate, best, same_plan, validate_corpora
+from programs.coral.critics import passes
 from programs.coral.mrag import corpus_of, scope_corpora
 from retrieval.corpus import Corpus, Passage
 from retrieval.retriever import Retriever
@@ -107,7 +108,7 @@ def test_one_sufficient_round_costs_four_calls(dummy, search):
     lm = scripted(dummy, plan=Queue({"corpora": ["ko", "Klingon"]}),
                   batch=Queue(batched(rating(1, 1, 1, 1, 1), rating(2, 5, 5, 4, 5, critique="says it"))),
                   enough=Queue({"enough": True, "reason": "direct answer"}), write=Queue({"answer": "C"}))
-    pred = CORAL(search, k=1, critic_batch=True)(question=QUESTION, options=OPTIONS, lang="en")
+    pred = CORAL(search, CORALConfig(k=1, critic_batch=True))(question=QUESTION, options=OPTIONS, lang="en")
     t = pred.trace
     assert pred.answer == "C" and [x.id for x in pred.passages] == ["ko:k1"]
     assert t["iterations"] == 1 and t["corpora"] == [["en", "ko"]] and t["stop_reason"] == "sufficient"
@@ -128,7 +129,7 @@ def test_rounds_accumulate_and_stop_at_the_bound(dummy, search):
                   replan=Queue({"corpora": ["en"], "query": QUESTION}, {"corpora": ["en", "ko"], "query": QUESTION},
                                {"corpora": ["ko"], "query": "football kimchi"}),
                   write=Queue({"answer": "C"}))
-    pred = CORAL(search, k=1, loops=3, critic_batch=True)(question=QUESTION, options=OPTIONS, lang="en")
+    pred = CORAL(search, CORALConfig(k=1, loops=3, critic_batch=True))(question=QUESTION, options=OPTIONS, lang="en")
     t = pred.trace
     assert t["iterations"] == 3 and t["stop_reason"] == "max_rounds"
     assert t["corpora"] == [["en"], ["en", "ko"], ["en", "ko"]]  # own kept on replan
@@ -146,7 +147,7 @@ def test_two_identical_plans_stop_the_loop_with_the_evidence_kept(dummy, search)
                   replan=Queue({"corpora": ["en"], "query": f'"{QUESTION}"'},
                                {"corpora": ["en"], "query": f"{QUESTION} {QUESTION}"}),
                   write=Queue({"answer": "C"}))
-    pred = CORAL(search, k=1, loops=3, critic_batch=True)(question=QUESTION, options=OPTIONS, lang="en")
+    pred = CORAL(search, CORALConfig(k=1, loops=3, critic_batch=True))(question=QUESTION, options=OPTIONS, lang="en")
     t = pred.trace
     assert t["stop_reason"] == "repeated_plan" and t["repeated_plans"] == 1 and t["replan_retries"] == 1
     assert t["corpora"] == [["en"]] and [x.id for x in pred.passages] == ["en:e1"]  # no corpus added
@@ -159,7 +160,7 @@ def test_one_round_budget_skips_the_sufficiency_check(dummy, search):
     lm = scripted(dummy, plan=Queue({"corpora": ["ko"]}),
                   batch=Queue(batched(rating(1, 1, 1, 1, 1), rating(2, 1, 1, 1, 1))),
                   write=Queue({"answer": "A"}))
-    pred = CORAL(search, k=1, loops=1, critic_batch=True)(question=QUESTION, options=OPTIONS, lang="en")
+    pred = CORAL(search, CORALConfig(k=1, loops=1, critic_batch=True))(question=QUESTION, options=OPTIONS, lang="en")
     assert pred.passages == [] and pred.trace["stop_reason"] == "max_rounds"  # nothing kept: no context
     assert len(lm.history) == 3 and "## passages ##" in lm.history[-1]["messages"][-1]["content"]
 
@@ -167,7 +168,7 @@ def test_one_round_budget_skips_the_sufficiency_check(dummy, search):
 def test_nothing_kept_replans_without_a_sufficiency_call(dummy, search):
     scripted(dummy, plan=Queue({"corpora": ["en"]}), batch=Queue(batched(rating(1, 0, 0, 0, 0, critique="off"))),
              replan=Queue({"corpora": ["ko"], "query": "seaweed soup"}), write=Queue({"answer": "C"}))
-    t = CORAL(search, k=1, loops=2, critic_batch=True)(question=QUESTION, options=OPTIONS, lang="en").trace
+    t = CORAL(search, CORALConfig(k=1, loops=2, critic_batch=True))(question=QUESTION, options=OPTIONS, lang="en").trace
     assert "sufficiency" not in t["calls"] and t["sufficiency"][0]["enough"] is False
     assert "off" in t["sufficiency"][0]["reason"]
     assert t["corpora"][1] == ["ko"]  # the question's corpus was searched and none of it was kept: it may go
@@ -176,7 +177,7 @@ def test_nothing_kept_replans_without_a_sufficiency_call(dummy, search):
 def test_malformed_batch_falls_back_to_one_call_per_document(dummy, search):
     lm = scripted(dummy, plan=Queue({"corpora": ["ko"]}), batch=Queue({"ratings": "three, then four"}),
                   single=Queue(rating(0, 1, 1, 1, 1), rating(0, 4, 4, 4, 4)), write=Queue({"answer": "C"}))
-    pred = CORAL(search, k=1, loops=1, critic_batch=True)(question=QUESTION, options=OPTIONS, lang="en")
+    pred = CORAL(search, CORALConfig(k=1, loops=1, critic_batch=True))(question=QUESTION, options=OPTIONS, lang="en")
     t = pred.trace
     assert t["critic_fallbacks"] == 1 and t["calls"]["critic"] == 1 + 2
     assert [x.id for x in pred.passages] == ["ko:k1"]
@@ -186,13 +187,14 @@ def test_malformed_batch_falls_back_to_one_call_per_document(dummy, search):
 def test_batch_missing_a_document_scores_only_that_one_alone(dummy, search):
     scripted(dummy, plan=Queue({"corpora": ["ko"]}), batch=Queue(batched(rating(2, 5, 5, 5, 5))),
              single=Queue(rating(0, 1, 1, 1, 1)), write=Queue({"answer": "C"}))
-    t = CORAL(search, k=1, loops=1, critic_batch=True)(question=QUESTION, options=OPTIONS, lang="en").trace
+    t = CORAL(search, CORALConfig(k=1, loops=1, critic_batch=True))(question=QUESTION, options=OPTIONS, lang="en").trace
     assert t["critic_missing"] == 1 and t["critic_fallbacks"] == 0 and t["calls"]["critic"] == 2
 
 
 def test_per_document_critic_makes_one_call_per_candidate(dummy, search):
     scripted(dummy, plan=Queue({"corpora": ["ko"]}), single=Queue(rating(0, 4, 4, 4, 4)), write=Queue({"answer": "C"}))
-    t = CORAL(search, k=2, loops=1, critic_batch=False)(question=QUESTION, options=OPTIONS, lang="en").trace
+    coral = CORAL(search, CORALConfig(k=2, loops=1, critic_batch=False))
+    t = coral(question=QUESTION, options=OPTIONS, lang="en").trace
     assert t["calls"]["critic"] == 4 and len(t["scores"][0]) == 4
 
 
@@ -209,7 +211,8 @@ def test_call_budget_with_k5_three_corpora_three_rounds(dummy, embedder, batch, 
         lm = dummy({PLAN: Queue({"corpora": ["ko", "es"]}), BATCH: Queue(ratings),
                     SINGLE: Queue(rating(0, 4, 4, 4, 4)), ENOUGH: Queue({"enough": enough, "reason": "more"}),
                     REPLAN: Queue(*plans), WRITE: Queue({"answer": "A"})})
-        t = CORAL(pool, k=5, loops=3, critic_batch=batch)(question="first", options=OPTIONS, lang="en").trace
+        coral = CORAL(pool, CORALConfig(k=5, loops=3, critic_batch=batch))
+        t = coral(question="first", options=OPTIONS, lang="en").trace
         assert len(lm.history) == expected and sum(t["calls"].values()) == expected
         assert t["iterations"] == (1 if enough else 3) and all(len(s) == 15 for s in t["scores"])
 
@@ -226,7 +229,7 @@ def test_select_only_ablation_keeps_the_query_and_stops_when_nothing_is_left(dum
 def test_mcq_letters_are_parsed_and_short_answers_pass_through(dummy, search):
     scripted(dummy, plan=Queue({"corpora": ["ko"]}), batch=Queue(batched(rating(1, 1, 1, 1, 1))),
              write=Queue({"answer": "The answer is (C) Seaweed soup"}, {"answer": " seaweed soup "}))
-    coral = CORAL(search, k=1, loops=1, critic_batch=True)
+    coral = CORAL(search, CORALConfig(k=1, loops=1, critic_batch=True))
     assert coral(question=QUESTION, options=OPTIONS, lang="en").answer == "C"
     assert coral(question=QUESTION).answer == "seaweed soup"
 
@@ -353,7 +356,7 @@ def test_every_registered_program_takes_the_question_language():
 
 
 def test_critic_lines_are_parsed_leniently():
-    from programs.coral.coral import parse_ratings
+    from programs.coral.critics import parse_ratings
 
     text = "1 | 4 | 3 | 5 | 2 | on topic\n[2] | 0|1|1|0\nsummary: mostly useful\n3. | 9 | 1 | 1 | 1 | x"
     assert parse_ratings(text) == [(1, [4, 3, 5, 2], "on topic"), (2, [0, 1, 1, 0], ""), (3, [9, 1, 1, 1], "x")]
@@ -364,7 +367,7 @@ def test_unreadable_sufficiency_verdict_means_search_again(dummy, search):
     scripted(dummy, plan=Queue({"corpora": ["en"]}), batch=Queue(batched(rating(1, 5, 5, 5, 5))),
              enough=Queue({"enough": "perhaps", "reason": "?"}),
              replan=Queue({"corpora": ["ko"], "query": "seaweed soup"}), write=Queue({"answer": "C"}))
-    t = CORAL(search, k=1, loops=2, critic_batch=True)(question=QUESTION, options=OPTIONS, lang="en").trace
+    t = CORAL(search, CORALConfig(k=1, loops=2, critic_batch=True))(question=QUESTION, options=OPTIONS, lang="en").trace
     assert t["sufficiency"][0]["enough"] is False and t["sufficiency"][0]["parsed"] is False
     assert t["parse_failures"] == 1 and t["iterations"] == 2 and t["stop_reason"] == "max_rounds"
 
@@ -379,23 +382,23 @@ def test_a_prompt_past_the_context_window_is_no_unreadable_verdict(search):
               WRITE: Queue({"answer": "C"})}
     init_dspy(Overflowing(routes, marker=ENOUGH), cache=False)
     with pytest.raises(ContextOverflow):
-        CORAL(search, k=1, loops=2, critic_batch=True)(question=QUESTION, options=OPTIONS, lang="en")
+        CORAL(search, CORALConfig(k=1, loops=2, critic_batch=True))(question=QUESTION, options=OPTIONS, lang="en")
     init_dspy(Overflowing(routes, marker=BATCH), cache=False)
     with pytest.raises(ContextOverflow):
-        CORAL(search, k=1, loops=2, critic_batch=True)(question=QUESTION, options=OPTIONS, lang="en")
+        CORAL(search, CORALConfig(k=1, loops=2, critic_batch=True))(question=QUESTION, options=OPTIONS, lang="en")
 
 
 def test_no_valid_corpus_name_falls_back_to_english_and_is_counted(dummy, search):
     scripted(dummy, plan=Queue({"corpora": ["Klingon"]}), batch=Queue(batched(rating(1, 1, 1, 1, 1))),
              write=Queue({"answer": "A"}))
-    t = CORAL(search, k=1, loops=1, critic_batch=True)(question=QUESTION, options=OPTIONS, lang="fr").trace
+    t = CORAL(search, CORALConfig(k=1, loops=1, critic_batch=True))(question=QUESTION, options=OPTIONS, lang="fr").trace
     assert t["corpora"] == [["en"]] and t["planner_fallbacks"] == 1 and t["unknown_corpora"] == 1
 
 
 def test_replan_without_a_valid_name_keeps_the_corpora(dummy, search):
     scripted(dummy, plan=Queue({"corpora": ["ko"]}), batch=Queue(batched(rating(1, 1, 1, 1, 1))),
              replan=Queue({"corpora": ["Klingon"], "query": "seaweed soup birthday"}), write=Queue({"answer": "C"}))
-    t = CORAL(search, k=1, loops=2, critic_batch=True)(question=QUESTION, options=OPTIONS, lang="en").trace
+    t = CORAL(search, CORALConfig(k=1, loops=2, critic_batch=True))(question=QUESTION, options=OPTIONS, lang="en").trace
     assert t["corpora"] == [["en", "ko"], ["en", "ko"]] and t["queries"][1] == "seaweed soup birthday"
     assert t["planner_fallbacks"] == 1
 
@@ -409,9 +412,9 @@ def test_candidate_corpora_are_shown_in_a_seeded_order_with_the_options_and_prob
     orders = [coral.presented(q) for q in questions]
     assert orders == [again.presented(q) for q in questions]  # seeded: the same question, the same order
     assert all(sorted(o) == sorted(langs) for o in orders) and len({tuple(o) for o in orders}) > 1
-    assert CORAL(pool, seed=14).presented(questions[0]) != orders[0] or CORAL(pool, seed=15).presented(
-        questions[0]) != orders[0]
-    assert CORAL(pool, shuffle_corpora=False).presented(questions[0]) == list(langs)  # pool order
+    assert CORAL(pool, CORALConfig(seed=14)).presented(questions[0]) != orders[0] or CORAL(
+        pool, CORALConfig(seed=15)).presented(questions[0]) != orders[0]
+    assert CORAL(pool, CORALConfig(shuffle_corpora=False)).presented(questions[0]) == list(langs)  # pool order
     lm = scripted(dummy, plan=Queue({"corpora": ["ko"]}), single=Queue(rating(0, 1, 1, 1, 1)),
                   write=Queue({"answer": "A"}))
     t = coral(question=questions[0], options=OPTIONS, lang="en").trace
@@ -432,12 +435,12 @@ def test_closed_set_outputs_use_a_grammar_only_where_the_endpoint_takes_one(dumm
                         enough=Queue({"enough": False, "reason": "more"}),
                         replan=Queue({"corpora": ["en"], "query": "seaweed"}), write=Queue({"answer": "A"}))
     lm = run()  # DummyLM: no grammar support -> plain requests, validated afterwards as before
-    CORAL(search, k=1, loops=2)(question=QUESTION, options=OPTIONS, lang="en")
+    CORAL(search, CORALConfig(k=1, loops=2))(question=QUESTION, options=OPTIONS, lang="en")
     assert not any("grammar" in (h["kwargs"].get("extra_body") or {}) for h in lm.history)
     lm = run()
     lm.server = object()  # what make_lm sets on the embedded llama.cpp LM
     lm.kwargs["extra_body"] = {"max_tokens": 512}
-    CORAL(search, k=1, loops=2)(question=QUESTION, options=OPTIONS, lang="en")
+    CORAL(search, CORALConfig(k=1, loops=2))(question=QUESTION, options=OPTIONS, lang="en")
     grammars = [(h["kwargs"].get("extra_body") or {}).get("grammar") for h in lm.history]
     assert grammars[-1] is None  # the writer is free
     constrained = [g for g in grammars if g]
@@ -520,14 +523,14 @@ def test_batched_critic_lines_go_to_the_document_their_number_names(dummy, searc
     scripted(dummy, batch=Queue({"ratings": reply}))
     chunk = [Passage(f"p{i}", f"title {i}", f"text {i}") for i in (1, 2, 3)]
     trace = programs.coral.coral.Trace()
-    out = CORAL(search, critic_batch=True).rate_batch(chunk, QUESTION, trace)
+    out = CORAL(search, CORALConfig(critic_batch=True)).keep_gate.critic.rate_batch(chunk, QUESTION, trace)
     assert {pos: r.relevance for pos, r in out.items()} == scored
     assert all(out[pos].passage is chunk[pos - 1] for pos in out) and trace.critic_missing == alone
 
 
 def test_the_critic_sees_what_the_writer_sees_unless_told(search):
-    assert CORAL(search).critic_chars == 600 and CORAL(search, max_chars=None).critic_chars is None
-    assert CORAL(search, critic_chars=200).critic_chars == 200
+    assert CORAL(search).critic_chars == 600 and CORAL(search, CORALConfig(max_chars=None)).critic_chars is None
+    assert CORAL(search, CORALConfig(critic_chars=200)).critic_chars == 200
 
 
 def test_oracle_lang_tells_only_the_own_corpus_baselines_the_culture(embedder, monkeypatch):

@@ -253,8 +253,11 @@ def test_crag_grades_by_thresholds_on_p_yes_and_saves_them_as_program_state():
     loaded = CRAG(search, k=3, loops=0, decisions="logprob")
     loaded.load_state(state)
     assert loaded(question=Q).trace["grades"] == ["ambiguous", "ambiguous", "incorrect"]
-    # generate mode keeps today's program: no relevance predictor, no gate in its state
-    assert "grade_gate" not in programs.portable_state(CRAG(search, k=3, loops=0))
+    # generate mode keeps today's predictors (no relevance predictor); its gate is in its state, unfitted
+    written = CRAG(search, k=3, loops=0)
+    assert "grade_relevance" not in dict(written.named_predictors())
+    assert programs.portable_state(written)["grade_gate"] == {"thresholds": {"lower": 1 / 3, "upper": 2 / 3},
+                                                              "weights": None}
 
 
 def test_crag_fused_grade_weighs_the_retrieval_score():
@@ -331,7 +334,8 @@ def test_seal_gate_reads_the_verdict_as_p_sufficient():
 
 
 def test_coral_keep_rule_and_sufficiency_apply_to_expected_scores_and_p_enough(embedder):
-    from programs.coral.coral import CORAL, Trace, passes
+    from programs.coral.coral import CORAL, Trace
+    from programs.coral.critics import passes
     from retrieval.corpus import Corpus, Passage
     from retrieval.retriever import Retriever
 
@@ -346,7 +350,7 @@ def test_coral_keep_rule_and_sufficiency_apply_to_expected_scores_and_p_enough(e
     coral = CORAL(Retriever([Corpus("en", [{"id": "e1", "title": "T", "text": "x"}], "en")], embedder),
                   decisions="logprob")
     passage = Passage("en:e1", "T", "x", "en", "en")
-    rated = coral.rate_one(passage, "Q?", Trace())
+    rated = coral.keep_gate.critic.rate_one(passage, "Q?", Trace())
     assert rated.scores == pytest.approx((2.5, 1.5, 3.0, 3.0), abs=1e-4) and not passes(rated)
     assert rated.total == pytest.approx(2.5 + 0.5 * 7.5, abs=1e-4)
     trace = Trace()
@@ -365,16 +369,16 @@ def test_coral_fused_keep_weighs_the_retrieval_score_within_each_corpus(embedder
     a, b = Passage("en:a", "A", "x", "en", "en", 0.9), Passage("en:b", "B", "x", "en", "en", 0.5)
     c = Passage("de:c", "C", "x", "de", "de", 0.4)  # the best of its corpus, below both English scores
     rated = [Rated(p, 2.5, 2.5, 2.5, 2.5) for p in (a, b, c)]  # s_tot 6.25: the paper's rule keeps all three
-    assert len(CORAL(search, decisions="logprob").keep(rated, [a, b, c])) == 3
+    assert len(CORAL(search, decisions="logprob").keep_gate.keep(rated, [a, b, c])) == 3
     fused = CORAL(search, decisions="fused")
     with recorded_decisions() as calls:
-        kept = fused.keep(rated, [a, b, c])
+        kept = fused.keep_gate.keep(rated, [a, b, c])
     # unfitted: 0.5 * 6.25/12.5 + 0.5 * min-max of the score relative to its corpus's best (A 0, B -0.4, C 0)
     assert [r.passage.title for r in kept] == ["A", "C"]
     assert [(round(x.prob, 3), round(x.score, 3), x.passages) for x in calls] == [
         (0.5, 0.0, (a,)), (0.5, -0.4, (b,)), (0.5, 0.0, (c,))]
     fused.keep_gate.thresholds["threshold"] = 0.2  # a calibrated threshold travels as program state
-    assert len(fused.keep(rated, [a, b, c])) == 3 and "keep_gate" in dict(fused.named_parameters())
+    assert len(fused.keep_gate.keep(rated, [a, b, c])) == 3 and "keep_gate" in dict(fused.named_parameters())
 
 
 @pytest.mark.parametrize("mode", ["logprob", "fused"])
@@ -617,7 +621,7 @@ def test_programs_ask_no_verdict_or_stop_from_a_gate_at_rest(monkeypatch):
 def test_a_gate_deciding_whatever_the_probability_is_named_in_the_trace_and_by_what_the_program_runs_as(monkeypatch):
     """Issue 61 item 1: a resting gate's decision says "at rest (no call)", and the program names what it ran as."""
     import programs
-    from decoding.decisions import ONE_CLASS, REST, decided_by
+    from decoding.decisions import ONE_CLASS, REST
     from programs.rag_critic.rag_critic import RAGCritic
     from programs.rag_critic.self_refine import SelfRefine
     from programs.rag_critic.taxonomy import load_taxonomy
@@ -630,7 +634,6 @@ def test_a_gate_deciding_whatever_the_probability_is_named_in_the_trace_and_by_w
     assert gate.state is None and decide_all(gate, False) and gate.state == REST  # never an error: at rest
     decide_all(gate, True)
     assert gate.state == ONE_CLASS and not gate.at_rest  # every answer an error: a one-class fit
-    assert decided_by(gate, 0.2) == ONE_CLASS and decided_by(gate, None) is None  # no logprobs: the written label
     # PAR2: at rest it stops after the first write, as par2_anchor
     lm = MarkedLM({PAR2_PLAN: TWO_SEARCHES, ESC: {"decision": "CONTINUE", "next_query": "Ana Berg birthplace"},
                    WRITE: said("Lyon")}, {ESC: [field("decision", logs({"STOP": 0.9, "CONTINUE": 0.1}))]})
@@ -692,9 +695,9 @@ def test_coral_asks_no_critic_when_its_keep_gate_decides_by_retrieval_and_no_ver
     coral.keep_gate.weights, coral.keep_gate.thresholds["threshold"] = [1.0, 0.0, 10.0], 0.5
     coral.sufficiency_gate.thresholds["threshold"] = 0.0  # a one-class positive fit
     trace = Trace()
-    rated = coral.rate([a, b], "Q?", trace)
+    rated = coral.keep_gate.rate([a, b], "Q?", trace)
     assert [r.rated for r in rated] == [False, False] and trace.unrated == 2 and not trace.calls["critic"]
-    kept = coral.keep(rated, [a, b])
+    kept = coral.keep_gate.keep(rated, [a, b])
     assert [r.passage.title for r in kept] == ["A"]  # sigmoid(1 + 0) passes, sigmoid(1 - 4) does not
     verdict = coral.check("Q?", kept, rated, trace)
     assert verdict.enough is True and trace.sure_sufficiency == 1 and not trace.calls["sufficiency"]
@@ -721,7 +724,9 @@ def test_par2_controller_stops_on_p_stop_against_its_gate():
     # no logprobs: the written reply is parsed as in generate mode ("Don't continue" is STOP)
     init_dspy(MarkedLM({**routes, ESC: {"decision": "Don't continue", "next_query": ""}}, {}), cache=False)
     assert par2(question=Q).trace["stop_reason"] == "esc_stop"
-    assert "esc_gate" not in programs.portable_state(programs.build("par2", search=Par2Search(ROUTES)))
+    # generate mode: the gate is in the state, unfitted
+    assert programs.portable_state(programs.build("par2", search=Par2Search(ROUTES)))["esc_gate"] == {
+        "thresholds": {"threshold": 0.5}, "weights": None}
 
 
 def test_rag_critic_verdict_is_flagged_on_p_error_against_its_gate(monkeypatch):
@@ -825,7 +830,7 @@ def test_self_rag_acceptance_is_recorded_as_the_smaller_of_its_two_probabilities
 
 def test_only_an_unreadable_reply_reads_as_an_unreadable_decision():
     # a prompt past the context window (a ValueError) is no unreadable decision: it propagates and stops the run
-    from decoding.decisions import two_way
+    from programs.shared.gates import LabelGate, Ruling
     from runtime.lm import ContextOverflow
 
     init_dspy(Overflowing({}, marker="TOO LONG"), cache=False)
@@ -833,12 +838,12 @@ def test_only_an_unreadable_reply_reads_as_an_unreadable_decision():
     with pytest.raises(ContextOverflow):
         decide(judge, {"relevant": YES_NO}, question="Q?", passage="TOO LONG")
     with pytest.raises(ContextOverflow):
-        two_way(judge, "relevant", YES_NO, str, None, "an answer", question="Q?", passage="TOO LONG")
+        LabelGate(judge, "relevant", YES_NO, "passage")({"question": "Q?", "passage": "TOO LONG"})
 
     class Unreadable(dspy.Predict):
         def __call__(self, **kwargs):
             raise unreadable()
 
     assert decide(Unreadable(JudgeRelevance), {"relevant": YES_NO}, question="Q?", passage="P.").output is None
-    assert two_way(Unreadable(JudgeRelevance), "relevant", YES_NO, str, None, "an answer", question="Q?",
-                   passage="P.") == (None, None, None)
+    assert LabelGate(Unreadable(JudgeRelevance), "relevant", YES_NO, "passage")(
+        {"question": "Q?", "passage": "P."}) == Ruling(None, failures=1)

@@ -10,7 +10,7 @@ from experiments import cli
 from evaluation import loop as evaluation
 from evaluation.metrics import exact_match, gold_of
 from experiments.suite import Entry, plan, parser as suite_parser
-from programs.coral.coral import CORAL
+from programs.coral.coral import CORAL, CORALConfig
 from programs.baselines.crag import CRAG
 from programs.shared.oracle import Gold, gold_labels
 from programs.par2.par2 import PAR2
@@ -60,7 +60,7 @@ def test_an_oracle_role_reads_gold_only_for_the_role_it_names_and_no_prompt_hold
                  REPLAN: {"corpora": ["ko"], "query": "seaweed soup birthday"}, WRITE: {"answer": "miyeokguk"}})
     example = dspy.Example(id="q1", question=QUESTION, lang="en", source_lang="ko", answer=SECRET_ANSWER,
                            answers=[SECRET_ANSWER], gold_titles=["미역국", SECRET_TITLE]).with_inputs("question", "lang")
-    coral = CORAL(coral_search, k=2, loops=2, oracle="relevance")
+    coral = CORAL(coral_search, CORALConfig(k=2, loops=2), oracle="relevance")
     records, _ = evaluation.evaluate(coral, [example], {"em": exact_match}, retries=0)
     assert not records[0]["failed"] and set(read) == {"relevance"}
     messages = [h["messages"][-1]["content"] for h in lm.history]
@@ -83,7 +83,7 @@ def test_an_oracle_role_without_gold_labels_fails_loudly_and_a_program_refuses_a
 def test_coral_under_oracle_relevance_keeps_every_gold_passage_it_retrieves_and_drops_the_others(coral_search):
     routed({PLAN: {"corpora": ["en", "ko"]}, ENOUGH: {"enough": True, "reason": "ok"}, WRITE: {"answer": "x"}})
     with gold_labels(Gold(frozenset({"미역국", "Birthdays", SECRET_TITLE}))):
-        pred = CORAL(coral_search, k=2, loops=1, oracle="relevance")(question=QUESTION, lang="en")
+        pred = CORAL(coral_search, CORALConfig(k=2, loops=1), oracle="relevance")(question=QUESTION, lang="en")
     assert sorted(titles(pred.passages)) == ["Birthdays", "미역국"]
     assert all(s["kept"] == (s["id"] in ("en:e1", "ko:k1")) for s in pred.trace["scores"][0])
     assert len(pred.trace["scores"][0]) == 4  # all four candidates were judged, two kept
@@ -94,7 +94,8 @@ def test_coral_under_oracle_sufficiency_and_planner_stops_when_the_gold_is_kept_
                                                    "compatibility": 5, "critique": "ok"},
                  ENOUGH: {"enough": False, "reason": "no"}, WRITE: {"answer": "x"}})
     with gold_labels(Gold(frozenset({"미역국"}), culture="ko")):
-        pred = CORAL(coral_search, k=2, loops=3, oracle="sufficiency,planner")(question=QUESTION, lang="en")
+        coral = CORAL(coral_search, CORALConfig(k=2, loops=3), oracle="sufficiency,planner")
+        pred = coral(question=QUESTION, lang="en")
     assert pred.trace["corpora"] == [["ko"]] and pred.trace["stop_reason"] == "sufficient"  # the planner: not en
     messages = [h["messages"][-1]["content"] for h in lm.history]
     assert not any(PLAN in m or ENOUGH in m for m in messages)  # neither the planner nor sufficiency was asked

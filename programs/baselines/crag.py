@@ -6,12 +6,8 @@ not graded incorrect, as CRAG passes on only the relevant knowledge); every
 passage incorrect -> *incorrect* (drop them all and search again with a rewritten query); otherwise *ambiguous*
 (keep the best non-incorrect passages, at most k - max(1, k // 2), and fill up to k from a rewritten-query
 search). Each re-search fetches k passages
-not fetched before and counts against ``loops`` (``loops=0``: grade and refine only). With ``decisions="logprob"``
-the grade is read as a score, CRAG's way: P(yes) of a yes/no relevance decision (``decoding.decisions``), graded
-correct at or above the gate's ``upper`` threshold, incorrect below its ``lower`` one, ambiguous between
-(``decisions="fused"``: the probability fused with the passage's retrieval score first; a gate whose dev fit gave
-the LM no weight grades by the retrieval score without a call). With ``oracle="relevance"`` (``programs.shared.oracle``)
-a gold passage is graded correct and any other incorrect, without a call. The kept passages are then
+not fetched before and counts against ``loops`` (``loops=0``: grade and refine only). The grades are
+:class:`GradeGate`'s. The kept passages are then
 refined by decompose-then-recompose: each is cut into sentence strips, strips sharing no content word with the
 question or the queries are dropped, and the rest are joined back in order. The shared evidence writer answers from
 the final k passages (graded best first).
@@ -23,9 +19,10 @@ from dataclasses import replace
 import dspy
 
 from decoding.choice import MCScoring
-from decoding.decisions import YES_NO, Gate, check_mode, decide, record, relative, rest_note
+from decoding.decisions import YES_NO, decide, record, relative, rest_note
 from programs.shared.evidence import EvidenceWriter, lenient, search_excluding
-from programs.shared.oracle import check_roles, oracle as oracle_labels
+from programs.shared.gates import Asking, DecisionGate
+from programs.shared.oracle import check_roles
 from programs.shared.text import clip, content_words, repeats, sentences
 from retrieval.corpus import Passage
 from retrieval.retriever import Retriever
@@ -58,6 +55,56 @@ def refine(passage: Passage, terms: set[str], max_chars: int) -> Passage:
     return replace(passage, text=" ".join(kept))
 
 
+class GradeGate(DecisionGate):
+    """CRAG's retrieval evaluator: each passage graded correct, ambiguous or incorrect. As written: the grade
+    ``grade`` writes (unreadable: ambiguous). Scored, CRAG's way: P(yes) of ``relevance``'s yes/no decision, correct
+    at or above the ``upper`` threshold, incorrect below ``lower``; fused: that probability fused with the passage's
+    retrieval score first, and not asked when a fit gave the LM no weight. The relevance oracle grades a gold
+    passage correct and any other incorrect, without a call."""
+
+    def __init__(self, grade: dspy.Predict, relevance: dspy.Predict | None, chars: int, asking: Asking,
+                 roles: frozenset[str] = frozenset()):
+        super().__init__("passage", asking, roles, "relevance", **THRESHOLDS)
+        self.grade, self.relevance, self.chars = grade, relevance, chars
+
+    def __call__(self, question: str, passages: list[Passage], grades: dict[str, str]) -> int:
+        """Grade ``passages`` into ``grades``; returns the number of unreadable grades (graded ambiguous)."""
+        if self.from_gold:
+            grades.update((p.id, "correct" if self.gold(p) else "incorrect") for p in passages)
+            return 0
+        return self.asked(question, passages, grades)
+
+    def written(self, question: str, passages: list[Passage], grades: dict[str, str]) -> int:
+        failures = 0
+        for p in passages:
+            out = lenient(self.grade, question=question, passage=p.format(self.chars))
+            failures += out is None or out.grade not in GRADES
+            grades[p.id] = out.grade if out is not None and out.grade in GRADES else "ambiguous"
+        return failures
+
+    def scored(self, question: str, passages: list[Passage], grades: dict[str, str]) -> int:
+        probs, failures = self.probabilities(question, passages)
+        grades.update((p.id, graded(s, self.thresholds)) for p, s in zip(passages, probs))
+        return failures
+
+    def fused(self, question: str, passages: list[Passage], grades: dict[str, str]) -> int:
+        probs, failures = self.probabilities(question, passages) if self.reads_lm else ([], 0)
+        fused = self.fuse(probs or [0.5] * len(passages), relative([p.score for p in passages]))
+        grades.update((p.id, graded(s, self.thresholds)) for p, s in zip(passages, fused))
+        return failures
+
+    def probabilities(self, question: str, passages: list[Passage]) -> tuple[list[float], int]:
+        """P(yes) per passage (0.5 when unreadable, counted), each recorded with its relative retrieval score."""
+        probs, failures = [], 0
+        for p, score in zip(passages, relative([p.score for p in passages])):
+            yes = decide(self.relevance, {"relevant": YES_NO}, question=question,
+                         passage=p.format(self.chars)).prob("relevant", "yes")
+            failures += yes is None
+            probs.append(0.5 if yes is None else yes)
+            record(self, probs[-1], score, [p])
+        return probs, failures
+
+
 class CRAG(dspy.Module):
     """Grade the top-k, then keep, refine or re-search with a rewritten query; at most ``loops`` re-searches.
 
@@ -70,45 +117,21 @@ class CRAG(dspy.Module):
                  max_query_words: int = 12, stuck_jaccard: float = 0.7, decisions: str = "generate",
                  oracle: str = "", mc: MCScoring | None = None):
         super().__init__()
-        self.decisions, self.oracle = check_mode(decisions), check_roles(oracle, self.ORACLE_ROLES, "crag")
-        if decisions != "generate":  # scored grades: a relevance decision and its thresholds (program state)
-            self.grade_relevance = dspy.Predict(JudgeRelevance)
-            self.grade_gate = Gate(**THRESHOLDS)
+        self.oracle = check_roles(oracle, self.ORACLE_ROLES, "crag")
+        asking = Asking(decisions)
+        self.grade_relevance = asking.predictor(JudgeRelevance)  # scored grades only
+        grade = dspy.Predict(GradeRetrieval)
+        self.grade_gate = GradeGate(grade, self.grade_relevance, max_chars, asking, self.oracle)
         self.search, self.k, self.loops, self.max_chars = search, k, loops, max_chars
         self.max_query_words, self.stuck_jaccard = max_query_words, stuck_jaccard
-        self.grade = dspy.Predict(GradeRetrieval)
+        self.grade = grade
         self.rewrite = dspy.Predict(RewriteQuery)
         self.writer = EvidenceWriter(max_chars, mc=mc)
-
-    def _grade(self, question: str, passages: list[Passage], grades: dict[str, str]) -> int:
-        """Grade ``passages`` into ``grades``; returns the number of unreadable grades (graded ambiguous)."""
-        failures = 0
-        if (relevant := oracle_labels(self.oracle, "relevance")) is not None:
-            grades.update((p.id, "correct" if relevant(p) else "incorrect") for p in passages)
-            return failures
-        if self.decisions == "generate":
-            for p in passages:
-                out = lenient(self.grade, question=question, passage=p.format(self.max_chars))
-                failures += out is None or out.grade not in GRADES
-                grades[p.id] = out.grade if out is not None and out.grade in GRADES else "ambiguous"
-            return failures
-        probs, scores = [], relative([p.score for p in passages])
-        asked = self.decisions != "fused" or self.grade_gate.reads_lm  # else calibrated to the retriever alone
-        for p, score in zip(passages, scores) if asked else ():
-            yes = decide(self.grade_relevance, {"relevant": YES_NO}, question=question,
-                         passage=p.format(self.max_chars)).prob("relevant", "yes")
-            failures += yes is None
-            probs.append(0.5 if yes is None else yes)
-            record(self.grade_gate, probs[-1], score, [p])
-        if self.decisions == "fused":
-            probs = self.grade_gate.fuse(probs or [0.5] * len(passages), scores)
-        grades.update((p.id, graded(s, self.grade_gate.thresholds)) for p, s in zip(passages, probs))
-        return failures
 
     def resting(self) -> str | None:
         """What CRAG runs as while its grade gate decides whatever the probability (see
         :func:`decoding.decisions.rest_note`): at rest every passage is graded correct."""
-        return rest_note("grader", getattr(self, "grade_gate", None), "one retrieval, every passage kept")
+        return rest_note("grader", self.grade_gate, "one retrieval, every passage kept")
 
     def forward(self, question: str, options: dict[str, str] | None = None,
                 lang: str | None = None) -> dspy.Prediction:
@@ -116,7 +139,7 @@ class CRAG(dspy.Module):
         passages = self.search.search(question, self.k)
         fetched, grades = {p.id for p in passages}, {}
         for loop in range(self.loops + 1):
-            failures += self._grade(question, [p for p in passages if p.id not in grades], grades)
+            failures += self.grade_gate(question, [p for p in passages if p.id not in grades], grades)
             actions.append(action([grades[p.id] for p in passages]))
             if actions[-1] == "correct":
                 stop = "correct"

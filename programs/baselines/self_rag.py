@@ -5,11 +5,7 @@ Each round drafts an answer from k passages with the writer every arm shares (2-
 otherwise the critic's query (or, when it repeats an earlier query, the question with the draft) fetches k passages
 not held before, which are merged with the held ones, newest first and alternating, back to k. A loop whose every
 query option repeats an earlier one stops ("stuck"). The answer is the best-graded draft (the latest on ties), with
-its passages. With ``decisions="logprob"`` (or ``fused``: there is no per-passage decision to fuse) the reflection
-is read as Self-RAG reads its reflection tokens, as probabilities (``decoding.decisions``): P(relevant),
-P(fully supported) + 0.5 P(partially), expected usefulness; a draft is accepted when P(relevant) and P(fully
-supported) reach the gate's thresholds (program state) and expected usefulness reaches ``min_usefulness``; for
-calibration the acceptance is recorded as min(P(relevant), P(fully supported)), labelled by the draft's correctness.
+its passages. The critique and the acceptance are :class:`AcceptGate`'s.
 """
 from __future__ import annotations
 
@@ -19,8 +15,9 @@ from itertools import chain, zip_longest
 import dspy
 
 from decoding.choice import MCScoring
-from decoding.decisions import Gate, check_mode, decide, record, rest_note
+from decoding.decisions import decide, record, rest_note
 from programs.shared.evidence import EvidenceWriter, lenient, search_excluding
+from programs.shared.gates import DecisionGate
 from programs.shared.text import abstained, normalize, repeats
 from retrieval.corpus import Passage
 from retrieval.retriever import Retriever
@@ -59,6 +56,43 @@ class Draft:
         return float(c["relevant"]) + support + (min(max(c["usefulness"], 1), 5) - 1) / 4
 
 
+class AcceptGate(DecisionGate):
+    """Self-RAG's critique of a draft and its acceptance. As written: the critic's relevance, support and usefulness;
+    accepted when relevant, fully supported and useful enough. Scored (``fused`` alike: there is no per-passage
+    decision to fuse), as Self-RAG reads its reflection tokens: P(relevant), P(fully supported) + 0.5 P(partially),
+    expected usefulness (:func:`reflection`); accepted when P(relevant) and P(fully supported) reach the gate's
+    thresholds, recorded for calibration as their minimum, labelled by the draft's correctness."""
+
+    def __init__(self, critic: dspy.Predict, min_usefulness: int, mode: str = "generate"):
+        super().__init__("correct", mode, relevant=0.5, support=0.5)
+        self.critic, self.min_usefulness = critic, min_usefulness
+
+    def __call__(self, inputs: dict, answer: str) -> tuple[dspy.Prediction | None, dict | None]:
+        """The critic's output and its critique of ``answer`` (None when unreadable)."""
+        return self.asked(inputs, answer)
+
+    def written(self, inputs: dict, answer: str) -> tuple:
+        out = lenient(self.critic, **inputs)
+        return out, {n: out[n] for n in ("relevant", "support", "usefulness")} if out else None
+
+    def scored(self, inputs: dict, answer: str) -> tuple:
+        decision = decide(self.critic, REFLECTION, **inputs)
+        critique = reflection(decision) if decision.output is not None else None
+        if critique:  # one threshold on both probabilities: accepted when their minimum reaches it
+            record(self, min(critique["relevant"], critique["support_full"]), answer=answer)
+        return decision.output, critique
+
+    def accepts(self, draft: "Draft") -> bool:
+        c = draft.critique
+        if not c or abstained(draft.answer):
+            return False
+        if c.get("scored"):
+            t = self.thresholds
+            return c["relevant"] >= t["relevant"] and c["support_full"] >= t["support"] \
+                and c["usefulness"] >= self.min_usefulness
+        return bool(c["relevant"]) and c["support"] == "full" and c["usefulness"] >= self.min_usefulness
+
+
 class SelfRAG(dspy.Module):
     """Retrieve -> draft -> critique -> retrieve again or stop, with at most ``loops`` re-retrievals.
 
@@ -69,18 +103,16 @@ class SelfRAG(dspy.Module):
     def __init__(self, search: Retriever, k: int = 3, loops: int = 3, max_chars: int = 600, min_usefulness: int = 4,
                  stuck_jaccard: float = 0.7, decisions: str = "generate", mc: MCScoring | None = None):
         super().__init__()
-        self.decisions = check_mode(decisions)
-        if decisions != "generate":
-            self.critic_gate = Gate("correct", relevant=0.5, support=0.5)
         self.search, self.k, self.loops, self.max_chars = search, k, loops, max_chars
-        self.min_usefulness, self.stuck_jaccard = min_usefulness, stuck_jaccard
+        self.stuck_jaccard = stuck_jaccard
         self.writer = EvidenceWriter(max_chars, mc=mc)
         self.critic = dspy.Predict(CritiqueDraft)
+        self.critic_gate = AcceptGate(self.critic, min_usefulness, decisions)
 
     def resting(self) -> str | None:
         """What Self-RAG runs as while its acceptance gate decides whatever the probability (see
         :func:`decoding.decisions.rest_note`): at rest relevance and support pass every draft."""
-        return rest_note("acceptance", getattr(self, "critic_gate", None), "usefulness alone decides")
+        return rest_note("acceptance", self.critic_gate, "usefulness alone decides")
 
     def forward(self, question: str, options: dict[str, str] | None = None,
                 lang: str | None = None) -> dspy.Prediction:
@@ -93,10 +125,11 @@ class SelfRAG(dspy.Module):
             if self.loops == 0:  # single pass: nothing to choose between or retrieve again for
                 drafts.append(Draft(answer, passages, citations=cited))
                 break
-            out, critique = self._critique(question, passages, answer)                   # critique
+            inputs = {"question": question, "passages": [p.format(self.max_chars) for p in passages], "draft": answer}
+            out, critique = self.critic_gate(inputs, answer)                             # critique
             failures += critique is None
             drafts.append(Draft(answer, passages, critique, cited))
-            if self._accepts(drafts[-1]):
+            if self.critic_gate.accepts(drafts[-1]):
                 stop = "accepted"
                 break
             if loop == self.loops:
@@ -116,28 +149,6 @@ class SelfRAG(dspy.Module):
                  "parse_failures": failures}
         return dspy.Prediction(answer=best.answer, passages=best.passages, trace=trace, queries=queries,
                                loops_used=len(queries) - 1, stop_reason=stop, citations=best.citations)
-
-    def _critique(self, question: str, passages: list[Passage], answer: str) -> tuple:
-        """The critic's output and its critique: as written, or read as probabilities (``decisions``)."""
-        inputs = {"question": question, "passages": [p.format(self.max_chars) for p in passages], "draft": answer}
-        if self.decisions == "generate":
-            out = lenient(self.critic, **inputs)
-            return out, {n: out[n] for n in ("relevant", "support", "usefulness")} if out else None
-        decision = decide(self.critic, REFLECTION, **inputs)
-        critique = reflection(decision) if decision.output is not None else None
-        if critique:  # one threshold on both probabilities: accepted when their minimum reaches it
-            record(self.critic_gate, min(critique["relevant"], critique["support_full"]), answer=answer)
-        return decision.output, critique
-
-    def _accepts(self, draft: Draft) -> bool:
-        c = draft.critique
-        if not c or abstained(draft.answer):
-            return False
-        if c.get("scored"):
-            t = self.critic_gate.thresholds
-            return c["relevant"] >= t["relevant"] and c["support_full"] >= t["support"] \
-                and c["usefulness"] >= self.min_usefulness
-        return bool(c["relevant"]) and c["support"] == "full" and c["usefulness"] >= self.min_usefulness
 
     def _next_query(self, question: str, answer: str, critique: dspy.Prediction | None,
                     queries: list[str]) -> str | None:

@@ -1,34 +1,20 @@
 """CORAL: an adaptive retrieval loop over per-language corpora for culturally grounded questions.
 
 Each round: (1) the planner picks at most ``max_corpora`` language corpora (the question's language always among
-them, unless none of its documents survived the critic), (2) top-``k`` per chosen corpus, (3) the critic scores
-every new candidate 0-5 on relevance, usefulness, clarity/specificity and compatibility with a short critique, and
-a candidate is kept when every score >= ``min_each`` and ``s_tot = rel + 0.5 (use + spec + comp) >= min_total``;
-kept documents accumulate over rounds, (4) the critic decides whether the kept documents suffice, (5) if not, the
-planner gets the original question, the previous query and corpora and the reason, and must change the corpora
-and/or rewrite the query. After at most ``loops`` rounds the writer answers from the ``writer_docs`` kept
-documents with the highest ``s_tot`` -- and from no passages at all when nothing was kept, as the paper's writer
-only ever sees validated evidence. With ``decisions="logprob"`` each criterion is its expected value over the score
-tokens and the keep rule applies to those, and the sufficiency verdict is read as P(enough) against a threshold kept
-as program state (``decoding.decisions``). ``decisions="fused"`` replaces the keep rule by a gate over the expected
-``s_tot`` (scaled to 0-1) fused with the candidate's retrieval score relative to the best of its corpus this round,
-so the critic can only add to what the retriever knew; calibration fits the fusion and its threshold on dev, and
-where the critic's scores lower no out-of-fold loss the gate keeps by retrieval alone and the critic is not asked
-(nor is a sufficiency check whose dev decisions were all "enough"). Oracle
-roles (``programs.shared.oracle``, no call): ``relevance`` keeps exactly the gold candidates, ``sufficiency`` stops once
-every gold passage is kept, ``planner`` searches the culture's own corpus (the replanner then only rewrites the
-query).
+them, unless none of its documents survived the critic), (2) top-``k`` per chosen corpus, (3) the critic rates
+every new candidate 0-5 on relevance, usefulness, clarity/specificity and compatibility and the keep gate keeps
+some (``programs.coral.critics``); kept documents accumulate over rounds, (4) the sufficiency gate decides whether
+the kept documents suffice, (5) if not, the planner gets the original question, the previous query and corpora and
+the reason, and must change the corpora and/or rewrite the query. After at most ``loops`` rounds the writer
+answers from the ``writer_docs`` kept documents with the highest ``s_tot``, and from no passages when nothing was
+kept. Oracle roles (``programs.shared.oracle``, no call): ``relevance`` keeps exactly the gold candidates,
+``sufficiency`` stops once every gold passage is kept, ``planner`` searches the culture's own corpus (the
+replanner then only rewrites the query).
 
 Variants (registry): ``coral_select`` keeps the original query and only re-selects corpora (``rewrite=False``);
 ``coral_fixed_{own,all,own_en}`` replace corpus selection by a fixed scope (``all`` pools the top
-``k * max_corpora``) and keep the critic, sufficiency check and query rewriting.
-
-LM calls per question (``loops`` rounds, ``c`` = new candidates per round <= ``k * max_corpora``): planner 1 +
-per round one batched critic call per ``critic_chunk`` candidates, one line of scores per candidate parsed here
-(or ``c`` per-document calls, which also write a critique each), one sufficiency
-check per round before the last (skipped when nothing is kept), 1-2 replanning calls between rounds, writer 1.
-With k=5, 3 corpora, 3 rounds: 4 calls at best and 11 at worst batched (each unusable batch adds up to 15
-per-document calls), 18 to 53 with ``critic_batch=False``.
+``k * max_corpora``) and keep the critic, sufficiency check and query rewriting. LM calls per question and the
+measurements behind the defaults: docs/methods/coral.md.
 """
 from __future__ import annotations
 
@@ -41,10 +27,11 @@ from typing import NamedTuple
 import dspy
 
 from decoding.choice import MCScoring
-from decoding.constrained import BOOL, constrained_config, name_list, one_of
-from decoding.decisions import (PARSE_ERRORS, REST, SCALE, Gate, UnreadableDecision, check_mode, decide, record,
-                                relative, rest_note)
+from decoding.constrained import BOOL, constrained_config, name_list
+from decoding.decisions import PARSE_ERRORS, REST, rest_note
+from programs.coral.critics import BatchCritic, EachCritic, KeepGate, Rated
 from programs.coral.mrag import DEFAULT_LANG, SCOPES, answer_writer, corpus_of, language_label, scope_corpora, with_options
+from programs.shared.gates import Asking, LabelGate, Ruling
 from programs.shared.oracle import check_roles, oracle as oracle_labels
 from retrieval.corpus import Passage, dedup
 from retrieval.retriever import Retriever
@@ -53,69 +40,10 @@ from runtime.lm import ATTEMPT
 from signatures.critic import NOTHING_KEPT, CheckSufficiency, RateDocument, RateDocuments
 from signatures.planner import ReplanSearch, ReselectCorpora, RewriteQuery, SelectCorpora
 
-SCALES = ("relevance", "usefulness", "specificity", "compatibility")
-SCORE = one_of(list("012345"))  # one critic scale under a grammar
 #: The replanning reason when the sufficiency verdict could not be read (counted as "not enough").
 UNREADABLE_VERDICT = "The sufficiency check gave no readable verdict; search again."
 #: The replanning reason of an oracle "not enough" (it names no gold passage).
 ORACLE_NOT_ENOUGH = "Evidence for part of the question is still missing; search again."
-
-
-#: Completion cap of a one-document critic call: four scores and a critique of a few words fit in ~60 tokens;
-#: without it a small model that pastes the document back as its critique spends hundreds of tokens per call.
-CRITIC_TOKENS = 96
-MAX_TOTAL = 12.5  # s_tot of a candidate scoring 5 on every scale
-
-
-@dataclass(frozen=True)
-class Rated:
-    """A candidate passage with its four critic scores (0-5; expected values, not integers, when read from token
-    probabilities) and critique; ``rated=False`` (scores 0) when the critic was not asked (:meth:`CORAL.rate`)."""
-
-    passage: Passage
-    relevance: float
-    usefulness: float
-    specificity: float
-    compatibility: float
-    critique: str = ""
-    rated: bool = True
-
-    @property
-    def scores(self) -> tuple[float, float, float, float]:
-        return self.relevance, self.usefulness, self.specificity, self.compatibility
-
-    @property
-    def total(self) -> float:
-        """``s_tot = rel + 0.5 (use + spec + comp)`` (at most 12.5)."""
-        return self.relevance + 0.5 * (self.usefulness + self.specificity + self.compatibility)
-
-    @classmethod
-    def of(cls, passage: Passage, values, critique: str = "") -> "Rated":
-        """Scores clamped to 0-5 (anything unparseable as a number scores 0)."""
-        def clamp(v) -> int:
-            try:
-                return max(0, min(5, int(round(float(v)))))
-            except (TypeError, ValueError):
-                return 0
-        return cls(passage, *(clamp(v) for v in values), critique=str(critique or "").strip())
-
-
-RATING_LINE = re.compile(r"^\W*(\d+)\W*?\|\s*(\d)\s*\|\s*(\d)\s*\|\s*(\d)\s*\|\s*(\d)\s*(?:\|\s*(.*))?$")
-
-
-def parse_ratings(text: str) -> list[tuple[int, list[int], str]]:
-    """The critic's ``n | rel | use | spec | comp [| critique]`` lines as (n, scores, critique); other lines skipped.
-    The batched critic is asked for numbers only: small models paste the document back as the critique."""
-    rows = []
-    for line in (text or "").splitlines():
-        if m := RATING_LINE.match(line.strip()):
-            rows.append((int(m[1]), [int(m[i]) for i in range(2, 6)], (m[6] or "").strip()))
-    return rows
-
-
-def passes(rated: Rated, min_each: int = 2, min_total: float = 6.0) -> bool:
-    """The paper's keep rule: every score >= ``min_each`` and ``s_tot >= min_total``."""
-    return min(rated.scores) >= min_each and rated.total >= min_total
 
 
 def accumulate(kept: dict[str, Rated], new: list[Rated]) -> dict[str, Rated]:
@@ -200,7 +128,7 @@ class Trace:
     critic_missing: int = 0  # candidates a usable batch left out (scored one by one)
     parse_failures: int = 0  # planner / per-document critic / sufficiency outputs that could not be parsed
     planner_fallbacks: int = 0  # planner outputs with no valid corpus name (see ``select`` / ``replan``)
-    unrated: int = 0  # candidates kept or dropped by the fused keep gate without a critic call (``rate``)
+    unrated: int = 0  # candidates kept or dropped by the fused keep gate without a critic call (``KeepGate.rate``)
     sure_sufficiency: int = 0  # "enough" verdicts of a sufficiency gate at rest, without a call (``check``)
     calls: Counter = field(default_factory=Counter)
 
@@ -218,61 +146,79 @@ class Trace:
         return {"iterations": len(self.queries), **out, "calls": dict(self.calls)}
 
 
-class CORAL(dspy.Module):
-    """Planner-critic retrieval loop over language corpora (see the module docstring).
+@dataclass(frozen=True)
+class CORALConfig:
+    """CORAL's settings. ``k`` passages per chosen corpus, ``loops`` rounds at most, ``max_corpora`` per round; keep
+    thresholds ``min_each`` / ``min_total``; the writer reads the best ``writer_docs`` kept documents
+    (``max_chars`` each); the critic sees ``critic_chars`` of each candidate (None: what the writer sees) in one
+    call per candidate, or ``critic_chunk`` candidates per call with ``critic_batch``. ``scope``: ``dynamic``
+    (planner) or a fixed ``own`` / ``all`` / ``own_en``; ``rewrite=False`` keeps the original query. Planner and
+    critic sample at ``agent_temperature``, the writer at ``writer_temperature``. The planner sees the candidate
+    corpora shuffled per question (``shuffle_corpora``, seeded by ``seed`` and the question); ``probe`` adds each
+    corpus's top passage title and score for the question."""
 
-    ``k`` passages per chosen corpus, ``loops`` rounds at most, ``max_corpora`` per round; keep thresholds
-    ``min_each`` / ``min_total``; the writer reads the best ``writer_docs`` kept documents (``max_chars`` each),
-    the critic sees ``critic_chars`` of each candidate (default: what the writer sees) in one call per candidate,
-    or ``critic_chunk`` candidates per call with ``critic_batch=True`` (for models that can rate a list:
-    Qwen2.5-Coder 0.5B cannot -- on demo questions its batches of 3 failed half the time and cost more calls and
-    seconds than one call per document). ``scope``: ``dynamic`` (planner) or a fixed ``own`` / ``all`` / ``own_en``;
-    ``rewrite=False`` keeps the original query. Planner and critic sample at ``agent_temperature`` (0.6 in the
-    paper), the writer at ``writer_temperature`` (0). The planner sees the candidate corpora in an order that
-    carries no meaning (``shuffle_corpora``: shuffled per question, seeded by ``seed`` and the question) and reads
-    the question with its options, as the paper's planner does; ``probe`` (off by default, not in the paper; the
-    ``coral_probe`` variant) adds each corpus's top passage title and score for the question. After two identical
-    plans in a row the loop stops with the evidence kept (``repeated_plans``). On the embedded llama.cpp server its
-    corpus names and the sufficiency verdict are decoded under a grammar (``decoding.constrained``)."""
+    k: int = 5
+    loops: int = 3
+    max_corpora: int = 3
+    min_each: int = 2
+    min_total: float = 6.0
+    writer_docs: int = 5
+    scope: str = "dynamic"
+    rewrite: bool = True
+    critic_batch: bool = False
+    critic_chunk: int = 15
+    critic_chars: int | None = None
+    max_chars: int | None = 600
+    agent_temperature: float = 0.6
+    writer_temperature: float = 0.0
+    shuffle_corpora: bool = True
+    probe: bool = False
+    seed: int = 13
+
+    def __post_init__(self):
+        if self.scope not in ("dynamic", *SCOPES):
+            raise ValueError(f"unknown scope '{self.scope}'; choose one of: dynamic, {', '.join(SCOPES)}")
+        if self.loops < 1 or self.max_corpora < 1 or self.critic_chunk < 1:
+            raise ValueError("loops, max_corpora and critic_chunk must be at least 1")
+
+
+class CORAL(dspy.Module):
+    """Planner-critic retrieval loop over language corpora (see the module docstring and :class:`CORALConfig`).
+    After two identical plans in a row the loop stops with the evidence kept (``repeated_plans``). On the
+    embedded llama.cpp server its corpus names and the sufficiency verdict are decoded under a grammar
+    (``decoding.constrained``)."""
 
     DEFAULT_DATASET = "demo_culture"
+    Config = CORALConfig
     ROLES = {"planner": "planner", "replanner": "planner", "critic": "critic", "critic_each": "critic",
              "sufficiency": "critic"}
     ORACLE_ROLES = ("relevance", "sufficiency", "planner")
     AT_LEAST = {"loops": 1}  # settings this method needs higher than programs.SETTINGS allows
 
-    def __init__(self, search: Retriever, k: int = 5, loops: int = 3, max_corpora: int = 3, min_each: int = 2,
-                 min_total: float = 6.0, writer_docs: int = 5, scope: str = "dynamic", rewrite: bool = True,
-                 critic_batch: bool = False, critic_chunk: int = 15, critic_chars: int | None = None,
-                 max_chars: int | None = 600, agent_temperature: float = 0.6, writer_temperature: float = 0.0,
-                 shuffle_corpora: bool = True, probe: bool = False, seed: int = 13,
-                 decisions: str = "generate", oracle: str = "", mc: MCScoring | None = None):
+    def __init__(self, search: Retriever, config: CORALConfig = CORALConfig(), decisions: str = "generate",
+                 oracle: str = "", mc: MCScoring | None = None):
         super().__init__()
-        self.decisions = check_mode(decisions)
-        if decisions != "generate":  # the sufficiency verdict read as P(enough), against a threshold (state)
-            self.sufficiency_gate = Gate("set", threshold=0.5)
-        if decisions == "fused":  # keep = fused(critic's s_tot / 12.5, relative retrieval score) >= threshold
-            self.keep_gate = Gate("passage", threshold=0.5)
-        if scope not in ("dynamic", *SCOPES):
-            raise ValueError(f"unknown scope '{scope}'; choose one of: dynamic, {', '.join(SCOPES)}")
-        self.oracle = check_roles(oracle, self.oracle_roles(scope), f"coral (scope {scope})")
-        if loops < 1 or max_corpora < 1 or critic_chunk < 1:
-            raise ValueError("loops, max_corpora and critic_chunk must be at least 1")
-        self.search, self.k, self.loops, self.max_corpora = search, k, loops, max_corpora
-        self.min_each, self.min_total, self.writer_docs = min_each, min_total, writer_docs
-        self.scope, self.rewrite = scope, rewrite
-        self.critic_batch, self.critic_chunk = critic_batch, critic_chunk
-        self.critic_chars = max_chars if critic_chars is None else critic_chars  # a shorter cut drops gold spans
-        self.shuffle_corpora, self.probe, self.seed = shuffle_corpora, probe, seed
-        t = agent_temperature
-        self.planner = dspy.Predict(SelectCorpora, temperature=t) if scope == "dynamic" else None
+        c = config
+        self.oracle = check_roles(oracle, self.oracle_roles(c.scope), f"coral (scope {c.scope})")
+        self.search, self.k, self.loops, self.max_corpora = search, c.k, c.loops, c.max_corpora
+        self.writer_docs, self.scope, self.rewrite = c.writer_docs, c.scope, c.rewrite
+        self.critic_chars = c.max_chars if c.critic_chars is None else c.critic_chars  # a shorter cut drops gold
+        self.shuffle_corpora, self.probe, self.seed = c.shuffle_corpora, c.probe, c.seed
+        t = c.agent_temperature
+        self.planner = dspy.Predict(SelectCorpora, temperature=t) if c.scope == "dynamic" else None
         replan = {(True, True): ReplanSearch, (True, False): ReselectCorpora, (False, True): RewriteQuery}
-        step = replan.get((scope == "dynamic", rewrite))
+        step = replan.get((c.scope == "dynamic", c.rewrite))
         self.replanner = dspy.Predict(step, temperature=t) if step else None
         self.critic = dspy.Predict(RateDocuments, temperature=t)
         self.critic_each = dspy.Predict(RateDocument, temperature=t)
         self.sufficiency = dspy.Predict(CheckSufficiency, temperature=t)
-        self.writer = answer_writer(max_chars, writer_temperature, mc)
+        self.writer = answer_writer(c.max_chars, c.writer_temperature, mc)
+        asking = Asking(decisions)
+        each = EachCritic(self.critic_each, asking, self.critic_chars)
+        critic = BatchCritic(self.critic, each, self.critic_chars, c.critic_chunk) if c.critic_batch else each
+        self.keep_gate = KeepGate(critic, c.min_each, c.min_total, asking, self.oracle)
+        self.sufficiency_gate = LabelGate(self.sufficiency, "enough", ("True", "False"), "set", asking,
+                                          self.oracle, "sufficiency", grammar={"enough": BOOL})
 
     @classmethod
     def oracle_roles(cls, scope: str = "dynamic", **_) -> tuple[str, ...]:
@@ -282,8 +228,8 @@ class CORAL(dspy.Module):
     def resting(self) -> str | None:
         """What CORAL runs as while its sufficiency or keep gate decides whatever the probability (see
         :func:`decoding.decisions.rest_note`)."""
-        notes = [rest_note("sufficiency", getattr(self, "sufficiency_gate", None), "one round, no replanning"),
-                 rest_note("keep", getattr(self, "keep_gate", None), "every rated candidate kept")]
+        notes = [rest_note("sufficiency", self.sufficiency_gate, "one round, no replanning"),
+                 rest_note("keep", self.keep_gate, "every rated candidate kept")]
         return "; ".join(n for n in notes if n) or None
 
     def forward(self, question: str, options: dict[str, str] | None = None,
@@ -300,9 +246,9 @@ class CORAL(dspy.Module):
             if not corpora:
                 break
             candidates = self.retrieve(query, corpora)                              # (2) retrieval
-            new = self.rate([p for p in candidates if p.id not in rated], asked, trace)  # (3) critique
+            new = self.keep_gate.rate([p for p in candidates if p.id not in rated], asked, trace)  # (3) critique
             rated.update((r.passage.id, r) for r in new)
-            kept = accumulate(kept, self.keep(new, candidates))
+            kept = accumulate(kept, self.keep_gate.keep(new, candidates))
             trace.round(query, corpora, languages, [rated[p.id] for p in candidates], kept)
             if round_no == self.loops:
                 break
@@ -438,123 +384,34 @@ class CORAL(dspy.Module):
         hits = self.search.search_each(query, self.k, corpora)
         return dedup([p for c in corpora for p in hits[c]])
 
-    # -- (3) critic ------------------------------------------------------------------------------------------
-    def rate(self, passages: list[Passage], asked: str, trace: Trace) -> list[Rated]:
-        """Scores for ``passages``: batched calls of ``critic_chunk`` candidates, falling back to one call per
-        candidate for whatever a batch output leaves unusable; or one call per candidate throughout. Under the
-        relevance oracle a gold candidate scores 5 on every scale and any other 0, without a call; with a fused keep
-        gate whose dev fit gave the critic no weight, no candidate is rated (the gate keeps by retrieval alone)."""
-        if (relevant := oracle_labels(self.oracle, "relevance")) is not None:
-            return [Rated.of(p, [5 if relevant(p) else 0] * 4) for p in passages]
-        if self.decisions == "fused" and not self.keep_gate.reads_lm:  # calibrated to keep by retrieval alone
-            trace.unrated += len(passages)
-            return [Rated(p, 0, 0, 0, 0, rated=False) for p in passages]
-        if not self.critic_batch:
-            return [self.rate_one(p, asked, trace) for p in passages]
-        rated = []
-        for start in range(0, len(passages), self.critic_chunk):
-            chunk = passages[start:start + self.critic_chunk]
-            by_position = self.rate_batch(chunk, asked, trace)
-            rated += [by_position.get(i) or self.rate_one(p, asked, trace) for i, p in enumerate(chunk, 1)]
-        return rated
-
-    def keep(self, new: list[Rated], candidates: list[Passage]) -> list[Rated]:
-        """The candidates that pass: the paper's keep rule, or with ``decisions="fused"`` the keep gate over the
-        critic's ``s_tot / 12.5`` fused with the retrieval score relative to the best candidate of the same corpus
-        this round (the oracle's ratings keep the paper's rule)."""
-        if self.decisions != "fused" or "relevance" in self.oracle:
-            return [r for r in new if passes(r, self.min_each, self.min_total)]
-        by_corpus: dict[str, list[Passage]] = {}
-        for p in candidates:
-            by_corpus.setdefault(p.corpus, []).append(p)
-        score = {p.id: s for group in by_corpus.values() for p, s in zip(group, relative([q.score for q in group]))}
-        probs, scores = [r.total / MAX_TOTAL for r in new], [score[r.passage.id] for r in new]
-        for r, prob, s in zip(new, probs, scores):
-            record(self.keep_gate, prob, s, [r.passage])
-        fused = self.keep_gate.fuse(probs, scores)
-        return [r for r, f in zip(new, fused) if f >= self.keep_gate.thresholds["threshold"]]
-
-    def rate_batch(self, chunk: list[Passage], asked: str, trace: Trace) -> dict[int, Rated]:
-        """One call for the whole chunk -> {position (1-based): Rated}; positions it misses are counted."""
-        trace.calls["critic"] += 1
-        numbered = [f"[{i}] {p.format(self.critic_chars)}" for i, p in enumerate(chunk, 1)]
-        try:
-            text = self.critic(question=asked, candidates=numbered, config={"max_tokens": 16 * len(chunk) + 32}).ratings
-        except PARSE_ERRORS:
-            text = ""
-        ratings = parse_ratings(text)
-        numbers = [doc for doc, _, _ in ratings]
-        # each line goes to the document its number names, never by line order (a missing line would shift every
-        # later score); a reply counting from 0 (a 0 and no number n) names document i + 1 by i
-        shift = 1 if 0 in numbers and len(chunk) not in numbers else 0
-        out: dict[int, Rated] = {}
-        for number, scores, critique in ratings:
-            pos = number + shift
-            if 1 <= pos <= len(chunk) and pos not in out:
-                out[pos] = Rated.of(chunk[pos - 1], scores, critique)
-        if not out:
-            trace.critic_fallbacks += 1
-        else:
-            trace.critic_missing += len(chunk) - len(out)
-        return out
-
-    def rate_one(self, passage: Passage, asked: str, trace: Trace) -> Rated:
-        """One call for one candidate; an unparseable answer scores 0 everywhere (the candidate is dropped). With
-        ``decisions`` other than ``generate`` each scale is its expected value over the score tokens."""
-        trace.calls["critic"] += 1
-        inputs = {"question": asked, "document": passage.format(self.critic_chars)}
-        config = {"max_tokens": CRITIC_TOKENS, **constrained_config(self.critic_each, dict.fromkeys(SCALES, SCORE))}
-        if self.decisions != "generate":
-            decision = decide(self.critic_each, dict.fromkeys(SCALES, SCALE), config, **inputs)
-            expected = [decision.expected(s) for s in SCALES]
-            if decision.output is not None and None not in expected:
-                return Rated(passage, *expected, critique=str(decision.output.critique or "").strip())
-            trace.parse_failures += 1
-            return Rated.of(passage, [0, 0, 0, 0], "unparsed critic output")
-        try:
-            out = self.critic_each(**inputs, config=config)
-        except PARSE_ERRORS:
-            trace.parse_failures += 1
-            return Rated.of(passage, [0, 0, 0, 0], "unparsed critic output")
-        return Rated.of(passage, [getattr(out, s) for s in SCALES], out.critique)
-
     # -- (4) sufficiency -------------------------------------------------------------------------------------
     def check(self, asked: str, kept: list[Rated], new: list[Rated], trace: Trace) -> Verdict:
-        """Whether the best kept documents suffice. Nothing kept is "not enough" without a call (the reason then
-        carries the critiques of this round's best candidates); an unparseable verdict is "not enough" too, so the
-        loop goes on within its round budget (the critic errs on the side of searching again). Under the
-        sufficiency oracle: enough exactly when every gold passage is kept, without a call; so is a gate fitted on
-        dev to say "enough" to every probability (``Gate.at_rest``: the verdict's reason says "at rest (no call)")."""
-        if (sufficient := oracle_labels(self.oracle, "sufficiency")) is not None:
-            enough = sufficient([r.passage for r in kept])
-            verdict = Verdict(enough, "" if enough else ORACLE_NOT_ENOUGH)
-        elif not kept:
+        """Whether the best kept documents suffice (:attr:`sufficiency_gate`). Nothing kept is "not enough"
+        without a call (the reason carries the critiques of this round's best candidates); an unreadable verdict
+        is "not enough" too, so the loop goes on within its round budget."""
+        if not kept and not self.sufficiency_gate.from_gold:
             notes = "; ".join(r.critique for r in best(new, 3) if r.critique)
             verdict = Verdict(False, NOTHING_KEPT + (notes or "none"))
-        elif self.decisions != "generate" and self.sufficiency_gate.at_rest:
-            trace.sure_sufficiency += 1  # fitted on dev to say "enough" to any probability
-            verdict = Verdict(True, REST)
         else:
-            trace.calls["sufficiency"] += 1
+            shown = best(kept, self.writer_docs)
             evidence = [r.passage.format(self.critic_chars)
-                        + (f" (critic: {r.critique}; score {r.total:g})" if r.rated else "")
-                        for r in best(kept, self.writer_docs)]
-            config = constrained_config(self.sufficiency, {"enough": BOOL})
-            try:
-                if self.decisions == "generate":
-                    out = self.sufficiency(question=asked, evidence=evidence, config=config)
-                    enough = bool(out.enough)
-                else:
-                    decision = decide(self.sufficiency, {"enough": ("True", "False")}, config, question=asked,
-                                      evidence=evidence)
-                    out, p_enough = decision.output, decision.prob("enough", "True")
-                    if out is None or p_enough is None:
-                        raise UnreadableDecision("no readable sufficiency verdict")
-                    record(self.sufficiency_gate, p_enough, None, [r.passage for r in best(kept, self.writer_docs)])
-                    enough = p_enough >= self.sufficiency_gate.thresholds["threshold"]
-                verdict = Verdict(enough, (out.reason or "").strip())
-            except PARSE_ERRORS:
-                trace.parse_failures += 1
-                verdict = Verdict(False, UNREADABLE_VERDICT, parsed=False)
+                        + (f" (critic: {r.critique}; score {r.total:g})" if r.rated else "") for r in shown]
+            verdict = self.verdict(self.sufficiency_gate({"question": asked, "evidence": evidence},
+                                                         gold=[r.passage for r in kept],
+                                                         passages=[r.passage for r in shown]), trace)
         trace.sufficiency.append(verdict._asdict())
         return verdict
+
+    @staticmethod
+    def verdict(ruling: Ruling, trace: Trace) -> Verdict:
+        if ruling.called:
+            trace.calls["sufficiency"] += 1
+        if ruling.oracle:
+            return Verdict(ruling.label == "True", "" if ruling.label == "True" else ORACLE_NOT_ENOUGH)
+        if ruling.decided == REST:
+            trace.sure_sufficiency += 1  # fitted on dev to say "enough" to any probability
+            return Verdict(True, REST)
+        if ruling.label is None:
+            trace.parse_failures += 1
+            return Verdict(False, UNREADABLE_VERDICT, parsed=False)
+        return Verdict(ruling.label == "True", (ruling.output.reason or "").strip())

@@ -11,13 +11,11 @@ C_t in order of first retrieval (what retrieval is scored on); ``passages`` is w
 Ablations: ``anchor=False`` (Iterative Chain only: C_1 is the question's own top ``k``) and ``chain=False``
 (Coverage Anchor only: one write over the anchor). Parse failures never crash: an unusable plan is asked for once
 more, then the question itself is the only sub-query; an unusable ESC reply is asked for once more, then means
-STOP. Both are counted in the trace. With ``decisions="logprob"`` (``fused`` alike: the controller judges a
-draft, not one passage) the controller's decision is read as P(STOP) from token logprobs (``decoding.decisions``):
-STOP at or above the ``esc_gate`` threshold (program state; 0.5 uncompiled); a reply without logprobs is parsed as
-written. A gate fitted at rest STOPs without a call: the step says ``decided: "at rest (no call)"``, the stop
-reason is ``esc_at_rest``, and PAR2 runs as ``par2_anchor`` (:meth:`PAR2.resting`); a one-class gate (always
-CONTINUE) is ``decided: "one-class"``. With ``oracle="controller"`` (``programs.shared.oracle``) the controller says STOP
-exactly when every gold passage is in C_t, without a call; otherwise it is asked only for the query.
+STOP. Both are counted in the trace. The controller's decision is ``esc_gate`` (``programs.shared.gates``): as
+written, or P(STOP) against its threshold (``decisions``), a step records ``p_stop`` and how a fitted gate decided
+(``decided``); a gate at rest STOPs without a call (stop reason ``esc_at_rest``: PAR2 runs as ``par2_anchor``,
+:meth:`PAR2.resting`). With ``oracle="controller"`` the controller says STOP exactly when every gold passage is in
+C_t, without a call; otherwise it is asked only for the query.
 
 Reranking: every search goes through the retriever, which applies its own second stage where it has one.
 ``search_rerank`` (a :mod:`retrieval.rerank` name, default ``none``) adds one in the program: each search then fetches
@@ -28,15 +26,15 @@ from __future__ import annotations
 
 import re
 from dataclasses import asdict, dataclass, field
-from functools import partial
 from itertools import chain as flatten, zip_longest
 
 import dspy
 
 from decoding.choice import MCScoring
-from decoding.decisions import REST, Gate, check_mode, decided_by, rest_note, two_way
+from decoding.decisions import REST, rest_note
 from programs.shared.evidence import retried
-from programs.shared.oracle import check_roles, oracle as oracle_labels
+from programs.shared.gates import LabelGate
+from programs.shared.oracle import check_roles
 from programs.shared.text import APOSTROPHES, approx_tokens, content_words, negated, normalize
 from programs.shared.writer import Writer
 from retrieval.corpus import Passage, dedup
@@ -96,6 +94,13 @@ def esc_decision(text: str) -> str | None:
         flip = negated(text[:match.start()]) != bool(ANSWERED_NO.match(text, match.end()))
         said.add({"STOP": "CONTINUE", "CONTINUE": "STOP"}[match.group(1).upper()] if flip else match.group(1).upper())
     return said.pop() if len(said) == 1 else None
+
+
+def controller_reply(out: dspy.Prediction, action: str | None = None) -> str | None:
+    """The controller's action (``action`` when given, else as written: :func:`esc_decision`), None when it is
+    unreadable or asks to CONTINUE with nothing to search for."""
+    action = action or esc_decision(out.decision)
+    return None if action == "CONTINUE" and not content_words(out.get("next_query") or "") else action
 
 
 def step_response(out: dspy.Prediction) -> str:
@@ -175,10 +180,7 @@ class PAR2(dspy.Module):
                  max_chars: int = 600, anchor: bool = True, chain: bool = True, decisions: str = "generate",
                  oracle: str = "", mc: MCScoring | None = None):
         super().__init__()
-        self.decisions = check_mode(decisions)
         self.oracle = check_roles(oracle, self.oracle_roles(chain=chain), "par2" if chain else "par2_anchor")
-        if decisions != "generate":  # the controller read as P(STOP), against a threshold (program state)
-            self.esc_gate = Gate("correct", threshold=0.5)
         if loops < 1 or subqueries < 1 or k < 1 or context_tokens < 1:
             raise ValueError(f"PAR2 needs loops, subqueries, k and context_tokens >= 1 (got {loops}, {subqueries}, "
                              f"{k}, {context_tokens})")
@@ -189,6 +191,8 @@ class PAR2(dspy.Module):
         self.reranker = get_reranker(search_rerank, search)
         self.planner = dspy.Predict(PlanSearches)
         self.esc = dspy.Predict(DecideNextStep)
+        self.esc_gate = LabelGate(self.esc, "decision", ("STOP", "CONTINUE"), "correct", decisions, self.oracle,
+                                  "controller", parse=controller_reply, tries=2)
         self.writer = Writer(use_passages=True, reasoning=True, max_chars=max_chars, mc=mc)
 
     def resting(self) -> str | None:
@@ -196,7 +200,7 @@ class PAR2(dspy.Module):
         :func:`decoding.decisions.rest_note`): at rest it STOPs after the first write."""
         if not self.use_chain or self.loops < 2:
             return None  # no controller decision to rest
-        return rest_note("controller", getattr(self, "esc_gate", None),
+        return rest_note("controller", self.esc_gate,
                          "par2_anchor" if self.use_anchor else "its first write over the question's top k")
 
     @classmethod
@@ -255,34 +259,17 @@ class PAR2(dspy.Module):
 
     def _decide(self, question: str, shown: list[Passage], response: str, answer: str,
                 run: _Run) -> tuple[str, str]:
-        """The controller's (action, query): scored (``decisions``) when the reply has logprobs, else as written;
-        under the controller oracle STOP exactly when C_t holds every gold passage, else the controller's query."""
-        def parse(out, action=None):
-            query = " ".join((out.get("next_query") or "").split())
-            action = action or esc_decision(out.decision)
-            if action == "CONTINUE" and not content_words(query):
-                return None  # asked to search but gave nothing to search for
-            return (action, query) if action else None
-
+        """The controller's (action, query) (:attr:`esc_gate`); an unreadable reply means STOP. Under the controller
+        oracle a CONTINUE asks the controller only for its query."""
         inputs = {"question": question, "draft_answer": response, "passages": [p.format(self.max_chars) for p in shown]}
-        ask = parse
-        if (gold_stop := oracle_labels(self.oracle, "controller")) is not None:
-            if gold_stop(run.context):
-                return "STOP", ""
-            ask = partial(parse, action="CONTINUE")  # only its query is asked for
-        elif self.decisions != "generate":  # scored; an unusable reply goes on to the generate path's asks
-            out, action, p_stop = two_way(self.esc, "decision", ("STOP", "CONTINUE"), esc_decision, self.esc_gate,
-                                          answer, **inputs)
-            if p_stop is not None:
-                run.steps[-1]["p_stop"] = p_stop
-            if how := decided_by(self.esc_gate, p_stop):
-                run.steps[-1]["decided"] = how
-            if out is not None and action is not None and (decided := parse(out, action)) is not None:
-                return decided
-            run.parse_failures += 1
-        decided, failed = retried(self.esc, ask, **inputs)
-        run.parse_failures += failed
-        if decided is None:
+        ruling = self.esc_gate(inputs, gold=run.context, answer=answer)
+        if ruling.oracle and ruling.label == "CONTINUE":
+            ruling = self.esc_gate.written(inputs, label="CONTINUE")
+        elif ruling.oracle:
+            return "STOP", ""
+        run.steps[-1].update(ruling.trace("p_stop"))
+        run.parse_failures += ruling.failures
+        if ruling.label is None:
             run.fallbacks["esc"] += 1
             return "STOP", ""
-        return decided
+        return ruling.label, " ".join((ruling.output.get("next_query") or "").split())

@@ -4,12 +4,11 @@ Error is then labelled with the three-tier taxonomy one tier at a time -- tier-1
 chosen categories' children, tier-3 labels among the chosen types' labels, shortlisted by similarity to the
 critic's analysis (embedding cosine when an embedder is given, else shared content words). Every tier is a closed
 set: a written label that is not an option is snapped to the most similar option or dropped (both counted); a tier
-with a single option takes it without a call. With ``decisions="logprob"`` (``fused`` alike) the verdict is read as
-P(Error) from token logprobs (``decoding.decisions``): flagged at or above the ``verdict_gate`` threshold (program
-state; 0.5 uncompiled); a reply without logprobs is parsed as written (:func:`parse_verdict`). A gate at rest says
-Correct without a call, a one-class gate always Error (``Critique.decided`` names either). With
-``oracle="verdict"`` (``programs.shared.oracle``) the verdict is the task metric's on the prediction: a right one is Correct
-without a call, a wrong one is Error with the critic's analysis and labels.
+with a single option takes it without a call. The verdict is ``verdict_gate`` (``programs.shared.gates``): as written
+(:func:`parse_verdict`) or P(Error) against its threshold (``decisions``); a gate at rest says Correct without a call,
+a one-class gate always Error (``Critique.decided`` names either). With ``oracle="verdict"`` the verdict is the task
+metric's on the prediction: a right one is Correct without a call, a wrong one is Error with the critic's analysis
+and labels.
 """
 from __future__ import annotations
 
@@ -18,9 +17,9 @@ from dataclasses import asdict, dataclass, field
 
 import dspy
 
-from decoding.decisions import Gate, check_mode, decided_by, two_way
 from programs.shared.evidence import lenient
-from programs.shared.oracle import check_roles, oracle as oracle_labels
+from programs.shared.gates import LabelGate
+from programs.shared.oracle import check_roles
 from programs.rag_critic.taxonomy import Taxonomy, load_taxonomy, snap
 from programs.shared.text import APOSTROPHES, jaccard, mentions, normalize
 from retrieval.corpus import Passage
@@ -40,6 +39,11 @@ def parse_verdict(text: str | None) -> str | None:
     if ws & _ERROR_WORDS or (ws & _CORRECT_WORDS and ws & _HEDGES):
         return ERROR
     return CORRECT if ws & _CORRECT_WORDS else None
+
+
+def verdict_of(field: str):
+    """A gate's reading of a Correct/Error ``field`` (:func:`parse_verdict`; a label decided elsewhere stands)."""
+    return lambda out, label=None: label or parse_verdict(out.get(field))
 
 
 _NO_ERRORS = re.compile(r"\b(?:no|without|free of)\s+(?:errors?|mistakes?|issues?|problems?)\b")
@@ -115,27 +119,25 @@ class ErrorCritic(dspy.Module):
     def __init__(self, taxonomy: Taxonomy | None = None, max_chars: int = 600, embedder=None, shortlist: int = 8,
                  max_labels: int = 2, decisions: str = "generate", oracle: str = ""):
         super().__init__()
-        self.decisions, self.oracle = check_mode(decisions), check_roles(oracle, ("verdict",), "the error critic")
-        if decisions != "generate":  # the verdict read as P(Error), against a threshold (program state)
-            self.verdict_gate = Gate("error", threshold=0.5)
+        self.oracle = check_roles(oracle, ("verdict",), "the error critic")
         self.taxonomy = taxonomy or load_taxonomy()
         self.max_chars, self.embedder, self.shortlist, self.max_labels = max_chars, embedder, shortlist, max_labels
         self.judge = dspy.Predict(CheckAnswer)
         self.label = dspy.Predict(PickErrorLabels)
+        self.verdict_gate = LabelGate(self.judge, "judgement", (ERROR, CORRECT), "error", decisions, self.oracle,
+                                      "verdict", parse=verdict_of("judgement"), oracle_asks=True)
 
     def forward(self, question: str, passages: list[Passage], prediction: str, reasoning: str = "") -> Critique:
-        right = oracle_labels(self.oracle, "verdict")
-        if right is not None and right(prediction or ""):
+        inputs = {"question": question,
+                  "passages": [f"[{i}] {p.format(self.max_chars)}" for i, p in enumerate(passages)],
+                  "reasoning": reasoning or "", "prediction": prediction or "(no answer)"}
+        ruling = self.verdict_gate(inputs, gold=prediction or "", answer=prediction or "")
+        if ruling.oracle and ruling.label == CORRECT:
             return Critique(verdict=CORRECT, analysis="none")
-        gate = getattr(self, "verdict_gate", None)
-        out, verdict, p_error = two_way(self.judge, "judgement", (ERROR, CORRECT), parse_verdict, gate,
-                                        prediction or "", question=question,
-                                        passages=[f"[{i}] {p.format(self.max_chars)}" for i, p in enumerate(passages)],
-                                        reasoning=reasoning or "", prediction=prediction or "(no answer)")
-        if out is None:
+        if ruling.output is None:
             return Critique(verdict=None, analysis="critic output not parsed")
-        critique = Critique(verdict=ERROR if right else verdict, analysis=(out.get("analysis") or "").strip(),
-                            p_error=p_error, decided=None if right else decided_by(gate, p_error))
+        critique = Critique(verdict=ruling.label, analysis=(ruling.output.get("analysis") or "").strip(),
+                            p_error=ruling.prob, decided=ruling.decided)
         if not critique.flagged:  # Correct, or no verdict to read: nothing to label
             return critique
         tax = self.taxonomy

@@ -103,7 +103,7 @@ class RAGCritic(dspy.Module):
     def resting(self) -> str | None:
         """What RAG-Critic runs as while its verdict gate decides whatever the probability (see
         :func:`decoding.decisions.rest_note`): at rest nothing is corrected."""
-        return rest_note("verdict", getattr(self.critic, "verdict_gate", None), "its chain-of-thought first draft")
+        return rest_note("verdict", self.critic.verdict_gate, "its chain-of-thought first draft")
 
     def plan_config(self) -> dict:
         """The planner's call decodes under the plan grammar where the endpoint takes one (llama.cpp)."""

@@ -7,10 +7,10 @@ distractors and never grows the context: the hits' facts are extracted and verif
 the gap entities and relations its verified facts support. The gap specification and the micro-query see the
 blocked/seen terms (queries issued, titles fetched). One final generation answers in 2-4 words with cited passages, or
 abstains; it sees the final k passages, like every baseline's writer, plus the ledger only with
-``ledger_to_writer``. With ``decisions="logprob"`` (``fused`` alike: the gate judges facts, not one passage) the
-gate's verdict is read as P(sufficient) from token logprobs (``decoding.decisions``) against a threshold kept as
-program state; the other criteria stay as written. With ``oracle="sufficiency"`` (``programs.shared.oracle``) the gate
-says sufficient exactly when the k passages held include every gold passage, without a call, at every loop; with
+``ledger_to_writer``. The sufficiency verdict is ``assess_gate`` (``programs.shared.gates``): as written or
+P(sufficient) against its threshold (``decisions``); the other criteria stay as written. With
+``oracle="sufficiency"`` the gate says sufficient exactly when the k passages held include every gold passage,
+without a call, at every loop; with
 ``oracle="gap"`` the gap is the gold titles not held (no call), which tests micro-query and ranking apart from the
 gap specification. The deterministic parts (verbatim filtering, blocklist, stuck
 detection and pivots, ranking, the gate) are plain functions here, testable without an LM.
@@ -23,8 +23,9 @@ from dataclasses import asdict, dataclass, field
 import dspy
 
 from decoding.choice import MCScoring
-from decoding.decisions import Gate, check_mode, decide, record, rest_note
+from decoding.decisions import rest_note
 from programs.shared.evidence import EvidenceWriter, lenient, search_excluding
+from programs.shared.gates import LabelGate
 from programs.shared.oracle import check_roles, oracle as oracle_labels
 from programs.shared.text import clip, content_words, mentions, normalize, repeats, sentences, words
 from retrieval.corpus import Passage, dedup
@@ -254,15 +255,15 @@ class SEAL(dspy.Module):
                  stuck_jaccard: float = 0.7, max_query_words: int = 12, ledger_to_writer: bool = False,
                  decisions: str = "generate", oracle: str = "", mc: MCScoring | None = None):
         super().__init__()
-        self.decisions, self.oracle = check_mode(decisions), check_roles(oracle, self.ORACLE_ROLES, "seal")
-        if decisions != "generate":  # the verdict read as P(sufficient), against a threshold (program state)
-            self.assess_gate = Gate("set", threshold=0.5)
+        self.oracle = check_roles(oracle, self.ORACLE_ROLES, "seal")
         self.search, self.k, self.loops, self.max_chars = search, k, loops, max_chars
         self.max_triples, self.max_facts = max_triples, max_facts
         self.min_coverage, self.min_answerability = min_coverage, min_answerability
         self.stuck_jaccard, self.max_query_words = stuck_jaccard, max_query_words
         self.extract = dspy.Predict(ExtractFacts)
         self.assess = dspy.Predict(AssessSufficiency)
+        self.assess_gate = LabelGate(self.assess, "sufficient", ("True", "False"), "set", decisions, self.oracle,
+                                     "sufficiency", rests=False)
         self.gap = dspy.Predict(SpecifyGap)
         self.micro_query = dspy.Predict(WriteMicroQuery)
         self.ledger_to_writer = ledger_to_writer
@@ -271,7 +272,7 @@ class SEAL(dspy.Module):
     def resting(self) -> str | None:
         """What SEAL runs as while its sufficiency gate decides whatever the probability (see
         :func:`decoding.decisions.rest_note`): at rest its verdict passes every assessment."""
-        return rest_note("sufficiency", getattr(self, "assess_gate", None), "the other criteria decide")
+        return rest_note("sufficiency", self.assess_gate, "the other criteria decide")
 
     def forward(self, question: str, options: dict[str, str] | None = None,
                 lang: str | None = None) -> dspy.Prediction:
@@ -286,14 +287,14 @@ class SEAL(dspy.Module):
             self._extract(question, evidence, run)                              # Extract (unread passages)
             facts = run.ledger.shown(question, [p.title for p in evidence], self.max_facts)
             fresh = facts != assessed  # unchanged facts would get the same verdict and gap: skip those calls
-            if (gold := oracle_labels(self.oracle, "sufficiency")) is not None:  # Assess: the held passages
-                run.assessments.append({"oracle": gold(evidence)})
-                if gold(evidence):
+            if self.assess_gate.from_gold:                                      # Assess: the held passages
+                run.assessments.append({"oracle": self.assess_gate.gold(evidence)})
+                if self.assess_gate.gold(evidence):
                     stop = "sufficient"
                     break
             if fresh:
                 assessed = facts
-                if gold is None and self._sufficient(question, facts, evidence, run):  # Assess
+                if not self.assess_gate.from_gold and self._sufficient(question, facts, evidence, run):  # Assess
                     stop = "sufficient"
                     break
                 gap = self._gap(question, facts, evidence, run)                # gap specification
@@ -342,22 +343,16 @@ class SEAL(dspy.Module):
         if not facts:  # nothing verified yet: insufficient without asking
             run.assessments.append({"failed": ["no_facts"]})
             return False
-        p_sufficient = None
-        if self.decisions == "generate":
-            out = lenient(self.assess, question=question, facts=facts)
-        else:
-            decision = decide(self.assess, {"sufficient": ("True", "False")}, question=question, facts=facts)
-            out, p_sufficient = decision.output, decision.prob("sufficient", "True")
-            if p_sufficient is not None:
-                record(self.assess_gate, p_sufficient, None, evidence)
+        ruling = self.assess_gate({"question": question, "facts": facts}, passages=evidence)
+        out = ruling.output
         if out is None:
             run.parse_failures += 1
             run.assessments.append({"failed": ["parse_failure"]})
             return False
-        decided = None if p_sufficient is None else p_sufficient >= self.assess_gate.thresholds["threshold"]
-        failed = failed_criteria(out, self.min_coverage, self.min_answerability, decided)
+        failed = failed_criteria(out, self.min_coverage, self.min_answerability,
+                                 None if ruling.label is None else ruling.label == "True")
         run.assessments.append({name: out[name] for name in AssessSufficiency.output_fields} | {"failed": failed}
-                               | ({"p_sufficient": p_sufficient} if p_sufficient is not None else {}))
+                               | ({"p_sufficient": ruling.prob} if ruling.prob is not None else {}))
         return not failed
 
     def _gap(self, question: str, facts: list[str], evidence: list[Passage], run: _Run) -> Gap:

@@ -1,0 +1,211 @@
+"""Gates that own a decision: how it is asked (``--decisions``), its fitted thresholds, its oracle answer, its rest
+state and its trace entry. A method calls its gate and reads the :class:`Ruling`; it never looks at the mode.
+
+- :class:`Asking` is the mode: the written label parsed (``generate``), the label probability read from token
+  logprobs (``logprob``), and for a decision about one passage the probability fused with the retriever's score
+  (``fused``). It is the one place that knows the modes.
+- :class:`DecisionGate` is a :class:`~decoding.decisions.Gate` (thresholds and weights, fitted on dev by
+  ``optimizers.calibration``, saved with the program) that also knows its asking and its oracle role.
+- :class:`LabelGate` is the two-label decision on one output field (a sufficiency verdict, a stop, an error
+  verdict).
+"""
+from __future__ import annotations
+
+from typing import Callable, NamedTuple, Sequence
+
+import dspy
+
+from decoding.constrained import constrained_config
+from decoding.decisions import (AT_REST, ONE_CLASS, PARSE_ERRORS, REST, Gate, check_mode, decide, record,
+                                written_label)
+from programs.shared.oracle import oracle as oracle_labels
+
+
+class Asking:
+    """How a program's decisions are asked: ``generate``, ``logprob`` or ``fused`` (``decoding.decisions.MODES``).
+    A scored decision goes through :func:`decoding.decisions.decide` (a one-label one through its adapter,
+    ``LabelAdapter``)."""
+
+    def __init__(self, mode: str = "generate"):
+        self.mode = check_mode(mode)
+
+    @property
+    def scored(self) -> bool:
+        """Labels are read as probabilities from token logprobs."""
+        return self.mode != "generate"
+
+    @property
+    def fuses(self) -> bool:
+        """A decision about one passage also weighs the retriever's score for it."""
+        return self.mode == "fused"
+
+    def predictor(self, signature) -> dspy.Predict | None:
+        """A predictor that only scored decisions ask (None when they are written)."""
+        return dspy.Predict(signature) if self.scored else None
+
+    def scales(self, predictor: dspy.Predict, names: Sequence[str], labels: Sequence[str], config: dict,
+               **inputs) -> tuple[dspy.Prediction | None, list[float] | None]:
+        """Numeric scales (``labels``: its digits) on output fields ``names``: the written numbers clamped to the
+        scale (an unreadable one is its lowest value), or each scale's expected value over its label
+        probabilities. (None, None) when the reply is unreadable; (output, None) when a scale could not be read."""
+        if self.scored:
+            decision = decide(predictor, dict.fromkeys(names, labels), config, **inputs)
+            values = [decision.expected(n) for n in names]
+            return decision.output, None if None in values else values
+        try:
+            out = predictor(**inputs, config=config)
+        except PARSE_ERRORS:
+            return None, None
+        low, high = float(labels[0]), float(labels[-1])
+
+        def clamp(value) -> int:
+            try:
+                return int(max(low, min(high, int(round(float(value))))))
+            except (TypeError, ValueError):
+                return int(low)
+        return out, [clamp(out.get(n)) for n in names]
+
+
+class DecisionGate(Gate):
+    """A :class:`~decoding.decisions.Gate` asked as ``mode`` (a mode name or its :class:`Asking`) says, answered by
+    the gold labels of its oracle ``role`` when that role is among the program's oracle ``roles``. A subclass
+    asks through :meth:`asked`, which picks its ``written``, ``scored`` or ``fused`` reading by the mode."""
+
+    def __init__(self, kind: str, mode: str | Asking = "generate", roles: frozenset[str] = frozenset(),
+                 role: str | None = None, **thresholds: float):
+        super().__init__(kind, **thresholds)
+        self.asking = mode if isinstance(mode, Asking) else Asking(mode)
+        self.roles, self.role = frozenset(roles), role
+
+    def asked(self, *args, **kwargs):
+        """The decision read as the mode says (a subclass without a ``fused`` reading reads it as ``scored``)."""
+        reading = "fused" if self.asking.fuses and hasattr(self, "fused") else \
+            "scored" if self.asking.scored else "written"
+        return getattr(self, reading)(*args, **kwargs)
+
+    @property
+    def from_gold(self) -> bool:
+        """The oracle answers this decision (gold labels, no call)."""
+        return self.role is not None and self.role in self.roles
+
+    def gold(self, *about) -> bool | None:
+        """The oracle's answer about ``about`` (the passages held, the answer judged), None without the oracle."""
+        labelling = oracle_labels(self.roles, self.role) if self.role else None
+        return None if labelling is None else bool(labelling(*about))
+
+
+class Ruling(NamedTuple):
+    """One decision as a gate made it: the ``label`` (None: unreadable), the reply (None: no call, or unreadable),
+    the probability of the gate's first label when one was read, how a probability could not change it
+    (``decided``: :data:`~decoding.decisions.REST` or :data:`~decoding.decisions.ONE_CLASS`), the unreadable
+    replies on the way, and whether the oracle decided it."""
+
+    label: str | None
+    output: dspy.Prediction | None = None
+    prob: float | None = None
+    decided: str | None = None
+    failures: int = 0
+    oracle: bool = False
+
+    @property
+    def called(self) -> bool:
+        """The LM was asked."""
+        return not self.oracle and self.decided != REST
+
+    def trace(self, name: str) -> dict:
+        """The trace entry: ``{name: probability}`` when one was read, ``{"decided": ...}`` when a fit fixed it."""
+        return {**({name: self.prob} if self.prob is not None else {}),
+                **({"decided": self.decided} if self.decided else {})}
+
+
+class LabelGate(DecisionGate):
+    """A decision between ``labels`` (the first one positive) on output field ``field`` of ``predictor``.
+
+    Asked as written, the reply is read by ``parse(output, label=None)`` (default: the label the field starts
+    with); a ``parse`` given may also refuse a label whose other fields are unusable. Asked as scored, the
+    probability of ``labels[0]`` is read from logprobs and decided against ``threshold``; without logprobs a
+    custom ``parse`` reads the written reply, else the written label counts as probability 1. Every probability
+    read is recorded for calibration (:func:`decoding.decisions.record`). ``tries``: attempts of the written
+    path (later ones sample anew), and with more than one an unreadable scored reply is asked again as written.
+    ``grammar``: output field -> GBNF rule, the reply decoded under it where the endpoint supports it.
+
+    At rest (a fit that decides every probability :data:`~decoding.decisions.AT_REST`) the gate answers that
+    label without a call, unless ``rests=False`` (the method reads other fields of the reply). The oracle's
+    "act no further" is the at-rest label without a call; its other answer asks the LM too when ``oracle_asks``
+    (for the reply's other fields) and overrides the label read."""
+
+    def __init__(self, predictor: dspy.Predict, field: str, labels: tuple[str, str], kind: str,
+                 mode: str | Asking = "generate", roles: frozenset[str] = frozenset(), role: str | None = None,
+                 parse: Callable | None = None, tries: int = 1, rests: bool = True, oracle_asks: bool = False,
+                 grammar: dict[str, str] | None = None, threshold: float = 0.5):
+        super().__init__(kind, mode, roles, role, threshold=threshold)
+        self.predictor, self.field, self.labels, self.grammar = predictor, field, tuple(labels), grammar
+        self.parse, self.tries, self.rests, self.oracle_asks = parse, tries, rests, oracle_asks
+
+    @property
+    def rest_label(self) -> str:
+        return self.labels[0] if AT_REST[self.kind] else self.labels[1]
+
+    def __call__(self, inputs: dict, gold=None, passages=(), answer: str | None = None) -> Ruling:
+        """Decide on the predictor's ``inputs``: ``gold`` is what the oracle judges, ``passages`` / ``answer`` what
+        a recorded probability is about."""
+        truth = self.gold(gold) if self.from_gold else None
+        if truth is not None:
+            label = self.rest_label if truth else next(x for x in self.labels if x != self.rest_label)
+            if truth or not self.oracle_asks:
+                return Ruling(label, oracle=True)
+            ruling = self.ask(passages, answer, inputs)
+            return ruling._replace(label=label if ruling.output is not None else None, decided=None)
+        return self.ask(passages, answer, inputs)
+
+    def ask(self, passages, answer, inputs: dict) -> Ruling:
+        if self.rests and self.at_rest:
+            return Ruling(self.rest_label, dspy.Prediction(**{self.field: self.rest_label}), decided=REST)
+        return self.asked(inputs, passages=passages, answer=answer)
+
+    def read(self, out: dspy.Prediction, label: str | None = None) -> str | None:
+        if self.parse is not None:
+            return self.parse(out, label)
+        return label if label is not None else written_label(out.get(self.field), self.labels)
+
+    def config(self) -> dict:
+        return constrained_config(self.predictor, self.grammar) if self.grammar else {}
+
+    def written(self, inputs: dict, label: str | None = None, **_) -> Ruling:
+        """The written path: at most ``tries`` calls until the reply reads (``label``: the label is given, the
+        reply must only be usable)."""
+        out, config = None, self.config()
+        for attempt in range(self.tries):
+            again = {"rollout_id": attempt, "temperature": 0.7} if attempt else {}
+            try:
+                out = self.predictor(**inputs, config={**config, **again})
+            except PARSE_ERRORS:
+                out = None
+                continue
+            if (read := self.read(out, label)) is not None:
+                return Ruling(read, out, failures=attempt)
+        return Ruling(None, out, failures=self.tries)
+
+    def scored(self, inputs: dict, passages=(), answer: str | None = None) -> Ruling:
+        """The scored path; with more than one of ``tries`` an unreadable reply is asked again as written."""
+        ruling = self.probability(inputs, passages, answer)
+        if ruling.label is None and self.tries > 1:
+            again = self.written(inputs)
+            return again._replace(prob=ruling.prob, decided=ruling.decided, failures=1 + again.failures)
+        return ruling
+
+    def probability(self, inputs: dict, passages, answer) -> Ruling:
+        decision = decide(self.predictor, {self.field: self.labels}, self.config(), **inputs)
+        out = decision.output
+        if out is None:
+            return Ruling(None, failures=1)
+        if self.parse is not None:
+            prob = (decision.probs.get(self.field) or {}).get(self.labels[0])
+        else:
+            prob = decision.prob(self.field, self.labels[0])
+        if prob is None:
+            label = self.read(out)
+            return Ruling(label, out, failures=int(label is None))
+        record(self, prob, None, passages, answer)
+        label = self.read(out, self.labels[0] if prob >= self.thresholds["threshold"] else self.labels[1])
+        return Ruling(label, out, prob, ONE_CLASS if self.state == ONE_CLASS else None, int(label is None))
