@@ -26,7 +26,7 @@ from decoding.decisions import describe
 from optimizers import compile as compile_module
 from evaluation import tracking
 from optimizers.calibration import calibrate_decisions
-from experiments.cli import compile_metric, fail, flags, interruptible, parser, session
+from experiments.cli import compile_metric, evaluate_command, fail, interruptible, parser, session
 from optimizers.compile import OPTIMIZERS, compile_program, fit_demos
 from evaluation.loop import evaluate
 from evaluation.metrics import METRIC_NAMES
@@ -103,9 +103,7 @@ def main(argv=None) -> str:
         print(verdict(scores["test_before"], scores["test_after"], metric_name, args))
     print(f"prompt versions: {', '.join(prompts)}")
     print(f"compiled program: {stored} (MLflow run {run.info.run_id}, artifact {out.name})")
-    named = [key for key, external in programs.EXTERNAL.items() if external(getattr(args, key, None) or "")]
-    print(f"load it with programs.load_compiled({run.info.run_id!r}) or evaluate.py --compiled {run.info.run_id} "
-          + flags(args, named))  # an artifact's paths and servers are used only when the flags name them
+    print(f"load it with programs.load_compiled({run.info.run_id!r}) or {evaluate_command(run.info.run_id, args)}")
     print(f"browse runs: mlflow ui --backend-store-uri {store.tracking_uri()}  (then open http://127.0.0.1:5000)")
     return run.info.run_id
 
@@ -280,7 +278,7 @@ def log_compiled(s, compiled: dspy.Module, out: Path) -> None:
     """Save ``compiled`` to ``out`` (program.json: what ``evaluate.py --compiled RUN`` loads) and log it to the
     active run."""
     a = s.args
-    programs.save_compiled(compiled, out, a.program, s.config, {key: getattr(a, key) for key in programs.DATA})
+    programs.save_compiled(compiled, out, a.program, s.config, s.data)
     mlflow.log_artifact(str(out))
 
 

@@ -107,7 +107,7 @@ def test_unknown_retriever_names_the_choices(embedder, tmp_path):
 @pytest.mark.parametrize("spelling, kind, uri", [("hybrid", "hybrid", ""), ("milvus:./rag.db", "dense", "./rag.db"),
                                                  ("hybrid:milvus:http://h:19530", "hybrid", "http://h:19530")])
 def test_retriever_spellings_name_the_stages_and_the_milvus_uri(spelling, kind, uri):
-    config = RetrievalConfig(cli.retriever_arg(spelling))
+    config = RetrievalConfig(spelling)
     assert (config.kind, config.milvus, config.stages) == (kind, uri, (True, kind == "hybrid"))
 
 
