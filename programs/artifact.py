@@ -47,7 +47,7 @@ def check_artifact(artifact: dict, given: dict | None = None) -> None:
                 refuse(f"unexpected key {part}[{key!r}] in a compiled program of {name} "
                        f"(it holds {', '.join(allowed)})")
             setting = program.settings[key] if part == "config" else DATA[key]
-            if problem := (program.problem(key, value, name) if part == "config" else setting.problem(value)):
+            if problem := program.problem(key, value, name) if part == "config" else setting.problem(value):
                 refuse(f"{part}[{key!r}] {problem}")
             if setting.points_outside(value) and given.get(key) != value:
                 raise ValueError(f"{source}: its {key} {value!r} points outside the project; it is used only when "
