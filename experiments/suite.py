@@ -224,11 +224,9 @@ def run_suite(args: Settings, hook=None, custom: tuple[Entry, ...] | None = None
     sessions: dict[str, Session] = {}
     with tracking.run(args.experiment, f"suite-{args.suite}", tags={"entry": "evaluate.py --suite"}) as parent:
         tracking.log_params({"suite": args.suite, "cells": [f"{c.label}@{c.dataset}" for c in cells],
-                             "split": args.split, "split_seed": args.seed, "threads": args.threads,
-                             "ray": args.ray or "", "trace": args.trace, "cache": not args.no_cache,
-                             "lm": args.lm, "judge": args.judge, "embedder": args.embedder, "k": args.k,
-                             "loops": args.loops, "n_test": args.test, "n_dev": args.dev,
-                             "oracle": args.oracle})
+                             "split": args.split, "threads": args.threads, "ray": args.ray or "", "trace": args.trace,
+                             "cache": not args.no_cache, "lm": args.lm, "judge": args.judge,
+                             **args.of(cli.SETTINGS)})  # the suite's settings as declared (a cell's: its run)
         if args.ray:
             results = _ray_results(args, cells, parent.info.run_id, hook)
         else:
