@@ -393,6 +393,9 @@ def as_compiled(args: Settings, artifact: dict, given: set[str]) -> None:
                  f"leave {flag} out to run the compiled program, or recompile it with {flag} {getattr(args, key)}")
         setattr(args, key, value)
     args.program, args.dataset = name, args.dataset or compiled_on
+    if missing := [s.flag for s in data_settings.SPLIT if s.name not in artifact["data"]]:  # compiled before it was kept
+        print(f"note: {artifact['source']} records no split; evaluating the one {'/'.join(missing)} give (the "
+              "dataset's sizes where left out), which may not be its compile's", file=sys.stderr)
 
 
 def evaluate_command(run_id: str, args: Settings) -> str:

@@ -93,6 +93,17 @@ def test_a_compiled_program_is_evaluated_on_its_compiles_own_split(monkeypatch, 
         "compiled with test 3: leave --test out to run the compiled program, or recompile it with --test 4")
 
 
+def test_a_program_compiled_before_its_split_was_kept_still_runs_with_a_note(saved, monkeypatch, capsys):
+    from dspy.utils.dummies import DummyLM
+
+    from experiments import cli
+
+    monkeypatch.setattr(cli, "make_lm", lambda *a, **k: DummyLM({"question": {"answer": "Paris"}}))
+    path, _ = saved
+    evaluate.main(["--compiled", str(path), "--split", "test", "--test", "2"])
+    assert f"note: {path} records no split; evaluating the one --train/--dev/--test/--seed give" in capsys.readouterr().err
+
+
 def crafted(artifact: dict, edit) -> dict:
     artifact = json.loads(json.dumps(artifact))
     edit(artifact)
