@@ -206,7 +206,8 @@ class Session:
                 "dataset": a.dataset, "data_source": self.bundle.source, "data_fingerprint": self.bundle.fingerprint,
                 "task": self.bundle.task, "split_seed": a.seed, **{f"n_{k}": v for k, v in sizes.items()},
                 "split_ids": self.splits.ids(), "embedder": self.retriever.embedder.id if self.retriever else "",
-                "index": a.index, **a.of(retrieval_settings.OPTIONS), "corpora": {c.name: len(c) for c in self.bundle.corpora},
+                "index": a.index, **a.of(retrieval_settings.OPTIONS),
+                "corpora": {c.name: len(c) for c in self.bundle.corpora},
                 "judge": a.judge, "judge_lms": a.judge_lms or "", "no_retrieval": a.no_retrieval,
                 "circular": a.circular, "retries": a.retries, "cache": not a.no_cache, **self.lm_ids(),
                 "mc_scoring": a.mc_scoring, **({"mc_calibration": a.mc_calibration} if a.mc_scoring == "pride" else {}),
@@ -393,7 +394,7 @@ def as_compiled(args: Settings, artifact: dict, given: set[str]) -> None:
                  f"leave {flag} out to run the compiled program, or recompile it with {flag} {getattr(args, key)}")
         setattr(args, key, value)
     args.program, args.dataset = name, args.dataset or compiled_on
-    if missing := [s.flag for s in data_settings.SPLIT if s.name not in artifact["data"]]:  # compiled before it was kept
+    if missing := [s.flag for s in data_settings.SPLIT if s.name not in artifact["data"]]:  # compiled before kept
         print(f"note: {artifact['source']} records no split; evaluating the one {'/'.join(missing)} give (the "
               "dataset's sizes where left out), which may not be its compile's", file=sys.stderr)
 

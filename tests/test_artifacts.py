@@ -101,7 +101,8 @@ def test_a_program_compiled_before_its_split_was_kept_still_runs_with_a_note(sav
     monkeypatch.setattr(cli, "make_lm", lambda *a, **k: DummyLM({"question": {"answer": "Paris"}}))
     path, _ = saved
     evaluate.main(["--compiled", str(path), "--split", "test", "--test", "2"])
-    assert f"note: {path} records no split; evaluating the one --train/--dev/--test/--seed give" in capsys.readouterr().err
+    note = f"note: {path} records no split; evaluating the one --train/--dev/--test/--seed give"
+    assert note in capsys.readouterr().err
 
 
 def crafted(artifact: dict, edit) -> dict:
