@@ -12,7 +12,7 @@ import dspy
 from data import corpora
 from data import settings as data_settings
 from decoding.choice import MCScoring
-from decoding.decisions import Gate
+from decoding.decisions import Gate, gates
 from programs.registry import REGISTRY, accepted_config, build, names, spec
 from retrieval import settings as retrieval_settings
 from retrieval.retriever import Retriever
@@ -177,8 +177,10 @@ def load_compiled(path_or_run_id: str | dict, search=None, data_dir=None, roles=
         raise ValueError(f"{source}: unexpected key {unexpected[0]}{more} in a compiled program, which holds only "
                          "demos, instructions, field texts, config and data (a stray key could redirect LM calls); "
                          "not loaded: recompile it with optimize.py")
+    # an artifact saved before its program's gates always existed (``--decisions generate``) holds none: unfitted
+    state = {**{name: gate.dump_state() for name, gate in gates(program).items()}, **artifact["state"]}
     try:
-        program.load_state(artifact["state"])
+        program.load_state(state)
     except (KeyError, TypeError, ValueError, AttributeError) as err:
         raise ValueError(f"{source}: its saved state does not fit {name} ({type(err).__name__}: {err}); "
                          f"recompile: python optimize.py --program {name}") from None

@@ -99,6 +99,14 @@ class ProgramSpec:
         base = next(s for s in SETTINGS if s.name == key)
         return setting.problem(value, f" for {name}" if setting.low != base.low else "")
 
+    def construct(self, **kwargs) -> dspy.Module:
+        """The program from keyword settings (those of its class's ``Config`` dataclass, if it has one, gathered into
+        it)."""
+        if config := getattr(self.cls, "Config", None):
+            fields = inspect.signature(config).parameters
+            kwargs["config"] = config(**{k: kwargs.pop(k) for k in list(kwargs) if k in fields})
+        return self.cls(**kwargs)
+
     @property
     def default_dataset(self) -> str:
         """The bundled demo set the program runs on when no ``--dataset`` is given."""
@@ -202,4 +210,4 @@ def build(name: str, search=None, mc: MCScoring | None = None, **config) -> dspy
         if search is None:
             raise ValueError(f"program '{name}' needs a retriever: build('{name}', search=Retriever(...))")
         kwargs["search"] = search
-    return s.cls(**kwargs)
+    return s.construct(**kwargs)

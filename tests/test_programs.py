@@ -36,9 +36,13 @@ def test_each_declared_setting_is_a_constructor_argument_and_a_flag():
     from experiments import cli
     from programs import registry
 
+    def arguments(cls) -> set[str]:  # a Config dataclass stands for its fields (ProgramSpec.construct)
+        config = getattr(cls, "Config", None)
+        return {*inspect.signature(cls.__init__).parameters, *(inspect.signature(config).parameters if config else ())}
+
     names = {s.name for s in registry.SETTINGS}
     for cls, taken in registry.TAKES.items():
-        assert {s.name for s in taken} == names & set(inspect.signature(cls.__init__).parameters), cls.__name__
+        assert {s.name for s in taken} == names & arguments(cls), cls.__name__
     flags = {o for action in cli.parser("t")._actions for o in action.option_strings}
     assert {s.flag for s in cli.SETTINGS} <= flags
 
