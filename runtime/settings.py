@@ -1,48 +1,63 @@
 """A setting declared once: its name, type, default, range or choices and help. The command line's flags, their
-validation, the checkpoint key, the MLflow params and a compiled artifact's config are all read from declarations."""
+validation, the checkpoint key, the MLflow params and a compiled artifact's config and data are all read from
+declarations (``programs.registry``: the methods'; ``retrieval.settings``, ``data.settings``: the rest)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Callable
+from dataclasses import dataclass, replace
+from types import SimpleNamespace
+from typing import Any, Callable, Iterable
 
 
 @dataclass(frozen=True)
 class Setting:
     """One setting. ``kind``: int, float, str or bool. ``low``/``high``: an inclusive range for a number (None: open).
-    ``check``: for a string, a function that returns False or raises ValueError (its message is the problem) on a value
-    it does not accept, and ``choices`` names what it accepts. ``none_ok``: None is a value (e.g. whole passages),
-    not a flag left out. ``external``: a value pointing outside the project (a path, a server, a model to download)."""
+    ``among``: the values a string may take (a closed list); else ``check``, a function that returns False or raises
+    ValueError (its message is the problem) on a value it does not accept, with ``choices`` naming what it accepts.
+    ``none_ok``: None is a value (e.g. whole passages), not a flag left out. ``external``: whether a value points
+    outside the project (a path, a server, a model to download). ``sparse``: left out of a run's settings at its
+    default (a setting added after checkpoints were keyed without it, so those keys still hold)."""
     name: str
     kind: type
     default: Any = None
     help: str = ""
     low: float | None = None
     high: float | None = None
+    among: tuple = ()
     check: Callable[[Any], Any] | None = None
     choices: str = ""
     none_ok: bool = False
     external: Callable[[Any], bool] | None = None
+    sparse: bool = False
 
     @property
     def flag(self) -> str:
         return "--" + self.name.replace("_", "-")
 
-    def problem(self, value, low: float | None = None, scope: str = "") -> str:
-        """Why ``value`` is not a valid value of this setting ('' when it is); ``low``: a stricter lower bound (a
-        method's own), said ``scope`` (e.g. " for coral")."""
+    def at(self, default=None, low: float | None = None) -> Setting:
+        """This setting as one method takes it: its own default (its paper's) and, where it needs more, a higher
+        lowest value."""
+        return replace(self, default=default, low=self.low if low is None else low)
+
+    def points_outside(self, value) -> bool:
+        return self.external is not None and isinstance(value, str) and self.external(value)
+
+    def problem(self, value, scope: str = "") -> str:
+        """Why ``value`` is not a valid value of this setting ('' when it is), said ``scope`` (e.g. " for coral")."""
         if value is None:
             return ""
         if self.kind in (int, float):
             if isinstance(value, bool) or not isinstance(value, (int, float) if self.kind is float else int):
                 return f"must be {'a number' if self.kind is float else 'an integer'}{scope} (got {value!r})"
-            low = self.low if low is None else low
-            if low is not None and value < low or self.high is not None and value > self.high:
-                span = f"from {low} to {self.high}" if self.high is not None and low is not None else \
-                    f">= {low}" if low is not None else f"<= {self.high}"
+            low, high = self.low, self.high
+            if low is not None and value < low or high is not None and value > high:
+                span = f"from {low} to {high}" if high is not None and low is not None else \
+                    f">= {low}" if low is not None else f"<= {high}"
                 return f"must be {span}{scope} (got {value})"
             return ""
         if not isinstance(value, self.kind):
             return f"must be a {self.kind.__name__} (got {value!r})"
+        if self.among and value not in self.among:
+            return f"must be one of {', '.join(self.among)} (got {value!r})"
         if self.check is not None:
             try:
                 if self.check(value) is False:
@@ -51,9 +66,11 @@ class Setting:
                 return str(err)
         return ""
 
-    def parse(self, text: str):
-        """The value of ``text`` given on the command line; ValueError (the problem) when it is not valid."""
-        value = self.kind(text)
-        if problem := self.problem(value):
-            raise ValueError(problem)
-        return value
+
+class Settings(SimpleNamespace):
+    """A run's settings by name, as its entry point parsed them (``experiments.cli.parser`` fills one): plain values
+    that library code reads, with no parser behind them."""
+
+    def of(self, declared: Iterable[Setting]) -> dict:
+        """The values of the ``declared`` settings, by name."""
+        return {s.name: getattr(self, s.name) for s in declared}

@@ -90,10 +90,8 @@ def main(argv=None) -> dict:
                                       f"(seed {args.seed}, program on {args.lm}, proposer/reflection {proposer_id}, "
                                       f"compile metric {metric_name})")
     print(f"\n{board.markdown}\nrun {parent.info.run_id} ({args.suite}-{args.dataset})")
-    flags = (f"{cli.flags(args, programs.DATA)} --k {args.k} --train {len(s.splits.train)} --dev {len(s.splits.dev)} "
-             f"--test {len(s.splits.test)} --seed {args.seed} --lm {args.lm}")
-    for r in results[1:]:  # the retrieval flags as compiled (a path or server is used only when named again)
-        print(f"{r.cell.variant}: python evaluate.py --compiled {r.run_id} --split test {flags}")
+    for r in results[1:]:  # the artifact holds its settings and split; its paths and servers only when named again
+        print(f"{r.cell.variant}: {cli.evaluate_command(r.run_id, args)} --lm {args.lm}")
     return {"run_id": parent.info.run_id, "results": results, "leaderboard": board}
 
 

@@ -7,6 +7,7 @@ import pytest
 
 import evaluate
 import programs
+from programs import artifact as artifact_format
 
 
 @pytest.fixture
@@ -65,6 +66,43 @@ def test_optimize_prints_where_the_compiled_program_stays_and_how_to_browse_runs
     assert stored and stored.group(2) == run_id
     assert programs.read_artifact(stored.group(1))["program"] == "direct"  # a lasting file, not a temp copy
     assert "mlruns" in stored.group(1) and "mlflow ui --backend-store-uri sqlite:///" in out
+
+
+def test_a_compiled_program_is_evaluated_on_its_compiles_own_split(monkeypatch, capsys):
+    """``evaluate.py --compiled RUN --split test`` (the line optimize.py prints) asks the compile's own test questions,
+    not those of the split the other flags' defaults would cut; a size that disagrees is one line."""
+    import mlflow
+    from dspy.utils.dummies import DummyLM
+
+    import optimize
+    from experiments import cli
+
+    monkeypatch.setattr(cli, "make_lm", lambda *a, **k: DummyLM({"question": {"answer": "Paris"}}))
+    compiled = optimize.main(["--program", "direct", "--train", "2", "--dev", "0", "--test", "3", "--seed", "7"])
+    command = re.search(r"evaluate\.py (--compiled .*)", capsys.readouterr().out).group(1).split()
+    assert command == ["--compiled", compiled, "--split", "test"]
+    for argv in (command, [*command, "--test", "3"]):
+        evaluate.main(argv)
+        evaluated = re.search(r"\nrun (\w+)", capsys.readouterr().out).group(1)
+        ids = [mlflow.get_run(run).data.params["split_ids"] for run in (compiled, evaluated)]
+        assert ids[0] == ids[1]
+    with pytest.raises(SystemExit):
+        evaluate.main([*command, "--test", "4"])
+    err = capsys.readouterr().err.strip().splitlines()[-1]  # after MLflow's download progress
+    assert err.startswith("error: --test 4 conflicts with ") and err.endswith(
+        "compiled with test 3: leave --test out to run the compiled program, or recompile it with --test 4")
+
+
+def test_a_program_compiled_before_its_split_was_kept_still_runs_with_a_note(saved, monkeypatch, capsys):
+    from dspy.utils.dummies import DummyLM
+
+    from experiments import cli
+
+    monkeypatch.setattr(cli, "make_lm", lambda *a, **k: DummyLM({"question": {"answer": "Paris"}}))
+    path, _ = saved
+    evaluate.main(["--compiled", str(path), "--split", "test", "--test", "2"])
+    note = f"note: {path} records no split; evaluating the one --train/--dev/--test/--seed give"
+    assert note in capsys.readouterr().err
 
 
 def crafted(artifact: dict, edit) -> dict:
@@ -131,7 +169,7 @@ def nothing_built(monkeypatch):
 
     def refuse(*args, **kwargs):
         raise AssertionError("built from a crafted artifact")
-    for module, name in ((corpora, "build"), (corpora, "load"), (cli.sources, "load"), (programs, "Retriever"),
+    for module, name in ((corpora, "build"), (corpora, "load"), (cli.sources, "load"), (artifact_format, "Retriever"),
                          (cli, "Retriever"), (cli, "make_lm")):
         monkeypatch.setattr(module, name, refuse)
 

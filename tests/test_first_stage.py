@@ -82,7 +82,7 @@ def test_a_retriever_file_is_spelled_and_searched_through_the_retriever(toy, emb
 def test_the_command_line_offers_a_retriever_file(toy):
     code = (f"import retrieval; retrieval.__path__.append({str(toy)!r}); from experiments import cli; "
             "(flag,) = [a for a in cli.parser('x')._actions if '--retriever' in a.option_strings]; "
-            "print(flag.metavar, cli.retriever_arg('overlap'))")
+            "print(flag.metavar, cli.parser('x').parse_args(['--retriever', 'overlap']).retriever)")
     done = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).parents[1], capture_output=True, text=True,
                           check=True)
     assert done.stdout.split() == ["bm25|dense|hybrid|overlap|milvus:URI|hybrid:milvus:URI", "overlap"]

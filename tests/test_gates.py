@@ -153,6 +153,6 @@ def test_coral_is_built_from_keyword_settings_into_its_config():
 
     coral = programs.build("coral", search=ScriptedSearch({}), k=2, loops=1, decisions="fused", oracle="relevance")
     assert (coral.k, coral.loops, coral.keep_gate.from_gold, coral.keep_gate.weighs_retrieval) == (2, 1, True, False)
-    assert "critic_batch" in programs.spec("coral").params and "config" not in programs.spec("coral").params
+    assert programs.build("coral_select", search=ScriptedSearch({})).rewrite is False  # a variant's fixed setting
     with pytest.raises(ValueError, match="unknown scope 'moon'"):
-        programs.build("coral", search=ScriptedSearch({}), scope="moon")
+        programs.spec("coral").construct(search=ScriptedSearch({}), scope="moon")  # its Config checks it

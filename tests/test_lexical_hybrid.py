@@ -109,8 +109,8 @@ def test_unknown_retriever_names_the_choices(embedder, tmp_path):
 @pytest.mark.parametrize("spelling, stage, uri", [("hybrid", "Hybrid", ""), ("milvus:./rag.db", "Milvus", "./rag.db"),
                                                   ("hybrid:milvus:http://h:19530", "Hybrid", "http://h:19530")])
 def test_retriever_spellings_name_the_first_stage_and_the_milvus_uri(spelling, stage, uri):
-    config = RetrievalConfig(cli.retriever_arg(spelling))
-    assert (first_stage.parse(config.method)[0].__name__, config.external, config.milvus) == (stage, uri, uri)
+    config = RetrievalConfig(spelling)
+    assert (first_stage.parse(config.method)[0].__name__, config.external) == (stage, uri)
 
 
 @pytest.mark.parametrize("argv, message", [

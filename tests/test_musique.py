@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 import data
-from experiments.cli import DEFAULT_SPLITS
+from data.settings import SPLIT_SIZES
 
 
 def para(idx, title, text, supporting=False):
@@ -51,7 +51,7 @@ def test_musique_pools_paragraphs_once_per_title_and_text(tmp_path):
     assert first.gold_ids == sorted([ids["Tova Lind was born in Kel Ora."], ids["Kel Ora is a town in Norvania."]])
     assert first.answers == ["Norvania", "Republic of Norvania"] and first.type == "2hop"
     assert set(first.inputs().keys()) == {"question"}
-    assert DEFAULT_SPLITS["musique"] == (20, 30, 50)
+    assert SPLIT_SIZES["musique"] == (20, 30, 50)
 
 
 def test_musique_accepts_the_full_dev_file_name_and_names_the_missing_path(tmp_path):

@@ -28,6 +28,25 @@ def test_registry_lists_baselines_and_rejects_unknown_names():
     assert programs.accepted_config("direct", {"k": 3, "loops": 2}) == {}
 
 
+def test_each_declared_setting_is_a_constructor_argument_and_a_flag():
+    """``registry.TAKES`` names exactly the run settings each program class's constructor takes (a setting left out
+    of it would be dropped silently), and every declared setting has its flag."""
+    import inspect
+
+    from experiments import cli
+    from programs import registry
+
+    def arguments(cls) -> set[str]:  # a Config dataclass stands for its fields (ProgramSpec.construct)
+        config = getattr(cls, "Config", None)
+        return {*inspect.signature(cls.__init__).parameters, *(inspect.signature(config).parameters if config else ())}
+
+    names = {s.name for s in registry.SETTINGS}
+    for cls, taken in registry.TAKES.items():
+        assert {s.name for s in taken} == names & arguments(cls), cls.__name__
+    flags = {o for action in cli.parser("t")._actions for o in action.option_strings}
+    assert {s.flag for s in cli.SETTINGS} <= flags
+
+
 def test_rag_retrieves_k_and_answers_from_them(dummy, retriever):
     lm = dummy([{"answer": "Paris"}])
     pred = programs.build("rag", search=retriever, k=1)(question="capital of France")

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 import data
-from experiments.cli import DEFAULT_SPLITS
+from data.settings import SPLIT_SIZES
 
 # Made-up records in the original 2WikiMultiHopQA dev layout (not benchmark text): sentences carry no leading space.
 FIXTURE = [
@@ -42,7 +42,7 @@ def test_twowiki_pools_paragraphs_once_per_title_with_spaced_sentences(tmp_path)
     w1 = next(ex for ex in bundle.examples if ex.id == "w1")
     assert w1.gold_titles == ["Ana Berg", "Blue Fox"] and w1.answers == ["Lyon"] and w1.type == "compositional"
     assert set(w1.inputs().keys()) == {"question"}
-    assert DEFAULT_SPLITS["2wiki"] == (20, 30, 50)
+    assert SPLIT_SIZES["2wiki"] == (20, 30, 50)
 
 
 def test_twowiki_accepts_the_full_dev_file_name_and_names_the_missing_path(tmp_path):

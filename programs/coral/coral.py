@@ -193,7 +193,6 @@ class CORAL(dspy.Module):
     ROLES = {"planner": "planner", "replanner": "planner", "critic": "critic", "critic_each": "critic",
              "sufficiency": "critic"}
     ORACLE_ROLES = ("relevance", "sufficiency", "planner")
-    AT_LEAST = {"loops": 1}  # settings this method needs higher than programs.SETTINGS allows
 
     def __init__(self, search: Retriever, config: CORALConfig = CORALConfig(), decisions: str = "generate",
                  oracle: str = "", mc: MCScoring | None = None):

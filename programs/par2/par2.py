@@ -173,7 +173,6 @@ class PAR2(dspy.Module):
 
     ROLES = {"planner": "planner", "esc": "critic"}
     ORACLE_ROLES = ("controller",)
-    AT_LEAST = {"loops": 1}  # settings this method needs higher than programs.SETTINGS allows
 
     def __init__(self, search: Retriever, k: int = 5, loops: int = 5, subqueries: int = 5,
                  search_rerank: str = "none", search_depth: int = 20, context_tokens: int = 3000,
