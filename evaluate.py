@@ -6,7 +6,8 @@
 from __future__ import annotations
 
 import programs
-from experiments.cli import as_compiled, fail, given_flags, interruptible, session
+from experiments.cli import as_compiled, fail, given_flags, interruptible
+from experiments.sessions import session
 from experiments.eval_run import evaluate_program, parser
 from experiments.suite import run_suite
 

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import programs
 from evaluation.stats import bootstrap_ci
-from experiments.cli import compile_metric, evaluate_command, fail, interruptible, parser, session
+from experiments.cli import compile_metric, evaluate_command, fail, interruptible, parser
+from experiments.sessions import session
 from experiments.compile_run import check_compile_flags, compile_and_score, compile_flags
 from optimizers.compile import OPTIMIZERS
 from runtime import store

@@ -48,7 +48,7 @@ def setup(experiment: str) -> None:
 
 @contextmanager
 def run(experiment: str, run_name: str, tags: dict | None = None, **start):
-    """An MLflow run, ended FINISHED, FAILED on an error, or KILLED on Ctrl-C / SIGTERM (see ``cli.session``);
+    """An MLflow run, ended FINISHED, FAILED on an error, or KILLED on Ctrl-C / SIGTERM (see ``sessions.session``);
     ``start``: more ``mlflow.start_run`` arguments (``parent_run_id``, ``nested`` for a suite's child run)."""
     setup(experiment)
     with mlflow.start_run(run_name=run_name, tags={"git_commit": git_commit(), **(tags or {})}, **start) as active:

@@ -1,43 +1,23 @@
-"""Shared command-line plumbing for ``optimize.py`` and ``evaluate.py``: flags, LMs, data, retriever, program."""
+"""The command line of ``optimize.py``, ``evaluate.py`` and the scripts: flags derived from the declared settings, their
+checks, exit codes, and the command that reproduces a run (the session a command opens: :mod:`experiments.sessions`)."""
 from __future__ import annotations
 
 import argparse
-import functools
-import hashlib
-import inspect
-import json
 import os
 import re
 import shlex
-import signal
 import sys
 import threading
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from pathlib import Path
 
-import dspy
-
-import data as datasets
 import programs
-from data import corpora as sources
 from data import settings as data_settings
-from decoding.choice import MODES, MCScoring
-from evaluation import loop as evaluation, tracking
-from optimizers.calibration import calibrate_pride
+from decoding.choice import MODES
 from evaluation.loop import RunStopped
-from evaluation.metrics import ANSWER_METRICS, Judge, gold_of
-from evaluation.task_metrics import answer_metrics
+from evaluation.metrics import ANSWER_METRICS
 from programs import registry
-from programs.shared.oracle import parse_roles
-from programs.shared.writer import mc_state
 from retrieval import settings as retrieval_settings
-from retrieval.retriever import Retriever
-from runtime import models
-from runtime.files import Busy, write_whole
-from runtime.lm import LOCAL_PREFIX, ServerError, make_lm, prompt_cache_mb
-from runtime.paths import PROJECT_ROOT, project_cache
-from runtime.roles import Roles, assign_roles, init_dspy
+from runtime.files import Busy
+from runtime.lm import ServerError
 from runtime.settings import Setting, Settings
 
 #: The settings a run's flags set, each declared once: the data's, the methods', the retriever's.
@@ -129,205 +109,6 @@ def parser(description: str) -> argparse.ArgumentParser:
     return p
 
 
-@dataclass
-class Session:
-    args: Settings
-    bundle: datasets.Bundle
-    splits: datasets.Splits
-    roles: Roles
-    retriever: Retriever | None
-    metrics: dict
-    judge: Judge | None
-    calibrations: dict = field(default_factory=dict)  # program name -> PriDe calibration (prior, ids, cost)
-
-    @property
-    def config(self) -> dict:
-        """The settings the run passes to programs (``registry.SETTINGS``), ``--max-chars`` resolved; a sparse one
-        is left out at its default."""
-        values = self.args.of(registry.SETTINGS) | {"max_chars": self.max_chars}
-        return {s.name: values[s.name] for s in registry.SETTINGS if not (s.sparse and values[s.name] == s.default)}
-
-    @property
-    def data(self) -> dict:
-        """What rebuilds the run's retriever and its split (``data.settings``, ``retrieval.settings``): a compiled
-        program's ``data``."""
-        return self.args.of((*data_settings.SETTINGS, *retrieval_settings.SETTINGS))
-
-    def oracle(self, program_name: str) -> str:
-        """The ``--oracle`` roles program ``program_name`` has a decision for (``""`` when none), as it is built."""
-        requested = parse_roles(self.args.oracle)
-        return ",".join(r for r in requested if r in programs.oracle_roles(program_name))
-
-    def program_config(self, program_name: str) -> dict:
-        """:attr:`config` as program ``program_name`` takes it, its own ``--oracle`` roles only."""
-        config = self.config
-        if "oracle" in config:
-            config["oracle"] = self.oracle(program_name)
-        return programs.accepted_config(program_name, config)
-
-    @property
-    def max_chars(self) -> int | None:
-        """Characters of each passage shown to the LM: ``--max-chars``, else 600, else (XRAG) the whole passage --
-        a cut would drop the gold span of 10-21% of XQuAD items; the prompt tokens it costs are logged per cell."""
-        if self.args.max_chars is not None:
-            return self.args.max_chars
-        return None if self.bundle.task == "xrag" else registry.MAX_CHARS_SHOWN
-
-    @property
-    def groups(self) -> tuple[str, ...]:
-        """Example fields metrics are broken down by: the dataset's, plus the option shift with ``--circular``."""
-        return (*self.bundle.groups, "rotation") if self.args.circular else self.bundle.groups
-
-    def evaluated(self, examples: list[dspy.Example]) -> list[dspy.Example]:
-        """The examples to evaluate: as given, or once per cyclic option shift with ``--circular``."""
-        return datasets.circular(examples) if self.args.circular else examples
-
-    def eval_data(self, split: str, examples: list[dspy.Example]) -> tracking.EvalData:
-        """``examples`` of ``split`` (train / dev / test) as the MLflow dataset input of a run."""
-        return tracking.EvalData(f"{self.args.dataset}/{split}/seed{self.args.seed}", split, tuple(examples),
-                                 self.bundle.source, self.bundle.fingerprint)
-
-    def lm_ids(self) -> dict:
-        a = self.args
-        return {"lm": a.lm, "api_base": a.api_base or "", "planner_lm": a.planner_lm or a.lm,
-                "critic_lm": a.critic_lm or a.lm, "judge_lm": a.judge_lm or a.lm}
-
-    def model_ids(self) -> dict:
-        """The models behind the answers and their scores, as checkpoints are keyed: :meth:`lm_ids` with each local
-        model pinned by its file's sha256 (the one ``runtime.models.verify`` checks) and the XRAG judge panel."""
-        panel = [m.strip() for m in self.args.judge_lms.split(",")] if self.args.judge and self.args.judge_lms else []
-        return ({role: pinned(lm) for role, lm in self.lm_ids().items()}
-                | ({"judge_lms": [pinned(lm) for lm in panel]} if panel else {}))
-
-    def params(self, program_name: str) -> dict:
-        a, sizes = self.args, {k: len(v) for k, v in self.splits.ids().items()}
-        return {"program": program_name, "program_config": self.program_config(program_name),
-                "oracle": self.oracle(program_name),
-                "dataset": a.dataset, "data_source": self.bundle.source, "data_fingerprint": self.bundle.fingerprint,
-                "task": self.bundle.task, "split_seed": a.seed, **{f"n_{k}": v for k, v in sizes.items()},
-                "split_ids": self.splits.ids(), "embedder": self.retriever.embedder.id if self.retriever else "",
-                "index": a.index, **a.of(retrieval_settings.OPTIONS),
-                "corpora": {c.name: len(c) for c in self.bundle.corpora},
-                "judge": a.judge, "judge_lms": a.judge_lms or "", "no_retrieval": a.no_retrieval,
-                "circular": a.circular, "retries": a.retries, "cache": not a.no_cache, **self.lm_ids(),
-                "mc_scoring": a.mc_scoring, **({"mc_calibration": a.mc_calibration} if a.mc_scoring == "pride" else {}),
-                **self.corpus_params()}
-
-    def corpus_params(self) -> dict:
-        return sources.provenance(self.args.dataset, self.args.corpus, self.args.leave_question_out,
-                                  self.args.max_docs)
-
-    def build(self, program_name: str, view: Callable[[dspy.Example], dspy.Example] | None = None) -> dspy.Module:
-        """The program with its role LMs and ``--mc-scoring`` (``pride`` calibrates it here, on train questions).
-        ``view``: how the evaluated questions are presented to this program (e.g. told the culture's language);
-        the calibration questions are presented the same way."""
-        if self.args.no_retrieval:
-            program_name = "cot" if program_name == "cot" else "direct"
-        config = self.program_config(program_name)
-
-        def make(mc: MCScoring | None) -> dspy.Module:
-            try:
-                return assign_roles(programs.build(program_name, search=self.retriever, mc=mc, **config), self.roles)
-            except FileNotFoundError as err:  # e.g. rag_critic's taxonomy file
-                fail(str(err))
-
-        return self.build_scored(program_name, make, view)
-
-    def build_scored(self, program_name: str, make: Callable[[MCScoring | None], dspy.Module],
-                     view: Callable[[dspy.Example], dspy.Example] | None = None) -> dspy.Module:
-        """``make(mc)``, the program built with the multiple-choice scoring ``--mc-scoring`` asks for; for ``pride``
-        a ``logprob`` build is calibrated first, on the first ``--mc-calibration`` train questions as ``view``
-        presents them (recorded in ``calibrations``)."""
-        mode = self.args.mc_scoring if self.bundle.task == "mcq" else "generate"
-        if mode != "pride":
-            return make(MCScoring(mode) if mode != "generate" else None)
-        slice_ = [view(ex) if view else ex for ex in self.splits.train[:self.args.mc_calibration]]
-        # kept like a checkpoint (keyed by the program as built before calibration and by the questions as it sees
-        # them): a re-run reuses the prior, so its evaluation checkpoint (keyed by it) resumes
-        seen = tuple(json.dumps(ex.inputs().toDict(), sort_keys=True, default=str) for ex in slice_)
-        saved = self.checkpoint("pride", program_name, make(None), seen).with_suffix(".json")
-        info = saved_calibration(saved)
-        reused = info is not None
-        if not reused:
-            info = calibrate_pride(make(MCScoring("logprob")), slice_, self.args.retries)
-            write_whole(saved, json.dumps(info))
-        self.calibrations[program_name] = info
-        print(f"pride calibration of {program_name} on {len(info['used'])}/{len(slice_)} train questions "
-              f"({', '.join(info['used'])}): prior " + " ".join(f"{k}={v:.3f}" for k, v in info["prior"].items())
-              + (f" (reused: {saved})" if reused else ""),
-              file=sys.stderr)
-        return make(MCScoring("pride", prior=info["prior"]))
-
-    def checkpoint(self, stage: str, program_name: str, program: dspy.Module, pooled: tuple[str, ...] = ()) -> Path:
-        """Per-example results file keyed by everything that changes them (the dataset and what its examples and
-        corpora hold, a prebuilt index and its search settings, the models (:meth:`model_ids`), the embedder's
-        versioned id, settings, prompts and demos, the answer code's :func:`code_version`), so an interrupted run
-        resumes and a changed one starts afresh. The slice is not part of the key: records are looked up by question
-        id (and used only for the question and gold they answered, ``evaluation.answered``), so a larger ``--test``
-        reuses the questions a smaller one answered, and a smaller one reads its subset. ``pooled``: the
-        questions (as the program sees them) that the whole file depends on (PriDe's calibration prior), which are
-        keyed."""
-        retrieval = self.args.of(retrieval_settings.OPTIONS)  # left out at its defaults: earlier keys stay valid
-        indexes = [c.index_fingerprint for c in self.bundle.corpora]  # a prebuilt index and its search settings
-        key = json.dumps([stage, program_name, self.args.dataset, self.bundle.fingerprint, self.model_ids(),
-                          self.retriever.embedder.id if self.retriever else None, self.args.index, self.config,
-                          *([] if retrieval == {s.name: s.default for s in retrieval_settings.OPTIONS}
-                            else [retrieval]),
-                          *([indexes] if any(indexes) else []),
-                          self.args.judge, self.corpus_params(), programs.portable_state(program),
-                          *([mc_state(program)] if self.args.mc_scoring != "generate" else []),
-                          *([list(pooled)] if pooled else []), code_version()],
-                         default=str, sort_keys=True)
-        return project_cache() / "evals" / f"{stage}-{hashlib.sha256(key.encode()).hexdigest()[:20]}.jsonl"
-
-
-def saved_calibration(path: Path) -> dict | None:
-    """The PriDe calibration an earlier run saved at ``path``; None when there is none, or when it is unreadable
-    (then one warning line: it is computed again)."""
-    if not path.exists():
-        return None
-    try:
-        info = json.loads(path.read_text(encoding="utf-8"))
-        prior = info["prior"]
-        if prior and all(isinstance(v, (int, float)) for v in prior.values()) and isinstance(info["used"], list):
-            return info
-        problem = "no numeric prior in it"
-    except (ValueError, KeyError, TypeError, AttributeError) as err:  # not JSON, not UTF-8, not a calibration
-        problem = f"{type(err).__name__}: {str(err)[:80]}"
-    print(f"warning: saved PriDe prior {path} is unreadable ({problem}); calibrating again", file=sys.stderr)
-    return None
-
-
-def pinned(lm: str) -> str:
-    """``lm`` with a local model's sha256 and its server's prompt cache (resuming another prefix can move a near
-    tie: docs/results/infrastructure.md): ``local:qwen-0.5b@sha256:...+cache1024MB``; any other LM as it is named."""
-    if not lm.startswith(LOCAL_PREFIX):
-        return lm
-    return f"{lm}@sha256:{models.spec(lm[len(LOCAL_PREFIX):]).sha256}+cache{prompt_cache_mb()}MB"
-
-
-#: The code that writes and scores the answers a checkpoint holds (with ``evaluation.record``, which turns a
-#: prediction into the record): a change to any of it starts new checkpoints.
-ANSWER_CODE = ("programs", "decoding", "retrieval", "signatures", "evaluation/metrics.py", "evaluation/task_metrics.py",
-               "evaluation/xlingual.py", "runtime/caps.py", "runtime/language.py", "runtime/lm.py",
-               "runtime/llama_serve.py", "runtime/roles.py")
-#: Files under ANSWER_CODE that build datasets and answer nothing (the XRAG construction pipeline's signatures).
-NOT_ANSWER_CODE = ("signatures/construct.py",)
-
-
-@functools.lru_cache(maxsize=1)
-def code_version() -> str:
-    """A hash of the source that produces and scores answers (:data:`ANSWER_CODE`, ``evaluation.record``), so a
-    checkpoint written by other code (a changed prompt, parser or metric) is not resumed as if it were this code's."""
-    files = sorted(p for entry in ANSWER_CODE for p in ((PROJECT_ROOT / entry).rglob("*.py")
-                                                          if (PROJECT_ROOT / entry).is_dir() else [PROJECT_ROOT / entry])
-                   if p.relative_to(PROJECT_ROOT).as_posix() not in NOT_ANSWER_CODE)
-    digest = hashlib.sha256(inspect.getsource(evaluation.record).encode())
-    for path in files:
-        digest.update(path.relative_to(PROJECT_ROOT).as_posix().encode() + b"\0" + path.read_bytes())
-    return digest.hexdigest()[:12]
-
-
 class Terminated(KeyboardInterrupt):
     """SIGTERM, unwound like Ctrl-C: the MLflow run ends KILLED, the checkpoint is closed, LM leases released."""
 
@@ -335,21 +116,21 @@ class Terminated(KeyboardInterrupt):
 GRACE_SECONDS = 30
 
 
-def _interrupt(signum, frame):
+def on_sigterm(signum, frame):
     """Unwind like Ctrl-C. A library that catches ``BaseException`` around a request can swallow that (seen on
     real-LM runs that went on answering for minutes), so the first SIGTERM also starts a timer that ends the process
     after :data:`GRACE_SECONDS`, and a second SIGTERM ends it at once. Checkpoints are flushed per question and a
     dead process's LM lease dies with it, so a hard exit loses no finished work."""
-    if _interrupt.pending:
+    if on_sigterm.pending:
         os._exit(143)
-    _interrupt.pending = True
+    on_sigterm.pending = True
     timer = threading.Timer(GRACE_SECONDS, os._exit, (143,))
     timer.daemon = True  # a clean unwind exits at once
     timer.start()
     raise Terminated()
 
 
-_interrupt.pending = False
+on_sigterm.pending = False
 
 
 def interruptible(main):
@@ -433,83 +214,6 @@ def check_args(args: Settings, names: list[str]) -> None:
         for key in program.compiled:
             if problem := program.problem(key, getattr(args, key), name):
                 fail(f"{program.settings[key].flag} {problem}")
-
-
-def check_data(args: Settings, task: str, splits: datasets.Splits) -> None:
-    """The checks of flags against the data (before any LM starts or corpus is embedded): PriDe's calibration
-    slice, ``--circular`` on multiple choice, and a gold label in every question for each ``--oracle`` role."""
-    if args.mc_scoring == "pride" and task == "mcq" and not 0 < args.mc_calibration <= len(splits.train):
-        fail(f"--mc-scoring pride calibrates on --mc-calibration train questions: give 1..{len(splits.train)} "
-             "(or raise --train)")
-    if args.circular and task != "mcq":
-        fail(f"--circular needs a multiple-choice dataset; {args.dataset} has free-form answers")
-    check_oracle(args, [ex for part in (splits.train, splits.dev, splits.test) for ex in part])
-
-
-def session(args: Settings, needs_search: bool) -> Session:
-    """Resolve every setting into ready objects, turning bad input into a one-line error before anything starts:
-    settings (:func:`check_args`), then the data and the settings against it (:func:`check_data`), then LMs and
-    retriever. The split sizes left out become the dataset's (``args`` then holds the split it ran)."""
-    signal.signal(signal.SIGTERM, _interrupt)
-    if args.dataset is None:
-        args.dataset = programs.spec(args.program).default_dataset if args.program else "demo"
-    check_args(args, [args.program] if args.program else [])
-    try:
-        bundle = sources.load(args.dataset, args.data_dir, args.corpus, args.leave_question_out, args.max_docs)
-        args.train, args.dev, args.test = data_settings.split_sizes(args.dataset, args.train, args.dev, args.test)
-        splits = datasets.split(bundle.examples, args.train, args.dev, args.test, args.seed)
-    except (FileNotFoundError, ValueError, KeyError) as err:
-        fail(str(err).strip("'\""))
-    check_data(args, bundle.task, splits)
-    try:
-        writer = make_lm(args.lm, args.api_base, cache=not args.no_cache)
-        extra = {role: make_lm(getattr(args, f"{role}_lm"), args.api_base, cache=not args.no_cache)
-                 for role in ("planner", "critic", "judge") if getattr(args, f"{role}_lm")}
-        retriever = (Retriever(bundle.corpora, args.embedder, args.index, **args.of(retrieval_settings.OPTIONS))
-                     if needs_search and not args.no_retrieval else None)
-    except (FileNotFoundError, ValueError, KeyError) as err:
-        fail(str(err).strip("'\""))
-    roles = Roles(writer=writer, **extra)
-    init_dspy(writer, cache=not args.no_cache)
-    judge = Judge(roles.lm("judge")) if args.judge else None
-    if args.judge and bundle.task == "xrag":
-        from evaluation.xlingual import JudgePanel
-
-        panel = args.judge_lms.split(",") if args.judge_lms else []
-        try:
-            judge = JudgePanel([make_lm(m.strip(), args.api_base, cache=not args.no_cache) for m in panel]
-                               or [roles.lm("judge")])
-        except ValueError as err:
-            fail(str(err))
-    return Session(args, bundle, splits, roles, retriever, answer_metrics(bundle.task, judge), judge)
-
-
-def oracle_suffix(roles: str) -> str:
-    """What marks an oracle run's name and leaderboard row: ``+oracle:relevance,sufficiency`` (nothing without)."""
-    return f"+oracle:{roles}" if roles else ""
-
-
-ORACLE_HINTS = {"relevance": "gold titles, gold_ids or a supporting paragraph", "sufficiency": "gold passages",
-                "controller": "gold passages", "planner": "the culture's language (source_lang, or XRAG's "
-                                                          "support_lang)"}
-
-
-def check_oracle(args: Settings, examples: list[dspy.Example]) -> None:
-    """``--oracle``: known roles, each one a decision of ``--program`` (outside a suite), and a gold label for it in
-    every example; else one line naming the problem."""
-    try:
-        roles = parse_roles(args.oracle)
-    except ValueError as err:
-        fail(str(err))
-    if args.program and not getattr(args, "suite", None):
-        if stray := [r for r in roles if r not in programs.oracle_roles(args.program)]:
-            fail(f"--oracle {stray[0]}: {args.program} has no such decision; its oracle roles: "
-                 f"{', '.join(programs.oracle_roles(args.program)) or 'none'}")
-    for role in roles:
-        if lacking := [ex.id for ex in examples if gold_of(ex).missing(role)]:
-            fail(f"--oracle {role} needs {ORACLE_HINTS[role]} in every question; {len(lacking)} of {len(examples)} "
-                 f"{args.dataset} questions have none (e.g. {lacking[0]})")
-    args.oracle = ",".join(roles)
 
 
 def compile_metric(task: str, name: str | None, judge=None):

@@ -10,7 +10,8 @@ from pathlib import Path
 from evaluation import tracking
 from evaluation.loop import evaluate
 from evaluation.metrics import METRIC_NAMES
-from experiments.cli import Session, fail
+from experiments.cli import fail
+from experiments.sessions import Session
 from optimizers.fitting import compile_fitted, compile_ledger, log_compiled
 
 

@@ -7,7 +7,8 @@ import argparse
 import programs
 from evaluation import tracking
 from evaluation.loop import evaluate
-from experiments.cli import Session, fail, oracle_suffix
+from experiments.cli import fail
+from experiments.sessions import Session, oracle_suffix
 from experiments.suite import parser as suite_parser
 
 

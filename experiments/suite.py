@@ -23,7 +23,8 @@ import mlflow
 import programs
 from experiments import cli
 from evaluation import leaderboard, tracking
-from experiments.cli import Session, fail, session
+from experiments.cli import fail
+from experiments.sessions import Session, oracle_suffix, session
 from evaluation.loop import evaluate
 from programs.shared.oracle import parse_roles
 from runtime import store
@@ -67,7 +68,7 @@ class Cell:
     @property
     def label(self) -> str:
         return (self.program + "".join(f"_{SHORT.get(k, k)}{v}" for k, v in self.config)
-                + (f"_{self.variant}" if self.variant else "") + cli.oracle_suffix(self.oracle))
+                + (f"_{self.variant}" if self.variant else "") + oracle_suffix(self.oracle))
 
 
 @dataclass
@@ -149,7 +150,7 @@ def run_cell(s: Session, cell: Cell, parent_run_id: str, suite_name: str, progra
     examples = s.evaluated(getattr(s.splits, a.split)) if examples is None else examples
     stage = stage or a.split
     tracking.setup(a.experiment)
-    name = cell.label if cell.oracle else cell.label + cli.oracle_suffix(s.oracle(cell.program))  # a script's cell
+    name = cell.label if cell.oracle else cell.label + oracle_suffix(s.oracle(cell.program))  # a script's cell
     with tracking.run(a.experiment, f"{name}-{cell.dataset}", parent_run_id=parent_run_id,
                       nested=mlflow.active_run() is not None, run_id=run_id,
                       tags={"entry": entry, "suite": suite_name, "cell": name, "dataset": cell.dataset}) as run:

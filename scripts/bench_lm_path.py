@@ -22,7 +22,9 @@ from pathlib import Path
 
 from dspy.clients.base_lm import GLOBAL_HISTORY
 
-from experiments.cli import compile_metric, parser, session
+from experiments.cli import compile_metric, parser
+
+from experiments.sessions import session
 from optimizers.compile import compile_program
 from evaluation.loop import evaluate
 from programs import portable_state

@@ -10,7 +10,8 @@ import argparse
 import time
 
 from tests.fake_openai import FakeOpenAI
-from experiments.cli import parser, session
+from experiments.cli import parser
+from experiments.sessions import session
 from evaluation.loop import evaluate
 
 TIMINGS = ("seconds", "lm_seconds")

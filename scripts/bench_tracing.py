@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 import programs
-from experiments.cli import session
+from experiments.sessions import session
 from experiments.eval_run import evaluate_program, parser
 from tests.fake_openai import FakeOpenAI
 

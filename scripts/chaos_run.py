@@ -126,7 +126,7 @@ def child(args: argparse.Namespace) -> int:
     checkpoint is busy, 143 on SIGTERM."""
     import programs
     from data import demo
-    from experiments.cli import _interrupt
+    from experiments.cli import on_sigterm
     from evaluation.loop import RunStopped, evaluate
     from evaluation.metrics import Judge, exact_match, f1
     from retrieval.retriever import Retriever
@@ -134,7 +134,7 @@ def child(args: argparse.Namespace) -> int:
     from runtime.lm import ProjectLM
     from runtime.roles import init_dspy
 
-    signal.signal(signal.SIGTERM, _interrupt)
+    signal.signal(signal.SIGTERM, on_sigterm)
     server = FaultHost(Path(args.log), *args.flags.split(), restarts=5, max_seconds=3600).start()
     code = 0
     try:

@@ -28,7 +28,8 @@ import mlflow  # noqa: E402
 import programs  # noqa: E402
 from experiments import suite  # noqa: E402
 from evaluation import tracking  # noqa: E402
-from experiments.cli import compile_metric, interruptible, session  # noqa: E402
+from experiments.cli import compile_metric, interruptible  # noqa: E402
+from experiments.sessions import session  # noqa: E402
 from optimizers.compile import compile_program  # noqa: E402
 from evaluation.loop import summarize  # noqa: E402
 from programs.shared.writer import Writer  # noqa: E402

@@ -29,7 +29,8 @@ from decoding.decisions import describe, gates
 from experiments import suite
 from evaluation import tracking
 from optimizers.calibration import calibrate_decisions
-from experiments.cli import fail, interruptible, session
+from experiments.cli import fail, interruptible
+from experiments.sessions import session
 from runtime.files import write_whole
 
 RUNGS = ("generate", "fused", "fused-critic", "oracle")

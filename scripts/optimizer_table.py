@@ -23,7 +23,8 @@ from pathlib import Path
 import programs
 from experiments import cli, compile_run, suite
 from evaluation import tracking
-from experiments.cli import compile_metric, fail, interruptible, session
+from experiments.cli import compile_metric, fail, interruptible
+from experiments.sessions import session
 from optimizers import fitting
 from optimizers.compile import OPTIMIZERS
 

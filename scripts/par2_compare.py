@@ -22,7 +22,8 @@ import mlflow
 import programs
 from experiments import suite
 from evaluation import tracking
-from experiments.cli import compile_metric, interruptible, session
+from experiments.cli import compile_metric, interruptible
+from experiments.sessions import session
 from optimizers.compile import compile_program
 from evaluation.leaderboard import fmt
 from evaluation.stats import paired_t

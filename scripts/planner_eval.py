@@ -19,7 +19,8 @@ import mlflow
 
 from experiments import suite
 from evaluation import tracking
-from experiments.cli import interruptible, session
+from experiments.cli import interruptible
+from experiments.sessions import session
 from programs.coral.coral import CORAL, CORALConfig, Trace
 from programs.coral.mrag import corpus_of
 from runtime.lm import make_lm

@@ -30,7 +30,8 @@ import mlflow
 import data as datasets
 from experiments import suite
 from evaluation import tracking
-from experiments.cli import interruptible, session
+from experiments.cli import interruptible
+from experiments.sessions import session
 
 CONDITIONS = ("none", "oracle", "full", "open")
 FULL_K = 8  # supporting + distractors: every visible document

@@ -10,6 +10,7 @@ from dspy.utils.dummies import DummyLM
 
 import evaluate
 from experiments import cli, suite
+from experiments import sessions
 from evaluation import tracking
 from runtime import store
 from runtime.caps import output_cap
@@ -123,7 +124,7 @@ def test_a_corrupt_pride_prior_is_computed_again(monkeypatch, capsys):
     monkeypatch.setattr(cli, "make_lm", lambda *a, **k: lm)
     args = cli.parser("t").parse_args(["--program", "direct", "--dataset", "demo_culture", "--train", "2", "--dev",
                                        "1", "--test", "0", "--mc-scoring", "pride", "--mc-calibration", "2"])
-    s = cli.session(args, needs_search=False)
+    s = sessions.session(args, needs_search=False)
     s.build("direct")
     first, calls = dict(s.calibrations["direct"]), len(lm.history)
     saved = next((cli.project_cache() / "evals").glob("pride-*.json"))

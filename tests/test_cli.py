@@ -8,6 +8,7 @@ import evaluate
 import optimize
 import programs
 from experiments import cli
+from experiments import sessions
 from evaluation import tracking
 from runtime import store
 
@@ -108,7 +109,7 @@ def test_multilingual_programs_default_to_the_multilingual_demo_set():
 def test_each_method_takes_its_own_default_budgets_and_par2_flags_reach_it_and_are_logged():
     def config(*argv):
         args = cli.parser("x").parse_args(["--program", "par2", *argv])
-        s = cli.Session(args, SimpleNamespace(task="short"), None, None, None, {}, None)
+        s = sessions.Session(args, SimpleNamespace(task="short"), None, None, None, {}, None)
         return {name: programs.accepted_config(name, s.config) for name in ("par2", "par2_chain", "ircot", "rag")}
 
     default = config()
@@ -136,7 +137,7 @@ def test_a_larger_slice_asks_only_the_questions_a_smaller_one_did_not(monkeypatc
 
 def test_a_checkpoint_is_resumed_only_by_the_code_that_wrote_it(scripted_lm, tmp_path, monkeypatch):
     args = cli.parser("t").parse_args(["--program", "direct", "--dataset", "demo", "--train", "0", "--dev", "2"])
-    s = cli.session(args, needs_search=False)
+    s = sessions.session(args, needs_search=False)
     program = s.build("direct")
     same = [s.checkpoint("dev", "direct", program) for _ in range(2)]
     for folder in ("programs", "signatures", "construction"):
@@ -144,13 +145,13 @@ def test_a_checkpoint_is_resumed_only_by_the_code_that_wrote_it(scripted_lm, tmp
     (tmp_path / "programs" / "writer.py").write_text("# an edited prompt\n")
     monkeypatch.setattr(cli, "PROJECT_ROOT", tmp_path)
     monkeypatch.setattr(cli, "ANSWER_CODE", ("programs", "signatures"))
-    cli.code_version.cache_clear()
+    sessions.code_version.cache_clear()
     edited = s.checkpoint("dev", "direct", program)
-    cli.code_version.cache_clear()
+    sessions.code_version.cache_clear()
     (tmp_path / "signatures" / "construct.py").write_text("# the construction pipeline answers nothing\n")
     (tmp_path / "construction" / "xrag.py").write_text("# nor does it here\n")
     pipeline_edited = s.checkpoint("dev", "direct", program)
-    cli.code_version.cache_clear()
+    sessions.code_version.cache_clear()
     assert same[0] == same[1] and edited != same[0] and pipeline_edited == edited
 
 

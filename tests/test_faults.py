@@ -240,7 +240,7 @@ SWALLOWS_SIGTERM = """
 import signal, sys, time
 from experiments import cli
 cli.GRACE_SECONDS = float(sys.argv[1])
-signal.signal(signal.SIGTERM, cli._interrupt)
+signal.signal(signal.SIGTERM, cli.on_sigterm)
 ready = False
 while True:  # a library that catches BaseException around every request
     try:

@@ -7,6 +7,7 @@ import pytest
 
 import programs
 from experiments import cli
+from experiments import sessions
 from evaluation import loop as evaluation
 from evaluation.metrics import exact_match, gold_of
 from experiments.suite import Entry, plan, parser as suite_parser
@@ -191,9 +192,9 @@ def test_self_refine_under_oracle_verdict_stops_exactly_on_a_right_answer():
 def test_oracle_rows_are_marked_in_config_params_and_suite_labels_and_bad_roles_are_one_line(capsys):
     args = suite_parser("x").parse_args(["--suite", "crag,rag", "--oracle", "verdict, relevance"])
     examples = [dspy.Example(id="h1", question="q", answer="a", answers=["a"], gold_titles=["T"])]
-    cli.check_oracle(args, examples)
+    sessions.check_oracle(args, examples)
     assert args.oracle == "relevance,verdict"
-    s = cli.Session(args, SimpleNamespace(task="short"), None, None, None, {}, None)
+    s = sessions.Session(args, SimpleNamespace(task="short"), None, None, None, {}, None)
     s.args.max_chars = 600
     assert s.config["oracle"] == "relevance,verdict"  # in every checkpoint key of the run
     assert s.oracle("crag") == "relevance" and s.program_config("crag")["oracle"] == "relevance"
@@ -205,7 +206,7 @@ def test_oracle_rows_are_marked_in_config_params_and_suite_labels_and_bad_roles_
                           (["--program", "crag", "--oracle", "critic"], "unknown --oracle role 'critic'"),
                           (["--program", "coral", "--oracle", "planner"], "needs the culture's language")):
         with pytest.raises(SystemExit):
-            cli.check_oracle(cli.parser("x").parse_args(argv), examples)
+            sessions.check_oracle(cli.parser("x").parse_args(argv), examples)
         assert message in capsys.readouterr().err
     assert programs.oracle_roles("par2_anchor") == () and programs.oracle_roles("coral") == (
         "relevance", "sufficiency", "planner")

@@ -12,6 +12,7 @@ from dspy.utils.dummies import DummyLM
 import evaluate
 import programs
 from experiments import cli
+from experiments import sessions
 from evaluation import error_profile as ep
 from programs.rag_critic.error_critic import ErrorCritic, parse_verdict
 from programs.rag_critic.executor import PlanExecutor
@@ -407,7 +408,7 @@ def test_self_refine_runs_rounds_until_its_feedback_finds_no_error_within_the_bu
     pred = SelfRefine(ScriptedSearch(), k=2)(question=Q)
     assert pred.answer == "Paris" and pred.trace["stop_reason"] == "unchanged" and pred.trace["iterations"] == 2
     args = cli.parser("x").parse_args(["--program", "self_refine", "--rounds", "5"])
-    config = cli.Session(args, SimpleNamespace(task="short"), None, None, None, {}, None).config
+    config = sessions.Session(args, SimpleNamespace(task="short"), None, None, None, {}, None).config
     assert programs.accepted_config("self_refine", config)["rounds"] == 5
 
 

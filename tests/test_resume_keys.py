@@ -11,6 +11,7 @@ from dspy.utils.dummies import DummyLM
 import evaluate
 from data import corpora
 from experiments import cli
+from experiments import sessions
 from evaluation.loop import evaluate as run_eval
 from evaluation.metrics import exact_match
 from tests.test_xrag import xquad_file
@@ -45,7 +46,7 @@ def test_two_xrag_settings_with_the_same_ids_each_ask_their_own_questions(xquad_
 
 
 def session(argv):
-    return cli.session(cli.parser("t").parse_args(argv), needs_search=False)
+    return sessions.session(cli.parser("t").parse_args(argv), needs_search=False)
 
 
 def test_an_edited_jsonl_corpus_starts_a_new_checkpoint(tmp_path, counted):
@@ -151,31 +152,31 @@ def test_the_local_servers_prompt_cache_is_keyed(counted, monkeypatch):
 
 
 def test_the_role_binding_code_is_keyed(counted, tmp_path, monkeypatch):
-    for entry in cli.ANSWER_CODE:  # a copy of the answer code, then runtime/roles.py edited in it
+    for entry in sessions.ANSWER_CODE:  # a copy of the answer code, then runtime/roles.py edited in it
         source, target = cli.PROJECT_ROOT / entry, tmp_path / entry
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copytree(source, target) if source.is_dir() else shutil.copy(source, target)
     monkeypatch.setattr(cli, "PROJECT_ROOT", tmp_path)
-    cli.code_version.cache_clear()
+    sessions.code_version.cache_clear()
     before = key_of([])
     (tmp_path / "runtime" / "roles.py").write_text("# another adapter and role binding\n")
-    cli.code_version.cache_clear()
+    sessions.code_version.cache_clear()
     assert key_of([]) != before
-    cli.code_version.cache_clear()
+    sessions.code_version.cache_clear()
 
 
 def test_the_code_that_makes_a_record_is_keyed(counted, monkeypatch):
     from evaluation import loop as evaluation
 
-    cli.code_version.cache_clear()
+    sessions.code_version.cache_clear()
     before = key_of([])
 
     def record(example, pred, metrics, k, groups=()):
         return {"id": example.id}
     monkeypatch.setattr(evaluation, "record", record)
-    cli.code_version.cache_clear()
+    sessions.code_version.cache_clear()
     assert key_of([]) != before
-    cli.code_version.cache_clear()
+    sessions.code_version.cache_clear()
 
 
 def test_a_prebuilt_index_file_and_its_search_settings_are_keyed(tmp_path, counted):

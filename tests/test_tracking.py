@@ -11,6 +11,7 @@ from dspy.utils.dummies import DummyLM
 import evaluate
 import optimize
 from experiments import cli
+from experiments import sessions
 from evaluation import tracking
 from runtime import store
 
@@ -52,8 +53,8 @@ def test_an_evaluation_logs_its_questions_as_a_dataset_and_a_table(monkeypatch):
 
 def test_the_same_examples_have_the_same_digest_wherever_they_are_read():
     argv = ["--program", "direct", "--dataset", "demo", "--train", "1", "--dev", "2", "--lm", "openai/unused"]
-    s = cli.session(cli.parser("t").parse_args(argv), needs_search=False)
-    again = cli.session(cli.parser("t").parse_args(list(argv)), needs_search=False)
+    s = sessions.session(cli.parser("t").parse_args(argv), needs_search=False)
+    again = sessions.session(cli.parser("t").parse_args(list(argv)), needs_search=False)
     assert s.eval_data("dev", s.splits.dev).digest == again.eval_data("dev", again.splits.dev).digest
     assert s.eval_data("dev", s.splits.dev).digest != s.eval_data("train", s.splits.train).digest
 
@@ -125,7 +126,7 @@ def test_a_dataset_logged_by_two_runs_at_once_is_linked_not_a_crash(monkeypatch)
     fails on the unique key (seen in CI with two Ray cells). The retry links the dataset that now exists; any
     other store error still raises."""
     argv = ["--program", "direct", "--dataset", "demo", "--train", "0", "--dev", "2", "--lm", "openai/unused"]
-    examples = tuple(cli.session(cli.parser("t").parse_args(argv), needs_search=False).splits.dev)
+    examples = tuple(sessions.session(cli.parser("t").parse_args(argv), needs_search=False).splits.dev)
     data = tracking.EvalData("demo/dev/seed13", "dev", examples, "demo")
     real, calls = mlflow.log_input, []
 

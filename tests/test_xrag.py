@@ -12,6 +12,7 @@ import data
 import evaluate
 from data import xrag
 from experiments import cli
+from experiments import sessions
 from evaluation.loop import evaluate as run_eval
 from evaluation.metrics import noted
 from evaluation.xlingual import JudgePanel, char3_recall, language_correct, xrag_metrics
@@ -541,7 +542,7 @@ def test_xrag_sessions_show_whole_passages_with_their_dates(xquad_dir, dummy):
     def session(name, *flags):
         args = cli.parser("t").parse_args(["--dataset", name, "--data-dir", str(xquad_dir), "--train", "0", "--dev",
                                            "0", "--test", "1", "--lm", "openai/unused", *flags])
-        return cli.session(args, needs_search=False)
+        return sessions.session(args, needs_search=False)
 
     def config(name, *flags):
         return session(name, *flags).config["max_chars"]
