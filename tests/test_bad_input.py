@@ -11,7 +11,6 @@ from dspy.utils.dummies import DummyLM
 import evaluate
 from experiments import cli, suite
 from experiments import sessions
-from evaluation import tracking
 from runtime import store
 from runtime.caps import output_cap
 from signatures.writer import AnswerDirectly

@@ -9,7 +9,6 @@ import optimize
 import programs
 from experiments import cli
 from experiments import sessions
-from evaluation import tracking
 from runtime import store
 
 
