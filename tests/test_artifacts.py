@@ -57,9 +57,9 @@ def test_optimize_prints_where_the_compiled_program_stays_and_how_to_browse_runs
     from dspy.utils.dummies import DummyLM
 
     import optimize
-    from experiments import cli
+    from experiments import sessions
 
-    monkeypatch.setattr(cli, "make_lm", lambda *a, **k: DummyLM({"question": {"answer": "Paris"}}))
+    monkeypatch.setattr(sessions, "make_lm", lambda *a, **k: DummyLM({"question": {"answer": "Paris"}}))
     run_id = optimize.main(["--program", "direct", "--train", "2", "--dev", "0", "--test", "1"])
     out = capsys.readouterr().out
     stored = re.search(r"compiled program: (\S+) \(MLflow run (\w+)", out)
@@ -75,9 +75,9 @@ def test_a_compiled_program_is_evaluated_on_its_compiles_own_split(monkeypatch, 
     from dspy.utils.dummies import DummyLM
 
     import optimize
-    from experiments import cli
+    from experiments import sessions
 
-    monkeypatch.setattr(cli, "make_lm", lambda *a, **k: DummyLM({"question": {"answer": "Paris"}}))
+    monkeypatch.setattr(sessions, "make_lm", lambda *a, **k: DummyLM({"question": {"answer": "Paris"}}))
     compiled = optimize.main(["--program", "direct", "--train", "2", "--dev", "0", "--test", "3", "--seed", "7"])
     command = re.search(r"evaluate\.py (--compiled .*)", capsys.readouterr().out).group(1).split()
     assert command == ["--compiled", compiled, "--split", "test"]
@@ -96,9 +96,9 @@ def test_a_compiled_program_is_evaluated_on_its_compiles_own_split(monkeypatch, 
 def test_a_program_compiled_before_its_split_was_kept_still_runs_with_a_note(saved, monkeypatch, capsys):
     from dspy.utils.dummies import DummyLM
 
-    from experiments import cli
+    from experiments import sessions
 
-    monkeypatch.setattr(cli, "make_lm", lambda *a, **k: DummyLM({"question": {"answer": "Paris"}}))
+    monkeypatch.setattr(sessions, "make_lm", lambda *a, **k: DummyLM({"question": {"answer": "Paris"}}))
     path, _ = saved
     evaluate.main(["--compiled", str(path), "--split", "test", "--test", "2"])
     note = f"note: {path} records no split; evaluating the one --train/--dev/--test/--seed give"

@@ -22,7 +22,7 @@ from tests.test_xrag import RELEASE_ROWS, xquad_file
 def no_local_model(monkeypatch):
     """A run that gets past the bad input answers through a DummyLM, never the embedded model."""
     real = cli.make_lm
-    monkeypatch.setattr(cli, "make_lm", lambda name, *a, **k: DummyLM({"question": {"answer": "Paris"}})
+    monkeypatch.setattr(sessions, "make_lm", lambda name, *a, **k: DummyLM({"question": {"answer": "Paris"}})
                         if name.startswith("local:") else real(name, *a, **k))
 
 
@@ -120,7 +120,7 @@ def test_a_prompt_longer_than_the_context_stops_the_run_with_one_line_naming_the
 
 def test_a_corrupt_pride_prior_is_computed_again(monkeypatch, capsys):
     lm = LetterBiasLM({"[[ ## options ## ]]": {"answer": "B"}})
-    monkeypatch.setattr(cli, "make_lm", lambda *a, **k: lm)
+    monkeypatch.setattr(sessions, "make_lm", lambda *a, **k: lm)
     args = cli.parser("t").parse_args(["--program", "direct", "--dataset", "demo_culture", "--train", "2", "--dev",
                                        "1", "--test", "0", "--mc-scoring", "pride", "--mc-calibration", "2"])
     s = sessions.session(args, needs_search=False)
@@ -193,8 +193,8 @@ def test_a_bad_flag_is_one_line_and_exit_2_before_any_lm_or_corpus_is_made(progr
     import optimize
 
     started = []
-    monkeypatch.setattr(cli, "make_lm", lambda *a, **k: started.append("lm"))
-    monkeypatch.setattr(cli, "Retriever", lambda *a, **k: started.append("retriever"))
+    monkeypatch.setattr(sessions, "make_lm", lambda *a, **k: started.append("lm"))
+    monkeypatch.setattr(sessions, "Retriever", lambda *a, **k: started.append("retriever"))
     entries = {"optimize.py": (optimize.main, ["--program", program]),
                "evaluate.py": (evaluate.main, ["--program", program]),
                "evaluate.py --suite": (evaluate.main, ["--suite", program])}

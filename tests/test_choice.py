@@ -178,10 +178,10 @@ def test_compare_script_scores_every_mode_from_one_run_and_logs_the_calibration(
     import mlflow
 
     import scripts.coral_compare as compare
-    from experiments import cli
+    from experiments import sessions
 
     lm = LetterBiasLM({"[[ ## options ## ]]": {"answer": "B"}})
-    monkeypatch.setattr(cli, "make_lm", lambda *a, **k: lm)
+    monkeypatch.setattr(sessions, "make_lm", lambda *a, **k: lm)
     argv = ["--dataset", "demo_culture", "--programs", "direct", "--train", "2", "--dev", "1", "--test", "3",
             "--circular", "--mc-scoring", "pride", "--mc-calibration", "2"]
     compare.main(argv)

@@ -15,7 +15,7 @@ from runtime import store
 @pytest.fixture
 def scripted_lm(monkeypatch):
     """Every LM built from flags is a DummyLM that answers 'Paris'."""
-    monkeypatch.setattr(cli, "make_lm", lambda *a, **k: DummyLM({"question": {"answer": "Paris"}}))
+    monkeypatch.setattr(sessions, "make_lm", lambda *a, **k: DummyLM({"question": {"answer": "Paris"}}))
 
 
 def test_optimize_logs_one_complete_run_and_a_loadable_program(scripted_lm, tmp_path):
@@ -91,7 +91,7 @@ def test_evaluate_a_compiled_artifact(scripted_lm, tmp_path):
 ])
 def test_bad_input_is_one_clear_line(argv, message, capsys, monkeypatch):
     real = cli.make_lm  # a check after the LMs are made must not start the embedded server for nothing
-    monkeypatch.setattr(cli, "make_lm", lambda model, *a, **k: DummyLM([]) if model.startswith("local:")
+    monkeypatch.setattr(sessions, "make_lm", lambda model, *a, **k: DummyLM([]) if model.startswith("local:")
                         else real(model, *a, **k))
     with pytest.raises(SystemExit):
         optimize.main(argv)
@@ -125,7 +125,7 @@ def test_each_method_takes_its_own_default_budgets_and_par2_flags_reach_it_and_a
 
 def test_a_larger_slice_asks_only_the_questions_a_smaller_one_did_not(monkeypatch):
     lm = DummyLM({"question": {"answer": "Paris"}})
-    monkeypatch.setattr(cli, "make_lm", lambda *a, **k: lm)
+    monkeypatch.setattr(sessions, "make_lm", lambda *a, **k: lm)
     argv = ["--program", "direct", "--dataset", "demo", "--split", "dev", "--train", "0", "--test", "0", "--dev"]
     small = evaluate.main(argv + ["2"])
     asked = len(lm.history)
@@ -142,8 +142,8 @@ def test_a_checkpoint_is_resumed_only_by_the_code_that_wrote_it(scripted_lm, tmp
     for folder in ("programs", "signatures", "construction"):
         (tmp_path / folder).mkdir()
     (tmp_path / "programs" / "writer.py").write_text("# an edited prompt\n")
-    monkeypatch.setattr(cli, "PROJECT_ROOT", tmp_path)
-    monkeypatch.setattr(cli, "ANSWER_CODE", ("programs", "signatures"))
+    monkeypatch.setattr(sessions, "PROJECT_ROOT", tmp_path)
+    monkeypatch.setattr(sessions, "ANSWER_CODE", ("programs", "signatures"))
     sessions.code_version.cache_clear()
     edited = s.checkpoint("dev", "direct", program)
     sessions.code_version.cache_clear()
@@ -156,7 +156,7 @@ def test_a_checkpoint_is_resumed_only_by_the_code_that_wrote_it(scripted_lm, tmp
 
 def test_optimize_says_when_its_test_slice_cannot_tell_compiled_from_uncompiled(monkeypatch, capsys):
     lm = DummyLM({"question": {"answer": "Paris"}})
-    monkeypatch.setattr(cli, "make_lm", lambda *a, **k: lm)
+    monkeypatch.setattr(sessions, "make_lm", lambda *a, **k: lm)
     optimize.main(["--program", "direct", "--dataset", "demo", "--train", "2", "--dev", "0", "--test", "3"])
     out = capsys.readouterr().out
     assert "test_before  f1=0.000 [95% CI 0.00-0.00, n=3]" in out

@@ -299,13 +299,13 @@ def test_compare_script_prints_one_table_and_logs_one_run(embedder, monkeypatch,
     import mlflow
 
     import scripts.coral_compare as compare
-    from experiments import cli
+    from experiments import sessions
 
     lm = DummyLM({PLAN: Queue({"corpora": ["ko"]}), REPLAN: Queue({"corpora": ["es"], "query": "other"}),
                   BATCH: Queue(batched(*(rating(i, 4, 4, 4, 4) for i in range(1, 10)))), SINGLE: Queue(rating(0, 4, 4, 4, 4)),
                   ENOUGH: Queue({"enough": True, "reason": "fine"}), WRITE: Queue({"answer": "A"})})
-    monkeypatch.setattr(cli, "make_lm", lambda *a, **k: lm)
-    monkeypatch.setattr(cli, "Retriever", lambda corpora, *a, **kw: Retriever(corpora, embedder))
+    monkeypatch.setattr(sessions, "make_lm", lambda *a, **k: lm)
+    monkeypatch.setattr(sessions, "Retriever", lambda corpora, *a, **kw: Retriever(corpora, embedder))
     rows = compare.main(["--dataset", "demo_culture", "--programs", "direct", "mono_rag", "coral", "--train", "2",
                          "--dev", "1", "--test", "6", "--balance", "source_lang", "--k", "2", "--compile"])
     assert list(rows) == ["direct", "mono_rag", "coral", "coral_compiled"] and rows["coral"]["n"] == 6
@@ -324,9 +324,9 @@ def test_compare_script_prints_one_table_and_logs_one_run(embedder, monkeypatch,
 
 def test_compare_script_circular_mode_scores_a_letter_bias_zero(monkeypatch, capsys):
     import scripts.coral_compare as compare
-    from experiments import cli
+    from experiments import sessions
 
-    monkeypatch.setattr(cli, "make_lm", lambda *a, **k: DummyLM({WRITE: Queue({"answer": "A"})}))
+    monkeypatch.setattr(sessions, "make_lm", lambda *a, **k: DummyLM({WRITE: Queue({"answer": "A"})}))
     rows = compare.main(["--dataset", "demo_culture", "--programs", "direct", "--train", "1", "--dev", "1",
                          "--test", "3", "--circular"])
     assert rows["direct"]["n"] == 12 and rows["direct"]["accuracy"] == 0.25 and rows["direct"]["circular_accuracy"] == 0
@@ -476,12 +476,12 @@ def test_planner_diagnostics_count_culture_recall_and_list_position():
 
 def test_planner_eval_reports_list_position_per_presentation(embedder, monkeypatch, capsys):
     import scripts.planner_eval as planner_eval
-    from experiments import cli
+    from experiments import sessions
 
     lm = DummyLM({PLAN: Queue({"corpora": ["ar"]})})  # a planner that always names the first corpus of the pool
-    monkeypatch.setattr(cli, "make_lm", lambda *a, **k: lm)
+    monkeypatch.setattr(sessions, "make_lm", lambda *a, **k: lm)
     monkeypatch.setattr(planner_eval, "make_lm", lambda *a, **k: lm)
-    monkeypatch.setattr(cli, "Retriever", lambda corpora, *a, **kw: Retriever(corpora, embedder))
+    monkeypatch.setattr(sessions, "Retriever", lambda corpora, *a, **kw: Retriever(corpora, embedder))
     rows = planner_eval.main(["--dataset", "demo_culture", "--train", "1", "--dev", "1", "--test", "6",
                               "--balance", "source_lang", "--planners", "fake:p"])
     listed, shuffled = rows["fake:p listed"], rows["fake:p shuffled"]
@@ -535,12 +535,12 @@ def test_the_critic_sees_what_the_writer_sees_unless_told(search):
 
 def test_oracle_lang_tells_only_the_own_corpus_baselines_the_culture(embedder, monkeypatch):
     import scripts.coral_compare as compare
-    from experiments import cli
+    from experiments import sessions
 
     lm = DummyLM({PLAN: Queue({"corpora": ["en"]}), SINGLE: Queue(rating(0, 4, 4, 4, 4)),
                   ENOUGH: Queue({"enough": True, "reason": "fine"}), WRITE: Queue({"answer": "A"})})
-    monkeypatch.setattr(cli, "make_lm", lambda *a, **k: lm)
-    monkeypatch.setattr(cli, "Retriever", lambda corpora, *a, **kw: Retriever(corpora, embedder))
+    monkeypatch.setattr(sessions, "make_lm", lambda *a, **k: lm)
+    monkeypatch.setattr(sessions, "Retriever", lambda corpora, *a, **kw: Retriever(corpora, embedder))
     captured = {}
     run_cell = compare.suite.run_cell
 
@@ -560,18 +560,18 @@ def test_oracle_lang_baselines_are_calibrated_on_questions_told_the_culture(embe
     """PriDe's prior is estimated on the calibration questions as the program is evaluated on them: an
     ``--oracle-lang`` baseline sees them in the culture's scope, every other program as asked."""
     import scripts.coral_compare as compare
-    from experiments import cli
+    from experiments import sessions
 
     lm = DummyLM({WRITE: Queue({"answer": "A"})})
-    monkeypatch.setattr(cli, "make_lm", lambda *a, **k: lm)
-    monkeypatch.setattr(cli, "Retriever", lambda corpora, *a, **kw: Retriever(corpora, embedder))
+    monkeypatch.setattr(sessions, "make_lm", lambda *a, **k: lm)
+    monkeypatch.setattr(sessions, "Retriever", lambda corpora, *a, **kw: Retriever(corpora, embedder))
     calibrated = []
 
     def calibrate(program, examples, retries):
         calibrated.append([(ex.lang, ex.source_lang) for ex in examples])
         ids = [ex.id for ex in examples]
         return {"prior": dict.fromkeys("ABCD", 0.25), "asked": ids, "used": ids}
-    monkeypatch.setattr(cli, "calibrate_pride", calibrate)
+    monkeypatch.setattr(sessions, "calibrate_pride", calibrate)
     compare.main(["--dataset", "demo_culture", "--programs", "mono_rag", "multi_rag", "--train", "4", "--dev", "1",
                   "--test", "2", "--k", "1", "--mc-scoring", "pride", "--mc-calibration", "4", "--oracle-lang"])
     mono, multi = calibrated

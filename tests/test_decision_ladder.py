@@ -6,7 +6,7 @@ import math
 import mlflow
 import pytest
 
-from experiments import cli
+from experiments import sessions
 from retrieval.retriever import Retriever
 from tests.test_decisions import RelevanceLM
 from tests.test_seal import ANSWER
@@ -35,8 +35,8 @@ def ladder_lm(embedder, monkeypatch):
     def make_lm(name, *args, **kwargs):
         made.append(name)
         return lm
-    monkeypatch.setattr(cli, "make_lm", make_lm)
-    monkeypatch.setattr(cli, "Retriever", lambda corpora, *a, **kw: Retriever(corpora, embedder))
+    monkeypatch.setattr(sessions, "make_lm", make_lm)
+    monkeypatch.setattr(sessions, "Retriever", lambda corpora, *a, **kw: Retriever(corpora, embedder))
     return ladder, made
 
 

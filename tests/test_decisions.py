@@ -627,7 +627,7 @@ def test_a_gate_deciding_whatever_the_probability_is_named_in_the_trace_and_by_w
     from programs.rag_critic.taxonomy import load_taxonomy
     from tests.test_par2 import ANSWER as WRITE, ESC, PLAN as PAR2_PLAN, ROUTES, TWO_SEARCHES, said
     from tests.test_par2 import ScriptedSearch as Par2Search
-    from tests.test_rag_critic import CRITIC, ERROR, FEEDBACK, FIXTURES, LABELS, PLAN, WRITER
+    from tests.test_rag_critic import CRITIC, ERROR, FEEDBACK, FIXTURES, LABELS, WRITER
     from tests.test_rag_critic import ScriptedSearch as CriticSearch
 
     gate = Gate("error", threshold=0.5)

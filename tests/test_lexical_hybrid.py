@@ -5,7 +5,7 @@ import pytest
 from dspy.utils.dummies import DummyLM
 
 import optimize
-from experiments import cli
+from experiments import sessions
 from retrieval import first_stage
 from retrieval.bm25 import BM25Index, tokenize
 from retrieval.corpus import Corpus, Passage, excluded
@@ -121,7 +121,7 @@ def test_retriever_spellings_name_the_first_stage_and_the_milvus_uri(spelling, s
     (["--rerank", "colbert"], "--rerank must be one of none, embed, cross, lm, cross:<model> (got 'colbert')"),
 ])
 def test_bad_retrieval_flags_are_one_clear_line(argv, message, capsys, monkeypatch):
-    monkeypatch.setattr(cli, "make_lm", lambda *a, **k: DummyLM([{"answer": "x"}]))
+    monkeypatch.setattr(sessions, "make_lm", lambda *a, **k: DummyLM([{"answer": "x"}]))
     with pytest.raises(SystemExit):
         optimize.main(["--program", "rag", "--train", "1", "--dev", "1", "--test", "1", *argv])
     assert message in capsys.readouterr().err.strip().splitlines()[-1]

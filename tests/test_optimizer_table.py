@@ -13,6 +13,7 @@ from fake_openai import FakeOpenAI
 import evaluate
 import programs
 from experiments import cli
+from experiments import sessions
 from optimizers import fitting
 from runtime.paths import project_cache
 from tests.test_decision_ladder import ladder_lm  # noqa: F401 (a fixture)
@@ -27,7 +28,7 @@ def table(embedder, monkeypatch):
     import scripts.optimizer_table as table
 
     real = cli.Retriever  # wherever the retriever lives (programs/ or retrieval/), with the test embedder
-    monkeypatch.setattr(cli, "Retriever", lambda corpora, *a, **kw: real(corpora, embedder))
+    monkeypatch.setattr(sessions, "Retriever", lambda corpora, *a, **kw: real(corpora, embedder))
     return table
 
 
@@ -207,7 +208,7 @@ def test_the_compile_runs_the_program_with_its_gates_fitted_on_dev(ladder_lm, ta
 
 def test_mipro_and_gepa_get_the_proposer_lm_while_the_program_runs_on_lm(table, monkeypatch):
     lms, seen = {}, {}
-    monkeypatch.setattr(cli, "make_lm", lambda name, *a, **kw: lms.setdefault(name, DummyLM(
+    monkeypatch.setattr(sessions, "make_lm", lambda name, *a, **kw: lms.setdefault(name, DummyLM(
         {"question": {"answer": "Paris"}})))
 
     def compile_program(program, optimizer, trainset, devset, metric, *, reflection_lm=None, **kwargs):
@@ -227,7 +228,7 @@ def test_mipro_and_gepa_get_the_proposer_lm_while_the_program_runs_on_lm(table, 
 
 
 def test_the_table_needs_its_splits(table, capsys, monkeypatch):
-    monkeypatch.setattr(cli, "make_lm", lambda *a, **kw: DummyLM([]))
+    monkeypatch.setattr(sessions, "make_lm", lambda *a, **kw: DummyLM([]))
     with pytest.raises(SystemExit) as stop:
         table.main(["--program", "direct", "--train", "2", "--dev", "0", "--test", "1", "--optimizers", "bootstrap",
                     "mipro"])

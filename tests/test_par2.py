@@ -366,13 +366,13 @@ def test_compare_script_runs_programs_and_budgets_in_one_run(monkeypatch, capsys
     import mlflow
 
     import scripts.par2_compare as compare
-    from experiments import cli
+    from experiments import sessions
 
     lm = DummyLM({PLAN: {"searches": "Apple founders | who\nSteve Jobs | person"},
                   ESC: {"decision": "STOP", "next_query": ""}, THOUGHT: {"next_sentence": "So the answer is: Paris."},
                   ANSWER: {"answer": "Paris"}})
-    monkeypatch.setattr(cli, "make_lm", lambda *a, **k: lm)
-    monkeypatch.setattr(cli, "Retriever", lambda corpora, *a, **kw: Retriever(corpora, embedder=embedder))
+    monkeypatch.setattr(sessions, "make_lm", lambda *a, **k: lm)
+    monkeypatch.setattr(sessions, "Retriever", lambda corpora, *a, **kw: Retriever(corpora, embedder=embedder))
     summaries = compare.main(["--dataset", "demo", "--train", "0", "--dev", "0", "--test", "2", "--k", "2",
                               "--loops", "2", "--programs", "rag", "par2", "--budgets", "2", "3",
                               "--budget-programs", "par2", "ircot"])

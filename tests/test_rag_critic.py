@@ -454,7 +454,7 @@ def test_error_profile_counts_an_unparsed_verdict_as_unparsed_not_as_flagged_wit
 def test_evaluate_error_profile_logs_table_and_chart(taxonomy, monkeypatch):
     lm = DummyLM({"`[[ ## judgement ## ]]`": ERROR, "`[[ ## picks ## ]]`": {"picks": "5"},
                   "question": {"answer": "Paris"}})
-    monkeypatch.setattr(cli, "make_lm", lambda *a, **k: lm)
+    monkeypatch.setattr(sessions, "make_lm", lambda *a, **k: lm)
     evaluate.main(["--program", "rag", "--dataset", "demo", "--dev", "2", "--k", "2", "--error-profile"])
     run = mlflow.search_runs(output_format="list")[0]
     artifacts = {a.path for a in mlflow.MlflowClient().list_artifacts(run.info.run_id, "error_profile")}
@@ -468,7 +468,7 @@ def test_compare_script_runs_the_suite_and_profiles_the_named_program(taxonomy, 
 
     lm = DummyLM({"`[[ ## judgement ## ]]`": ERROR, "`[[ ## picks ## ]]`": {"picks": "5"},
                   "question": {"answer": "Paris"}})
-    monkeypatch.setattr(cli, "make_lm", lambda *a, **k: lm)
+    monkeypatch.setattr(sessions, "make_lm", lambda *a, **k: lm)
     summaries = rag_critic_compare.main(["--dataset", "demo", "--train", "0", "--dev", "0", "--test", "2", "--k", "2",
                                          "--programs", "rag", "direct", "--error-profile", "rag"])
     assert set(summaries) == {"rag", "direct"} and summaries["rag"]["n"] == 2
@@ -499,7 +499,7 @@ def test_compare_script_counts_the_critics_confusion_against_the_judge_on_first_
 
 def test_error_profile_without_taxonomy_stops_before_evaluating(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("RAG_DATA_DIR", str(tmp_path))
-    monkeypatch.setattr(cli, "make_lm", lambda *a, **k: DummyLM({"question": {"answer": "Paris"}}))
+    monkeypatch.setattr(sessions, "make_lm", lambda *a, **k: DummyLM({"question": {"answer": "Paris"}}))
     with pytest.raises(SystemExit):
         evaluate.main(["--program", "rag", "--dataset", "demo", "--dev", "1", "--error-profile"])
     assert "rag_critic/all_tags_structure_final.json" in capsys.readouterr().err

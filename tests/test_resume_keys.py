@@ -29,7 +29,7 @@ def xquad_dir(tmp_path):
 def counted(monkeypatch):
     """One DummyLM behind every LM the CLI builds; its history counts the LM calls."""
     lm = DummyLM({"question": {"answer": "1902"}})
-    monkeypatch.setattr(cli, "make_lm", lambda *a, **k: lm)
+    monkeypatch.setattr(sessions, "make_lm", lambda *a, **k: lm)
     return lm
 
 
@@ -156,7 +156,7 @@ def test_the_role_binding_code_is_keyed(counted, tmp_path, monkeypatch):
         source, target = cli.PROJECT_ROOT / entry, tmp_path / entry
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copytree(source, target) if source.is_dir() else shutil.copy(source, target)
-    monkeypatch.setattr(cli, "PROJECT_ROOT", tmp_path)
+    monkeypatch.setattr(sessions, "PROJECT_ROOT", tmp_path)
     sessions.code_version.cache_clear()
     before = key_of([])
     (tmp_path / "runtime" / "roles.py").write_text("# another adapter and role binding\n")

@@ -48,7 +48,7 @@ def test_grid_runs_every_arm_in_the_pool_and_logs_one_run(pool_dir, embedder, mo
     from dspy.utils.dummies import DummyLM
 
     import scripts.seal_grid as grid
-    from experiments import cli
+    from experiments import sessions
     from retrieval.retriever import Retriever
     from tests.test_seal import ANSWER, ASSESS, GAP, INSUFFICIENT, QUERY, Queue
 
@@ -61,8 +61,8 @@ def test_grid_runs_every_arm_in_the_pool_and_logs_one_run(pool_dir, embedder, mo
                   "[[ ## earlier_queries ## ]]": Queue({"query": "Ana Berg painter birthplace"}),
                   QUERY: Queue({"query": "Ana Berg birthplace"}), ANSWER: Queue({"answer": "Lyon [1]"}),
                   "`[[ ## same ## ]]`": Queue({"same": "False"})})
-    monkeypatch.setattr(cli, "make_lm", lambda *a, **k: lm)
-    monkeypatch.setattr(cli, "Retriever", lambda corpora, *a, **kw: Retriever(corpora, embedder))
+    monkeypatch.setattr(sessions, "make_lm", lambda *a, **k: lm)
+    monkeypatch.setattr(sessions, "Retriever", lambda corpora, *a, **kw: Retriever(corpora, embedder))
     summaries = grid.main(["--n", "2", "--ks", "2", "--budgets", "0", "1", "--data-dir", str(pool_dir),
                            "--ledger-to-writer"])
     assert set(summaries) == {"rag_cited_k2", "seal_k2_L0", "self_rag_k2_L0", "crag_k2_L0", "seal_ledger_k2_L0",

@@ -34,7 +34,7 @@ def _last_run_id() -> str:
 
 def test_an_evaluation_logs_its_questions_as_a_dataset_and_a_table(monkeypatch):
     lm = DummyLM({"question": {"answer": "Paris"}})
-    monkeypatch.setattr(cli, "make_lm", lambda *a, **k: lm)
+    monkeypatch.setattr(sessions, "make_lm", lambda *a, **k: lm)
     argv = ["--program", "direct", "--dataset", "demo", "--split", "dev", "--train", "0", "--test", "0"]
     evaluate.main(argv + ["--dev", "2"])
     first = _run(_last_run_id())
@@ -61,7 +61,7 @@ def test_the_same_examples_have_the_same_digest_wherever_they_are_read():
 
 def test_a_compile_logs_train_dev_and_test_inputs(monkeypatch):
     lm = DummyLM({"question": {"answer": "Paris"}})
-    monkeypatch.setattr(cli, "make_lm", lambda *a, **k: lm)
+    monkeypatch.setattr(sessions, "make_lm", lambda *a, **k: lm)
     run_id = optimize.main(["--program", "direct", "--dataset", "demo", "--train", "2", "--dev", "1", "--test", "1"])
     assert set(_inputs(_run(run_id))) == {"train", "dev", "test"}
     traces = _traces(run_id)  # one per evaluated question of the 4 stages, each with DSPy's spans; none of compile
@@ -75,7 +75,7 @@ def _traces(run_id: str):
 
 def test_every_question_is_a_trace_of_its_run_with_its_score_and_decisions(monkeypatch):
     lm = DummyLM({"question": {"answer": "Paris"}})
-    monkeypatch.setattr(cli, "make_lm", lambda *a, **k: lm)
+    monkeypatch.setattr(sessions, "make_lm", lambda *a, **k: lm)
     argv = ["--program", "direct", "--dataset", "demo", "--split", "dev", "--train", "0", "--test", "0", "--dev", "2"]
     evaluate.main(argv)
     traces = _traces(_last_run_id())
@@ -92,7 +92,7 @@ def test_every_question_is_a_trace_of_its_run_with_its_score_and_decisions(monke
 
 def test_no_trace_leaves_no_traces(monkeypatch):
     lm = DummyLM({"question": {"answer": "Paris"}})
-    monkeypatch.setattr(cli, "make_lm", lambda *a, **k: lm)
+    monkeypatch.setattr(sessions, "make_lm", lambda *a, **k: lm)
     evaluate.main(["--program", "direct", "--dataset", "demo", "--split", "dev", "--train", "0", "--test", "0",
                    "--dev", "2", "--no-trace"])
     assert _traces(_last_run_id()) == []
@@ -100,7 +100,7 @@ def test_no_trace_leaves_no_traces(monkeypatch):
 
 def test_a_compile_registers_each_predictors_instructions_and_demos_as_a_prompt_version(monkeypatch):
     lm = DummyLM({"question": {"answer": "Paris"}})
-    monkeypatch.setattr(cli, "make_lm", lambda *a, **k: lm)
+    monkeypatch.setattr(sessions, "make_lm", lambda *a, **k: lm)
     run_id = optimize.main(["--program", "direct", "--dataset", "demo", "--train", "2", "--dev", "1", "--test", "1"])
     artifact = json.loads(open(store.download(run_id, "program.json")).read())
     for path, state in artifact["state"].items():

@@ -315,7 +315,7 @@ def test_cli_evaluates_an_xrag_setting_with_a_panel_and_no_retrieval(xquad_dir, 
     def fake_lm(name, *a, **k):
         made.append(name)
         return DummyLM({"question": {"answer": "im Jahr 1902", "same": True}})
-    monkeypatch.setattr(cli, "make_lm", fake_lm)
+    monkeypatch.setattr(sessions, "make_lm", fake_lm)
     summary = evaluate.main(["--program", "rag", "--no-retrieval", "--dataset", "xrag_mono:de", "--data-dir",
                              str(xquad_dir), "--train", "0", "--dev", "3", "--test", "0", "--judge",
                              "--judge-lms", "a,b,c", "--embedder", "minilm"])
@@ -485,8 +485,8 @@ def test_eval_script_prints_both_table_shapes_and_logs_one_run(xquad_dir, embedd
 
     import scripts.xrag_eval as script
 
-    monkeypatch.setattr(cli, "make_lm", lambda *a, **k: DummyLM({"question": {"answer": "1902", "same": True}}))
-    monkeypatch.setattr(cli, "Retriever", lambda corpora, *a, **kw: Retriever(corpora, embedder))
+    monkeypatch.setattr(sessions, "make_lm", lambda *a, **k: DummyLM({"question": {"answer": "1902", "same": True}}))
+    monkeypatch.setattr(sessions, "Retriever", lambda corpora, *a, **kw: Retriever(corpora, embedder))
     results = script.main(["--n", "2", "--langs", "de", "zh", "--data-dir", str(xquad_dir), "--programs", "rag",
                            "direct"])
     assert len(results) == 3 * 7 + 3  # (de, zh, en) x (none, 3 retrieval conditions x 2 programs) + multi
