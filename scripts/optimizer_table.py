@@ -27,6 +27,7 @@ from experiments.cli import compile_metric, fail, interruptible
 from experiments.sessions import session
 from optimizers import fitting
 from optimizers.compile import OPTIMIZERS
+from runtime.lm import make_lm
 
 ENTRY = "scripts/optimizer_table.py"
 
@@ -57,7 +58,7 @@ def main(argv=None) -> dict:
         fail("the optimizer table needs --train and --test" + (f" and --dev (for {', '.join(searching)})"
                                                                if searching else "") + " of at least 1 example")
     metric_name, metric = compile_metric(s.bundle.task, args.metric, s.judge)
-    proposer = (cli.make_lm(args.proposer_lm, args.api_base, cache=not args.no_cache) if args.proposer_lm
+    proposer = (make_lm(args.proposer_lm, args.api_base, cache=not args.no_cache) if args.proposer_lm
                 else s.roles.lm("planner"))
     proposer_id = args.proposer_lm or s.lm_ids()["planner_lm"]
     base = suite.cell(args.program, args.dataset, {"k": args.k, "loops": args.loops})

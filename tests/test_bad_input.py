@@ -21,7 +21,7 @@ from tests.test_xrag import RELEASE_ROWS, xquad_file
 @pytest.fixture(autouse=True)
 def no_local_model(monkeypatch):
     """A run that gets past the bad input answers through a DummyLM, never the embedded model."""
-    real = cli.make_lm
+    real = sessions.make_lm
     monkeypatch.setattr(sessions, "make_lm", lambda name, *a, **k: DummyLM({"question": {"answer": "Paris"}})
                         if name.startswith("local:") else real(name, *a, **k))
 
@@ -126,7 +126,7 @@ def test_a_corrupt_pride_prior_is_computed_again(monkeypatch, capsys):
     s = sessions.session(args, needs_search=False)
     s.build("direct")
     first, calls = dict(s.calibrations["direct"]), len(lm.history)
-    saved = next((cli.project_cache() / "evals").glob("pride-*.json"))
+    saved = next((sessions.project_cache() / "evals").glob("pride-*.json"))
     for damage in (b"{not json", b'{"prior": {"A": "x"}, "used": []}', b'["a list"]', b"\xff\xfe"):
         saved.write_bytes(damage)
         s.build("direct")

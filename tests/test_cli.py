@@ -90,7 +90,7 @@ def test_evaluate_a_compiled_artifact(scripted_lm, tmp_path):
     (["--program", "rag", "--compile-budget", "0"], "--compile-budget must be positive"),
 ])
 def test_bad_input_is_one_clear_line(argv, message, capsys, monkeypatch):
-    real = cli.make_lm  # a check after the LMs are made must not start the embedded server for nothing
+    real = sessions.make_lm  # a check after the LMs are made must not start the embedded server for nothing
     monkeypatch.setattr(sessions, "make_lm", lambda model, *a, **k: DummyLM([]) if model.startswith("local:")
                         else real(model, *a, **k))
     with pytest.raises(SystemExit):

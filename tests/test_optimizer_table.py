@@ -12,7 +12,6 @@ from fake_openai import FakeOpenAI
 
 import evaluate
 import programs
-from experiments import cli
 from experiments import sessions
 from optimizers import fitting
 from runtime.paths import project_cache
@@ -27,7 +26,7 @@ COMPILE_COLUMNS = ("compile LM calls", "compile prompt tok", "compile compl tok"
 def table(embedder, monkeypatch):
     import scripts.optimizer_table as table
 
-    real = cli.Retriever  # wherever the retriever lives (programs/ or retrieval/), with the test embedder
+    real = sessions.Retriever  # wherever the retriever lives (programs/ or retrieval/), with the test embedder
     monkeypatch.setattr(sessions, "Retriever", lambda corpora, *a, **kw: real(corpora, embedder))
     return table
 

@@ -153,7 +153,7 @@ def test_the_local_servers_prompt_cache_is_keyed(counted, monkeypatch):
 
 def test_the_role_binding_code_is_keyed(counted, tmp_path, monkeypatch):
     for entry in sessions.ANSWER_CODE:  # a copy of the answer code, then runtime/roles.py edited in it
-        source, target = cli.PROJECT_ROOT / entry, tmp_path / entry
+        source, target = sessions.PROJECT_ROOT / entry, tmp_path / entry
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copytree(source, target) if source.is_dir() else shutil.copy(source, target)
     monkeypatch.setattr(sessions, "PROJECT_ROOT", tmp_path)
