@@ -207,8 +207,9 @@ def test_the_compile_runs_the_program_with_its_gates_fitted_on_dev(ladder_lm, ta
 
 def test_mipro_and_gepa_get_the_proposer_lm_while_the_program_runs_on_lm(table, monkeypatch):
     lms, seen = {}, {}
-    monkeypatch.setattr(sessions, "make_lm", lambda name, *a, **kw: lms.setdefault(name, DummyLM(
-        {"question": {"answer": "Paris"}})))
+    make = lambda name, *a, **kw: lms.setdefault(name, DummyLM({"question": {"answer": "Paris"}}))  # noqa: E731
+    for module in (sessions, table):  # the session's LMs and the script's proposer
+        monkeypatch.setattr(module, "make_lm", make)
 
     def compile_program(program, optimizer, trainset, devset, metric, *, reflection_lm=None, **kwargs):
         seen[optimizer] = reflection_lm
