@@ -3,7 +3,7 @@
 registers itself with :func:`register`; ``--retriever`` spells one as ``NAME`` or ``NAME:ARG``.
 :class:`retrieval.retriever.Retriever` builds the spelled one over its corpora and reranks what it finds.
 
-Steps to add one: docs/extending-retrieval.md.
+Steps to add one: docs/extending.md ("Add a first-stage retriever").
 """
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """A retriever is a file: a toy first stage written as a file of the retrieval package (here in a folder added to
 its path) registers itself, is spelled by --retriever and searched through the Retriever like the built-in ones,
-following docs/extending-retrieval.md."""
+following docs/extending.md ("Add a first-stage retriever")."""
 import subprocess
 import sys
 from pathlib import Path
