@@ -201,10 +201,14 @@ def accepted_config(name: str, config: dict) -> dict:
 
 
 def build(name: str, search=None, mc: MCScoring | None = None, **config) -> dspy.Module:
-    """Build program ``name``; config keys it does not take (e.g. ``loops`` for ``rag``) are left out. ``mc``: how
-    its writers pick multiple-choice letters (``decoding.choice``; default: the written letter), a choice of the
-    run, not of the program's config (a compiled program does not record it)."""
+    """Build program ``name``; run settings it does not take (e.g. ``loops`` for ``rag``) are left out, anything else
+    is refused (ValueError). ``mc``: how its writers pick multiple-choice letters (``decoding.choice``; default: the
+    written letter), a choice of the run, not of the program's config (a compiled program does not record it)."""
     s = spec(name)
+    if unknown := sorted(set(config) - {setting.name for setting in SETTINGS}):
+        raise ValueError(f"build({name!r}): {', '.join(unknown)} is no run setting (those are "
+                         f"{', '.join(setting.name for setting in SETTINGS)}); a variant's own arguments are its "
+                         "registry entry's: build the registered variant, or ProgramSpec.construct")
     kwargs = {**accepted_config(name, config), **s.fixed, **({"mc": mc} if mc is not None else {})}
     if s.needs_search:
         if search is None:

@@ -104,10 +104,12 @@ def test_every_arm_uses_the_same_writer_signature(name, embedder):
     from retrieval.retriever import Retriever
 
     retriever = Retriever([Corpus("toy", [{"id": "0", "title": "t", "text": "x"}])], embedder)
-    arm, rag = programs.build(name, search=retriever, k=1), programs.build("rag", search=retriever, k=1, cite=True)
+    arm, rag = programs.build(name, search=retriever, k=1), programs.build("rag_cited", search=retriever, k=1)
     assert arm.writer.short.signature.instructions == rag.writer.short.signature.instructions
     assert list(arm.writer.short.signature.fields) == list(rag.writer.short.signature.fields)
     assert not isinstance(programs.build("rag", search=retriever).writer, EvidenceWriter)  # default rag unchanged
+    with pytest.raises(ValueError, match=r"^build\('rag'\): cite is no run setting"):
+        programs.build("rag", search=retriever, cite=True)  # a variant's argument is never dropped in silence
 
 
 def test_crag_roles(embedder):
