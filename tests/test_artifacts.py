@@ -165,12 +165,12 @@ def test_a_decision_gates_fitted_thresholds_load_and_a_stray_gate_key_is_refused
 def nothing_built(monkeypatch):
     """A crafted artifact is refused before any corpus is read, retriever built or LM made."""
     from data import corpora
-    from experiments import cli, sessions
+    from experiments import sessions
 
     def refuse(*args, **kwargs):
         raise AssertionError("built from a crafted artifact")
     for module, name in ((corpora, "build"), (corpora, "load"), (sessions.sources, "load"), (artifact_format, "Retriever"),
-                         (cli, "Retriever"), (cli, "make_lm")):
+                         (sessions, "Retriever"), (sessions, "make_lm")):
         monkeypatch.setattr(module, name, refuse)
 
 
