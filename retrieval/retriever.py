@@ -51,7 +51,6 @@ class RetrievalConfig:
         return stage.external(arg)
 
 
-
 class Retriever:
     """Search over one or more named corpora (e.g. one per language) with a shared embedder."""
 
