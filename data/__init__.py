@@ -99,12 +99,12 @@ def load_records(files: list[Path]):
 
 
 def _loaders() -> dict[str, Callable[[Path | None], Bundle]]:
-    from data import blend, click, demo, hotpotqa, musique, twowiki, xrag
+    from data import blend, click, demo, hotpotqa, musique, open_qa, twowiki, xrag
 
     return {"demo": demo.load_multihop, "demo_culture": demo.load_culture, "hotpotqa": hotpotqa.load,
             "2wiki": twowiki.load, "blend": blend.load_mcq, "blend_short": blend.load_short, "click": click.load,
             "click_all": click.load_all,
-            "musique": musique.load, **xrag.loaders()}
+            "musique": musique.load, "nq": open_qa.load_nq, "triviaqa": open_qa.load_triviaqa, **xrag.loaders()}
 
 
 def names() -> list[str]:

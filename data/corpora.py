@@ -97,6 +97,16 @@ def apply(bundle: Bundle, source: str | None, leave_question_out: bool, root: Pa
     return bundle
 
 
+def require(bundle: Bundle) -> list[Corpus]:
+    """The bundle's corpora; for a dataset that brings none (nq, triviaqa) and got none from ``--corpus``, a one-line
+    error naming the fix."""
+    if not bundle.corpora:
+        raise ValueError(f"{bundle.name} comes with no retrieval corpus: give one with --corpus "
+                         "jsonl:DIR|index:DIR|wikipedia:en (e.g. Wikipedia passages exported to DIR/en.jsonl), or run "
+                         "a closed-book program")
+    return bundle.corpora
+
+
 def load(dataset: str, data_dir: str | None, source: str | None, leave_question_out: bool,
          max_docs: int | None = None) -> Bundle:
     """The dataset's bundle with the corpora of ``source`` applied: the one way programs and CLIs get their data."""

@@ -9,7 +9,8 @@ from runtime.settings import Setting
 
 #: Split sizes (train, dev, test) where ``--train``/``--dev``/``--test`` are not given.
 SPLIT_SIZES = {"demo": (8, 6, 6), "demo_culture": (12, 15, 15), "hotpotqa": (20, 30, 50), "2wiki": (20, 30, 50),
-               "blend": (16, 16, 48), "blend_short": (16, 16, 48), "click": (16, 16, 30), "musique": (20, 30, 50)}
+               "blend": (16, 16, 48), "blend_short": (16, 16, 48), "click": (16, 16, 30), "musique": (20, 30, 50),
+               "nq": (20, 30, 100), "triviaqa": (20, 30, 100)}  # the open sets: RAG-Critic scores 100 test questions
 OTHER_SIZES = (20, 30, 50)
 
 DATASET = Setting("dataset", str, None, "default: the program's demo set (demo, or demo_culture for multilingual "

@@ -257,6 +257,8 @@ def session(args: Settings, needs_search: bool) -> Session:
     check_args(args, [args.program] if args.program else [])
     try:
         bundle = sources.load(args.dataset, args.data_dir, args.corpus, args.leave_question_out, args.max_docs)
+        if needs_search and not args.no_retrieval:
+            sources.require(bundle)  # nq, triviaqa: no corpus of their own
         args.train, args.dev, args.test = data_settings.split_sizes(args.dataset, args.train, args.dev, args.test)
         splits = datasets.split(bundle.examples, args.train, args.dev, args.test, args.seed)
     except (FileNotFoundError, ValueError, KeyError) as err:

@@ -49,7 +49,7 @@ SUITES: dict[str, tuple[Entry, ...]] = {
         Entry("coral", ("direct", "mono_rag", "multi_rag", "own_en_rag", "cross_rag", "t_rag", "coral_select"),
               ("blend", "click")),
         Entry("par2", ("direct", "cot", "rag", "react", "ircot", "par2_anchor", "par2_chain"), ("musique", "2wiki")),
-        Entry("rag_critic", ("rag", "self_refine"), ("hotpotqa", "2wiki")),
+        Entry("rag_critic", ("rag", "self_refine", "flare", "metarag"), ("hotpotqa", "2wiki")),
         Entry("coral", ("direct", "rag"), ("xrag_multi_open:all",)),
     ),
     "seal-grid": (Entry("seal", ("self_rag", "crag", "rag_cited"), ("hotpotqa",),

@@ -11,7 +11,9 @@ import dspy
 from decoding.choice import MCScoring
 from decoding.decisions import MODES
 from programs.baselines.crag import CRAG
+from programs.baselines.flare import FLARE
 from programs.baselines.iterative import IRCoT, ReAct
+from programs.baselines.metarag import MetaRAG
 from programs.baselines.rag import RAG, Direct
 from programs.baselines.self_rag import SelfRAG
 from programs.coral.coral import CORAL
@@ -38,8 +40,8 @@ SEARCH_RERANK = Setting("search_rerank", str, None, "par2: the program's own rer
                         "--search-depth candidates (the paper reranks 100 to 5)", check=RERANK.check,
                         choices=RERANK.choices, external=RERANK.external)
 SEARCH_DEPTH = Setting("search_depth", int, None, "par2: candidates per search for --search-rerank", 1, 1000)
-ROUNDS = Setting("rounds", int, None, "rag_critic, self_refine: critique/correct rounds at most, each stopping early "
-                 "once judged correct", 1, 10)
+ROUNDS = Setting("rounds", int, None, "rag_critic, self_refine, metarag: critique/correct rounds at most, each "
+                 "stopping early once judged correct", 1, 10)
 MAX_CHARS = Setting("max_chars", int, None, f"characters of each passage shown to the LM (default: {MAX_CHARS_SHOWN}; "
                     "XRAG datasets: whole passages, so the oracle holds the answer)", 1, 10**6, none_ok=True)
 LEDGER_TO_WRITER = Setting("ledger_to_writer", bool, False, "seal: also show the final writer the verified ledger "
@@ -74,6 +76,8 @@ TAKES: dict[type, tuple[Setting, ...]] = {
     IRCoT: (K, LOOPS.at(3), MAX_CHARS),
     RAGCritic: (K, MAX_CHARS, ROUNDS.at(1), DECISIONS, ORACLE),
     SelfRefine: (K, MAX_CHARS, ROUNDS.at(3), DECISIONS, ORACLE),
+    FLARE: (K, LOOPS.at(5, low=1), MAX_CHARS),
+    MetaRAG: (K, MAX_CHARS, ROUNDS.at(3), DECISIONS),
 }
 
 
@@ -161,6 +165,10 @@ REGISTRY: dict[str, ProgramSpec] = {
                                          "dispatcher"),
     "rag_critic_2r": ProgramSpec(RAGCritic, "RAG-Critic with a second critic/plan/execute round", {"rounds": 2}),
     "self_refine": ProgramSpec(SelfRefine, "Self-Refine: draft, self-feedback, revise (RAG-Critic baseline)"),
+    "flare": ProgramSpec(FLARE, "FLARE: a look-ahead sentence with a token below theta searches with its sure words "
+                                "and is written again (RAG-Critic baseline)"),
+    "metarag": ProgramSpec(MetaRAG, "MetaRAG: monitor the draft against an expert reader, check own knowledge, "
+                                    "passages and reasoning, plan a fix (RAG-Critic baseline)"),
 }
 
 

@@ -98,3 +98,29 @@ class JudgeRelevance(dspy.Signature):
     question: str = dspy.InputField()
     passage: str = dspy.InputField()
     relevant: Text[8] = dspy.OutputField(desc="yes or no")
+
+
+class KnowsAnswer(dspy.Signature):
+    """Leave any documents aside: do you yourself know the answer to this question well enough to give it
+    reliably? Reply yes or no."""
+
+    question: str = dspy.InputField()
+    known: Text[8] = dspy.OutputField(desc="yes or no")
+
+
+class PassagesSuffice(dspy.Signature):
+    """Taken together, do the passages contain every fact needed to answer the question? Reply yes or no."""
+
+    passages: list[str] = dspy.InputField()
+    question: str = dspy.InputField()
+    enough: Text[8] = dspy.OutputField(desc="yes or no")
+
+
+class ReasoningLeads(dspy.Signature):
+    """Does the answer follow from the reasoning written for it, with no step missing or contradicting it? Reply yes
+    or no."""
+
+    question: str = dspy.InputField()
+    reasoning: str = dspy.InputField()
+    answer: str = dspy.InputField()
+    follows: Text[8] = dspy.OutputField(desc="yes or no")

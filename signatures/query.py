@@ -23,3 +23,13 @@ class RewriteQuery(dspy.Signature):
     question: str = dspy.InputField()
     earlier_queries: list[str] = dspy.InputField(desc="queries already tried")
     query: Text[32] = dspy.OutputField(desc="4 to 12 keywords")
+
+
+class QueryForMissing(dspy.Signature):
+    """An answer was attempted from the passages, but they lack something the question needs. Write one new short
+    keyword search query for the fact that is still missing."""
+
+    question: str = dspy.InputField()
+    passages: list[str] = dspy.InputField(desc="passages already read")
+    answer: str = dspy.InputField(desc="the answer attempted from them")
+    query: Text[32] = dspy.OutputField(desc="4 to 12 keywords")

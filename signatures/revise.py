@@ -49,6 +49,18 @@ class AnswerWithInstruction(dspy.Signature):
     answer: Text[32] = dspy.OutputField(desc="a short phrase, usually 1-5 words")
 
 
+#: MetaRAG's plans: what the writer is told when it answers again, by the fix its evaluation chose.
+REGULATION = {
+    "rethink": "Check your final answer against the question: give exactly what it asks for, with nothing added.",
+    "multi_step": "Your reasoning did not arrive at your answer. Reason again, one fact per step, and answer with "
+                  "what the last step concludes.",
+    "own_knowledge": "New passages were added. Where no passage gives what is needed, answer from what you know.",
+    "passages_only": "Answer only from what the passages say, not from your own memory.",
+    "decompose": "New passages were added. Split the question into simpler sub-questions, answer each from the "
+                 "passages, then combine them.",
+}
+
+
 class GiveFeedback(dspy.Signature):
     """Review your own answer to the question against the passages. Say whether it is Correct or has an Error, and
     give specific, actionable feedback on how to fix it."""
