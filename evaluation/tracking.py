@@ -10,13 +10,14 @@ import subprocess
 import tempfile
 import warnings
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import parse_qsl, unquote, urlencode, urlparse, urlsplit, urlunsplit
 
 import dspy
 import mlflow
 from dspy.utils.callback import BaseCallback
+from mlflow.entities import AssessmentSource, AssessmentSourceType
 
 from runtime.lm import CALLER
 from runtime.paths import PROJECT_ROOT
@@ -180,12 +181,19 @@ def _source(text: str) -> str:
     return text.replace(":", "=") if urlparse(text).scheme not in ("", "file") else text
 
 
+#: Record fields logged as feedback on a question's trace besides its metrics: retrieval recall at k and over
+#: everything retrieved (``evaluation.metrics.retrieval_record``).
+RETRIEVAL_FEEDBACK = ("title_recall", "recall_all")
+
+
 class QuestionTraces:
     """One MLflow trace per evaluated question, linked to ``run_id`` (also from evaluation threads, where no run
     is active): a ``question`` span around the program call (DSPy autologging nests its module and LM spans in
     it, :class:`Callers` names each LM call's predictor and role), tagged with the question id, whether it failed
     and each metric's score, with the program's own trace (iterations, queries, kept/dropped passages, verdicts,
-    stop reason) as span attributes, so the UI's trace search can filter e.g. ``tags.em = '0'``."""
+    stop reason) as span attributes, so the UI's trace search can filter e.g. ``tags.em = '0'``. Each score is
+    also a feedback assessment on the trace (:meth:`assess`), logged with it when the question ends: a resumed run,
+    which does not ask its checkpoint's questions again, logs none for them."""
 
     def __init__(self, run_id: str, metrics):
         self.run_id, self.metrics = run_id, tuple(metrics)
@@ -209,19 +217,36 @@ class QuestionTraces:
                     mlflow.update_current_trace(tags={"question_id": str(rec["id"]), "failed": str(rec["failed"]),
                                                       **{m: f"{rec[m]:g}" for m in self.metrics
                                                          if rec.get(m) is not None}})  # None: not scored
+                    self.assess(span.trace_id, rec, asked)
                 yield finish
         finally:
             ASKED.reset(token)
 
+    def assess(self, trace_id: str, rec: dict, asked: "Asked") -> None:
+        """Each score of ``rec`` (its metrics, then :data:`RETRIEVAL_FEEDBACK`; None: not scored) as a feedback
+        assessment named as the record names it, from code; the ``judge`` verdict from the judge's model when
+        one was asked, its rationale what the judges replied and how the metrics decided (``noted``)."""
+        for name in (*self.metrics, *RETRIEVAL_FEEDBACK):
+            if rec.get(name) is None:
+                continue
+            judged = name == "judge" and asked.judges
+            source = AssessmentSource(AssessmentSourceType.LLM_JUDGE, ", ".join(sorted(asked.judges))) if judged \
+                else AssessmentSource(AssessmentSourceType.CODE, f"evaluation:{name}")
+            mlflow.log_feedback(trace_id=trace_id, name=name, value=float(rec[name]), source=source,
+                                rationale=asked.rationale(rec) if name == "judge" else None)
+
 
 @dataclass
 class Asked:
-    """What one question's predictors were asked: the ``program``, its predictors' names by ``id`` and whether a
-    call of the program is under way (``depth``)."""
+    """What one question's predictors were asked: the ``program``, its predictors' names by ``id``, whether a call
+    of the program is under way (``depth``), and the judges' models and replies (what the question's judge
+    feedback cites)."""
 
     program: object
     names: dict
     depth: int = 0
+    judges: set = field(default_factory=set)
+    replies: list = field(default_factory=list)
 
     def caller(self, predictor: dspy.Predict) -> dict:
         """``predictor``'s name in the program and its role (``runtime.roles.role_of``); one the program does not
@@ -231,13 +256,18 @@ class Asked:
             return {"predictor": name, "role": role_of(self.program, name)}
         return {"predictor": predictor.signature.__name__, "role": "writer" if self.depth else "judge"}
 
+    def rationale(self, rec: dict) -> str:
+        """Why the judge feedback says what it says: the judges' replies and how the metrics decided."""
+        said = [*self.replies, *(f"{k}: {v}" for k, v in (rec.get("noted") or {}).items())]
+        return "; ".join(said) or "decided without asking a judge"
+
 
 ASKED: contextvars.ContextVar[Asked | None] = contextvars.ContextVar("asked", default=None)
 
 
 class Callers(BaseCallback):
     """Inside a traced question (:data:`ASKED`), sets :data:`runtime.lm.CALLER` around each predictor's call, so
-    its LM calls' spans name the predictor and role (``runtime.lm.mark_span``)."""
+    its LM calls' spans name the predictor and role (``runtime.lm.mark_span``), and keeps the judges' replies."""
 
     def __init__(self):
         self.open: dict[str, tuple] = {}  # call id -> what its end undoes
@@ -250,6 +280,8 @@ class Callers(BaseCallback):
             self.open[call_id] = (asked, None, None)
         elif isinstance(instance, dspy.Predict):
             caller = asked.caller(instance)
+            if caller["role"] == "judge":
+                asked.judges.add(getattr(instance.lm or dspy.settings.lm, "model", "judge"))
             self.open[call_id] = (asked, caller, CALLER.set(caller))
 
     def on_module_end(self, call_id, outputs, exception=None):
@@ -260,6 +292,8 @@ class Callers(BaseCallback):
             asked.depth -= 1
             return
         CALLER.reset(token)
+        if caller["role"] == "judge" and isinstance(outputs, dspy.Prediction):
+            asked.replies.append(f"{caller['predictor']} replied " + ", ".join(f"{k}={v}" for k, v in outputs.items()))
 
 
 CALLERS = Callers()
