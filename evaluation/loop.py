@@ -142,8 +142,9 @@ def evaluate(program: dspy.Module, examples: list[dspy.Example], metrics: dict, 
     with ``wait`` waited for.
     ``threads`` > 1 evaluates that many examples at once (for endpoints that serve concurrent requests); each
     example's cost is metered on its own and the records come back in input order. ``traces`` (e.g.
-    ``tracking.QuestionTraces``): called per example, a context manager around its call that yields a function
-    taking the finished record.
+    ``tracking.QuestionTraces``): called per example with the program, a context manager around its call and
+    scoring that yields a function taking the finished record (only the questions this run asks: not those read
+    back from the checkpoint).
     Returns the per-example records and a summary (:func:`summarize`): mean of every metric over the records that
     have it, ``failed_examples`` (count, with ``retryable_examples`` among them when any), the error counts, mean
     ``iterations``, ``at_rest`` and ``unparsed_verdicts`` (from ``pred.trace``), cost per question (``lm_calls``, ``prompt_tokens``, ``completion_tokens``,
@@ -156,7 +157,7 @@ def evaluate(program: dspy.Module, examples: list[dspy.Example], metrics: dict, 
     limit, streak = int(env_number("RAG_ENDPOINT_ERRORS", 5)), [0]
 
     def one(example: dspy.Example) -> dict:
-        with (traces(example) if traces else nullcontext(lambda rec: None)) as finish:
+        with (traces(example, program) if traces else nullcontext(lambda rec: None)) as finish:
             with metered() as cost:
                 try:
                     pred, error, tries = _run(program, example, retries)

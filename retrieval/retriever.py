@@ -9,8 +9,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
+import mlflow
 import numpy as np
+from mlflow.entities import Document, SpanEvent, SpanType
 
 from retrieval import first_stage
 from retrieval.corpus import Corpus, Passage
@@ -97,15 +100,54 @@ class Retriever:
 
     def search_each(self, query: str, k: int, corpora: list[str] | None = None) -> dict[str, list[Passage]]:
         """Top-``k`` per selected corpus (each corpus's candidates reranked on their own)."""
-        hits = self._candidates([query], self._depth(k), self._select(corpora))[0]
-        return {name: self.reranker.rerank(query, found, k) for name, found in hits.items()}
+        names = self._select(corpora)
+
+        def each() -> list[dict[str, list[Passage]]]:
+            hits = self._candidates([query], self._depth(k), names)[0]
+            return [{name: self.reranker.rerank(query, found, k) for name, found in hits.items()}]
+        return self._traced("Retriever.search_each", [query], k, names, each,
+                            lambda hits: [p for found in hits.values() for p in found])[0]
 
     def search_many(self, queries: list[str], k: int, corpora: list[str] | None = None) -> list[list[Passage]]:
         """:meth:`search` for each query, with one encoding call and one index search per corpus for all."""
-        found = self._candidates(list(queries), self._depth(k), self._select(corpora))
-        merged = [sorted((p for hits in each.values() for p in hits), key=lambda p: -p.score) for each in found]
-        return [self.reranker.rerank(q, m[:self._depth(k)], k) for q, m in zip(queries, merged)]
+        queries, names = list(queries), self._select(corpora)
+
+        def many() -> list[list[Passage]]:
+            found = self._candidates(queries, self._depth(k), names)
+            merged = [sorted((p for hits in each.values() for p in hits), key=lambda p: -p.score) for each in found]
+            return [self.reranker.rerank(q, m[:self._depth(k)], k) for q, m in zip(queries, merged)]
+        return self._traced("Retriever.search", queries, k, names, many)
 
     def search(self, query: str, k: int, corpora: list[str] | None = None) -> list[Passage]:
         """Top-``k`` over the union of the selected corpora (all by default), best first."""
         return self.search_many([query], k, corpora)[0]
+
+    def _traced(self, name: str, queries: list[str], k: int, corpora: list[str], search: Callable[[], list],
+                passages: Callable = lambda hits: hits) -> list:
+        """``search()``, its result per query; inside a trace, one RETRIEVER span per query around it (a batch's
+        spans share its time): inputs the query, ``k`` and the corpora, outputs the query's ``passages`` as MLflow
+        documents (text; id, title, score, corpus), attributes the first stage and reranker. Outside a trace
+        nothing more is built."""
+        parent = mlflow.get_current_active_span()
+        if parent is None:
+            return search()
+        setup = {"retriever": self.config.method, "rerank": self.config.rerank, "depth": self._depth(k)}
+        spans = [mlflow.start_span_no_context(name, SpanType.RETRIEVER, parent,
+                                              inputs={"query": q, "k": k, "corpora": corpora}, attributes=setup)
+                 for q in queries]
+        try:
+            found = search()
+        except BaseException as err:
+            for span in spans:
+                span.add_event(SpanEvent.from_exception(err))
+                span.end(status="ERROR")
+            raise
+        for span, hits in zip(spans, found):
+            span.end(outputs=[document(p) for p in passages(hits)])
+        return found
+
+
+def document(p: Passage) -> dict:
+    """A passage in MLflow's retrieved-document format (what its UI and retrieval judges read)."""
+    return Document(page_content=p.text, metadata={"id": p.id, "title": p.title, "score": float(p.score),
+                                                   "corpus": p.corpus}, id=p.id).to_dict()

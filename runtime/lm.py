@@ -36,8 +36,11 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import dspy
+import mlflow
 from dspy.utils.exceptions import (AdapterParseError, ContextWindowExceededError, LMAuthError, LMBillingError,
                                    LMRateLimitError, LMServerError, LMTimeoutError, LMTransportError)
+from mlflow.entities import SpanType
+from mlflow.tracing.constant import SpanAttributeKey, TokenUsageKey
 from pydantic import ValidationError
 
 from runtime import models
@@ -53,6 +56,9 @@ RECHECK_SECONDS = 0.6
 #: >0 while an evaluation retries an example, or a judge its verdict, after an unreadable reply: LM calls then bypass
 #: the cache and sample (temperature 0.7). Transient errors are retried greedily (it stays as it was).
 ATTEMPT: contextvars.ContextVar[int] = contextvars.ContextVar("lm_attempt", default=0)
+#: Whom an LM call answers, ``{"predictor": <its name in the program>, "role": <writer|planner|critic|judge>}``, set
+#: by a tracer around each predictor's call (``evaluation.tracking``): the call's trace span carries it.
+CALLER: contextvars.ContextVar[dict | None] = contextvars.ContextVar("lm_caller", default=None)
 #: The request got no model answer (DSPy wraps LiteLLM's and OpenAI's exceptions into these): connection, timeout,
 #: authentication, billing, rate limit or a server-side error. Asking again later can succeed.
 ENDPOINT_ERRORS = (LMTransportError, LMTimeoutError, LMAuthError, LMBillingError, LMRateLimitError, LMServerError)
@@ -416,6 +422,32 @@ class ProjectLM(dspy.LM):
             except Exception:
                 if self.server is None or not self.server.recover(generation):
                     raise
+
+    def update_history(self, entry):
+        """Record the call (DSPy's history) and, inside a trace, mark its span (:func:`mark_span`)."""
+        super().update_history(entry)
+        mark_span(entry)
+
+
+#: MLflow's span types of an LM call (DSPy's autologging picks one by the LM's ``model_type``).
+LM_SPANS = (SpanType.CHAT_MODEL, SpanType.LLM)
+
+
+def mark_span(entry: dict) -> None:
+    """Put on the LM call's active trace span (DSPy's autologging opens it around the call; none outside a trace)
+    whom it answered (:data:`CALLER`), its tokens as the reply reports them (a cached reply: its first call's) as
+    ``prompt_tokens`` / ``completion_tokens`` and as MLflow's token usage (which the UI sums per trace), and its
+    ``seconds`` so far (the reply read, not yet parsed)."""
+    span = mlflow.get_current_active_span()
+    if span is None or span.span_type not in LM_SPANS:
+        return
+    usage = entry.get("usage") or {}
+    prompt, completion = int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0)
+    span.set_attributes({**(CALLER.get() or {}), "prompt_tokens": prompt, "completion_tokens": completion,
+                         "seconds": round((time.time_ns() - span.start_time_ns) / 1e9, 4),
+                         SpanAttributeKey.CHAT_USAGE: {TokenUsageKey.INPUT_TOKENS: prompt,
+                                                       TokenUsageKey.OUTPUT_TOKENS: completion,
+                                                       TokenUsageKey.TOTAL_TOKENS: prompt + completion}})
 
 
 def server_env() -> dict[str, str]:

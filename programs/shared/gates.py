@@ -8,17 +8,25 @@ state and its trace entry. A method calls its gate and reads the :class:`Ruling`
   ``optimizers.calibration``, saved with the program) that also knows its asking and its oracle role.
 - :class:`LabelGate` is the two-label decision on one output field (a sufficiency verdict, a stop, an error
   verdict).
+
+Inside an MLflow trace each decision is a ``GATE`` span (:meth:`DecisionGate.span`) saying how it was asked, the
+gate's thresholds and whether it is at rest, and for a label gate the probability read and the label decided.
 """
 from __future__ import annotations
 
-from typing import Callable, NamedTuple, Sequence
+from contextlib import contextmanager
+from typing import Callable, Iterator, NamedTuple, Sequence
 
 import dspy
+import mlflow
 
 from decoding.constrained import constrained_config
 from decoding.decisions import (AT_REST, ONE_CLASS, PARSE_ERRORS, REST, Gate, check_mode, decide, record,
                                 written_label)
 from programs.shared.oracle import oracle as oracle_labels
+
+#: The span type of a gate's decision in a trace (MLflow takes a type of one's own beside its ``SpanType``s).
+GATE_SPAN = "GATE"
 
 
 class Asking:
@@ -77,11 +85,32 @@ class DecisionGate(Gate):
         self.asking = mode if isinstance(mode, Asking) else Asking(mode)
         self.roles, self.role = frozenset(roles), role
 
-    def asked(self, *args, **kwargs):
-        """The decision read as the mode says (a subclass without a ``fused`` reading reads it as ``scored``)."""
-        reading = "fused" if self.asking.fuses and hasattr(self, "fused") else \
+    @property
+    def reading(self) -> str:
+        """The reading the mode asks for (a subclass without a ``fused`` reading reads it as ``scored``)."""
+        return "fused" if self.asking.fuses and hasattr(self, "fused") else \
             "scored" if self.asking.scored else "written"
-        return getattr(self, reading)(*args, **kwargs)
+
+    def asked(self, *args, **kwargs):
+        """The decision read as the mode says, in a :meth:`span` whose outputs are what the reading returned."""
+        with self.span(type(self).__name__) as span:
+            result = getattr(self, self.reading)(*args, **kwargs)
+            if span is not None:
+                span.set_outputs(result)
+            return result
+
+    @contextmanager
+    def span(self, name: str) -> Iterator:
+        """Inside a trace, a :data:`GATE_SPAN` around one decision, its attributes how it is asked (``asked``: the
+        oracle, or the mode and its ``reading``), the gate's ``kind``, thresholds and ``at_rest``; None outside a
+        trace (nothing is built)."""
+        if mlflow.get_current_active_span() is None:
+            yield None
+            return
+        asked = {"asked": "oracle"} if self.from_gold else {"asked": self.asking.mode, "reading": self.reading}
+        with mlflow.start_span(name, span_type=GATE_SPAN, attributes={
+                **asked, "kind": self.kind, **self.thresholds, "at_rest": self.at_rest}) as span:
+            yield span
 
     @property
     def from_gold(self) -> bool:
@@ -117,6 +146,13 @@ class Ruling(NamedTuple):
         return {**({name: self.prob} if self.prob is not None else {}),
                 **({"decided": self.decided} if self.decided else {})}
 
+    def attributes(self) -> dict:
+        """What a decision's span shows of the ruling: the ``label`` (``unreadable`` when none), the ``probability``
+        read, what ``decided`` it without a probability, whether the LM was ``called`` and its unreadable replies."""
+        return {"label": self.label or "unreadable", "called": self.called, "failures": self.failures,
+                **({"probability": self.prob} if self.prob is not None else {}),
+                **({"decided": self.decided} if self.decided else {})}
+
 
 class LabelGate(DecisionGate):
     """A decision between ``labels`` (the first one positive) on output field ``field`` of ``predictor``.
@@ -148,7 +184,15 @@ class LabelGate(DecisionGate):
 
     def __call__(self, inputs: dict, gold=None, passages=(), answer: str | None = None) -> Ruling:
         """Decide on the predictor's ``inputs``: ``gold`` is what the oracle judges, ``passages`` / ``answer`` what
-        a recorded probability is about."""
+        a recorded probability is about. Inside a trace the decision is a span ``LabelGate.<field>``
+        (:meth:`~DecisionGate.span`) with the ruling's :meth:`~Ruling.attributes`."""
+        with self.span(f"{type(self).__name__}.{self.field}") as span:
+            ruling = self.rule(inputs, gold, passages, answer)
+            if span is not None:
+                span.set_attributes(ruling.attributes())
+            return ruling
+
+    def rule(self, inputs: dict, gold, passages, answer: str | None) -> Ruling:
         truth = self.gold(gold) if self.from_gold else None
         if truth is not None:
             label = self.rest_label if truth else next(x for x in self.labels if x != self.rest_label)
@@ -161,7 +205,7 @@ class LabelGate(DecisionGate):
     def ask(self, passages, answer, inputs: dict) -> Ruling:
         if self.rests and self.at_rest:
             return Ruling(self.rest_label, dspy.Prediction(**{self.field: self.rest_label}), decided=REST)
-        return self.asked(inputs, passages=passages, answer=answer)
+        return getattr(self, self.reading)(inputs, passages=passages, answer=answer)
 
     def read(self, out: dspy.Prediction, label: str | None = None) -> str | None:
         if self.parse is not None:
