@@ -50,9 +50,9 @@ class Session:
 
     @property
     def config(self) -> dict:
-        """The settings the run passes to programs (``registry.SETTINGS``), ``--max-chars`` resolved; a sparse one
-        is left out at its default."""
-        values = self.args.of(registry.SETTINGS) | {"max_chars": self.max_chars}
+        """The settings the run passes to programs (``registry.SETTINGS``); a sparse one is left out at its default.
+        ``max_chars`` None is whole passages."""
+        values = self.args.of(registry.SETTINGS)
         return {s.name: values[s.name] for s in registry.SETTINGS if not (s.sparse and values[s.name] == s.default)}
 
     @property
@@ -72,14 +72,6 @@ class Session:
         if "oracle" in config:
             config["oracle"] = self.oracle(program_name)
         return programs.accepted_config(program_name, config)
-
-    @property
-    def max_chars(self) -> int | None:
-        """Characters of each passage shown to the LM: ``--max-chars``, else 600, else (XRAG) the whole passage --
-        a cut would drop the gold span of 10-21% of XQuAD items; the prompt tokens it costs are logged per cell."""
-        if self.args.max_chars is not None:
-            return self.args.max_chars
-        return None if self.bundle.task == "xrag" else registry.MAX_CHARS_SHOWN
 
     @property
     def groups(self) -> tuple[str, ...]:

@@ -24,9 +24,6 @@ from programs.shared.oracle import ROLES
 from retrieval.settings import RERANK
 from runtime.settings import Setting
 
-#: Characters of each passage shown to the LM where ``--max-chars`` is not given (XRAG datasets: whole passages).
-MAX_CHARS_SHOWN = 600
-
 # The settings a run passes to programs, each with its command-line default; None: each method's own (``at``).
 K = Setting("k", int, 5, "passages per search", 1, 100)
 LOOPS = Setting("loops", int, None, "loop budget for iterative programs", 0, 50)
@@ -40,8 +37,9 @@ SEARCH_RERANK = Setting("search_rerank", str, None, "par2: the program's own rer
 SEARCH_DEPTH = Setting("search_depth", int, None, "par2: candidates per search for --search-rerank", 1, 1000)
 ROUNDS = Setting("rounds", int, None, "rag_critic, self_refine: critique/correct rounds at most, each stopping early "
                  "once judged correct", 1, 10)
-MAX_CHARS = Setting("max_chars", int, None, f"characters of each passage shown to the LM (default: {MAX_CHARS_SHOWN}; "
-                    "XRAG datasets: whole passages, so the oracle holds the answer)", 1, 10**6, none_ok=True)
+MAX_CHARS = Setting("max_chars", int, None, "cut each passage shown to the LM after this many characters, at a word "
+                    "boundary (default: whole passages; a cut can drop the sentence that holds the answer)", 1, 10**6,
+                    none_ok=True)
 LEDGER_TO_WRITER = Setting("ledger_to_writer", bool, False, "seal: also show the final writer the verified ledger "
                            "facts (default: passages only)", sparse=True)
 DECISIONS = Setting("decisions", str, "generate", "gates and filters (CRAG's grade, Self-RAG's reflection, SEAL's and "

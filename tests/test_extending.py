@@ -40,7 +40,7 @@ class EchoRAG(dspy.Module):
     ROLES = {"keep": "critic"}  # predictor-name prefix -> role (runtime.roles); the rest are writers
     ORACLE_ROLES = ("relevance",)  # the decisions --oracle may answer from gold labels
 
-    def __init__(self, search: Retriever, k: int = 3, max_chars: int = 600, decisions: str = "generate",
+    def __init__(self, search: Retriever, k: int = 3, max_chars: int | None = None, decisions: str = "generate",
                  oracle: str = "", mc: MCScoring | None = None):
         super().__init__()
         self.oracle = check_roles(oracle, self.ORACLE_ROLES, "echo_rag")

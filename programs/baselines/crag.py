@@ -47,7 +47,7 @@ def action(grades: list[str]) -> str:
     return "incorrect" if grades and all(g == "incorrect" for g in grades) else "ambiguous"
 
 
-def refine(passage: Passage, terms: set[str], max_chars: int) -> Passage:
+def refine(passage: Passage, terms: set[str], max_chars: int | None) -> Passage:
     """Decompose-then-recompose: the passage with only the sentence strips (of the text a prompt shows) that share
     a content word with ``terms``; the first strip when none does."""
     strips = sentences(passage.clip(max_chars).removesuffix(" …"))
@@ -113,7 +113,7 @@ class CRAG(dspy.Module):
     ROLES = {"grade": "critic", "grade_relevance": "critic", "rewrite": "planner"}
     ORACLE_ROLES = ("relevance",)
 
-    def __init__(self, search: Retriever, k: int = 3, loops: int = 1, max_chars: int = 600,
+    def __init__(self, search: Retriever, k: int = 3, loops: int = 1, max_chars: int | None = None,
                  max_query_words: int = 12, stuck_jaccard: float = 0.7, decisions: str = "generate",
                  oracle: str = "", mc: MCScoring | None = None):
         super().__init__()

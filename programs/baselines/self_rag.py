@@ -100,8 +100,9 @@ class SelfRAG(dspy.Module):
 
     ROLES = {"critic": "critic"}
 
-    def __init__(self, search: Retriever, k: int = 3, loops: int = 3, max_chars: int = 600, min_usefulness: int = 4,
-                 stuck_jaccard: float = 0.7, decisions: str = "generate", mc: MCScoring | None = None):
+    def __init__(self, search: Retriever, k: int = 3, loops: int = 3, max_chars: int | None = None,
+                 min_usefulness: int = 4, stuck_jaccard: float = 0.7, decisions: str = "generate",
+                 mc: MCScoring | None = None):
         super().__init__()
         self.search, self.k, self.loops, self.max_chars = search, k, loops, max_chars
         self.stuck_jaccard = stuck_jaccard

@@ -114,7 +114,7 @@ def interleave(lists: list[list[Passage]]) -> list[Passage]:
     return dedup([p for p in flatten.from_iterable(zip_longest(*lists)) if p is not None])
 
 
-def within_budget(ranked: list[Passage], budget: int, max_chars: int) -> list[Passage]:
+def within_budget(ranked: list[Passage], budget: int, max_chars: int | None) -> list[Passage]:
     """The leading passages of ``ranked`` whose prompt text fits ``budget`` tokens (estimated, see
     :func:`approx_tokens`); the first passage always."""
     shown, used = [], 0
@@ -176,7 +176,7 @@ class PAR2(dspy.Module):
 
     def __init__(self, search: Retriever, k: int = 5, loops: int = 5, subqueries: int = 5,
                  search_rerank: str = "none", search_depth: int = 20, context_tokens: int = 3000,
-                 max_chars: int = 600, anchor: bool = True, chain: bool = True, decisions: str = "generate",
+                 max_chars: int | None = None, anchor: bool = True, chain: bool = True, decisions: str = "generate",
                  oracle: str = "", mc: MCScoring | None = None):
         super().__init__()
         self.oracle = check_roles(oracle, self.oracle_roles(chain=chain), "par2" if chain else "par2_anchor")

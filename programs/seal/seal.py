@@ -88,7 +88,8 @@ def support(head: str, relation: str, tail: str, title: str, text: str) -> str |
     return None
 
 
-def verbatim_facts(lines: list[str], passage: Passage, cap: int, max_chars: int = 600) -> tuple[list[Fact], int]:
+def verbatim_facts(lines: list[str], passage: Passage, cap: int,
+                   max_chars: int | None = None) -> tuple[list[Fact], int]:
     """The first ``cap`` distinct facts of ``lines`` ('head | relation | tail') grounded in one sentence of the
     text the extractor saw (``passage.format(max_chars)``), each with that sentence, and the number of lines
     rejected: malformed, a head or tail with no content word, or no sentence that grounds it (see :func:`support`)."""
@@ -250,8 +251,8 @@ class SEAL(dspy.Module):
     ROLES = {"extract": "critic", "assess": "critic", "gap": "planner", "micro_query": "planner"}
     ORACLE_ROLES = ("sufficiency", "gap")
 
-    def __init__(self, search: Retriever, k: int = 3, loops: int = 3, max_chars: int = 600, max_triples: int = 10,
-                 max_facts: int = 30, min_coverage: float = 0.75, min_answerability: float = 0.7,
+    def __init__(self, search: Retriever, k: int = 3, loops: int = 3, max_chars: int | None = None,
+                 max_triples: int = 10, max_facts: int = 30, min_coverage: float = 0.75, min_answerability: float = 0.7,
                  stuck_jaccard: float = 0.7, max_query_words: int = 12, ledger_to_writer: bool = False,
                  decisions: str = "generate", oracle: str = "", mc: MCScoring | None = None):
         super().__init__()

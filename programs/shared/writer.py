@@ -67,7 +67,7 @@ class Writer(dspy.Module):
     or from the option-letter probabilities of the LM, optionally debiased. A program passes its own ``mc`` (a
     constructor argument, :func:`programs.build`) to every writer it builds, so they all share it."""
 
-    def __init__(self, use_passages: bool = True, reasoning: bool = False, max_chars: int = 600,
+    def __init__(self, use_passages: bool = True, reasoning: bool = False, max_chars: int | None = None,
                  mc: MCScoring | None = None):
         super().__init__()
         step = dspy.ChainOfThought if reasoning else dspy.Predict
