@@ -242,11 +242,14 @@ def check_data(args: Settings, task: str, splits: datasets.Splits) -> None:
 def session(args: Settings, needs_search: bool) -> Session:
     """Resolve every setting into ready objects, turning bad input into a one-line error before anything starts:
     settings (:func:`check_args`), then the data and the settings against it (:func:`check_data`), then LMs and
-    retriever. The split sizes left out become the dataset's (``args`` then holds the split it ran)."""
+    retriever. The split sizes left out become the dataset's (``args`` then holds the split it ran), and ``--k`` left
+    out becomes ``--program``'s own."""
     signal.signal(signal.SIGTERM, on_sigterm)
     if args.dataset is None:
         args.dataset = programs.spec(args.program).default_dataset if args.program else "demo"
     check_args(args, [args.program] if args.program else [])
+    if args.program:  # args then holds the k the program runs at (recall@k, params, checkpoint key)
+        args.k = programs.run_k(args.program, args.k)
     try:
         bundle = sources.load(args.dataset, args.data_dir, args.corpus, args.leave_question_out, args.max_docs)
         args.train, args.dev, args.test = data_settings.split_sizes(args.dataset, args.train, args.dev, args.test)

@@ -25,7 +25,7 @@ from retrieval.settings import RERANK
 from runtime.settings import Setting
 
 # The settings a run passes to programs, each with its command-line default; None: each method's own (``at``).
-K = Setting("k", int, 5, "passages per search", 1, 100)
+K = Setting("k", int, None, "passages per search", 1, 100)
 LOOPS = Setting("loops", int, None, "loop budget for iterative programs", 0, 50)
 SUBQUERIES = Setting("subqueries", int, None, "par2: sub-queries m the planner writes", 1, 50)
 CONTEXT_TOKENS = Setting("context_tokens", int, None, "par2: estimated tokens of passage text the writer and the "
@@ -56,22 +56,22 @@ ORACLE = Setting("oracle", str, "", "replace a role's decisions by the question'
 SETTINGS = (K, LOOPS, SUBQUERIES, CONTEXT_TOKENS, SEARCH_RERANK, SEARCH_DEPTH, ROUNDS, MAX_CHARS, LEDGER_TO_WRITER,
             DECISIONS, ORACLE)
 
-#: What each program class takes of :data:`SETTINGS`, at its method's defaults (its paper's: PAR2's H = m = 5; a
-#: run's ``--k`` is given to every program).
+#: What each program class takes of :data:`SETTINGS`, at its method's defaults (its paper's: SEAL's k = 3, PAR2's
+#: H = m = 5); a flag given on the command line (``--k 5``) overrides them for every program.
 TAKES: dict[type, tuple[Setting, ...]] = {
     Direct: (),
-    RAG: (K, MAX_CHARS),
-    MultilingualRAG: (K, MAX_CHARS),
-    CORAL: (K, LOOPS.at(3, low=1), MAX_CHARS, DECISIONS, ORACLE),
+    RAG: (K.at(5), MAX_CHARS),
+    MultilingualRAG: (K.at(5), MAX_CHARS),
+    CORAL: (K.at(5), LOOPS.at(3, low=1), MAX_CHARS, DECISIONS, ORACLE),
     SEAL: (K.at(3), LOOPS.at(3), MAX_CHARS, LEDGER_TO_WRITER, DECISIONS, ORACLE),
     SelfRAG: (K.at(3), LOOPS.at(3), MAX_CHARS, DECISIONS),
     CRAG: (K.at(3), LOOPS.at(3), MAX_CHARS, DECISIONS, ORACLE),
-    PAR2: (K, LOOPS.at(5, low=1), SUBQUERIES.at(5), SEARCH_RERANK.at("none"), SEARCH_DEPTH.at(20),
+    PAR2: (K.at(5), LOOPS.at(5, low=1), SUBQUERIES.at(5), SEARCH_RERANK.at("none"), SEARCH_DEPTH.at(20),
            CONTEXT_TOKENS.at(3000), MAX_CHARS, DECISIONS, ORACLE),
-    ReAct: (K, LOOPS.at(3), MAX_CHARS),
-    IRCoT: (K, LOOPS.at(3), MAX_CHARS),
-    RAGCritic: (K, MAX_CHARS, ROUNDS.at(1), DECISIONS, ORACLE),
-    SelfRefine: (K, MAX_CHARS, ROUNDS.at(3), DECISIONS, ORACLE),
+    ReAct: (K.at(5), LOOPS.at(3), MAX_CHARS),
+    IRCoT: (K.at(5), LOOPS.at(3), MAX_CHARS),
+    RAGCritic: (K.at(5), MAX_CHARS, ROUNDS.at(1), DECISIONS, ORACLE),
+    SelfRefine: (K.at(5), MAX_CHARS, ROUNDS.at(3), DECISIONS, ORACLE),
 }
 
 
@@ -196,6 +196,12 @@ def accepted_config(name: str, config: dict) -> dict:
     taken = spec(name).settings
     return {k: taken[k].default if v is None and not taken[k].none_ok else v
             for k, v in config.items() if k in taken}
+
+
+def run_k(name: str, k: int | None) -> int | None:
+    """The k program ``name`` runs at: ``k`` (``--k``) when given, else its method's own; ``k`` as given for a
+    program that takes none."""
+    return accepted_config(name, {K.name: k}).get(K.name, k)
 
 
 def build(name: str, search=None, mc: MCScoring | None = None, **config) -> dspy.Module:
