@@ -153,10 +153,13 @@ class Gap:
 
 def failed_criteria(verdict, min_coverage: float, min_answerability: float,
                     sufficient: bool | None = None) -> list[str]:
-    """The sufficiency criteria an assessment fails; empty means sufficient (every criterion must hold).
-    ``sufficient``: the verdict as decided from its probability (default: as written)."""
+    """The sufficiency criteria an assessment fails; empty means sufficient (every criterion must hold, as in the
+    paper, whose gate counts corroborating sources against a threshold and flags contradictions: key facts stated by
+    a single source fail ``corroboration``, conflicting ones ``contradiction``). ``sufficient``: the verdict as
+    decided from its probability (default: as written)."""
     checks = {"coverage": verdict.coverage >= min_coverage,
               "bridge": verdict.bridge != "missing",
+              "corroboration": verdict.corroboration != "single_source",
               "contradiction": verdict.corroboration != "contradicted",
               "answerability": verdict.answerability >= min_answerability,
               "verdict": bool(verdict.sufficient) if sufficient is None else sufficient}
