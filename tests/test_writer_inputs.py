@@ -1,6 +1,6 @@
-"""What the writers of the evidence programs are shown at a run's default settings (issue 61, item 4): whole
-passages, cut only when ``--max-chars`` asks. Programs are built as a run builds them (flags parsed, the session's
-config) and run on a routed DummyLM."""
+"""What the writers of the evidence programs are shown at a run's default settings (issue 61, items 4 and 6c): whole
+passages, cut only when ``--max-chars`` asks, and the question's language, as ``rag``'s writer is told it. Programs
+are built as a run builds them (flags parsed, the session's config) and run on a routed DummyLM."""
 from types import SimpleNamespace
 
 import pytest
@@ -8,6 +8,7 @@ import pytest
 import programs
 from experiments import cli, sessions
 from retrieval.corpus import Passage
+from runtime.language import language_name
 from tests.dummies import routed
 from tests.test_rag_critic import CORRECT, FIXTURES
 
@@ -63,3 +64,10 @@ def test_a_long_gold_passage_reaches_the_writer_whole_unless_a_cut_is_asked(name
     for prompt in writer_prompts(name, "--max-chars", "600"):
         assert LONG[:300] in prompt and ANSWER_SENTENCE not in prompt
 
+
+@pytest.mark.parametrize("name", ["par2", "seal", "rag_cited", "self_rag", "crag", "cot"])
+def test_the_writer_is_told_the_questions_language_as_rags_is(name):
+    told = f"[[ ## answer_language ## ]]\n{language_name('de')}"
+    assert all(told in prompt for prompt in writer_prompts("rag", lang="de"))
+    assert all(told in prompt for prompt in writer_prompts(name, lang="de"))
+    assert not any("answer_language" in prompt for prompt in writer_prompts(name))

@@ -108,7 +108,7 @@ class GradeGate(DecisionGate):
 class CRAG(dspy.Module):
     """Grade the top-k, then keep, refine or re-search with a rewritten query; at most ``loops`` re-searches.
 
-    ``lang`` (passed by multilingual datasets) is accepted and unused."""
+    ``lang`` (the question's language, passed by multilingual datasets) asks the writer for the answer in it."""
 
     ROLES = {"grade": "critic", "grade_relevance": "critic", "rewrite": "planner"}
     ORACLE_ROLES = ("relevance",)
@@ -163,7 +163,7 @@ class CRAG(dspy.Module):
         passages = sorted(passages, key=lambda p: GRADES.index(grades.get(p.id, "ambiguous")))
         terms = set().union(*map(content_words, queries))
         out = self.writer(question=question, passages=[refine(p, terms, self.max_chars) for p in passages],
-                          options=options)
+                          options=options, lang=lang)
         trace = {"iterations": len(queries) - 1, "queries": queries, "stop_reason": stop, "actions": actions,
                  "grades": [grades.get(p.id) for p in passages], "parse_failures": failures}
         return dspy.Prediction(answer=out.answer, passages=passages, trace=trace, queries=queries,

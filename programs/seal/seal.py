@@ -248,8 +248,8 @@ class SEAL(dspy.Module):
 
     ``ledger_to_writer`` also shows the final writer the verified facts (off by default, so the writer sees what
     every baseline's writer sees: the final k passages; then passages that only the writer would read are not
-    extracted, and ``loops=0`` is exactly ``rag``). ``lang`` (passed by multilingual datasets) is accepted
-    and unused."""
+    extracted, and ``loops=0`` is exactly ``rag_cited``). ``lang`` (the question's language, passed by
+    multilingual datasets) asks the writer for the answer in it, as ``rag`` does."""
 
     ROLES = {"extract": "critic", "assess": "critic", "gap": "planner", "micro_query": "planner"}
     ORACLE_ROLES = ("sufficiency", "gap")
@@ -315,7 +315,7 @@ class SEAL(dspy.Module):
             run.loops_used += 1
         facts = run.ledger.shown(question, [p.title for p in evidence], self.max_facts) if self.ledger_to_writer \
             else ()
-        out = self.writer(question=question, passages=evidence, options=options, facts=facts)
+        out = self.writer(question=question, passages=evidence, options=options, facts=facts, lang=lang)
         trace = run.trace(stop)
         return dspy.Prediction(answer=out.answer, passages=evidence, trace=trace, ledger=trace["ledger"],
                                queries=trace["queries"], loops_used=run.loops_used, stop_reason=stop,
