@@ -55,7 +55,8 @@ def add_flags(p: argparse.ArgumentParser, settings) -> None:
     """The flags of ``settings`` as declared: type, default, range or choices, help; a method's own defaults are
     named in the help where the flag has none (``registry.defaults``)."""
     for s in settings:
-        own = f" (the method's own: {registry.defaults(s)})" if s.default is None and s in registry.SETTINGS else ""
+        own = (f" (the method's own: {registry.defaults(s)})"
+               if s.default is None and not s.none_ok and s in registry.SETTINGS else "")
         if s.kind is bool:
             p.add_argument(s.flag, action=argparse.BooleanOptionalAction, default=s.default, help=s.help)
         elif s.among:

@@ -50,9 +50,9 @@ class Session:
 
     @property
     def config(self) -> dict:
-        """The settings the run passes to programs (``registry.SETTINGS``), ``--max-chars`` resolved; a sparse one
-        is left out at its default."""
-        values = self.args.of(registry.SETTINGS) | {"max_chars": self.max_chars}
+        """The settings the run passes to programs (``registry.SETTINGS``); a sparse one is left out at its default.
+        ``max_chars`` None is whole passages."""
+        values = self.args.of(registry.SETTINGS)
         return {s.name: values[s.name] for s in registry.SETTINGS if not (s.sparse and values[s.name] == s.default)}
 
     @property
@@ -72,14 +72,6 @@ class Session:
         if "oracle" in config:
             config["oracle"] = self.oracle(program_name)
         return programs.accepted_config(program_name, config)
-
-    @property
-    def max_chars(self) -> int | None:
-        """Characters of each passage shown to the LM: ``--max-chars``, else 600, else (XRAG) the whole passage --
-        a cut would drop the gold span of 10-21% of XQuAD items; the prompt tokens it costs are logged per cell."""
-        if self.args.max_chars is not None:
-            return self.args.max_chars
-        return None if self.bundle.task == "xrag" else registry.MAX_CHARS_SHOWN
 
     @property
     def groups(self) -> tuple[str, ...]:
@@ -250,11 +242,14 @@ def check_data(args: Settings, task: str, splits: datasets.Splits) -> None:
 def session(args: Settings, needs_search: bool) -> Session:
     """Resolve every setting into ready objects, turning bad input into a one-line error before anything starts:
     settings (:func:`check_args`), then the data and the settings against it (:func:`check_data`), then LMs and
-    retriever. The split sizes left out become the dataset's (``args`` then holds the split it ran)."""
+    retriever. The split sizes left out become the dataset's (``args`` then holds the split it ran), and ``--k`` left
+    out becomes ``--program``'s own."""
     signal.signal(signal.SIGTERM, on_sigterm)
     if args.dataset is None:
         args.dataset = programs.spec(args.program).default_dataset if args.program else "demo"
     check_args(args, [args.program] if args.program else [])
+    if args.program:  # args then holds the k the program runs at (recall@k, params, checkpoint key)
+        args.k = programs.run_k(args.program, args.k)
     try:
         bundle = sources.load(args.dataset, args.data_dir, args.corpus, args.leave_question_out, args.max_docs)
         if needs_search and not args.no_retrieval:

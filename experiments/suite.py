@@ -1,7 +1,10 @@
 """Suites: every method with its paper baselines on its benchmarks, one MLflow parent run, one child run per cell.
 
 A suite is data: :class:`Entry` (method, baselines, datasets, optional grid of ``k``/``loops`` values). Adding a
-program to the comparison is one ``Entry`` line in ``SUITES``. ``python evaluate.py --suite paper --test 30`` runs
+program to the comparison is one ``Entry`` line in ``SUITES``. The arms of one entry run at the same k: ``--k``
+when given, else the grid's, else the method's own, so a baseline runs at its method's k (in SEAL's entry
+``rag_cited`` runs at SEAL's k = 3, its cell named ``rag_cited_k3``; a cell names k only where it is not the
+program's own). ``python evaluate.py --suite paper --test 30`` runs
 every (program, dataset[, grid point]) cell on the same seeded split with the same LMs and embedder, each cell
 checkpointed per example (an interrupted suite re-run makes no repeated LM calls), then logs the leaderboard
 (``evaluation.leaderboard``) and plots to the parent run. ``--ray [ADDRESS]`` runs the cells as Ray tasks.
@@ -109,14 +112,22 @@ def cell(program: str, dataset: str, point: dict, oracle: str = "") -> Cell:
     return Cell(program, dataset, tuple(sorted(programs.accepted_config(program, point).items())), oracle=roles)
 
 
-def plan(suite: tuple[Entry, ...], only_datasets=None, only_methods=None,
-         oracle: str = "") -> tuple[list[Cell], list[tuple]]:
+def at_k(program: str, point: dict, k: int | None) -> dict:
+    """Grid ``point`` for ``program`` with the entry's ``k`` (None: --k or the grid sets it) where that is not the
+    program's own k."""
+    return point | {"k": k} if k is not None and programs.run_k(program, None) not in (None, k) else point
+
+
+def plan(suite: tuple[Entry, ...], only_datasets=None, only_methods=None, oracle: str = "",
+         k: int | None = None) -> tuple[list[Cell], list[tuple]]:
     """The distinct cells to run (in suite order) and the (dataset, method cell, baseline cell) pairs to test;
-    ``oracle``: the ``--oracle`` roles, which mark the cells of programs that have them."""
+    ``oracle``: the ``--oracle`` roles, which mark the cells of programs that have them; ``k``: ``--k`` (None: the
+    grid's, else each entry's method's own, for its baselines too)."""
     cells, pairs = {}, []
     for entry in suite:
         if only_methods and entry.method not in only_methods:
             continue
+        shared = programs.run_k(entry.method, None) if k is None and "k" not in entry.grid else None
         for dataset in entry.datasets:
             if only_datasets and dataset not in only_datasets:
                 continue
@@ -124,7 +135,7 @@ def plan(suite: tuple[Entry, ...], only_datasets=None, only_methods=None,
                 method = cell(entry.method, dataset, point, oracle)
                 cells.setdefault(method, None)
                 for baseline in entry.baselines:
-                    base = cell(baseline, dataset, point, oracle)
+                    base = cell(baseline, dataset, at_k(baseline, point, shared), oracle)
                     cells.setdefault(base, None)
                     if (dataset, method, base) not in pairs:
                         pairs.append((dataset, method, base))
@@ -132,10 +143,12 @@ def plan(suite: tuple[Entry, ...], only_datasets=None, only_methods=None,
 
 
 def cell_session(base: Session, cell: Cell) -> Session:
-    """The dataset's session with the cell's grid values in place of ``--k``/``--loops``."""
+    """The dataset's session with the cell's grid values in place of ``--k``/``--loops``, and the k the cell's
+    program runs at in ``args.k`` (recall@k, params, checkpoint key)."""
     args = copy.copy(base.args)
     for key, value in cell.config:
         setattr(args, key, value)
+    args.k = programs.run_k(cell.program, args.k)
     return replace(base, args=args)
 
 
@@ -214,7 +227,7 @@ def run_suite(args: Settings, hook=None, custom: tuple[Entry, ...] | None = None
     ``report(results, sessions) -> markdown`` (a script's own diagnostics; ``sessions`` by dataset, empty under
     Ray) runs inside the parent run and is logged as report.md."""
     suite = custom or entries(args.suite, args.dataset)
-    cells, pairs = plan(suite, args.datasets, args.methods, args.oracle)
+    cells, pairs = plan(suite, args.datasets, args.methods, args.oracle, args.k)
     if not cells:
         fail(f"suite '{args.suite}' has no cell for --datasets {args.datasets} / --methods {args.methods}")
     cli.check_args(args, list(dict.fromkeys(c.program for c in cells)))

@@ -26,11 +26,8 @@ from programs.shared.oracle import ROLES
 from retrieval.settings import RERANK
 from runtime.settings import Setting
 
-#: Characters of each passage shown to the LM where ``--max-chars`` is not given (XRAG datasets: whole passages).
-MAX_CHARS_SHOWN = 600
-
 # The settings a run passes to programs, each with its command-line default; None: each method's own (``at``).
-K = Setting("k", int, 5, "passages per search", 1, 100)
+K = Setting("k", int, None, "passages per search", 1, 100)
 LOOPS = Setting("loops", int, None, "loop budget for iterative programs", 0, 50)
 SUBQUERIES = Setting("subqueries", int, None, "par2: sub-queries m the planner writes", 1, 50)
 CONTEXT_TOKENS = Setting("context_tokens", int, None, "par2: estimated tokens of passage text the writer and the "
@@ -42,8 +39,9 @@ SEARCH_RERANK = Setting("search_rerank", str, None, "par2: the program's own rer
 SEARCH_DEPTH = Setting("search_depth", int, None, "par2: candidates per search for --search-rerank", 1, 1000)
 ROUNDS = Setting("rounds", int, None, "rag_critic, self_refine, metarag: critique/correct rounds at most, each "
                  "stopping early once judged correct", 1, 10)
-MAX_CHARS = Setting("max_chars", int, None, f"characters of each passage shown to the LM (default: {MAX_CHARS_SHOWN}; "
-                    "XRAG datasets: whole passages, so the oracle holds the answer)", 1, 10**6, none_ok=True)
+MAX_CHARS = Setting("max_chars", int, None, "cut each passage shown to the LM after this many characters, at a word "
+                    "boundary (default: whole passages; a cut can drop the sentence that holds the answer)", 1, 10**6,
+                    none_ok=True)
 LEDGER_TO_WRITER = Setting("ledger_to_writer", bool, False, "seal: also show the final writer the verified ledger "
                            "facts (default: passages only)", sparse=True)
 DECISIONS = Setting("decisions", str, "generate", "gates and filters (CRAG's grade, Self-RAG's reflection, SEAL's and "
@@ -60,24 +58,24 @@ ORACLE = Setting("oracle", str, "", "replace a role's decisions by the question'
 SETTINGS = (K, LOOPS, SUBQUERIES, CONTEXT_TOKENS, SEARCH_RERANK, SEARCH_DEPTH, ROUNDS, MAX_CHARS, LEDGER_TO_WRITER,
             DECISIONS, ORACLE)
 
-#: What each program class takes of :data:`SETTINGS`, at its method's defaults (its paper's: PAR2's H = m = 5; a
-#: run's ``--k`` is given to every program).
+#: What each program class takes of :data:`SETTINGS`, at its method's defaults (its paper's: SEAL's k = 3, PAR2's
+#: H = m = 5); a flag given on the command line (``--k 5``) overrides them for every program.
 TAKES: dict[type, tuple[Setting, ...]] = {
     Direct: (),
-    RAG: (K, MAX_CHARS),
-    MultilingualRAG: (K, MAX_CHARS),
-    CORAL: (K, LOOPS.at(3, low=1), MAX_CHARS, DECISIONS, ORACLE),
+    RAG: (K.at(5), MAX_CHARS),
+    MultilingualRAG: (K.at(5), MAX_CHARS),
+    CORAL: (K.at(5), LOOPS.at(3, low=1), MAX_CHARS, DECISIONS, ORACLE),
     SEAL: (K.at(3), LOOPS.at(3), MAX_CHARS, LEDGER_TO_WRITER, DECISIONS, ORACLE),
     SelfRAG: (K.at(3), LOOPS.at(3), MAX_CHARS, DECISIONS),
     CRAG: (K.at(3), LOOPS.at(3), MAX_CHARS, DECISIONS, ORACLE),
-    PAR2: (K, LOOPS.at(5, low=1), SUBQUERIES.at(5), SEARCH_RERANK.at("none"), SEARCH_DEPTH.at(20),
+    PAR2: (K.at(5), LOOPS.at(5, low=1), SUBQUERIES.at(5), SEARCH_RERANK.at("none"), SEARCH_DEPTH.at(20),
            CONTEXT_TOKENS.at(3000), MAX_CHARS, DECISIONS, ORACLE),
-    ReAct: (K, LOOPS.at(3), MAX_CHARS),
-    IRCoT: (K, LOOPS.at(3), MAX_CHARS),
-    RAGCritic: (K, MAX_CHARS, ROUNDS.at(1), DECISIONS, ORACLE),
-    SelfRefine: (K, MAX_CHARS, ROUNDS.at(3), DECISIONS, ORACLE),
-    FLARE: (K, LOOPS.at(5, low=1), MAX_CHARS),
-    MetaRAG: (K, MAX_CHARS, ROUNDS.at(3), DECISIONS),
+    ReAct: (K.at(5), LOOPS.at(3), MAX_CHARS),
+    IRCoT: (K.at(5), LOOPS.at(3), MAX_CHARS),
+    RAGCritic: (K.at(5), MAX_CHARS, ROUNDS.at(1), DECISIONS, ORACLE),
+    SelfRefine: (K.at(5), MAX_CHARS, ROUNDS.at(3), DECISIONS, ORACLE),
+    FLARE: (K.at(5), LOOPS.at(5, low=1), MAX_CHARS),
+    MetaRAG: (K.at(5), MAX_CHARS, ROUNDS.at(3), DECISIONS),
 }
 
 
@@ -206,6 +204,12 @@ def accepted_config(name: str, config: dict) -> dict:
     taken = spec(name).settings
     return {k: taken[k].default if v is None and not taken[k].none_ok else v
             for k, v in config.items() if k in taken}
+
+
+def run_k(name: str, k: int | None) -> int | None:
+    """The k program ``name`` runs at: ``k`` (``--k``) when given, else its method's own; ``k`` as given for a
+    program that takes none."""
+    return accepted_config(name, {K.name: k}).get(K.name, k)
 
 
 def build(name: str, search=None, mc: MCScoring | None = None, **config) -> dspy.Module:

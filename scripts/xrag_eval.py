@@ -28,6 +28,7 @@ from dataclasses import replace
 import mlflow
 
 import data as datasets
+import programs
 from experiments import suite
 from evaluation import tracking
 from experiments.cli import interruptible
@@ -113,6 +114,7 @@ def main(argv=None) -> dict:
     p.set_defaults(split="test")
     args = p.parse_args(argv)
     args.judge, args.train, args.dev, args.test = True, 0, 0, 1
+    args.k = programs.run_k("rag", args.k)  # the open condition's top k: every program at rag's
     chosen = sample_ids(datasets.data_dir(args.data_dir), args.n, args.seed)
     summaries, results, pairs = {}, [], []
     with tracking.run(args.experiment, f"xrag-eval-n{args.n}", tags={"entry": ENTRY}) as run:

@@ -8,7 +8,7 @@ import evaluate
 import optimize
 import programs
 from experiments import cli
-from experiments import sessions
+from experiments import eval_run, sessions
 from runtime import store
 
 
@@ -121,6 +121,27 @@ def test_each_method_takes_its_own_default_budgets_and_par2_flags_reach_it_and_a
     keys = ("loops", "subqueries", "context_tokens", "search_rerank", "search_depth")
     assert {k: given["par2"][k] for k in keys} == {"loops": 2, "subqueries": 3, "context_tokens": 800,
                                                    "search_rerank": "embed", "search_depth": 40}
+
+
+def test_k_left_out_is_the_methods_own_in_the_run_its_params_and_its_checkpoint(monkeypatch):
+    """SEAL runs at its paper's k = 3 and rag at 5 without --k: the retrieval metrics are scored at that k, the run
+    logs it, and its checkpoint is the one ``--k 3`` writes (resumed with no LM call); another --k starts afresh."""
+    lm = DummyLM({"question": {"answer": "Paris"}})
+    monkeypatch.setattr(sessions, "make_lm", lambda *a, **k: lm)
+    scored_at = []
+    real = eval_run.evaluate
+    monkeypatch.setattr(eval_run, "evaluate", lambda *a, **kw: scored_at.append(kw["k"]) or real(*a, **kw))
+    argv = ["--dataset", "demo", "--split", "dev", "--train", "0", "--dev", "2", "--test", "0", "--no-trace"]
+    evaluate.main(["--program", "rag", *argv])
+    evaluate.main(["--program", "seal", *argv])
+    asked = len(lm.history)
+    evaluate.main(["--program", "seal", "--k", "3", *argv])
+    assert len(lm.history) == asked
+    evaluate.main(["--program", "seal", "--k", "2", *argv])
+    assert len(lm.history) > asked and scored_at == [5, 3, 3, 2]
+    configs = mlflow.search_runs(experiment_names=["agentic-rag"])["params.program_config"]  # newest first
+    assert ['"k": 2' in c for c in configs] == [True, False, False, False]
+    assert ['"k": 3' in c for c in configs] == [False, True, True, False]
 
 
 def test_a_larger_slice_asks_only_the_questions_a_smaller_one_did_not(monkeypatch):

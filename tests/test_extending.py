@@ -40,7 +40,7 @@ class EchoRAG(dspy.Module):
     ROLES = {"keep": "critic"}  # predictor-name prefix -> role (runtime.roles); the rest are writers
     ORACLE_ROLES = ("relevance",)  # the decisions --oracle may answer from gold labels
 
-    def __init__(self, search: Retriever, k: int = 3, max_chars: int = 600, decisions: str = "generate",
+    def __init__(self, search: Retriever, k: int = 3, max_chars: int | None = None, decisions: str = "generate",
                  oracle: str = "", mc: MCScoring | None = None):
         super().__init__()
         self.oracle = check_roles(oracle, self.ORACLE_ROLES, "echo_rag")
@@ -135,9 +135,9 @@ def test_a_registered_method_keeps_the_house_rules(echo_rag, embedder, monkeypat
 def test_evaluate_runs_the_new_method_on_the_demo_set(echo_rag):
     summary = evaluate.main(["--program", echo_rag, "--split", "test", *SIZES])
     assert summary["n"] == 2 and summary["failed_examples"] == 0 and summary["iterations"] == 1
-    assert summary["lm_calls"] == 6  # five relevance verdicts (a run gives --k, default 5, to every program), a write
+    assert summary["lm_calls"] == 4  # three relevance verdicts (--k left out: the method's own k, 3), a write
     run = mlflow.search_runs(experiment_names=["agentic-rag"]).iloc[0]
-    assert run["params.program"] == echo_rag and '"k": 5' in run["params.program_config"]
+    assert run["params.program"] == echo_rag and '"k": 3' in run["params.program_config"]
     oracle = evaluate.main(["--program", echo_rag, "--split", "test", "--oracle", "relevance", *SIZES])
     assert oracle["n"] == 2 and oracle["lm_calls"] < summary["lm_calls"]  # gold labels kept or dropped each passage
 
@@ -157,7 +157,7 @@ def test_bootstrap_compiles_the_new_method_and_its_artifact_loads_back(echo_rag,
     assert mlflow.get_run(run_id).data.params["program"] == echo_rag
     for source in (str(out), run_id):
         loaded = programs.load_compiled(source)
-        assert isinstance(loaded, EchoRAG) and loaded.k == 5 and loaded.writer.short.demos
+        assert isinstance(loaded, EchoRAG) and loaded.k == 3 and loaded.writer.short.demos
         assert set(programs.portable_state(loaded)) >= {"keep", "keep_gate", "writer.short"}
     summary = evaluate.main(["--compiled", str(out), "--split", "test", *SIZES])
     assert summary["n"] == 2 and summary["failed_examples"] == 0

@@ -201,7 +201,7 @@ def test_oracle_rows_are_marked_in_config_params_and_suite_labels_and_bad_roles_
     assert s.oracle("rag") == "" and "oracle" not in s.program_config("rag")
     assert s.oracle("coral_fixed_own") == "relevance" and s.oracle("rag_critic") == "verdict"
     cells, pairs = plan((Entry("crag", ("rag",), ("hotpotqa",)),), oracle=args.oracle)
-    assert [c.label for c in cells] == ["crag+oracle:relevance", "rag"] and pairs[0][1] is cells[0]
+    assert [c.label for c in cells] == ["crag+oracle:relevance", "rag_k3"] and pairs[0][1] is cells[0]
     for argv, message in ((["--program", "crag", "--oracle", "controller"], "crag has no such decision"),
                           (["--program", "crag", "--oracle", "critic"], "unknown --oracle role 'critic'"),
                           (["--program", "coral", "--oracle", "planner"], "needs the culture's language")):

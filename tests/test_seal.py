@@ -49,7 +49,7 @@ ASSESS, GAP, QUERY, ANSWER, CRITIC = ("`[[ ## coverage ## ]]`", "`[[ ## missing_
                                       "`[[ ## answer ## ]]`", "`[[ ## relevant ## ]]`")
 INSUFFICIENT = {"coverage": "0.5", "bridge": "missing", "corroboration": "single_source", "answerability": "0.2",
                 "sufficient": "False"}
-SUFFICIENT = {"coverage": "1.0", "bridge": "linked", "corroboration": "single_source", "answerability": "0.9",
+SUFFICIENT = {"coverage": "1.0", "bridge": "linked", "corroboration": "corroborated", "answerability": "0.9",
               "sufficient": "True"}
 FILM_FACTS = {"triples": '["Blue Fox | directed by | Ana Berg"]'}
 BERG_FACTS = {"triples": '["Ana Berg | born in | Lyon"]'}
@@ -175,6 +175,21 @@ def test_sufficiency_gate_needs_every_criterion():
     bad = dspy.Prediction(coverage=0.5, bridge="missing", corroboration="contradicted", answerability=0.2,
                           sufficient=False)
     assert failed_criteria(bad, 0.75, 0.7) == ["coverage", "bridge", "contradiction", "answerability", "verdict"]
+
+
+def test_single_source_evidence_is_not_sufficient():
+    """The paper's gate counts corroborating sources against a threshold: key facts stated by one source alone fail
+    the gate like a contradiction does, whatever the other criteria and the written verdict say."""
+    alone = dspy.Prediction(**{**SUFFICIENT, "corroboration": "single_source", "coverage": 1.0, "answerability": 0.9,
+                               "sufficient": True})
+    assert failed_criteria(alone, 0.75, 0.7) == ["corroboration"]
+    search = ScriptedSearch({"ana berg": ["Ana Berg"], Q: ["Blue Fox"]})
+    lm = routed({ANSWER: {"answer": "Lyon [1]"}, extract("Blue Fox"): FILM_FACTS, extract("Ana Berg"): BERG_FACTS,
+                 ASSESS: {**SUFFICIENT, "corroboration": "single_source"}, GAP: GAP_BERG,
+                 QUERY: {"query": "Ana Berg birthplace"}})
+    pred = SEAL(search, k=1, loops=1)(question=Q)
+    assert pred.stop_reason == "loop_budget" and pred.loops_used == 1 and calls(lm, GAP) == 1  # repaired, not stopped
+    assert pred.trace["assessments"][0]["failed"] == ["corroboration"]
 
 
 # --- the SEAL loop on DummyLM ---------------------------------------------------------------------------------

@@ -4,6 +4,7 @@ import argparse
 import math
 import os
 from dataclasses import replace
+from types import SimpleNamespace
 
 import mlflow
 import pytest
@@ -11,6 +12,7 @@ import pytest
 from evaluation import leaderboard, tracking
 
 from experiments import suite
+from experiments.sessions import Session
 from runtime import store
 
 
@@ -43,6 +45,35 @@ def test_plan_expands_grids_per_program_and_pairs_at_the_same_point():
             suite.Cell("rag", "hotpotqa", (("k", 3),))) in pairs
     only = suite.plan(suite.SUITES["paper"], only_datasets=["click"])[0]
     assert {c.dataset for c in only} == {"click"} and "coral" in {c.program for c in only}
+
+
+def test_the_arms_of_an_entry_run_at_its_methods_k_unless_k_is_given():
+    """A baseline runs at its entry's method's k (rag_cited in SEAL's entry at SEAL's 3, named so), each cell's
+    session holds the k its program runs at, and ``--k`` puts every arm at that k."""
+    cells = suite.plan(suite.SUITES["paper"], only_datasets=["hotpotqa"])[0]
+    assert [c.label for c in cells] == ["seal", "self_rag", "crag", "rag_cited_k3", "rag_critic", "rag", "self_refine"]
+    def session(*argv):
+        return Session(suite_args(list(argv)), SimpleNamespace(task="short"), None, None, None, {}, None)
+
+    base = session()
+    assert [suite.cell_session(base, c).args.k for c in cells] == [3, 3, 3, 3, 5, 5, 5]
+    given = suite.plan(suite.SUITES["paper"], only_datasets=["hotpotqa"], k=4)[0]
+    assert [c.label for c in given] == ["seal", "self_rag", "crag", "rag_cited", "rag_critic", "rag", "self_refine"]
+    assert {suite.cell_session(session("--k", "4"), c).args.k for c in given} == {4}
+    grid = suite.plan(suite.SUITES["seal-grid"])[0]  # the grid sets k: every arm at the grid's
+    assert "rag_cited_k1_L0" not in [c.label for c in grid] and "rag_cited_k1" in [c.label for c in grid]
+    par2 = suite.plan(suite.SUITES["paper"], only_datasets=["musique"])[0]
+    assert [suite.cell_session(base, c).args.k for c in par2] == [5, None, None, 5, 5, 5, 5, 5]  # direct, cot: none
+
+
+def test_a_baseline_in_seals_suite_answers_from_seals_k_passages(dummy):
+    args = suite_args(["--suite", "seal,rag_cited", "--dataset", "demo", "--train", "0", "--dev", "0", "--test", "2",
+                       "--lm", "openai/unused", "--no-cache", "--experiment", "suite-k"])
+    out = suite.run_suite(args, hook=make_hook())
+    assert [r.cell.label for r in out["results"]] == ["seal", "rag_cited_k3"]
+    assert all(len(rec["passages"]) == 3 for r in out["results"] for rec in r.records)
+    runs = mlflow.search_runs(experiment_names=["suite-k"])
+    assert all('"k": 3' in c for c in runs["params.program_config"].dropna())
 
 
 def test_ad_hoc_suite_and_unknown_name():

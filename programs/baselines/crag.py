@@ -47,7 +47,7 @@ def action(grades: list[str]) -> str:
     return "incorrect" if grades and all(g == "incorrect" for g in grades) else "ambiguous"
 
 
-def refine(passage: Passage, terms: set[str], max_chars: int) -> Passage:
+def refine(passage: Passage, terms: set[str], max_chars: int | None) -> Passage:
     """Decompose-then-recompose: the passage with only the sentence strips (of the text a prompt shows) that share
     a content word with ``terms``; the first strip when none does."""
     strips = sentences(passage.clip(max_chars).removesuffix(" …"))
@@ -108,12 +108,12 @@ class GradeGate(DecisionGate):
 class CRAG(dspy.Module):
     """Grade the top-k, then keep, refine or re-search with a rewritten query; at most ``loops`` re-searches.
 
-    ``lang`` (passed by multilingual datasets) is accepted and unused."""
+    ``lang`` (the question's language, passed by multilingual datasets) asks the writer for the answer in it."""
 
     ROLES = {"grade": "critic", "grade_relevance": "critic", "rewrite": "planner"}
     ORACLE_ROLES = ("relevance",)
 
-    def __init__(self, search: Retriever, k: int = 3, loops: int = 1, max_chars: int = 600,
+    def __init__(self, search: Retriever, k: int = 3, loops: int = 1, max_chars: int | None = None,
                  max_query_words: int = 12, stuck_jaccard: float = 0.7, decisions: str = "generate",
                  oracle: str = "", mc: MCScoring | None = None):
         super().__init__()
@@ -163,7 +163,7 @@ class CRAG(dspy.Module):
         passages = sorted(passages, key=lambda p: GRADES.index(grades.get(p.id, "ambiguous")))
         terms = set().union(*map(content_words, queries))
         out = self.writer(question=question, passages=[refine(p, terms, self.max_chars) for p in passages],
-                          options=options)
+                          options=options, lang=lang)
         trace = {"iterations": len(queries) - 1, "queries": queries, "stop_reason": stop, "actions": actions,
                  "grades": [grades.get(p.id) for p in passages], "parse_failures": failures}
         return dspy.Prediction(answer=out.answer, passages=passages, trace=trace, queries=queries,

@@ -42,7 +42,7 @@ class FLARE(dspy.Module):
     """Forward-looking active retrieval: search when a look-ahead sentence holds a token below ``theta``, with the
     sentence's tokens at or above ``beta``; at most ``loops`` sentences. ``lang`` goes to the writer."""
 
-    def __init__(self, search: Retriever, k: int = 5, loops: int = 5, max_chars: int = 600, theta: float = 0.8,
+    def __init__(self, search: Retriever, k: int = 5, loops: int = 5, max_chars: int | None = None, theta: float = 0.8,
                  beta: float = 0.4, max_passages: int = 8, mc: MCScoring | None = None):
         super().__init__()
         if not 0 <= beta <= theta <= 1:

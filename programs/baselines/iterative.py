@@ -52,8 +52,8 @@ class IRCoT(dspy.Module):
     """Interleaved retrieval and chain of thought: each new sentence is the next query (top ``k``); the LM sees at
     most ``max_passages`` passages, newest first. ``lang`` is accepted and unused."""
 
-    def __init__(self, search: Retriever, k: int = 5, loops: int = 5, max_passages: int = 8, max_chars: int = 600,
-                 mc: MCScoring | None = None):
+    def __init__(self, search: Retriever, k: int = 5, loops: int = 5, max_passages: int = 8,
+                 max_chars: int | None = None, mc: MCScoring | None = None):
         super().__init__()
         self.search, self.k, self.loops = search, k, loops
         self.max_passages, self.max_chars = max_passages, max_chars
@@ -121,8 +121,8 @@ class ReAct(dspy.Module):
     """``dspy.ReAct`` with the search tool, at most ``loops`` agent steps (finishing is a step). When the agent's
     final answer cannot be parsed, the shared writer answers from the passages found (counted in the trace)."""
 
-    def __init__(self, search: Retriever, k: int = 5, loops: int = 5, max_passages: int = 8, max_chars: int = 600,
-                 mc: MCScoring | None = None):
+    def __init__(self, search: Retriever, k: int = 5, loops: int = 5, max_passages: int = 8,
+                 max_chars: int | None = None, mc: MCScoring | None = None):
         super().__init__()
         self.loops, self.max_passages = loops, max_passages
         tool = dspy.Tool(SearchTool(search, k, max_chars), name="search", desc=SEARCH_TOOL)

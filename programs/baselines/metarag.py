@@ -55,7 +55,7 @@ class MetaRAG(dspy.Module):
 
     ROLES = {"expert": "critic", "suffices": "critic", "follows": "critic", "rewrite": "planner"}
 
-    def __init__(self, search: Retriever, k: int = 5, max_chars: int = 600, rounds: int = 3,
+    def __init__(self, search: Retriever, k: int = 5, max_chars: int | None = None, rounds: int = 3,
                  monitor_threshold: float = 0.3, decisions: str = "generate", mc: MCScoring | None = None):
         super().__init__()
         if rounds < 1:

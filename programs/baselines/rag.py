@@ -29,7 +29,7 @@ class RAG(dspy.Module):
     ``cite=True`` uses the evidence loops' writer (2-4 words with cited passages, or "I don't know"), so ``rag``
     is compared with seal, self_rag and crag under one answer profile."""
 
-    def __init__(self, search: Retriever, k: int = 5, max_chars: int = 600, cite: bool = False,
+    def __init__(self, search: Retriever, k: int = 5, max_chars: int | None = None, cite: bool = False,
                  mc: MCScoring | None = None):
         super().__init__()
         self.search, self.k = search, k

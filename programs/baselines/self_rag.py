@@ -96,12 +96,13 @@ class AcceptGate(DecisionGate):
 class SelfRAG(dspy.Module):
     """Retrieve -> draft -> critique -> retrieve again or stop, with at most ``loops`` re-retrievals.
 
-    ``lang`` (passed by multilingual datasets) is accepted and unused."""
+    ``lang`` (the question's language, passed by multilingual datasets) asks the writer for the answer in it."""
 
     ROLES = {"critic": "critic"}
 
-    def __init__(self, search: Retriever, k: int = 3, loops: int = 3, max_chars: int = 600, min_usefulness: int = 4,
-                 stuck_jaccard: float = 0.7, decisions: str = "generate", mc: MCScoring | None = None):
+    def __init__(self, search: Retriever, k: int = 3, loops: int = 3, max_chars: int | None = None,
+                 min_usefulness: int = 4, stuck_jaccard: float = 0.7, decisions: str = "generate",
+                 mc: MCScoring | None = None):
         super().__init__()
         self.search, self.k, self.loops, self.max_chars = search, k, loops, max_chars
         self.stuck_jaccard = stuck_jaccard
@@ -120,7 +121,7 @@ class SelfRAG(dspy.Module):
         passages = self.search.search(question, self.k)                                 # retrieve
         fetched = {p.id for p in passages}
         for loop in range(self.loops + 1):
-            written = self.writer(question=question, passages=passages, options=options)  # draft
+            written = self.writer(question=question, passages=passages, options=options, lang=lang)  # draft
             answer, cited = written.answer, written.get("citations", [])
             if self.loops == 0:  # single pass: nothing to choose between or retrieve again for
                 drafts.append(Draft(answer, passages, citations=cited))

@@ -114,7 +114,7 @@ def interleave(lists: list[list[Passage]]) -> list[Passage]:
     return dedup([p for p in flatten.from_iterable(zip_longest(*lists)) if p is not None])
 
 
-def within_budget(ranked: list[Passage], budget: int, max_chars: int) -> list[Passage]:
+def within_budget(ranked: list[Passage], budget: int, max_chars: int | None) -> list[Passage]:
     """The leading passages of ``ranked`` whose prompt text fits ``budget`` tokens (estimated, see
     :func:`approx_tokens`); the first passage always."""
     shown, used = [], 0
@@ -167,16 +167,15 @@ class PAR2(dspy.Module):
     """PAR2-RAG with m = ``subqueries``, k = ``k`` passages per search after reranking, H = ``loops`` (the paper's
     defaults: m = H = k = 5). The writer and the ESC see the whole context C_t up to ``context_tokens`` tokens of
     passage text (see :meth:`_Run.ranked` for what a cut drops). Each step response r_t is the writer's reasoning
-    with its answer, which the ESC judges; the short answer is what is scored.
-
-    ``lang`` (passed by multilingual datasets) is accepted and unused."""
+    with its answer, which the ESC judges; the short answer is what is scored. ``lang`` (the question's language,
+    passed by multilingual datasets) asks the writer for the answer in it, as ``rag`` does."""
 
     ROLES = {"planner": "planner", "esc": "critic"}
     ORACLE_ROLES = ("controller",)
 
     def __init__(self, search: Retriever, k: int = 5, loops: int = 5, subqueries: int = 5,
                  search_rerank: str = "none", search_depth: int = 20, context_tokens: int = 3000,
-                 max_chars: int = 600, anchor: bool = True, chain: bool = True, decisions: str = "generate",
+                 max_chars: int | None = None, anchor: bool = True, chain: bool = True, decisions: str = "generate",
                  oracle: str = "", mc: MCScoring | None = None):
         super().__init__()
         self.oracle = check_roles(oracle, self.oracle_roles(chain=chain), "par2" if chain else "par2_anchor")
@@ -219,7 +218,7 @@ class PAR2(dspy.Module):
         hops = self.loops if self.use_chain else 1
         for t in range(1, hops + 1):                                            # Stage 2: Iterative Chain
             shown = within_budget(run.ranked(), self.context_tokens, self.max_chars)
-            out = self.writer(question=question, passages=shown, options=options)  # r_t <- G(q, C_t)
+            out = self.writer(question=question, passages=shown, options=options, lang=lang)  # r_t <- G(q, C_t)
             answer, response = out.answer, step_response(out)
             step = {"t": t, "answer": answer, "response": response, "context": len(run.context),
                     "shown": len(shown)}

@@ -116,8 +116,8 @@ class ErrorCritic(dspy.Module):
 
     LEVELS = ("error category", "error type", "specific mistake")
 
-    def __init__(self, taxonomy: Taxonomy | None = None, max_chars: int = 600, embedder=None, shortlist: int = 8,
-                 max_labels: int = 2, decisions: str = "generate", oracle: str = ""):
+    def __init__(self, taxonomy: Taxonomy | None = None, max_chars: int | None = None, embedder=None,
+                 shortlist: int = 8, max_labels: int = 2, decisions: str = "generate", oracle: str = ""):
         super().__init__()
         self.oracle = check_roles(oracle, ("verdict",), "the error critic")
         self.taxonomy = taxonomy or load_taxonomy()

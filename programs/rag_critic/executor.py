@@ -47,7 +47,7 @@ class _Run:
 
 
 class PlanExecutor(dspy.Module):
-    def __init__(self, search: Retriever, max_chars: int = 600, mc: MCScoring | None = None):
+    def __init__(self, search: Retriever, max_chars: int | None = None, mc: MCScoring | None = None):
         super().__init__()
         self.search, self.max_chars = search, max_chars
         self.rewrite = dspy.Predict(RewriteForSearch)

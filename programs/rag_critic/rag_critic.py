@@ -44,8 +44,8 @@ class RAGCritic(dspy.Module):
     ROLES = {"critic": "critic", "planner": "planner"}
     ORACLE_ROLES = ("verdict",)
 
-    def __init__(self, search: Retriever, k: int = 5, max_chars: int = 600, rounds: int = 1, max_steps: int = 5,
-                 taxonomy: Taxonomy | None = None, decisions: str = "generate", oracle: str = "",
+    def __init__(self, search: Retriever, k: int = 5, max_chars: int | None = None, rounds: int = 1,
+                 max_steps: int = 5, taxonomy: Taxonomy | None = None, decisions: str = "generate", oracle: str = "",
                  mc: MCScoring | None = None):
         super().__init__()
         if rounds < 1:

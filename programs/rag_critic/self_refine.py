@@ -26,7 +26,7 @@ from signatures.revise import GiveFeedback, ReviseAnswer
 class SelfRefine(dspy.Module):
     ORACLE_ROLES = ("verdict",)
 
-    def __init__(self, search: Retriever, k: int = 5, max_chars: int = 600, rounds: int = 3,
+    def __init__(self, search: Retriever, k: int = 5, max_chars: int | None = None, rounds: int = 3,
                  decisions: str = "generate", oracle: str = "", mc: MCScoring | None = None):
         super().__init__()
         self.oracle = check_roles(oracle, self.ORACLE_ROLES, "self_refine")

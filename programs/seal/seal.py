@@ -88,7 +88,8 @@ def support(head: str, relation: str, tail: str, title: str, text: str) -> str |
     return None
 
 
-def verbatim_facts(lines: list[str], passage: Passage, cap: int, max_chars: int = 600) -> tuple[list[Fact], int]:
+def verbatim_facts(lines: list[str], passage: Passage, cap: int,
+                   max_chars: int | None = None) -> tuple[list[Fact], int]:
     """The first ``cap`` distinct facts of ``lines`` ('head | relation | tail') grounded in one sentence of the
     text the extractor saw (``passage.format(max_chars)``), each with that sentence, and the number of lines
     rejected: malformed, a head or tail with no content word, or no sentence that grounds it (see :func:`support`)."""
@@ -152,10 +153,13 @@ class Gap:
 
 def failed_criteria(verdict, min_coverage: float, min_answerability: float,
                     sufficient: bool | None = None) -> list[str]:
-    """The sufficiency criteria an assessment fails; empty means sufficient (every criterion must hold).
-    ``sufficient``: the verdict as decided from its probability (default: as written)."""
+    """The sufficiency criteria an assessment fails; empty means sufficient (every criterion must hold, as in the
+    paper, whose gate counts corroborating sources against a threshold and flags contradictions: key facts stated by
+    a single source fail ``corroboration``, conflicting ones ``contradiction``). ``sufficient``: the verdict as
+    decided from its probability (default: as written)."""
     checks = {"coverage": verdict.coverage >= min_coverage,
               "bridge": verdict.bridge != "missing",
+              "corroboration": verdict.corroboration != "single_source",
               "contradiction": verdict.corroboration != "contradicted",
               "answerability": verdict.answerability >= min_answerability,
               "verdict": bool(verdict.sufficient) if sufficient is None else sufficient}
@@ -244,14 +248,14 @@ class SEAL(dspy.Module):
 
     ``ledger_to_writer`` also shows the final writer the verified facts (off by default, so the writer sees what
     every baseline's writer sees: the final k passages; then passages that only the writer would read are not
-    extracted, and ``loops=0`` is exactly ``rag``). ``lang`` (passed by multilingual datasets) is accepted
-    and unused."""
+    extracted, and ``loops=0`` is exactly ``rag_cited``). ``lang`` (the question's language, passed by
+    multilingual datasets) asks the writer for the answer in it, as ``rag`` does."""
 
     ROLES = {"extract": "critic", "assess": "critic", "gap": "planner", "micro_query": "planner"}
     ORACLE_ROLES = ("sufficiency", "gap")
 
-    def __init__(self, search: Retriever, k: int = 3, loops: int = 3, max_chars: int = 600, max_triples: int = 10,
-                 max_facts: int = 30, min_coverage: float = 0.75, min_answerability: float = 0.7,
+    def __init__(self, search: Retriever, k: int = 3, loops: int = 3, max_chars: int | None = None,
+                 max_triples: int = 10, max_facts: int = 30, min_coverage: float = 0.75, min_answerability: float = 0.7,
                  stuck_jaccard: float = 0.7, max_query_words: int = 12, ledger_to_writer: bool = False,
                  decisions: str = "generate", oracle: str = "", mc: MCScoring | None = None):
         super().__init__()
@@ -311,7 +315,7 @@ class SEAL(dspy.Module):
             run.loops_used += 1
         facts = run.ledger.shown(question, [p.title for p in evidence], self.max_facts) if self.ledger_to_writer \
             else ()
-        out = self.writer(question=question, passages=evidence, options=options, facts=facts)
+        out = self.writer(question=question, passages=evidence, options=options, facts=facts, lang=lang)
         trace = run.trace(stop)
         return dspy.Prediction(answer=out.answer, passages=evidence, trace=trace, ledger=trace["ledger"],
                                queries=trace["queries"], loops_used=run.loops_used, stop_reason=stop,

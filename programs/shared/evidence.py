@@ -27,7 +27,7 @@ def lenient(predictor: dspy.Module, **inputs) -> dspy.Prediction | None:
         return None
 
 
-def numbered(passages: list[Passage], max_chars: int) -> list[str]:
+def numbered(passages: list[Passage], max_chars: int | None) -> list[str]:
     """Prompt rendering with citation numbers: ``[1] [title] text``."""
     return [f"[{i}] {p.format(max_chars)}" for i, p in enumerate(passages, 1)]
 
@@ -74,7 +74,7 @@ class EvidenceWriter(Writer):
     ``facts=True`` adds verified ledger facts as an input (SEAL's ``ledger_to_writer`` option). Multiple-choice
     questions keep the shared :class:`Writer` path (letter out, no citations)."""
 
-    def __init__(self, max_chars: int = 600, facts: bool = False, mc: MCScoring | None = None):
+    def __init__(self, max_chars: int | None = None, facts: bool = False, mc: MCScoring | None = None):
         super().__init__(use_passages=True, max_chars=max_chars, mc=mc)
         self.with_facts = facts
         self.short = dspy.Predict(AnswerWithCitationsAndFacts if facts else AnswerWithCitations)

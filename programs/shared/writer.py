@@ -67,7 +67,7 @@ class Writer(dspy.Module):
     or from the option-letter probabilities of the LM, optionally debiased. A program passes its own ``mc`` (a
     constructor argument, :func:`programs.build`) to every writer it builds, so they all share it."""
 
-    def __init__(self, use_passages: bool = True, reasoning: bool = False, max_chars: int = 600,
+    def __init__(self, use_passages: bool = True, reasoning: bool = False, max_chars: int | None = None,
                  mc: MCScoring | None = None):
         super().__init__()
         step = dspy.ChainOfThought if reasoning else dspy.Predict
@@ -82,8 +82,9 @@ class Writer(dspy.Module):
         if options:
             return self.choose(question, context, options)
         kwargs = {"passages": context} if self.use_passages else {}
-        if lang:  # the question's language is known: ask for the answer in it
-            kwargs.update(signature=in_language(self.short.signature), answer_language=language_name(lang))
+        if lang:  # the question's language is known: ask for the answer in it (a ChainOfThought's own Predict's)
+            signature = getattr(self.short, "predict", self.short).signature
+            kwargs.update(signature=in_language(signature), answer_language=language_name(lang))
         out = self.short(question=question, **kwargs)
         return dspy.Prediction(answer=out.answer.strip(), reasoning=getattr(out, "reasoning", None))
 
