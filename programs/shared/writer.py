@@ -82,8 +82,9 @@ class Writer(dspy.Module):
         if options:
             return self.choose(question, context, options)
         kwargs = {"passages": context} if self.use_passages else {}
-        if lang:  # the question's language is known: ask for the answer in it
-            kwargs.update(signature=in_language(self.short.signature), answer_language=language_name(lang))
+        if lang:  # the question's language is known: ask for the answer in it (a chain of thought's own Predict's)
+            signature = getattr(self.short, "predict", self.short).signature
+            kwargs.update(signature=in_language(signature), answer_language=language_name(lang))
         out = self.short(question=question, **kwargs)
         return dspy.Prediction(answer=out.answer.strip(), reasoning=getattr(out, "reasoning", None))
 
