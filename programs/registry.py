@@ -124,6 +124,8 @@ REGISTRY: dict[str, ProgramSpec] = {
     "rag_cited": ProgramSpec(RAG, "rag with the evidence loops' writer (2-4 words citing passages, or I don't "
                                   "know): single pass under the same writer as seal, self_rag and crag",
                              {"cite": True}),
+    "rag_cot": ProgramSpec(RAG, "rag with the chain-of-thought writer of rag_critic's and self_refine's first draft "
+                                "(and par2's steps): reasoning, then the answer", {"reasoning": True}),
     "mono_rag": ProgramSpec(MultilingualRAG, "top-k from the question-language corpus", {"scope": "own"}),
     "multi_rag": ProgramSpec(MultilingualRAG, "top-k pooled over all language corpora", {"scope": "all"}),
     "cross_rag": ProgramSpec(MultilingualRAG, "multi_rag with the passages translated into English",
