@@ -29,9 +29,10 @@ from evaluation.leaderboard import fmt
 from evaluation.stats import paired_t
 from runtime.metering import metered
 
-DEFAULT_PROGRAMS = ("direct", "cot", "rag", "react", "ircot", "par2_anchor", "par2_chain", "par2")
-BUDGET_PROGRAMS = ("par2", "par2_chain", "ircot")
 REFERENCE = "par2"
+#: The paper suite's par2 arms (``experiments.suite.SUITES``), par2 last.
+DEFAULT_PROGRAMS = (*next(e.baselines for e in suite.SUITES["paper"] if e.method == REFERENCE), REFERENCE)
+BUDGET_PROGRAMS = ("par2", "par2_chain", "ircot")
 ENTRY = "scripts/par2_compare.py"
 COLUMNS = (("recall_any", "Recall@k"), ("ndcg", "NDCG@k"), ("all_pass", "All-Pass@k"),
            ("recall_any_all", "Recall"), ("ndcg_all", "NDCG"), ("all_pass_all", "All-Pass"),

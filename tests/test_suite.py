@@ -45,6 +45,27 @@ def test_plan_expands_grids_per_program_and_pairs_at_the_same_point():
     assert {c.dataset for c in only} == {"click"} and "coral" in {c.program for c in only}
 
 
+def test_every_paper_method_is_paired_with_a_single_pass_under_its_own_writer(embedder, monkeypatch):
+    """Issue 61 item 3: the single pass that answers with the method's writer (rag_cot for rag_critic and par2,
+    rag_cited for seal), so one pair measures the method and not its writer."""
+    import programs
+    from programs.baselines.rag import RAG
+    from programs.coral.mrag import MultilingualRAG
+    from programs.shared.writer import writer_form
+    from retrieval.corpus import Corpus
+    from retrieval.retriever import Retriever
+    from tests.test_rag_critic import FIXTURES
+
+    monkeypatch.setenv("RAG_DATA_DIR", str(FIXTURES))  # rag_critic's taxonomy
+    retriever = Retriever([Corpus("toy", [{"id": "0", "title": "t", "text": "x"}])], embedder)
+
+    def form(name):
+        return writer_form(programs.build(name, search=retriever))
+    for entry in suite.SUITES["paper"]:
+        single = [b for b in entry.baselines if programs.spec(b).cls in (RAG, MultilingualRAG)]
+        assert any(form(b) == form(entry.method) for b in single), (entry.method, single)
+
+
 def test_ad_hoc_suite_and_unknown_name():
     (entry,) = suite.entries("rag,direct", "demo")
     assert (entry.method, entry.baselines, entry.datasets) == ("rag", ("direct",), ("demo",))
