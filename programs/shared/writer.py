@@ -120,7 +120,6 @@ def mc_state(program: dspy.Module) -> list[dict]:
     return [{"mode": w.mc.mode, "prior": w.mc.prior} for _, w in program.named_sub_modules(Writer)]
 
 
-
 def writer_form(program: dspy.Module) -> list[tuple]:
     """What ``program``'s answer writer (its ``writer``) asks of the LM: per predictor its name, instructions and
     fields in prompt order (a chain of thought adds ``reasoning``). Programs of one form answer under one writer."""
