@@ -30,9 +30,9 @@ from runtime.settings import Setting
 K = Setting("k", int, None, "passages per search", 1, 100)
 LOOPS = Setting("loops", int, None, "loop budget for iterative programs", 0, 50)
 SUBQUERIES = Setting("subqueries", int, None, "par2: sub-queries m the planner writes", 1, 50)
-CONTEXT_TOKENS = Setting("context_tokens", int, None, "par2: estimated tokens of passage text the writer and the "
-                         "controller see of the context; a longer context loses each search's lowest-ranked passages "
-                         "first", 1, 10**6)
+CONTEXT_TOKENS = Setting("context_tokens", int, None, "par2, ircot: estimated tokens of passage text the writer (and "
+                         "par2's controller) sees of the context; a longer context loses its lowest-ranked passages "
+                         "first (par2: each search's)", 1, 10**6)
 SEARCH_RERANK = Setting("search_rerank", str, None, "par2: the program's own reranker over each search's "
                         "--search-depth candidates (the paper reranks 100 to 5)", check=RERANK.check,
                         choices=RERANK.choices, external=RERANK.external)
@@ -58,6 +58,9 @@ ORACLE = Setting("oracle", str, "", "replace a role's decisions by the question'
 SETTINGS = (K, LOOPS, SUBQUERIES, CONTEXT_TOKENS, SEARCH_RERANK, SEARCH_DEPTH, ROUNDS, MAX_CHARS, LEDGER_TO_WRITER,
             DECISIONS, ORACLE)
 
+#: PAR2's hop budget H (its paper's) and context budget, which its baselines IRCoT and ReAct take as their defaults.
+PAR2_H, PAR2_CONTEXT_TOKENS = 5, 3000
+
 #: What each program class takes of :data:`SETTINGS`, at its method's defaults (its paper's: SEAL's k = 3, PAR2's
 #: H = m = 5); a flag given on the command line (``--k 5``) overrides them for every program.
 TAKES: dict[type, tuple[Setting, ...]] = {
@@ -68,10 +71,10 @@ TAKES: dict[type, tuple[Setting, ...]] = {
     SEAL: (K.at(3), LOOPS.at(3), MAX_CHARS, LEDGER_TO_WRITER, DECISIONS, ORACLE),
     SelfRAG: (K.at(3), LOOPS.at(3), MAX_CHARS, DECISIONS),
     CRAG: (K.at(3), LOOPS.at(3), MAX_CHARS, DECISIONS, ORACLE),
-    PAR2: (K.at(5), LOOPS.at(5, low=1), SUBQUERIES.at(5), SEARCH_RERANK.at("none"), SEARCH_DEPTH.at(20),
-           CONTEXT_TOKENS.at(3000), MAX_CHARS, DECISIONS, ORACLE),
-    ReAct: (K.at(5), LOOPS.at(3), MAX_CHARS),
-    IRCoT: (K.at(5), LOOPS.at(3), MAX_CHARS),
+    PAR2: (K.at(5), LOOPS.at(PAR2_H, low=1), SUBQUERIES.at(5), SEARCH_RERANK.at("none"), SEARCH_DEPTH.at(20),
+           CONTEXT_TOKENS.at(PAR2_CONTEXT_TOKENS), MAX_CHARS, DECISIONS, ORACLE),
+    ReAct: (K.at(5), LOOPS.at(PAR2_H), MAX_CHARS),
+    IRCoT: (K.at(5), LOOPS.at(PAR2_H), CONTEXT_TOKENS.at(PAR2_CONTEXT_TOKENS), MAX_CHARS),
     RAGCritic: (K.at(5), MAX_CHARS, ROUNDS.at(1), DECISIONS, ORACLE),
     SelfRefine: (K.at(5), MAX_CHARS, ROUNDS.at(3), DECISIONS, ORACLE),
     FLARE: (K.at(5), LOOPS.at(5, low=1), MAX_CHARS),
@@ -126,6 +129,8 @@ REGISTRY: dict[str, ProgramSpec] = {
     "rag_cited": ProgramSpec(RAG, "rag with the evidence loops' writer (2-4 words citing passages, or I don't "
                                   "know): single pass under the same writer as seal, self_rag and crag",
                              {"cite": True}),
+    "rag_cot": ProgramSpec(RAG, "rag with the chain-of-thought writer of rag_critic's and self_refine's first draft "
+                                "(and par2's steps): reasoning, then the answer", {"reasoning": True}),
     "mono_rag": ProgramSpec(MultilingualRAG, "top-k from the question-language corpus", {"scope": "own"}),
     "multi_rag": ProgramSpec(MultilingualRAG, "top-k pooled over all language corpora", {"scope": "all"}),
     "cross_rag": ProgramSpec(MultilingualRAG, "multi_rag with the passages translated into English",
@@ -156,7 +161,8 @@ REGISTRY: dict[str, ProgramSpec] = {
     "par2_chain": ProgramSpec(PAR2, "PAR2-RAG ablation: Iterative Chain from the question's own hits",
                               {"anchor": False}),
     "react": ProgramSpec(ReAct, "dspy.ReAct agent with a search tool, loops steps (PAR2 baseline)"),
-    "ircot": ProgramSpec(IRCoT, "IRCoT: one chain-of-thought sentence, one search, repeat (PAR2 baseline)"),
+    "ircot": ProgramSpec(IRCoT, "IRCoT: one chain-of-thought sentence, one search, repeat; PAR2's writer reads what "
+                                "was collected (PAR2 baseline)"),
     "crag": ProgramSpec(CRAG, "CRAG-style: grade the top-k, then keep, refine or re-search with a rewritten query "
                               "(SEAL baseline)"),
     "rag_critic": ProgramSpec(RAGCritic, "RAG-Critic: error critic with the 3-tier taxonomy, typed correction plan, "

@@ -13,7 +13,9 @@ exact McNemar with a bootstrap CI and Holm, with LM calls, tokens and seconds pe
 - ``oracle``: the method's decisions replaced by gold labels for every role it has (``--oracle``): how much the
   decisions leave on the table, and a check of the loop that no model weakness can hide.
 
-The writer is ``--lm`` in every rung and in the baseline, so rungs differ in the decisions only."""
+The writer is ``--lm`` in every rung and in the baseline, and the baseline must answer with the method's own writer
+(the same prompt, chain of thought or not: ``programs.shared.writer.writer_form``; ``rag_critic`` and ``par2`` pair
+with ``rag_cot``, ``seal`` and ``crag`` with ``rag_cited``), so rungs differ in the decisions only."""
 from __future__ import annotations
 
 import copy
@@ -29,6 +31,7 @@ from decoding.decisions import describe, gates
 from experiments import suite
 from evaluation import tracking
 from optimizers.calibration import calibrate_decisions
+from programs.shared.writer import writer_form
 from experiments.cli import fail, interruptible
 from experiments.sessions import session
 from runtime.files import write_whole
@@ -44,6 +47,26 @@ def rung_args(args, rung: str):
     a.critic_lm = args.critic_lm if rung == "fused-critic" else None
     a.oracle = ",".join(programs.oracle_roles(args.program)) if rung == "oracle" else ""
     return a
+
+
+def check_same_writer(s, method: str, baseline: str) -> None:
+    """Stop (one line naming the fix) unless ``baseline`` answers with ``method``'s writer; the fix offered is the
+    variants of the baseline's class that do (``rag`` -> ``rag_cot`` for ``rag_critic``)."""
+    def form(name: str) -> list:
+        try:
+            return writer_form(programs.build(name, search=s.retriever, **s.program_config(name)))
+        except FileNotFoundError as err:  # e.g. rag_critic's taxonomy file
+            fail(str(err))
+
+    if s.retriever is None:
+        return  # --no-retrieval: the rungs and the baseline all answer closed book
+    own = form(method)
+    if form(baseline) == own:
+        return
+    kin = [n for n in programs.names() if programs.spec(n).cls is programs.spec(baseline).cls and form(n) == own]
+    fail(f"--baseline {baseline} answers with another writer than {method} (another prompt, or chain of thought where "
+         f"the other has none), so the rungs would differ from it in more than the decisions; "
+         + (f"use --baseline {' or '.join(kin)}" if kin else f"pick a baseline that answers with {method}'s writer"))
 
 
 def fitted(s, name: str) -> tuple[dspy.Module, dict]:
@@ -85,6 +108,7 @@ def main(argv=None) -> dict:
         fail("the fused-critic rung needs --critic-lm (e.g. local:qwen-1.5b); or leave it out of --rungs")
     args.split, args.suite = "test", f"ladder-{args.program}"
     base = session(args, True)
+    check_same_writer(base, args.program, args.baseline)
     if any(r.startswith("fused") for r in args.rungs) and not base.splits.dev:
         fail("the fused rungs fit their gates on the dev split: pass --dev N (N >= 10)")
     baseline = suite.Cell(args.baseline, args.dataset, (("k", args.k),))

@@ -25,13 +25,15 @@ from evaluation import tracking
 from experiments.cli import compile_metric, interruptible
 from experiments.sessions import session
 from optimizers.compile import compile_program
+from programs.registry import PAR2_H
 from evaluation.leaderboard import fmt
 from evaluation.stats import paired_t
 from runtime.metering import metered
 
-DEFAULT_PROGRAMS = ("direct", "cot", "rag", "react", "ircot", "par2_anchor", "par2_chain", "par2")
-BUDGET_PROGRAMS = ("par2", "par2_chain", "ircot")
 REFERENCE = "par2"
+#: The paper suite's par2 arms (``experiments.suite.SUITES``), par2 last.
+DEFAULT_PROGRAMS = (*next(e.baselines for e in suite.SUITES["paper"] if e.method == REFERENCE), REFERENCE)
+BUDGET_PROGRAMS = ("par2", "par2_chain", "ircot")
 ENTRY = "scripts/par2_compare.py"
 COLUMNS = (("recall_any", "Recall@k"), ("ndcg", "NDCG@k"), ("all_pass", "All-Pass@k"),
            ("recall_any_all", "Recall"), ("ndcg_all", "NDCG"), ("all_pass_all", "All-Pass"),
@@ -121,7 +123,8 @@ def main(argv=None) -> dict[str, dict]:
             ref = next((c for c in cells if c.program == REFERENCE and not c.variant), None)
             pairs += [p for p in suite.against(ref, cells) if p not in pairs] if ref else []
             text, metrics = paired([results[c] for c in cells], results[ref] if ref else None)
-            report += [f"### programs at H={h if h is not None else 'each method default (par2: 5, others: 3)'}", text]
+            at = h if h is not None else f"each method's default ({PAR2_H} for par2 and its loop baselines)"
+            report += [f"### programs at H={at}", text]
             sig |= metrics
         board = suite.log_leaderboard(list(results.values()), pairs, title)
         text = "\n\n".join(report) + "\n"

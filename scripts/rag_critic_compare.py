@@ -1,17 +1,18 @@
 """RAG-Critic against its baselines on one seeded split, as a suite run, plus the critic's and planner's behaviour.
 
 ``python -m scripts.rag_critic_compare --dataset hotpotqa --train 20 --dev 30 --test 30 --no-cache
-[--programs rag_critic rag self_refine flare metarag] [--critic-lm local:qwen-1.5b]
+[--programs rag_critic rag_cot rag self_refine flare metarag] [--critic-lm local:qwen-1.5b]
 [--judge --judge-lm local:qwen-1.5b] [--error-profile rag]``
 A thin use of ``evaluate.py --suite`` (takes every flag of evaluate.py): the first program is paired with the
 others in the suite's leaderboard (EM, F1, judge, LM calls, tokens and seconds per question, McNemar with CIs and
-Holm), one child run per program, checkpointed per question (an interrupted run resumes). Added in the parent run's
-report.md: the share of answers the critic (self-feedback for self_refine, the monitor for metarag) flagged, the
-share of valid plans, the plans whose answer read original plus newly found documents (supplementary retrieval) and
-the valid plans that ran without a step error, the
-critic's identification of wrong first answers (F1 < 0.5) from each critic program's own trace, with ``--judge``
-the critic's confusion matrix against the judge's verdict on each first answer, and with
-``--error-profile PROGRAM...`` those programs' wrong answers labelled by the error critic on the judge LM
+Holm), one child run per program, checkpointed per question (an interrupted run resumes). By default the paper
+suite's arms: ``rag_cot`` (RAG-Critic's first draft under the same writer: that pair measures the correction),
+``rag`` (no chain of thought), ``self_refine``, ``flare`` and ``metarag``. Added in the parent run's report.md: the
+share of answers the critic (self-feedback for self_refine, the monitor for metarag) flagged, the share of valid
+plans, the plans whose answer read original plus newly found documents (supplementary retrieval) and the valid plans
+that ran without a step error, the critic's identification of wrong first answers (F1 < 0.5) from each critic
+program's own trace, with ``--judge`` the critic's confusion matrix against the judge's verdict on each first answer,
+and with ``--error-profile PROGRAM...`` those programs' wrong answers labelled by the error critic on the judge LM
 (``--judge-lm``).
 """
 from __future__ import annotations
@@ -99,8 +100,9 @@ def report(args, taxonomy):
 
 def main(argv=None) -> dict:
     p = suite.parser(__doc__.splitlines()[0])
-    p.add_argument("--programs", nargs="+", default=["rag_critic", "rag", "self_refine", "flare", "metarag"],
-                   help="the method first, then the programs it is paired with")
+    entry = next(e for e in suite.SUITES["paper"] if e.method == "rag_critic")
+    p.add_argument("--programs", nargs="+", default=[entry.method, *entry.baselines],
+                   help="the method first, then the programs it is paired with (default: the paper suite's)")
     p.add_argument("--error-profile", nargs="+", metavar="PROGRAM", help="label these programs' wrong answers")
     p.set_defaults(dataset="hotpotqa", split="test", suite="rag-critic-compare")
     args = p.parse_args(argv)

@@ -113,7 +113,8 @@ def test_each_method_takes_its_own_default_budgets_and_par2_flags_reach_it_and_a
 
     default = config()
     assert default["par2"]["loops"] == default["par2_chain"]["loops"] == 5 and default["par2"]["subqueries"] == 5
-    assert default["ircot"]["loops"] == 3 and "loops" not in default["rag"]
+    assert default["ircot"]["loops"] == default["par2"]["loops"] and "loops" not in default["rag"]  # PAR2's H
+    assert default["ircot"]["context_tokens"] == default["par2"]["context_tokens"]
     assert default["par2"]["context_tokens"] == 3000 and default["par2"]["search_rerank"] == "none"
     given = config("--loops", "2", "--subqueries", "3", "--context-tokens", "800", "--search-rerank", "embed",
                    "--search-depth", "40")

@@ -303,7 +303,7 @@ def test_react_respects_the_step_budget_and_an_unreadable_answer_falls_back_to_t
 def test_ircot_searches_each_thought_until_one_states_the_answer():
     lm = routed({THOUGHT: Queue({"next_sentence": "The Blue Fox film was made by Ana Berg. She was born in Lyon."},
                                 {"next_sentence": "So the answer is: Lyon."}),
-                 ANSWER: {"answer": "Lyon"}})
+                 ANSWER: said("Lyon")})
     search = ScriptedSearch(ROUTES)
     pred = programs.build("ircot", search=search, k=2, loops=5)(question=Q)
     assert search.calls == [Q, "The Blue Fox film was made by Ana Berg."]  # one sentence is one query
@@ -335,14 +335,43 @@ def test_react_on_multiple_choice_records_the_agents_steps_and_no_parse_failure(
 
 def test_ircot_respects_the_budget_and_counts_unusable_thoughts():
     lm = routed({THOUGHT: Queue({"next_sentence": "I need the director."}, {"next_sentence": "Look for Ana Berg."},
-                                {"next_sentence": "Still looking."}), ANSWER: {"answer": "Lyon"}})
+                                {"next_sentence": "Still looking."}), ANSWER: said("Lyon")})
     search = ScriptedSearch(ROUTES)
     pred = programs.build("ircot", search=search, k=2, loops=3)(question=Q)
     assert calls(lm, THOUGHT) == 3 and len(search.calls) == 3  # the question, then 2 of the 3 thoughts
     assert pred.trace["stop_reason"] == "loop_budget"
-    routed({THOUGHT: {"next_sentence": "..."}, ANSWER: {"answer": "Lyon"}})
+    routed({THOUGHT: {"next_sentence": "..."}, ANSWER: said("Lyon")})
     pred = programs.build("ircot", search=ScriptedSearch(ROUTES), k=2, loops=3)(question=Q)
     assert pred.trace["fallbacks"] == {"thought": 1} and pred.trace["stop_reason"] == "unusable_thought"
+
+
+def test_ircot_reads_with_par2s_chain_of_thought_writer_within_the_context_budget():
+    """Issue 61 item 3: IRCoT's reader is PAR2's writer (not a plain one over at most 8 passages): everything
+    collected, newest search first, cut to ``context_tokens``."""
+    from programs.shared.writer import writer_form
+
+    def thoughts():
+        return Queue({"next_sentence": "First fact."}, {"next_sentence": "Second fact."}, {"next_sentence": "Third."})
+    per_passage = approx_tokens(ManySearch().search("First fact.", 1)[0].format(600))
+    lm = routed({THOUGHT: thoughts(), ANSWER: said("Lyon")})
+    pred = programs.build("ircot", search=ManySearch(), k=5, loops=3, context_tokens=4 * per_passage)(question=Q)
+    (read,) = [h for h in lm.history if ANSWER in h["messages"][-1]["content"]]
+    assert "[[ ## reasoning ## ]]" in read["messages"][0]["content"]  # a chain of thought
+    prompt = read["messages"][-1]["content"]
+    assert all(f"[Second fact. #{r}]" in prompt for r in range(1, 5)) and "[Second fact. #5]" not in prompt
+    assert "First fact." not in prompt and pred.trace["shown"] == 4 and pred.trace["context_size"] == 15
+    lm = routed({THOUGHT: thoughts(), ANSWER: said("Lyon")})
+    pred = programs.build("ircot", search=ManySearch(), k=5, loops=3, context_tokens=100_000)(question=Q)
+    assert pred.trace["shown"] == 15 and prompts(lm, ANSWER)[0].count(" fact ") == 15  # not the thoughts' 8
+    assert writer_form(programs.build("ircot", search=ManySearch())) == writer_form(build("par2", ManySearch()))
+
+
+def test_ircot_and_react_take_par2s_budgets_unless_told_otherwise():
+    par2 = programs.spec("par2").settings
+    for name, keys in (("ircot", ("loops", "context_tokens")), ("react", ("loops",))):
+        taken = programs.accepted_config(name, {"loops": None, "context_tokens": None})
+        assert taken == {key: par2[key].default for key in keys}
+    assert programs.accepted_config("ircot", {"loops": 2, "context_tokens": 800}) == {"loops": 2, "context_tokens": 800}
 
 
 # --- the comparison / step-budget script --------------------------------------------------------------------------
@@ -370,7 +399,7 @@ def test_compare_script_runs_programs_and_budgets_in_one_run(monkeypatch, capsys
 
     lm = DummyLM({PLAN: {"searches": "Apple founders | who\nSteve Jobs | person"},
                   ESC: {"decision": "STOP", "next_query": ""}, THOUGHT: {"next_sentence": "So the answer is: Paris."},
-                  ANSWER: {"answer": "Paris"}})
+                  ANSWER: {"reasoning": "Jobs founded Apple.", "answer": "Paris"}})
     monkeypatch.setattr(sessions, "make_lm", lambda *a, **k: lm)
     monkeypatch.setattr(sessions, "Retriever", lambda corpora, *a, **kw: Retriever(corpora, embedder=embedder))
     summaries = compare.main(["--dataset", "demo", "--train", "0", "--dev", "0", "--test", "2", "--k", "2",

@@ -385,6 +385,22 @@ def test_registry_builds_rag_critic_and_self_refine(taxonomy):
     assert isinstance(programs.build("self_refine", search=ScriptedSearch(), k=3), SelfRefine)
 
 
+@pytest.mark.parametrize("lang", [None, "de"])
+def test_rag_cot_self_refine_and_rag_critic_send_one_first_request_and_rag_another(taxonomy, lang):
+    """Issue 61 item 3: the three draft with one writer (the comparison measures the correction, not chain of
+    thought), and the question's language reaches each draft alike."""
+    import json
+
+    def first_request(name):
+        lm = routed({CRITIC: CORRECT, FEEDBACK: {"verdict": "Correct", "feedback": "none"}, WRITER: said("Lyon")})
+        programs.build(name, search=ScriptedSearch(), k=2)(question=Q, lang=lang)
+        return json.dumps({key: lm.history[0][key] for key in ("messages", "kwargs")}, sort_keys=True)
+
+    cot = first_request("rag_cot")
+    assert first_request("self_refine") == cot and first_request("rag_critic") == cot
+    assert "[[ ## reasoning ## ]]" in cot and first_request("rag") != cot
+
+
 # --- Self-Refine ----------------------------------------------------------------------------------------------
 
 def test_self_refine_revises_on_its_own_feedback_and_stops_when_satisfied():

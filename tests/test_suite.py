@@ -51,19 +51,21 @@ def test_the_arms_of_an_entry_run_at_its_methods_k_unless_k_is_given():
     """A baseline runs at its entry's method's k (rag_cited in SEAL's entry at SEAL's 3, named so), each cell's
     session holds the k its program runs at, and ``--k`` puts every arm at that k."""
     cells = suite.plan(suite.SUITES["paper"], only_datasets=["hotpotqa"])[0]
-    assert [c.label for c in cells] == ["seal", "self_rag", "crag", "rag_cited_k3", "rag_critic", "rag", "self_refine"]
+    assert [c.label for c in cells] == ["seal", "self_rag", "crag", "rag_cited_k3", "rag_critic", "rag_cot", "rag",
+                                         "self_refine", "flare", "metarag"]
     def session(*argv):
         return Session(suite_args(list(argv)), SimpleNamespace(task="short"), None, None, None, {}, None)
 
     base = session()
-    assert [suite.cell_session(base, c).args.k for c in cells] == [3, 3, 3, 3, 5, 5, 5]
+    assert [suite.cell_session(base, c).args.k for c in cells] == [3, 3, 3, 3, 5, 5, 5, 5, 5, 5]
     given = suite.plan(suite.SUITES["paper"], only_datasets=["hotpotqa"], k=4)[0]
-    assert [c.label for c in given] == ["seal", "self_rag", "crag", "rag_cited", "rag_critic", "rag", "self_refine"]
+    assert [c.label for c in given] == ["seal", "self_rag", "crag", "rag_cited", "rag_critic", "rag_cot", "rag",
+                                         "self_refine", "flare", "metarag"]
     assert {suite.cell_session(session("--k", "4"), c).args.k for c in given} == {4}
     grid = suite.plan(suite.SUITES["seal-grid"])[0]  # the grid sets k: every arm at the grid's
     assert "rag_cited_k1_L0" not in [c.label for c in grid] and "rag_cited_k1" in [c.label for c in grid]
     par2 = suite.plan(suite.SUITES["paper"], only_datasets=["musique"])[0]
-    assert [suite.cell_session(base, c).args.k for c in par2] == [5, None, None, 5, 5, 5, 5, 5]  # direct, cot: none
+    assert [suite.cell_session(base, c).args.k for c in par2] == [5, None, None, 5, 5, 5, 5, 5, 5]  # direct, cot: none
 
 
 def test_a_baseline_in_seals_suite_answers_from_seals_k_passages(dummy):
@@ -74,6 +76,27 @@ def test_a_baseline_in_seals_suite_answers_from_seals_k_passages(dummy):
     assert all(len(rec["passages"]) == 3 for r in out["results"] for rec in r.records)
     runs = mlflow.search_runs(experiment_names=["suite-k"])
     assert all('"k": 3' in c for c in runs["params.program_config"].dropna())
+
+
+def test_every_paper_method_is_paired_with_a_single_pass_under_its_own_writer(embedder, monkeypatch):
+    """Issue 61 item 3: the single pass that answers with the method's writer (rag_cot for rag_critic and par2,
+    rag_cited for seal), so one pair measures the method and not its writer."""
+    import programs
+    from programs.baselines.rag import RAG
+    from programs.coral.mrag import MultilingualRAG
+    from programs.shared.writer import writer_form
+    from retrieval.corpus import Corpus
+    from retrieval.retriever import Retriever
+    from tests.test_rag_critic import FIXTURES
+
+    monkeypatch.setenv("RAG_DATA_DIR", str(FIXTURES))  # rag_critic's taxonomy
+    retriever = Retriever([Corpus("toy", [{"id": "0", "title": "t", "text": "x"}])], embedder)
+
+    def form(name):
+        return writer_form(programs.build(name, search=retriever))
+    for entry in suite.SUITES["paper"]:
+        single = [b for b in entry.baselines if programs.spec(b).cls in (RAG, MultilingualRAG)]
+        assert any(form(b) == form(entry.method) for b in single), (entry.method, single)
 
 
 def test_ad_hoc_suite_and_unknown_name():

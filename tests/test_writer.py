@@ -41,3 +41,13 @@ def test_writer_short_answer_sees_the_passages(dummy):
 def test_option_text_wins_over_a_leading_letter(raw, letter):
     options = {"A": "Coffee with milk", "B": "Juice", "C": "A cup of tea", "D": "Tea"}
     assert parse_choice(raw, options) == letter
+
+
+@pytest.mark.parametrize("reasoning", [False, True])
+def test_writer_asks_for_the_answer_in_the_questions_language_with_or_without_chain_of_thought(dummy, reasoning):
+    lm = dummy([{"reasoning": "Die Seine fließt durch Paris.", "answer": "Seine"}])
+    out = Writer(reasoning=reasoning)(question="Welcher Fluss?", passages=[Passage("c:1", "Paris", "The Seine.")],
+                                      lang="de")
+    prompt = lm.history[-1]["messages"][-1]["content"]
+    assert out.answer == "Seine" and "[[ ## answer_language ## ]]\nGerman" in prompt
+    assert ("[[ ## reasoning ## ]]" in lm.history[-1]["messages"][0]["content"]) == reasoning

@@ -1,11 +1,13 @@
 """Iterative retrieve-and-reason baselines for PAR2-RAG, with the same step budget ``loops``:
 
 - ``IRCoT`` (Trivedi et al., 2023): retrieve for the question, then alternate one chain-of-thought sentence with a
-  search for that sentence, until a sentence states the answer or ``loops`` sentences; a reader then answers
-  from the collected paragraphs.
+  search for that sentence, until a sentence states the answer or ``loops`` sentences; PAR2's reader (its
+  chain-of-thought writer over up to ``context_tokens`` of passage text) then answers from the collected paragraphs.
 - ``ReAct``: DSPy's ``dspy.ReAct`` agent with one search tool and at most ``loops`` steps.
 
-Both return ``retrieved``: every passage retrieved, in order of first retrieval (what retrieval is scored on).
+Both return ``retrieved``: every passage retrieved, in order of first retrieval (what retrieval is scored on). Their
+budgets default to PAR2's (``programs.registry``: H = ``loops``, IRCoT's ``context_tokens``), so the comparison
+differs in the method only.
 """
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ from typing import Annotated, Any
 import dspy
 
 from decoding.choice import MCScoring
-from programs.shared.evidence import lenient
+from programs.shared.evidence import lenient, within_budget
 from programs.shared.text import content_words
 from programs.shared.writer import Writer
 from retrieval.corpus import Passage, dedup
@@ -43,22 +45,24 @@ def first_sentence(text: str) -> str:
     return text.strip()
 
 
-def newest_first(latest: list[Passage], collected: list[Passage], limit: int) -> list[Passage]:
-    """What the LM sees: the newest hits first, then the earlier ones, at most ``limit``."""
+def newest_first(latest: list[Passage], collected: list[Passage], limit: int | None = None) -> list[Passage]:
+    """IRCoT's ranking of what it holds: the newest hits first, then the earlier ones (at most ``limit``)."""
     return dedup([*latest, *collected])[:limit]
 
 
 class IRCoT(dspy.Module):
-    """Interleaved retrieval and chain of thought: each new sentence is the next query (top ``k``); the LM sees at
-    most ``max_passages`` passages, newest first. ``lang`` is accepted and unused."""
+    """Interleaved retrieval and chain of thought: each new sentence is the next query (top ``k``); a thought step
+    sees at most ``max_passages`` passages, newest first. The reader is PAR2's: its chain-of-thought writer over
+    everything collected in the same order (the newest search's hits, then the rest in order of first retrieval), cut
+    to ``context_tokens`` estimated tokens of passage text from the end. ``lang`` is accepted and unused."""
 
     def __init__(self, search: Retriever, k: int = 5, loops: int = 5, max_passages: int = 8,
-                 max_chars: int | None = None, mc: MCScoring | None = None):
+                 context_tokens: int = 3000, max_chars: int | None = None, mc: MCScoring | None = None):
         super().__init__()
         self.search, self.k, self.loops = search, k, loops
-        self.max_passages, self.max_chars = max_passages, max_chars
+        self.max_passages, self.context_tokens, self.max_chars = max_passages, context_tokens, max_chars
         self.step = dspy.Predict(NextThought)
-        self.writer = Writer(use_passages=True, max_chars=max_chars, mc=mc)
+        self.writer = Writer(use_passages=True, reasoning=True, max_chars=max_chars, mc=mc)  # PAR2's writer
 
     def forward(self, question: str, options: dict[str, str] | None = None,
                 lang: str | None = None) -> dspy.Prediction:
@@ -82,10 +86,11 @@ class IRCoT(dspy.Module):
                 latest = self.search.search(sentence, self.k)
                 collected = dedup([*collected, *latest])
                 queries.append(sentence)
-        shown = newest_first(latest, collected, self.max_passages)
+        shown = within_budget(newest_first(latest, collected), self.context_tokens, self.max_chars)
         answer = self.writer(question=question, passages=shown, options=options).answer
         trace = {"iterations": len(thoughts), "queries": queries, "stop_reason": stop, "thoughts": thoughts,
-                 "fallbacks": {"thought": failures}, "parse_failures": failures}
+                 "fallbacks": {"thought": failures}, "parse_failures": failures,
+                 "context_tokens": self.context_tokens, "context_size": len(collected), "shown": len(shown)}
         return dspy.Prediction(answer=answer, passages=dedup([*shown, *collected]), retrieved=collected, trace=trace)
 
 

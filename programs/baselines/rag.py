@@ -1,4 +1,5 @@
-"""Baselines shared by every method's comparison: no retrieval (``direct``, ``cot``) and single-shot ``rag``."""
+"""Baselines shared by every method's comparison: no retrieval (``direct``, ``cot``) and single-shot ``rag``
+(``rag_cot``, ``rag_cited``: the same pass under another method's writer)."""
 from __future__ import annotations
 
 import dspy
@@ -27,14 +28,17 @@ class RAG(dspy.Module):
     """Retrieve the top-``k`` passages for the question once, then write the answer from them.
 
     ``cite=True`` uses the evidence loops' writer (2-4 words with cited passages, or "I don't know"), so ``rag``
-    is compared with seal, self_rag and crag under one answer profile."""
+    is compared with seal, self_rag and crag under one answer profile; ``reasoning=True`` the chain-of-thought
+    writer of RAG-Critic's first draft, Self-Refine's draft and PAR2's steps."""
 
     def __init__(self, search: Retriever, k: int = 5, max_chars: int | None = None, cite: bool = False,
-                 mc: MCScoring | None = None):
+                 reasoning: bool = False, mc: MCScoring | None = None):
         super().__init__()
+        if cite and reasoning:
+            raise ValueError("RAG takes cite=True or reasoning=True, not both: the evidence writer does not reason")
         self.search, self.k = search, k
         self.writer = (EvidenceWriter(max_chars, mc=mc) if cite
-                       else Writer(use_passages=True, max_chars=max_chars, mc=mc))
+                       else Writer(use_passages=True, reasoning=reasoning, max_chars=max_chars, mc=mc))
 
     def forward(self, question: str, options: dict[str, str] | None = None,
                 lang: str | None = None) -> dspy.Prediction:

@@ -32,10 +32,10 @@ import dspy
 
 from decoding.choice import MCScoring
 from decoding.decisions import REST, rest_note
-from programs.shared.evidence import retried
+from programs.shared.evidence import retried, within_budget
 from programs.shared.gates import LabelGate
 from programs.shared.oracle import check_roles
-from programs.shared.text import APOSTROPHES, approx_tokens, content_words, negated, normalize
+from programs.shared.text import APOSTROPHES, content_words, negated, normalize
 from programs.shared.writer import Writer
 from retrieval.corpus import Passage, dedup
 from retrieval.rerank import get_reranker
@@ -112,18 +112,6 @@ def step_response(out: dspy.Prediction) -> str:
 def interleave(lists: list[list[Passage]]) -> list[Passage]:
     """Round robin over ranked lists (every list's best first), each passage once."""
     return dedup([p for p in flatten.from_iterable(zip_longest(*lists)) if p is not None])
-
-
-def within_budget(ranked: list[Passage], budget: int, max_chars: int | None) -> list[Passage]:
-    """The leading passages of ``ranked`` whose prompt text fits ``budget`` tokens (estimated, see
-    :func:`approx_tokens`); the first passage always."""
-    shown, used = [], 0
-    for p in ranked:
-        used += approx_tokens(p.format(max_chars))
-        if shown and used > budget:
-            break
-        shown.append(p)
-    return shown
 
 
 @dataclass

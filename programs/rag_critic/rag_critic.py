@@ -4,11 +4,11 @@ The writer answers from the top-k passages; the error critic judges that answer 
 its errors with the three-tier taxonomy. Only an Error verdict is corrected, as in the paper: a Correct one ends
 the round, and so does an unparsed one (counted in the trace as ``unparsed_verdicts``). A verdict gate at rest
 (``--decisions logprob|fused``, fitted on dev) says Correct without a call: the stop reason is ``critic_at_rest``
-and RAG-Critic runs as its chain-of-thought first draft (:meth:`RAGCritic.resting`). For an Error the planner
-reads the critique, the suggested actions for the flagged tier-1 errors and the function menu, and writes a
-program of calls; it is parsed into a typed :class:`programs.rag_critic.plan.Plan` (step cap ``max_steps``) and run by the
-dispatcher with the writer model. An invalid plan falls back to one GenerateAnswer on the current evidence, guided
-by the critique. ``rounds=2`` critiques and corrects the corrected answer once more.
+and RAG-Critic runs as its chain-of-thought first draft, which is ``rag_cot`` (:meth:`RAGCritic.resting`). For an
+Error the planner reads the critique, the suggested actions for the flagged tier-1 errors and the function menu, and
+writes a program of calls; it is parsed into a typed :class:`programs.rag_critic.plan.Plan` (step cap ``max_steps``)
+and run by the dispatcher with the writer model. An invalid plan falls back to one GenerateAnswer on the current
+evidence, guided by the critique. ``rounds=2`` critiques and corrects the corrected answer once more.
 """
 from __future__ import annotations
 
@@ -49,7 +49,7 @@ class RAGCritic(dspy.Module):
                  mc: MCScoring | None = None):
         super().__init__()
         if rounds < 1:
-            raise ValueError(f"rag_critic needs rounds >= 1 (got {rounds}); rounds=0 is the plain `rag` program")
+            raise ValueError(f"rag_critic needs rounds >= 1 (got {rounds}); rounds=0 is the plain `rag_cot` program")
         self.search, self.k, self.max_chars, self.rounds, self.max_steps = search, k, max_chars, rounds, max_steps
         # the critic reads the writer's reasoning
         self.writer = Writer(use_passages=True, reasoning=True, max_chars=max_chars, mc=mc)
@@ -61,7 +61,7 @@ class RAGCritic(dspy.Module):
     def forward(self, question: str, options: dict[str, str] | None = None,
                 lang: str | None = None) -> dspy.Prediction:
         passages = self.search.search(question, self.k)
-        draft = self.writer(question=question, passages=passages, options=options)                # generate
+        draft = self.writer(question=question, passages=passages, options=options, lang=lang)     # generate
         answer, reasoning = draft.answer, draft.get("reasoning") or ""
         rounds, stop, queries = [], "round_budget", [question]
         for _ in range(self.rounds):
@@ -103,7 +103,7 @@ class RAGCritic(dspy.Module):
     def resting(self) -> str | None:
         """What RAG-Critic runs as while its verdict gate decides whatever the probability (see
         :func:`decoding.decisions.rest_note`): at rest nothing is corrected."""
-        return rest_note("verdict", self.critic.verdict_gate, "its chain-of-thought first draft")
+        return rest_note("verdict", self.critic.verdict_gate, "rag_cot")
 
     def plan_config(self) -> dict:
         """The planner's call decodes under the plan grammar where the endpoint takes one (llama.cpp)."""

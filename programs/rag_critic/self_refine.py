@@ -1,12 +1,13 @@
-"""Self-Refine baseline for RAG-Critic (Madaan et al., 2023): the writer drafts from the top-k passages, reviews
+"""Self-Refine baseline for RAG-Critic (Madaan et al., 2023): the writer drafts from the top-k passages (RAG-Critic's
+chain-of-thought first-draft writer, so the draft is ``rag_cot``'s and the two differ in the correction only), reviews
 its own answer and revises it on that feedback, round after round until its feedback finds no error (its verdict is
 Correct) or the revision changes nothing, within ``rounds`` rounds (``--rounds``). No retrieval beyond the first
 search and no separate critic or planner model. Multiple choice is answered by the letter writer alone: the
 revision has no letter form, so a feedback call could not change the answer. The feedback's verdict is ``stop_gate``
 (``programs.shared.gates``): as written or P(Correct) against its threshold (``decisions``); a gate at rest says
 Correct without a call (the round says ``decided: "at rest (no call)"``, the stop reason is ``feedback_at_rest``:
-Self-Refine then runs as ``rag``, :meth:`SelfRefine.resting`). With ``oracle="verdict"`` the loop stops exactly when
-the answer is right by the task metric (no feedback call); a wrong one still gets the model's feedback.
+Self-Refine then runs as ``rag_cot``, :meth:`SelfRefine.resting`). With ``oracle="verdict"`` the loop stops exactly
+when the answer is right by the task metric (no feedback call); a wrong one still gets the model's feedback.
 """
 from __future__ import annotations
 
@@ -31,9 +32,9 @@ class SelfRefine(dspy.Module):
         super().__init__()
         self.oracle = check_roles(oracle, self.ORACLE_ROLES, "self_refine")
         if rounds < 1:
-            raise ValueError(f"self_refine needs rounds >= 1 (got {rounds}); rounds=0 is the plain `rag` program")
+            raise ValueError(f"self_refine needs rounds >= 1 (got {rounds}); rounds=0 is the plain `rag_cot` program")
         self.search, self.k, self.max_chars, self.rounds = search, k, max_chars, rounds
-        self.writer = Writer(use_passages=True, max_chars=max_chars, mc=mc)
+        self.writer = Writer(use_passages=True, reasoning=True, max_chars=max_chars, mc=mc)  # rag_critic's draft
         self.feedback = dspy.Predict(GiveFeedback)
         self.revise = dspy.Predict(ReviseAnswer)
         self.stop_gate = LabelGate(self.feedback, "verdict", (CORRECT, ERROR), "correct", decisions, self.oracle,
@@ -42,13 +43,13 @@ class SelfRefine(dspy.Module):
     def resting(self) -> str | None:
         """What Self-Refine runs as while its stop gate decides whatever the probability (see
         :func:`decoding.decisions.rest_note`): at rest its first draft stands."""
-        return rest_note("stop", self.stop_gate, "rag")
+        return rest_note("stop", self.stop_gate, "rag_cot")
 
     def forward(self, question: str, options: dict[str, str] | None = None,
                 lang: str | None = None) -> dspy.Prediction:
         passages = self.search.search(question, self.k)
         context = [p.format(self.max_chars) for p in passages]
-        answer = self.writer(question=question, passages=passages, options=options).answer          # draft
+        answer = self.writer(question=question, passages=passages, options=options, lang=lang).answer  # draft
         rounds, stop = [], "round_budget"
         for _ in range(0 if options else self.rounds):
             ruling = self.stop_gate({"passages": context, "question": question, "answer": answer},    # feedback

@@ -1,6 +1,7 @@
 """Evidence-loop pieces shared by SEAL-RAG and the baselines it is compared with (self_rag, crag, rag with
-``cite=True``): the one cited, abstaining answer writer, LM steps whose malformed output is tolerated, and the
-merge of a new search into held passages at fixed k."""
+``cite=True``): the one cited, abstaining answer writer, LM steps whose malformed output is tolerated, the
+merge of a new search into held passages at fixed k, and the cut of a ranked context to a token budget (PAR2's
+writer and IRCoT's reader)."""
 from __future__ import annotations
 
 import re
@@ -9,7 +10,7 @@ import dspy
 from dspy.utils.exceptions import AdapterParseError
 
 from decoding.choice import MCScoring
-from programs.shared.text import abstained
+from programs.shared.text import abstained, approx_tokens
 from programs.shared.writer import Writer
 from retrieval.corpus import Passage
 from retrieval.retriever import Retriever
@@ -110,3 +111,15 @@ def retried(predictor: dspy.Module, parse, tries: int = 2, **inputs):
         if value is not None:
             return value, attempt
     return None, tries
+
+
+def within_budget(ranked: list[Passage], budget: int, max_chars: int | None) -> list[Passage]:
+    """The leading passages of ``ranked`` whose prompt text fits ``budget`` tokens (estimated, see
+    :func:`~programs.shared.text.approx_tokens`); the first passage always."""
+    shown, used = [], 0
+    for p in ranked:
+        used += approx_tokens(p.format(max_chars))
+        if shown and used > budget:
+            break
+        shown.append(p)
+    return shown

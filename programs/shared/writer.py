@@ -82,7 +82,7 @@ class Writer(dspy.Module):
         if options:
             return self.choose(question, context, options)
         kwargs = {"passages": context} if self.use_passages else {}
-        if lang:  # the question's language is known: ask for the answer in it (a ChainOfThought's own Predict's)
+        if lang:  # the question's language is known: ask for the answer in it (a chain of thought's own Predict's)
             signature = getattr(self.short, "predict", self.short).signature
             kwargs.update(signature=in_language(signature), answer_language=language_name(lang))
         out = self.short(question=question, **kwargs)
@@ -119,3 +119,10 @@ def mc_state(program: dspy.Module) -> list[dict]:
     """The scoring mode (and prior) of every writer in ``program``: what its multiple-choice answers depend on."""
     return [{"mode": w.mc.mode, "prior": w.mc.prior} for _, w in program.named_sub_modules(Writer)]
 
+
+def writer_form(program: dspy.Module) -> list[tuple]:
+    """What ``program``'s answer writer (its ``writer``) asks of the LM: per predictor its name, instructions and
+    fields in prompt order (a chain of thought adds ``reasoning``). Programs of one form answer under one writer."""
+    return [(name, p.signature.instructions, [(key, f.annotation, f.json_schema_extra)
+                                              for key, f in p.signature.fields.items()])
+            for name, p in program.writer.named_predictors()]
