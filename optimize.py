@@ -46,6 +46,8 @@ def main(argv=None) -> str:
     print(f"prompt versions: {', '.join(run.prompts)}")
     print(f"compiled program: {run.stored} (MLflow run {run.run_id}, artifact {run.artifact})")
     print(f"load it with programs.load_compiled({run.run_id!r}) or {evaluate_command(run.run_id, args)}")
+    print(f"served model: {run.model} (registered {run.registered} version {run.version}): "
+          f"mlflow.pyfunc.load_model({run.model!r}) or mlflow models serve -m {run.model} --env-manager local")
     print(f"browse runs: mlflow ui --backend-store-uri {store.tracking_uri()}  (then open http://127.0.0.1:5000)")
     return run.run_id
 

@@ -331,8 +331,9 @@ def untraced():
 def register_prompts(program, program_name: str, tags: dict) -> list[str]:
     """Register each predictor's compiled instructions and demos as a version of the prompt
     ``<program>.<predictor>`` in MLflow's prompt registry (plain text, for reading and diffing versions in the UI),
-    linked to the active run. Loading stays with the program's JSON state."""
-    names = []
+    linked to the active run (its page lists them under "Registered prompts"). Loading stays with the program's
+    JSON state."""
+    names, run_id, client = [], mlflow.active_run().info.run_id, mlflow.MlflowClient()
     for path, predictor in program.named_predictors():
         name = re.sub(r"[^A-Za-z0-9_.-]", "_", f"{program_name}.{path}")
         demos = "\n\n".join("\n".join(f"{k}: {v}" for k, v in dict(demo).items() if not k.startswith("_"))
@@ -340,8 +341,9 @@ def register_prompts(program, program_name: str, tags: dict) -> list[str]:
         template = predictor.signature.instructions + (f"\n\n--- {len(predictor.demos)} demos ---\n\n{demos}"
                                                         if predictor.demos else "")
         version = mlflow.genai.register_prompt(name, template.replace("{{", "{ {"),
-                                               commit_message=f"compiled in run {mlflow.active_run().info.run_id}",
+                                               commit_message=f"compiled in run {run_id}",
                                                tags={k: str(v) for k, v in tags.items()})
+        client.link_prompt_version_to_run(run_id, version)
         names.append(f"{name}/{version.version}")
     return names
 

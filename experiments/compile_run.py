@@ -7,7 +7,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from evaluation import tracking
+from evaluation import serving, tracking
 from evaluation.loop import evaluate
 from evaluation.metrics import METRIC_NAMES
 from experiments.cli import fail
@@ -48,7 +48,8 @@ def compile_params(args, optimizer: str, metric_name: str) -> dict:
 @dataclass
 class CompileRun:
     """What :func:`compile_and_score` logged: its MLflow run, each stage's summary and compile-metric scores, the
-    prompt versions it registered, and where the compiled program is stored (``artifact`` in the run)."""
+    prompt versions it registered, where the compiled program is stored (``artifact`` in the run) and the MLflow
+    Model serving it (``model``: ``runs:/<run id>/model``, registered as ``registered`` version ``version``)."""
     run_id: str
     name: str
     stages: dict
@@ -56,11 +57,15 @@ class CompileRun:
     prompts: list
     stored: str
     artifact: str
+    model: str
+    registered: str
+    version: str
 
 
 def compile_and_score(s: Session, metric_name: str, metric) -> CompileRun:
     """One MLflow run: ``s``'s program scored on dev and test, compiled with ``--optimizer`` on train
-    (:func:`compile_fitted`), scored again, and saved to ``--out`` (default: only as the run's artifact)."""
+    (:func:`compile_fitted`), scored again, saved to ``--out`` (default: only as the run's artifact) and logged as an
+    MLflow Model from code (``evaluation.serving``) that answers the first asked question as its input example."""
     args = s.args
     program = s.build(args.program)
     k = args.k if s.retriever else None
@@ -98,7 +103,13 @@ def compile_and_score(s: Session, metric_name: str, metric) -> CompileRun:
         log_compiled(s, compiled, out)
         prompts = tracking.register_prompts(compiled, args.program, {"optimizer": args.optimizer,
                                                                      "dataset": args.dataset})
+        example = next(ex for ex in (*s.splits.test, *s.splits.dev, *s.splits.train)).inputs().toDict()
+        with tracking.untraced():  # MLflow answers the example with the logged model: not one of the run's questions
+            model = serving.log_served(out, args.program, serving.serving_config(args, s.data, compiled), example,
+                                       [f"prompts:/{p}" for p in prompts], args.api_base)
         stored = tracking.artifact_path(out.name)
         if not args.out:
             shutil.rmtree(out.parent)  # the lasting copy is the run's artifact
-    return CompileRun(run.info.run_id, run_name, stages, scores, prompts, stored, out.name)
+    return CompileRun(run.info.run_id, run_name, stages, scores, prompts, stored, out.name,
+                      f"runs:/{run.info.run_id}/model", serving.model_name(args.program),
+                      str(model.registered_model_version))
