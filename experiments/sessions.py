@@ -125,10 +125,8 @@ class Session:
         return sources.provenance(self.args.dataset, self.args.corpus, self.args.leave_question_out,
                                   self.args.max_docs)
 
-    def build(self, program_name: str, view: Callable[[dspy.Example], dspy.Example] | None = None) -> dspy.Module:
-        """The program with its role LMs and ``--mc-scoring`` (``pride`` calibrates it here, on train questions).
-        ``view``: how the evaluated questions are presented to this program (e.g. told the culture's language);
-        the calibration questions are presented the same way."""
+    def build(self, program_name: str) -> dspy.Module:
+        """The program with its role LMs and ``--mc-scoring`` (``pride`` calibrates it here, on train questions)."""
         if self.args.no_retrieval:
             program_name = "cot" if program_name == "cot" else "direct"
         config = self.program_config(program_name)
@@ -139,17 +137,16 @@ class Session:
             except FileNotFoundError as err:  # e.g. rag_critic's taxonomy file
                 fail(str(err))
 
-        return self.build_scored(program_name, make, view)
+        return self.build_scored(program_name, make)
 
-    def build_scored(self, program_name: str, make: Callable[[MCScoring | None], dspy.Module],
-                     view: Callable[[dspy.Example], dspy.Example] | None = None) -> dspy.Module:
+    def build_scored(self, program_name: str, make: Callable[[MCScoring | None], dspy.Module]) -> dspy.Module:
         """``make(mc)``, the program built with the multiple-choice scoring ``--mc-scoring`` asks for; for ``pride``
-        a ``logprob`` build is calibrated first, on the first ``--mc-calibration`` train questions as ``view``
-        presents them (recorded in ``calibrations``)."""
+        a ``logprob`` build is calibrated first, on the first ``--mc-calibration`` train questions (recorded in
+        ``calibrations``)."""
         mode = self.args.mc_scoring if self.bundle.task == "mcq" else "generate"
         if mode != "pride":
             return make(MCScoring(mode) if mode != "generate" else None)
-        slice_ = [view(ex) if view else ex for ex in self.splits.train[:self.args.mc_calibration]]
+        slice_ = self.splits.train[:self.args.mc_calibration]
         # kept like a checkpoint (keyed by the program as built before calibration and by the questions as it sees
         # them): a re-run reuses the prior, so its evaluation checkpoint (keyed by it) resumes
         seen = tuple(json.dumps(ex.inputs().toDict(), sort_keys=True, default=str) for ex in slice_)

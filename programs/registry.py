@@ -125,6 +125,8 @@ REGISTRY: dict[str, ProgramSpec] = {
                                   "know): single pass under the same writer as seal, self_rag and crag",
                              {"cite": True}),
     "mono_rag": ProgramSpec(MultilingualRAG, "top-k from the question-language corpus", {"scope": "own"}),
+    "en_rag": ProgramSpec(MultilingualRAG, "top-k from the English corpus (the CORAL paper's monoRAG row on BLEnD, "
+                                           "whose questions are English)", {"scope": "en"}),
     "multi_rag": ProgramSpec(MultilingualRAG, "top-k pooled over all language corpora", {"scope": "all"}),
     "cross_rag": ProgramSpec(MultilingualRAG, "multi_rag with the passages translated into English",
                              {"scope": "all", "translate_docs": True}),

@@ -1,12 +1,16 @@
 """Multilingual RAG baselines of the CORAL paper (one retrieval over a fixed scope of language corpora) and the
 corpus-scope and translation helpers that CORAL shares with them.
 
-- ``mono_rag``: the corpus in the question's language;
+- ``mono_rag``: the question's own corpus, C_own (below);
+- ``en_rag``: the English corpus (the paper's monoRAG on BLEnD, whose questions are English);
+- ``own_en_rag``: C_own and the English corpus pooled;
 - ``multi_rag``: all corpora pooled (top-``k`` by score over their union);
 - ``cross_rag``: ``multi_rag`` with the retrieved passages translated into English before writing;
 - ``t_rag``: the question translated into English, then the English corpus.
 
-``lang`` is the language the question is written in (English when not given).
+``lang`` is the language the question is written in (English when not given). C_own is the corpus of the language
+of the culture the question is about where the data names one (BLEnD, CLIcK: ``source_lang``, read from the
+question's gold labels, ``programs.shared.oracle.own_language``), else of the question's language.
 """
 from __future__ import annotations
 
@@ -15,6 +19,7 @@ from dataclasses import replace
 import dspy
 
 from decoding.choice import MCScoring
+from programs.shared.oracle import own_language
 from programs.shared.writer import Writer
 from retrieval.corpus import Passage
 from retrieval.retriever import Retriever
@@ -31,11 +36,11 @@ def corpus_of(search: Retriever, lang: str | None) -> str | None:
     return min(matches, key=lambda name: name != lang) if matches else None
 
 
-def scope_corpora(scope: str, search: Retriever, lang: str) -> list[str]:
-    """Corpora of a fixed scope: ``own`` (question language), ``en``, ``own_en`` (both) or ``all``."""
+def scope_corpora(scope: str, search: Retriever, own: str) -> list[str]:
+    """Corpora of a fixed scope: ``own`` (the corpus in language ``own``), ``en``, ``own_en`` (both) or ``all``."""
     if scope == "all":
         return list(search.corpora)
-    wanted = {"own": [lang], "en": ["en"], "own_en": [lang, "en"]}[scope]
+    wanted = {"own": [own], "en": ["en"], "own_en": [own, "en"]}[scope]
     return list(dict.fromkeys(c for c in (corpus_of(search, code) for code in wanted) if c))
 
 
@@ -103,7 +108,7 @@ class MultilingualRAG(dspy.Module):
         query = question
         if self.translate_query and lang != "en":
             query = self.translator.question(question, lang)
-        corpora = scope_corpora(self.scope, self.search, lang)
+        corpora = scope_corpora(self.scope, self.search, own_language(lang))
         passages = self.search.search(query, self.k, corpora) if corpora else []
         if self.translate_docs:
             passages = [self.translator.passage(p, self.max_chars) for p in passages]
