@@ -23,7 +23,7 @@ _NOTES: ContextVar[dict | None] = ContextVar("metric_notes", default=None)
 
 
 def note(**fields: str) -> None:
-    """Say how a metric decided the answer it is scoring (e.g. XRAG's ``verdict_by="echo"``): inside :func:`noted`,
+    """Say how a metric decided the answer it is scoring (e.g. XRAG's ``verdict_by="exact"``): inside :func:`noted`,
     the fields go into that answer's record, so a run counts them from its records (a resumed run too)."""
     if (notes := _NOTES.get()) is not None:
         notes.update(fields)

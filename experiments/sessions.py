@@ -100,12 +100,17 @@ class Session:
         return {"lm": a.lm, "api_base": a.api_base or "", "planner_lm": a.planner_lm or a.lm,
                 "critic_lm": a.critic_lm or a.lm, "judge_lm": a.judge_lm or a.lm}
 
+    @property
+    def judge_lms(self) -> list[str]:
+        """The LMs of the XRAG judge panel that scores this run's answers (:func:`judge_panel`); none when no panel
+        does (no ``--judge``, or not an XRAG dataset)."""
+        return judge_panel(self.args) if self.args.judge and self.bundle.task == "xrag" else []
+
     def model_ids(self) -> dict:
         """The models behind the answers and their scores, as checkpoints are keyed: :meth:`lm_ids` with each local
         model pinned by its file's sha256 (the one ``runtime.models.verify`` checks) and the XRAG judge panel."""
-        panel = [m.strip() for m in self.args.judge_lms.split(",")] if self.args.judge and self.args.judge_lms else []
         return ({role: pinned(lm) for role, lm in self.lm_ids().items()}
-                | ({"judge_lms": [pinned(lm) for lm in panel]} if panel else {}))
+                | ({"judge_lms": [pinned(lm) for lm in self.judge_lms]} if self.judge_lms else {}))
 
     def params(self, program_name: str) -> dict:
         a, sizes = self.args, {k: len(v) for k, v in self.splits.ids().items()}
@@ -116,7 +121,7 @@ class Session:
                 "split_ids": self.splits.ids(), "embedder": self.retriever.embedder.id if self.retriever else "",
                 "index": a.index, **a.of(retrieval_settings.OPTIONS),
                 "corpora": {c.name: len(c) for c in self.bundle.corpora},
-                "judge": a.judge, "judge_lms": a.judge_lms or "", "no_retrieval": a.no_retrieval,
+                "judge": a.judge, "judge_lms": ",".join(self.judge_lms), "no_retrieval": a.no_retrieval,
                 "circular": a.circular, "retries": a.retries, "cache": not a.no_cache, **self.lm_ids(),
                 "mc_scoring": a.mc_scoring, **({"mc_calibration": a.mc_calibration} if a.mc_scoring == "pride" else {}),
                 **self.corpus_params()}
@@ -203,6 +208,14 @@ def saved_calibration(path: Path) -> dict | None:
     return None
 
 
+def judge_panel(args: Settings) -> list[str]:
+    """The XRAG judge panel: ``--judge-lms``, else both local LMs (``runtime.models``) -- the paper judges by a
+    panel's majority, never by one judge."""
+    if args.judge_lms:
+        return [m.strip() for m in args.judge_lms.split(",") if m.strip()]
+    return [LOCAL_PREFIX + name for name in models.MODELS]
+
+
 def pinned(lm: str) -> str:
     """``lm`` with a local model's sha256 and its server's prompt cache (resuming another prefix can move a near
     tie: docs/results/infrastructure.md): ``local:qwen-0.5b@sha256:...+cache1024MB``; any other LM as it is named."""
@@ -273,10 +286,8 @@ def session(args: Settings, needs_search: bool) -> Session:
     if args.judge and bundle.task == "xrag":
         from evaluation.xlingual import JudgePanel
 
-        panel = args.judge_lms.split(",") if args.judge_lms else []
         try:
-            judge = JudgePanel([make_lm(m.strip(), args.api_base, cache=not args.no_cache) for m in panel]
-                               or [roles.lm("judge")])
+            judge = JudgePanel([make_lm(m, args.api_base, cache=not args.no_cache) for m in judge_panel(args)])
         except ValueError as err:
             fail(str(err))
     return Session(args, bundle, splits, roles, retriever, answer_metrics(bundle.task, judge), judge)
