@@ -76,8 +76,8 @@ def parser(description: str) -> argparse.ArgumentParser:
     for role in ("planner", "critic", "judge"):
         p.add_argument(f"--{role}-lm", help=f"LM for the {role} role (default: --lm)")
     p.add_argument("--judge", action="store_true", help="also score answers with the LLM judge (--judge-lm)")
-    p.add_argument("--judge-lms", help="XRAG datasets: comma-separated panel of 1-3 judge LMs, majority vote (a "
-                                       "tie, two judges split, is wrong and counted) (default: both local LMs, "
+    p.add_argument("--judge-lms", help="XRAG datasets: comma-separated panel of 1-3 judge LMs, majority vote; a tie "
+                                       "is wrong and every split is counted (default: both local LMs, "
                                        + ",".join(LOCAL_PREFIX + name for name in MODELS) + ")")
     p.add_argument("--no-retrieval", action="store_true",
                    help="parametric mode: answer with the closed-book writer (direct, or cot for --program cot) "
