@@ -5,7 +5,10 @@ Files: ``RAG_DATA_DIR/blend/annotations/<Country>_data.json`` (per question id: 
 annotated answers with vote counts, "I don't know" tallies) and ``blend/questions/<Country>_questions.csv``
 (topic). Questions are the English versions, which name the country, so ``lang`` (the language the question is
 written in, a program input) is ``en`` for every example; the country's own language is ``source_lang`` and its
-resource tier ``tier`` (both only for metric breakdowns, so no program is told the culture). Each example also
+resource tier ``tier``. Both break metrics down; no program reads them as an input, but ``source_lang`` is the
+gold culture label (``evaluation.metrics.gold_of``) that the own-corpus scope C_own searches (``mono_rag``,
+``own_en_rag``, ``coral_fixed_own``, ``coral_fixed_own_en``: the paper's oracle own-corpus rows) and the planner
+oracle picks. Each example also
 carries ``leave_out``: the group of the knowledge-corpus documents rendered from its question id -- the documents of
 every country, since the other countries' answers to the same question are where its distractors come from (see
 :func:`blend_kb`) -- hidden while it is evaluated.

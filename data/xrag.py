@@ -6,9 +6,12 @@ id, question, answer, en_question, en_answer, q_type, a_type, crossdoc_type, ``a
 supporting articles, then the 6 distracting ones) and ``dates`` (each article's publication date). :data:`FIELDS`
 is the one place that maps the release's keys (and those of our own construction pipeline, which writes
 ``supporting`` / ``distracting`` lists) to ours; :func:`records` reads ``RAG_DATA_DIR/xrag/*.jsonl|*.parquet``
-through HF ``datasets``, or the hub id :data:`HUB_ID` when no local file exists and a hub is reachable. A row
-without a language is in the language lingua finds in its question; an article without one is English in the
-monolingual setting and, in the multilingual one, English or the question's language as lingua reads its text.
+through HF ``datasets``, or the hub id :data:`HUB_ID` when no local file exists and a hub is reachable. The
+release's rows name neither their language nor their setting, so both are read from the text with lingua: a row is
+in the language of its question; an article without a language is in the question's language when lingua reads
+its opening so, else English (:func:`article_language`); a row without a setting is multilingual when any of its
+articles is in the question's (non-English) language, else monolingual (:func:`infer_setting`). A row that names
+its setting keeps it (monolingual: every article without a language is English).
 
 **Contexts** (how much of an item's grounding a program may see), chosen by the dataset name:
 
@@ -81,7 +84,7 @@ def _pick(row: dict, keys: tuple[str, ...], default=None):
     return next((row[k] for k in keys if row.get(k) not in (None, "")), default)
 
 
-def article(raw, lang: str, setting: str, date=None) -> dict:
+def article(raw, lang: str, setting: str | None, date=None) -> dict:
     """One supporting/distracting article in our shape: ``{"id", "title", "text", "date", "language"}``; ``date``
     is the release's ``dates`` entry for it. The id is the release's, else a hash of the text."""
     if isinstance(raw, str):
@@ -98,13 +101,19 @@ def article(raw, lang: str, setting: str, date=None) -> dict:
     return out
 
 
-def article_language(text: str, lang: str, setting: str) -> str:
+def article_language(text: str, lang: str, setting: str | None) -> str:
     """The language of an article the release gives none for: English in the monolingual setting (its documents
-    are English whatever the question's language); otherwise the question's language when lingua reads it in
-    the text's opening, else English."""
+    are English whatever the question's language); otherwise (multilingual, or no setting given) the question's
+    language when lingua reads it in the text's opening, else English."""
     if setting == "mono" or lang == "en":
         return "en"
     return lang if detect(text[:500]) == lang else "en"
+
+
+def infer_setting(lang: str, articles: list[dict]) -> str:
+    """The setting of a row that names none: ``multi`` when any article is in the question's language (other than
+    English: the multilingual setting retrieves documents in English and in it), else ``mono``."""
+    return "multi" if lang != "en" and any(a["language"] == lang for a in articles) else "mono"
 
 
 def normalize(row: dict) -> dict:
@@ -127,11 +136,13 @@ def normalize(row: dict) -> dict:
                              "data.xrag.FIELDS")
     answers = rec["answer"] if isinstance(rec["answer"], list) else [rec["answer"]]
     lang = rec["language"] or _question_language(rec["question"])
-    setting = SETTING_NAMES.get(str(rec["setting"] or "mono").lower(), str(rec["setting"]))
-    rec.update(answer=str(answers[0]), answers=[str(a) for a in answers], language=lang, setting=setting,
+    given = SETTING_NAMES.get(str(rec["setting"]).lower(), str(rec["setting"])) if rec["setting"] else None
+    supporting = [article(a, lang, given, d) for a, d in zip(rec["supporting"], support_dates)]
+    distracting = [article(a, lang, given, d) for a, d in zip(rec["distracting"] or [], distract_dates)]
+    rec.update(answer=str(answers[0]), answers=[str(a) for a in answers], language=lang,
+               setting=given or infer_setting(lang, supporting + distracting),
                id=str(rec["id"] or hashlib.sha1(rec["question"].encode()).hexdigest()[:12]),
-               supporting=[article(a, lang, setting, d) for a, d in zip(rec["supporting"], support_dates)],
-               distracting=[article(a, lang, setting, d) for a, d in zip(rec["distracting"] or [], distract_dates)])
+               supporting=supporting, distracting=distracting)
     for key in ("articles", "dates"):
         rec.pop(key)
     return rec

@@ -280,7 +280,7 @@ def summarize(records: list[dict], metrics: dict, groups: tuple[str, ...] = ()) 
     """What the records say, counted from them (so a resumed run reports what its checkpoint holds): ``n``,
     ``failed_examples``, ``retryable_examples``, ``failed_by_class/<error class>``, per metric the records it could
     not score ``<metric>_errors_by_class/<error class>``, per field the metrics noted ``<field>/<value>`` (e.g.
-    ``verdict_by/echo``), the means (of the records that have a value), the circular, group and tier breakdowns."""
+    ``verdict_by/exact``), the means (of the records that have a value), the circular, group and tier breakdowns."""
     if not records:
         return {"n": 0}
     summary = {"n": len(records), "failed_examples": sum(r["failed"] for r in records)}

@@ -23,7 +23,7 @@ _NOTES: ContextVar[dict | None] = ContextVar("metric_notes", default=None)
 
 
 def note(**fields: str) -> None:
-    """Say how a metric decided the answer it is scoring (e.g. XRAG's ``verdict_by="echo"``): inside :func:`noted`,
+    """Say how a metric decided the answer it is scoring (e.g. XRAG's ``verdict_by="exact"``): inside :func:`noted`,
     the fields go into that answer's record, so a run counts them from its records (a resumed run too)."""
     if (notes := _NOTES.get()) is not None:
         notes.update(fields)
@@ -154,10 +154,12 @@ def gold_passages(example) -> tuple[list[str], Callable]:
 def gold_of(example) -> Gold:
     """An example's gold labels for the oracle roles (``programs.shared.oracle``): its gold passages, the task metric's
     verdict on an answer (:func:`correct`), the language of its culture (BLEnD, CLIcK: ``source_lang``) or of its
-    supporting article (XRAG: ``support_lang``), its gold titles."""
+    supporting article (XRAG: ``support_lang``), its gold titles, and its culture's language alone (``own``: the
+    own-corpus scope's)."""
     keys, key = gold_passages(example)
     return Gold(frozenset(keys), key, lambda answer: correct(example, answer),
-                example.get("support_lang") or example.get("source_lang"), frozenset(example.get("gold_titles") or ()))
+                example.get("support_lang") or example.get("source_lang"), frozenset(example.get("gold_titles") or ()),
+                example.get("source_lang"))
 
 
 def retrieval_record(example, retrieved, k: int) -> dict[str, float]:

@@ -1,6 +1,9 @@
-"""XRAG scoring: the answer must be in the question's language (language ID by ``lingua``), a panel of LLM judges
-decides correctness by majority vote, and accuracy = judge AND language. Script-independent string metrics
-(EM/F1 against the gold span, character 3-gram recall as in BERGEN) need no judge.
+"""XRAG scoring as the paper scores: the answer must be in the question's language (language ID by ``lingua``), a
+panel of LLM judges decides correctness by majority vote, and accuracy = judge AND language. By default the panel is
+both local LMs (``experiments.sessions.judge_panel``); with two judges the majority is their agreement, a split
+counts as wrong and is counted (``panel/split`` in the summary). The one verdict taken without a judge is a normalized
+exact match (:func:`exact`); an abstention ("I don't know", empty) is wrong without one (``evaluation.metrics.Judge``).
+Script-independent string metrics (EM/F1 against the gold span, character 3-gram recall as in BERGEN) need no judge.
 
 Language rule for short answers: wrong when lingua is confident the answer is in another language than the
 question AND that language differs from the one lingua gives the gold answer. So numbers and golds copied as they
@@ -15,15 +18,12 @@ import unicodedata
 from collections import Counter
 
 import dspy
-from dspy.dsp.utils import DPR_normalize, has_answer
-from dspy.evaluate.metrics import normalize_text
+from dspy.evaluate.metrics import EM
 
 from evaluation.metrics import Judge, UnreadableVerdict, exact_match, f1, note, read
+from programs.shared.text import abstained
 from runtime.language import in_language, language_name, language_verdict
 from signatures.judge import JudgeAnswerLanguage
-
-ECHO_SHARE = 0.8  # share of an answer's 3-grams found in the question from which it counts as an echo
-STATED_SLACK = 20  # words beyond a gold span that an answer stating it may have (longer ones go to the judges)
 
 
 def language_correct(example, pred, trace=None):
@@ -51,29 +51,18 @@ def char3_recall(example, pred, trace=None):
     return best >= 0.5 if trace is not None else best
 
 
-def echoes_question(example, answer: str) -> bool:
-    """Whether ``answer`` only repeats the question: at least ``ECHO_SHARE`` of its character 3-grams occur in the
-    question and none of a gold answer's own 3-grams do (those it does not share with the question; all of them
-    when the gold is a phrase of the question). The 1.5B judge accepts such answers (the Arabic question copied
-    verbatim as the "answer", a German restatement without the name asked for)."""
-    got, asked = _trigrams(answer), _trigrams(example.question)
-    if not got:
-        return False
-    share = sum((got & asked).values()) / sum(got.values())
-    # a gold's own 3-grams, not the ones it shares with the question ("سنة 1992": "year" is in the question)
-    return share >= ECHO_SHARE and not any(got & ((want - asked) or want) for want in map(_trigrams, example.answers))
+def without_punctuation(text: str) -> str:
+    """``text`` in Unicode compatibility form (NFKC) with every punctuation mark removed, any script's: curly and
+    angle quotes, CJK and Arabic full stops and commas (DSPy's normalisation removes only ASCII punctuation)."""
+    text = unicodedata.normalize("NFKC", text)
+    return "".join(ch for ch in text if not unicodedata.category(ch).startswith("P"))
 
 
-def states_gold(example, answer: str) -> bool:
-    """Whether ``answer`` is a short statement of a gold answer: it contains the gold as whole tokens (DSPy's DPR
-    ``has_answer``), has at most ``STATED_SLACK`` more tokens, and the gold is not a phrase of the question (there
-    containing it proves nothing: "Rhein oder Elbe?"). The 1.5B judge rejects such sentences ("Joseph Priestley
-    recognized oxygen in 1774." for "1774"); a copied passage that mentions the gold goes to the judges."""
-    text, asked = normalize_text(answer), normalize_text(example.question)
-    n_words = len(DPR_normalize(text))
-    golds = [DPR_normalize(normalize_text(g)) for g in example.answers]
-    return any(gold and n_words <= len(gold) + STATED_SLACK and has_answer([gold], text)
-               and not has_answer([gold], asked) for gold in golds)
+def exact(example, answer: str) -> bool:
+    """Whether ``answer`` is a gold answer after normalisation: punctuation of any script removed
+    (:func:`without_punctuation`), then DSPy's (case, English articles, spacing). The panel's only verdict without
+    a judge call: '“Lena Ohm”' is 'Lena Ohm'; 'not Lena Ohm' is not, and goes to the judges."""
+    return bool(EM(without_punctuation(answer), [without_punctuation(g) for g in example.answers]))
 
 
 def majority(votes: list[bool | None], what: str) -> bool:
@@ -85,14 +74,20 @@ def majority(votes: list[bool | None], what: str) -> bool:
     raise UnreadableVerdict(f"{unread} of {len(votes)} judges gave no readable {what}, and their votes decide it")
 
 
+def split(votes: list[bool | None]) -> bool:
+    """Whether the judges whose votes could be read disagree."""
+    return len({v for v in votes if v is not None}) > 1
+
+
 class JudgePanel:
     """1-3 LLM judges (question-aware :class:`Judge`), majority vote (:func:`majority`): a tie counts as wrong, and
     a judge whose reply could not be read counts only where the others' votes do not decide. Without a judge call:
-    an answer that only echoes the question (:func:`echoes_question`) is wrong, one that states a gold answer in a
-    short sentence (:func:`states_gold`) is right; which decided is noted in the answer's record (``verdict_by``:
-    ``echo``, ``stated`` or ``judges``; ``evaluation.metrics.note``). The verdict of each (example, answer) is
-    memoised, so ``judge`` and ``accuracy`` cost one panel call. The response language (:meth:`language`) is
-    lingua's verdict where it has one, else the panel's majority (``language_by``: ``lingua`` or ``judges``)."""
+    a normalized exact match (:func:`exact`) is right, an abstention wrong. Noted in the answer's record
+    (``evaluation.metrics.note``): what decided (``verdict_by``: ``exact``, ``abstained`` or ``judges``) and, where
+    the judges voted, whether they disagreed (``panel``: ``agreed`` or ``split``). The verdict of each (example,
+    answer) is memoised, so ``judge`` and ``accuracy`` cost one panel call. The response language (:meth:`language`)
+    is lingua's verdict where it has one, else the panel's majority (``language_by``: ``lingua`` or ``judges``;
+    ``language_panel``: ``agreed`` or ``split``)."""
 
     def __init__(self, lms: list):
         if not 1 <= len(lms) <= 3:
@@ -101,7 +96,7 @@ class JudgePanel:
         self.readers = [dspy.Predict(JudgeAnswerLanguage) for _ in lms]
         for reader, lm in zip(self.readers, lms):
             reader.lm = lm
-        self._memo: dict[tuple, tuple[bool, str]] = {}  # (example, answer) -> (verdict, what decided it)
+        self._memo: dict[tuple, tuple[bool, dict]] = {}  # (example, answer) -> (verdict, what the metric notes)
         self._lock = threading.Lock()
 
     def language(self, example, pred, trace=None):
@@ -110,30 +105,37 @@ class JudgePanel:
         answer, lang = (pred.answer or "").strip(), example.get("lang") or "en"
         key = ("language", example.get("id"), example.question, answer)
         with self._lock:
-            ok, path = self._memo.get(key, (None, None))
+            ok, notes = self._memo.get(key, (None, None))
         if ok is None:
-            ok, path = language_verdict(answer, lang, example.answers, example.question), "lingua"
+            ok, notes = language_verdict(answer, lang, example.answers, example.question), {"language_by": "lingua"}
             if ok is None:
                 votes = [_vote(read, r, language=language_name(lang), question=example.question, answer=answer)
                          for r in self.readers]
-                ok, path = majority([None if v is None else bool(v.in_language) for v in votes], "language"), "judges"
+                votes = [None if v is None else bool(v.in_language) for v in votes]
+                ok = majority(votes, "language")
+                notes = {"language_by": "judges", "language_panel": "split" if split(votes) else "agreed"}
             with self._lock:
-                self._memo[key] = ok, path
-        note(language_by=path)
+                self._memo[key] = ok, notes
+        note(**notes)
         return ok if trace is not None else float(ok)
 
     def verdict(self, example, pred) -> bool:
-        key = (example.get("id"), example.question, pred.answer or "")
+        answer = pred.answer or ""
+        key = (example.get("id"), example.question, answer)
         with self._lock:
-            ok, how = self._memo.get(key, (None, None))
+            ok, notes = self._memo.get(key, (None, None))
         if ok is None:
-            answer = pred.answer or ""
-            how = "echo" if echoes_question(example, answer) else "stated" if states_gold(example, answer) else "judges"
-            ok = how == "stated" or (how == "judges" and majority(
-                [_vote(judge, example, pred, trace=True) for judge in self.judges], "verdict"))
+            if exact(example, answer):
+                ok, notes = True, {"verdict_by": "exact"}
+            elif abstained(answer):
+                ok, notes = False, {"verdict_by": "abstained"}
+            else:
+                votes = [_vote(judge, example, pred, trace=True) for judge in self.judges]
+                ok = majority(votes, "verdict")
+                notes = {"verdict_by": "judges", "panel": "split" if split(votes) else "agreed"}
             with self._lock:
-                self._memo[key] = ok, how
-        note(verdict_by=how)
+                self._memo[key] = ok, notes
+        note(**notes)
         return ok
 
     def __call__(self, example, pred, trace=None):

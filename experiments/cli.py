@@ -17,7 +17,8 @@ from evaluation.metrics import ANSWER_METRICS
 from programs import registry
 from retrieval import settings as retrieval_settings
 from runtime.files import Busy
-from runtime.lm import ServerError
+from runtime.lm import LOCAL_PREFIX, ServerError
+from runtime.models import MODELS
 from runtime.settings import Setting, Settings
 
 #: The settings a run's flags set, each declared once: the data's, the methods', the retriever's.
@@ -76,8 +77,9 @@ def parser(description: str) -> argparse.ArgumentParser:
     for role in ("planner", "critic", "judge"):
         p.add_argument(f"--{role}-lm", help=f"LM for the {role} role (default: --lm)")
     p.add_argument("--judge", action="store_true", help="also score answers with the LLM judge (--judge-lm)")
-    p.add_argument("--judge-lms", help="XRAG datasets: comma-separated panel of 1-3 judge LMs, majority vote "
-                                       "(default: --judge-lm alone)")
+    p.add_argument("--judge-lms", help="XRAG datasets: comma-separated panel of 1-3 judge LMs, majority vote; a tie "
+                                       "is wrong and every split is counted (default: both local LMs, "
+                                       + ",".join(LOCAL_PREFIX + name for name in MODELS) + ")")
     p.add_argument("--no-retrieval", action="store_true",
                    help="parametric mode: answer with the closed-book writer (direct, or cot for --program cot) "
                         "on the same examples, in the question's language")

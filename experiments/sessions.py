@@ -92,12 +92,17 @@ class Session:
         return {"lm": a.lm, "api_base": a.api_base or "", "planner_lm": a.planner_lm or a.lm,
                 "critic_lm": a.critic_lm or a.lm, "judge_lm": a.judge_lm or a.lm}
 
+    @property
+    def judge_lms(self) -> list[str]:
+        """The LMs of the XRAG judge panel that scores this run's answers (:func:`judge_panel`); none when no panel
+        does (no ``--judge``, or not an XRAG dataset)."""
+        return judge_panel(self.args) if self.args.judge and self.bundle.task == "xrag" else []
+
     def model_ids(self) -> dict:
         """The models behind the answers and their scores, as checkpoints are keyed: :meth:`lm_ids` with each local
         model pinned by its file's sha256 (the one ``runtime.models.verify`` checks) and the XRAG judge panel."""
-        panel = [m.strip() for m in self.args.judge_lms.split(",")] if self.args.judge and self.args.judge_lms else []
         return ({role: pinned(lm) for role, lm in self.lm_ids().items()}
-                | ({"judge_lms": [pinned(lm) for lm in panel]} if panel else {}))
+                | ({"judge_lms": [pinned(lm) for lm in self.judge_lms]} if self.judge_lms else {}))
 
     def params(self, program_name: str) -> dict:
         a, sizes = self.args, {k: len(v) for k, v in self.splits.ids().items()}
@@ -108,7 +113,7 @@ class Session:
                 "split_ids": self.splits.ids(), "embedder": self.retriever.embedder.id if self.retriever else "",
                 "index": a.index, **a.of(retrieval_settings.OPTIONS),
                 "corpora": {c.name: len(c) for c in self.bundle.corpora},
-                "judge": a.judge, "judge_lms": a.judge_lms or "", "no_retrieval": a.no_retrieval,
+                "judge": a.judge, "judge_lms": ",".join(self.judge_lms), "no_retrieval": a.no_retrieval,
                 "circular": a.circular, "retries": a.retries, "cache": not a.no_cache, **self.lm_ids(),
                 "mc_scoring": a.mc_scoring, **({"mc_calibration": a.mc_calibration} if a.mc_scoring == "pride" else {}),
                 **self.corpus_params()}
@@ -117,10 +122,8 @@ class Session:
         return sources.provenance(self.args.dataset, self.args.corpus, self.args.leave_question_out,
                                   self.args.max_docs)
 
-    def build(self, program_name: str, view: Callable[[dspy.Example], dspy.Example] | None = None) -> dspy.Module:
-        """The program with its role LMs and ``--mc-scoring`` (``pride`` calibrates it here, on train questions).
-        ``view``: how the evaluated questions are presented to this program (e.g. told the culture's language);
-        the calibration questions are presented the same way."""
+    def build(self, program_name: str) -> dspy.Module:
+        """The program with its role LMs and ``--mc-scoring`` (``pride`` calibrates it here, on train questions)."""
         if self.args.no_retrieval:
             program_name = "cot" if program_name == "cot" else "direct"
         config = self.program_config(program_name)
@@ -131,17 +134,16 @@ class Session:
             except FileNotFoundError as err:  # e.g. rag_critic's taxonomy file
                 fail(str(err))
 
-        return self.build_scored(program_name, make, view)
+        return self.build_scored(program_name, make)
 
-    def build_scored(self, program_name: str, make: Callable[[MCScoring | None], dspy.Module],
-                     view: Callable[[dspy.Example], dspy.Example] | None = None) -> dspy.Module:
+    def build_scored(self, program_name: str, make: Callable[[MCScoring | None], dspy.Module]) -> dspy.Module:
         """``make(mc)``, the program built with the multiple-choice scoring ``--mc-scoring`` asks for; for ``pride``
-        a ``logprob`` build is calibrated first, on the first ``--mc-calibration`` train questions as ``view``
-        presents them (recorded in ``calibrations``)."""
+        a ``logprob`` build is calibrated first, on the first ``--mc-calibration`` train questions (recorded in
+        ``calibrations``)."""
         mode = self.args.mc_scoring if self.bundle.task == "mcq" else "generate"
         if mode != "pride":
             return make(MCScoring(mode) if mode != "generate" else None)
-        slice_ = [view(ex) if view else ex for ex in self.splits.train[:self.args.mc_calibration]]
+        slice_ = self.splits.train[:self.args.mc_calibration]
         # kept like a checkpoint (keyed by the program as built before calibration and by the questions as it sees
         # them): a re-run reuses the prior, so its evaluation checkpoint (keyed by it) resumes
         seen = tuple(json.dumps(ex.inputs().toDict(), sort_keys=True, default=str) for ex in slice_)
@@ -196,6 +198,14 @@ def saved_calibration(path: Path) -> dict | None:
         problem = f"{type(err).__name__}: {str(err)[:80]}"
     print(f"warning: saved PriDe prior {path} is unreadable ({problem}); calibrating again", file=sys.stderr)
     return None
+
+
+def judge_panel(args: Settings) -> list[str]:
+    """The XRAG judge panel: ``--judge-lms``, else both local LMs (``runtime.models``) -- the paper judges by a
+    panel's majority, never by one judge."""
+    if args.judge_lms:
+        return [m.strip() for m in args.judge_lms.split(",") if m.strip()]
+    return [LOCAL_PREFIX + name for name in models.MODELS]
 
 
 def pinned(lm: str) -> str:
@@ -273,10 +283,8 @@ def session(args: Settings, needs_search: bool) -> Session:
     if args.judge and bundle.task == "xrag":
         from evaluation.xlingual import JudgePanel
 
-        panel = args.judge_lms.split(",") if args.judge_lms else []
         try:
-            judge = JudgePanel([make_lm(m.strip(), args.api_base, cache=not args.no_cache) for m in panel]
-                               or [roles.lm("judge")])
+            judge = JudgePanel([make_lm(m, args.api_base, cache=not args.no_cache) for m in judge_panel(args)])
         except ValueError as err:
             fail(str(err))
     return Session(args, bundle, splits, roles, retriever, answer_metrics(bundle.task, judge), judge)

@@ -49,8 +49,8 @@ class Entry:
 SUITES: dict[str, tuple[Entry, ...]] = {
     "paper": (
         Entry("seal", ("self_rag", "crag", "rag_cited"), ("hotpotqa", "2wiki")),
-        Entry("coral", ("direct", "mono_rag", "multi_rag", "own_en_rag", "cross_rag", "t_rag", "coral_select"),
-              ("blend", "click")),
+        Entry("coral", ("direct", "en_rag", "mono_rag", "multi_rag", "own_en_rag", "cross_rag", "t_rag",
+                        "coral_select"), ("blend", "click")),
         Entry("par2", ("direct", "cot", "rag", "rag_cot", "react", "ircot", "par2_anchor", "par2_chain"),
               ("musique", "2wiki")),
         Entry("rag_critic", ("rag_cot", "rag", "self_refine", "flare", "metarag"), ("hotpotqa", "2wiki")),

@@ -131,7 +131,10 @@ REGISTRY: dict[str, ProgramSpec] = {
                              {"cite": True}),
     "rag_cot": ProgramSpec(RAG, "rag with the chain-of-thought writer of rag_critic's and self_refine's first draft "
                                 "(and par2's steps): reasoning, then the answer", {"reasoning": True}),
-    "mono_rag": ProgramSpec(MultilingualRAG, "top-k from the question-language corpus", {"scope": "own"}),
+    "mono_rag": ProgramSpec(MultilingualRAG, "top-k from the culture's own corpus (C_own; else the question's "
+                                           "language)", {"scope": "own"}),
+    "en_rag": ProgramSpec(MultilingualRAG, "top-k from the English corpus (the CORAL paper's monoRAG row on BLEnD, "
+                                           "whose questions are English)", {"scope": "en"}),
     "multi_rag": ProgramSpec(MultilingualRAG, "top-k pooled over all language corpora", {"scope": "all"}),
     "cross_rag": ProgramSpec(MultilingualRAG, "multi_rag with the passages translated into English",
                              {"scope": "all", "translate_docs": True}),
@@ -143,14 +146,14 @@ REGISTRY: dict[str, ProgramSpec] = {
                                {"probe": True}),
     "coral_select": ProgramSpec(CORAL, "CORAL ablation: corpus re-selection only, original query",
                                 {"rewrite": False}),
-    "coral_fixed_own": ProgramSpec(CORAL, "CORAL loop ablation: critic loop over the fixed question-language "
-                                          "corpus (the single-pass fixed scope is mono_rag)", {"scope": "own"}),
+    "coral_fixed_own": ProgramSpec(CORAL, "CORAL loop ablation: critic loop over the fixed C_own corpus (the "
+                                          "single-pass fixed scope is mono_rag)", {"scope": "own"}),
     "coral_fixed_all": ProgramSpec(CORAL, "CORAL loop ablation: critic loop over the fixed pool of all corpora "
                                           "(the single-pass fixed scope is multi_rag)", {"scope": "all"}),
-    "coral_fixed_own_en": ProgramSpec(CORAL, "CORAL loop ablation: critic loop over the fixed question-language + "
-                                             "English corpora (the single-pass fixed scope is own_en_rag)",
+    "coral_fixed_own_en": ProgramSpec(CORAL, "CORAL loop ablation: critic loop over the fixed C_own + English "
+                                             "corpora (the single-pass fixed scope is own_en_rag)",
                                       {"scope": "own_en"}),
-    "own_en_rag": ProgramSpec(MultilingualRAG, "top-k pooled over the question-language and English corpora, one "
+    "own_en_rag": ProgramSpec(MultilingualRAG, "top-k pooled over C_own and the English corpus, one "
                                                "pass (CORAL's fixed C_own ∪ C_en scope)", {"scope": "own_en"}),
     "seal": ProgramSpec(SEAL, "SEAL-RAG: entity ledger, sufficiency gate, one micro-query per repair at fixed k"),
     "seal_ledger": ProgramSpec(SEAL, "seal whose writer also sees the verified ledger facts",

@@ -5,6 +5,10 @@
 ``python -m scripts.coral_compare --dataset blend --test 48 --programs direct multi_rag --circular``
 ``python -m scripts.coral_compare --dataset blend --test 48 --programs direct multi_rag --circular --mc-scoring pride``
 
+The default programs are the paper's: Non-RAG (``direct``), monoRAG (``en_rag``: BLEnD's questions are English), the
+fixed scopes of its Table 2 (``mono_rag`` = C_own, the culture's corpus; ``own_en_rag``; ``multi_rag`` = C_all),
+crossRAG, tRAG, Self-RAG (its Table 13), CORAL with corpus selection only (Table 3) and CORAL.
+
 A thin use of the suite machinery (``experiments/suite.py``): one parent run, one child run per program (checkpointed
 per question, so an interrupted run resumes), and the suite's leaderboard (accuracy, cost per question, every
 program paired with coral, or else with the first program: exact McNemar with bootstrap CIs and Holm). The parent's
@@ -36,17 +40,10 @@ from programs.shared.writer import Writer  # noqa: E402
 from retrieval.corpus import excluded  # noqa: E402
 from runtime.metering import metered  # noqa: E402
 
-DEFAULT_PROGRAMS = ("direct", "mono_rag", "own_en_rag", "multi_rag", "cross_rag", "t_rag", "coral_select", "coral")
-#: The baselines told the culture's source language with ``--oracle-lang`` (the paper's C_own and C_own + C_en):
-#: with BLEnD's English questions they would otherwise search English only. No other program gets the label.
-ORACLE_PROGRAMS = ("mono_rag", "own_en_rag")
+DEFAULT_PROGRAMS = ("direct", "en_rag", "mono_rag", "own_en_rag", "multi_rag", "cross_rag", "t_rag", "self_rag",
+                    "coral_select", "coral")
 TIERS = ("low", "mid", "high")
 ENTRY = "scripts/coral_compare.py"
-
-
-def told(ex: dspy.Example) -> dspy.Example:
-    """The question as the ``--oracle-lang`` baselines see it: in the culture's source language's scope."""
-    return ex.copy(lang=ex.get("source_lang") or ex.get("lang"))
 
 
 def balanced(examples: list, field: str, n: int, seed: int) -> list:
@@ -189,16 +186,16 @@ def by_gold_position(records: dict[str, list[dict]], metric: str) -> str:
 def planner_diagnostics(records: list[dict], languages: dict[str, str]) -> dict:
     """How the planner chose corpora, per question from the trace: whether the corpus of the culture's own
     language (``source_lang``) was chosen in round 1 / in any round (selection recall, over questions whose
-    culture has a corpus), and whether it follows list position: how often the first-listed candidate (the question
-    -language corpus aside, which is always searched) is among its round-1 picks and the picks' mean listed
-    position (1 = first), each beside what picking that many candidates at random gives."""
+    culture has a corpus), and whether it follows list position: how often the first-listed candidate (the corpus
+    of the question's language aside, which the planner's rule asks for) is among its round-1 picks and the picks'
+    mean listed position (1 = first), each beside what picking that many candidates at random gives."""
     by_lang = {code: name for name, code in languages.items()}
     have, r1, anyr, first, first_chance, pos, pos_chance = 0, 0, 0, [], [], [], []
     for r in records:
         trace = r.get("trace") or {}
         if not trace.get("corpora"):
             continue
-        rounds, own = trace["corpora"], trace.get("own")
+        rounds, own = trace["corpora"], trace.get("question_corpus")
         culture = by_lang.get(r.get("source_lang"))
         if culture:
             have += 1
@@ -241,10 +238,6 @@ def main(argv=None) -> dict[str, dict]:
     p.add_argument("--programs", nargs="+", default=list(DEFAULT_PROGRAMS), choices=programs.names())
     p.add_argument("--balance", metavar="FIELD", help="draw the evaluated questions (as many as the split) evenly "
                                                       "over this example field, e.g. country, from non-train examples")
-    p.add_argument("--oracle-lang", action="store_true",
-                   help="tell the C_own and C_own + C_en baselines (mono_rag, own_en_rag) the culture's language "
-                        "(source_lang) instead of the question's: the paper's oracle own-corpus rows for BLEnD; "
-                        "every other program, CORAL included, keeps the question's language")
     p.add_argument("--compile", action="store_true", help="also bootstrap coral on train and report it compiled")
     p.add_argument("--demos", type=int, default=2, help="max bootstrapped and labeled demos per predictor")
     p.set_defaults(dataset="demo_culture", split="test")
@@ -256,7 +249,6 @@ def main(argv=None) -> dict[str, dict]:
         examples = balanced([ex for ex in s.bundle.examples if ex.id not in train], args.balance, len(examples),
                             args.seed)
     train = s.splits.train
-    oracle = s.evaluated([told(ex) for ex in examples])
     examples = s.evaluated(examples)
     metric = next(iter(s.metrics))
     results = {}
@@ -264,17 +256,15 @@ def main(argv=None) -> dict[str, dict]:
     with tracking.run(args.experiment, run_name, tags={"entry": ENTRY}) as run:
         tracking.log_params(s.params("coral") | {
             "programs": args.programs, "split": args.split, "balance": args.balance or "",
-            "oracle_lang": args.oracle_lang, "compile": args.compile, "eval_ids": [ex.id for ex in examples]})
+            "compile": args.compile, "eval_ids": [ex.id for ex in examples]})
 
-        def run_program(cell: suite.Cell, program, oracle_lang: bool = False) -> None:
+        def run_program(cell: suite.Cell, program) -> None:
             results[cell.label] = suite.run_cell(s, cell, run.info.run_id, "coral-compare", program=program,
-                                                 examples=oracle if oracle_lang else examples,
-                                                 stage="compare-oracle" if oracle_lang else "compare", entry=ENTRY)
+                                                 examples=examples, stage="compare", entry=ENTRY)
 
         evaluated_ids = {ex.get("base_id", ex.id) for ex in examples}
         for name in args.programs:
-            oracle_lang = args.oracle_lang and name in ORACLE_PROGRAMS  # told the culture's language
-            program = s.build(name, view=told if oracle_lang else None)
+            program = s.build(name)
             if args.mc_scoring != "generate" and s.bundle.task == "mcq":
                 program = Observed(program)
             if name in s.calibrations:  # pride: the calibration slice (train split) must not be evaluated
@@ -283,7 +273,7 @@ def main(argv=None) -> dict[str, dict]:
                     raise SystemExit(f"error: PriDe calibration questions are also evaluated: {sorted(overlap)}")
                 tracking.log_json(f"calibration/{name}.json", info)
                 mlflow.log_metrics({f"{name}_prior_{k}": v for k, v in info["prior"].items()})
-            run_program(suite.Cell(name, args.dataset), program, oracle_lang)
+            run_program(suite.Cell(name, args.dataset), program)
         if args.compile:
             _, compile_fn = compile_metric(s.bundle.task, None)
             hidden = {g for ex in train for g in ex.get("leave_out") or ()}  # no demo may see its own answer

@@ -37,10 +37,10 @@ def first_choices(coral: CORAL, examples: list) -> list[dict]:
     records = []
     for ex in examples:
         trace, lang = Trace(), ex.get("lang")
-        trace.own = corpus_of(coral.search, lang)
-        corpora = coral.select(ex.question, lang, trace.own, trace, ex.get("options"))
+        trace.question_corpus = corpus_of(coral.search, lang)
+        corpora = coral.select(ex.question, lang, trace, ex.get("options"))
         records.append({"id": ex.id, "source_lang": ex.get("source_lang"),
-                        "trace": {"own": trace.own, "presented": trace.presented, "corpora": [corpora],
+                        "trace": {"question_corpus": trace.question_corpus, "presented": trace.presented, "corpora": [corpora],
                                   "parse_failures": trace.parse_failures, "unknown_corpora": trace.unknown_corpora,
                                   "planner_fallbacks": trace.planner_fallbacks}})
     return records

@@ -4,8 +4,13 @@ English-question baseline on the same items, under no retrieval, oracle, full an
 shape (multilingual retrieval, full context: 1 supporting + 3 distracting paragraphs in X and in English, per X,
 and the En + En_X baseline with the English question).
 
-``python -m scripts.xrag_eval --n 20 --judge-lm local:qwen-1.5b``
+``python -m scripts.xrag_eval --n 20``                              (judged by both local LMs, the default panel)
 ``python -m scripts.xrag_eval --n 5 --langs de zh --conditions full open --programs rag coral``
+``python -m scripts.xrag_eval --n 20 --judge-lms local:qwen-1.5b``   (one judge: not the paper's protocol)
+
+Answers are judged as the paper judges (``evaluation.xlingual``): a panel's majority vote (``--judge-lms``, default
+both local LMs: a split between two counts as wrong) AND lingua's language check; only a normalized exact match is
+decided without a judge. The run reports how many judged answers split the panel.
 
 Conditions: ``none`` = the closed-book writer (``direct``); ``oracle`` = ``rag`` that can only see the
 supporting paragraph; ``full`` = ``rag --k 8`` over supporting + distractors (all of them); ``open`` = ``rag``
@@ -32,7 +37,7 @@ import programs
 from experiments import suite
 from evaluation import tracking
 from experiments.cli import interruptible
-from experiments.sessions import session
+from experiments.sessions import judge_panel, session
 
 CONDITIONS = ("none", "oracle", "full", "open")
 FULL_K = 8  # supporting + distractors: every visible document
@@ -120,7 +125,7 @@ def main(argv=None) -> dict:
     with tracking.run(args.experiment, f"xrag-eval-n{args.n}", tags={"entry": ENTRY}) as run:
         tracking.log_params({"n_per_lang": args.n, "langs": args.langs, "conditions": args.conditions,
                              "programs": args.programs, "question_ids": sorted(chosen), "lm": args.lm,
-                             "judge_lms": args.judge_lms or args.judge_lm or args.lm, "embedder": args.embedder})
+                             "judge_lms": ",".join(judge_panel(args)), "embedder": args.embedder})
         key = s = None
         for kind, cond, name, prog, k in cells(args):
             if (name, cond != "none") != key:  # one session (data, retriever, judge) per setting at a time
@@ -148,20 +153,26 @@ def main(argv=None) -> dict:
         # not score (an unreadable or unreachable judge), and how the panel decided the others (xlingual.JudgePanel)
         counts = Counter()
         for r in results:
-            counts.update({key: v for key, v in r.summary.items() if key.startswith(("verdict_by/", "language_by/"))})
+            counts.update({key: v for key, v in r.summary.items()
+                           if key.startswith(("verdict_by/", "panel/", "language_by/", "language_panel/"))})
         unscored = sum(v for r in results for key, v in r.summary.items() if "_errors_by_class/" in key)
-        echoes, stated = counts["verdict_by/echo"], counts["verdict_by/stated"]
-        paths = {"lingua": counts["language_by/lingua"], "judges": counts["language_by/judges"]}
-        mlflow.log_metrics({"unscored_verdicts": unscored, "judge_echoes": echoes, "judge_stated": stated,
-                            "language_by_lingua": paths["lingua"], "language_by_judges": paths["judges"]})
+        tallies = {"judge_exact": counts["verdict_by/exact"], "judge_abstained": counts["verdict_by/abstained"],
+                   "judge_panel": counts["verdict_by/judges"], "judge_splits": counts["panel/split"],
+                   "language_by_lingua": counts["language_by/lingua"],
+                   "language_by_judges": counts["language_by/judges"],
+                   "language_splits": counts["language_panel/split"]}
+        mlflow.log_metrics({"unscored_verdicts": unscored, **tallies})
         mlflow.log_text(f"## Monolingual retrieval\n\n{mono}\n\n## Multilingual retrieval\n\n{multi}\n", "report.md")
     print(f"\n{board.markdown}")
     print("\nMonolingual retrieval (accuracy = judge AND language, % / response-language correct, %)\n" + mono)
     if args.multi:
         print("\nMultilingual retrieval (full context)\n" + multi)
-    print(f"\nrun {run.info.run_id}; verdicts not scored: {unscored}; without a judge call: {echoes} answers that only "
-          f"repeat the question (wrong), {stated} short sentences stating a gold answer (right); response language "
-          f"decided by lingua {paths['lingua']}, by the judge panel {paths['judges']} (lingua undecided)")
+    t = tallies
+    print(f"\nrun {run.info.run_id}; judges {', '.join(judge_panel(args))} (majority; a tie is wrong); verdicts not "
+          f"scored: {unscored}; without a judge call: {t['judge_exact']} exact matches (right), "
+          f"{t['judge_abstained']} abstentions (wrong); judged by the panel: {t['judge_panel']}, the judges split on "
+          f"{t['judge_splits']}; response language decided by lingua {t['language_by_lingua']}, by the panel "
+          f"{t['language_by_judges']} (lingua undecided; the judges split on {t['language_splits']})")
     return summaries
 
 

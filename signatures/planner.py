@@ -5,8 +5,10 @@ from runtime.caps import Items, Text
 
 
 class SelectCorpora(dspy.Signature):
-    """Pick the language corpora to search for evidence on this question: the question's own language, plus the
-    languages of the country or culture it is about. Pick few; use only codes from the available list."""
+    """Pick the language corpora to search for evidence on this question. Search mainly the corpus in the language
+    the question is written in; add the corpus of another language only when the question is about a country,
+    region or culture where that language is spoken (its places, customs, institutions or people). Pick few, never
+    one just in case; use only codes from the available list."""
 
     question: str = dspy.InputField()
     question_language: str = dspy.InputField()
@@ -17,8 +19,10 @@ class SelectCorpora(dspy.Signature):
 
 class ReplanSearch(dspy.Signature):
     """The previous search did not find enough good evidence, for the reason given. Plan the next search: change
-    the corpora, rewrite the query, or both, guided by the reason. Keep the question's meaning and add the
-    missing names, places or terms. Use only codes from the available list."""
+    the corpora, rewrite the query, or both, guided by the reason. Keep the corpus in the question's language
+    unless the reason shows its documents were off-topic; add or swap in the corpus of a country or culture the
+    question is about. Keep the question's meaning and add the missing names, places or terms. Use only codes
+    from the available list."""
 
     question: str = dspy.InputField(desc="the original question")
     previous_query: str = dspy.InputField()
@@ -32,7 +36,9 @@ class ReplanSearch(dspy.Signature):
 
 class ReselectCorpora(dspy.Signature):
     """The previous search did not find enough good evidence, for the reason given. Pick a different set of
-    language corpora for the next search. Use only codes from the available list."""
+    language corpora for the next search: keep the corpus in the question's language unless the reason shows its
+    documents were off-topic; add or swap in the corpus of a country or culture the question is about. Use only
+    codes from the available list."""
 
     question: str = dspy.InputField()
     previous_corpora: list[str] = dspy.InputField()

@@ -80,13 +80,10 @@ def test_kept_documents_accumulate_once_each_with_their_best_score():
 
 
 def test_planner_corpora_are_validated_against_the_pool():
-    chosen, unknown = validate_corpora(["Korean", "xx", "ko: Korean", "es (Spanish)", "fr"], LANGS, "en", 3)
-    assert chosen == ["en", "ko", "es"] and unknown == 2  # question language first, duplicates folded
-    assert validate_corpora(["ko", "es"], LANGS, "en", 2) == (["en", "ko"], 0)  # capped, own kept
-    assert validate_corpora(["ko"], LANGS, "en", 3, require_own=False) == (["ko"], 0)  # own may be dropped
-    assert validate_corpora([], LANGS, "en", 3) == (["en"], 0)  # the required own corpus
-    assert validate_corpora(["zz"], LANGS, None, 3) == ([], 1)  # no first-listed corpus made up
-    assert validate_corpora(["zz"], LANGS, "ko", 3, require_own=False) == ([], 1)  # nor the own corpus put back
+    chosen, unknown = validate_corpora(["Korean", "xx", "ko: Korean", "es (Spanish)", "fr"], LANGS, 3)
+    assert chosen == ["ko", "es"] and unknown == 2  # by code or name, duplicates folded, the planner's order
+    assert validate_corpora(["ko", "es", "en"], LANGS, 2) == (["ko", "es"], 0)  # capped
+    assert validate_corpora([], LANGS, 3) == ([], 0) and validate_corpora(["zz"], LANGS, 3) == ([], 1)  # none made up
 
 
 def test_plans_that_differ_by_quotes_or_repetition_are_the_same_plan():
@@ -105,7 +102,7 @@ def test_scopes_resolve_to_language_corpora(search):
 
 # -- the loop -----------------------------------------------------------------------------------------------------
 def test_one_sufficient_round_costs_four_calls(dummy, search):
-    lm = scripted(dummy, plan=Queue({"corpora": ["ko", "Klingon"]}),
+    lm = scripted(dummy, plan=Queue({"corpora": ["en", "ko", "Klingon"]}),
                   batch=Queue(batched(rating(1, 1, 1, 1, 1), rating(2, 5, 5, 4, 5, critique="says it"))),
                   enough=Queue({"enough": True, "reason": "direct answer"}), write=Queue({"answer": "C"}))
     pred = CORAL(search, CORALConfig(k=1, critic_batch=True))(question=QUESTION, options=OPTIONS, lang="en")
@@ -127,12 +124,12 @@ def test_rounds_accumulate_and_stop_at_the_bound(dummy, search):
                               batched(rating(1, 1, 1, 1, 1), rating(2, 1, 1, 1, 1))),
                   enough=Queue({"enough": False, "reason": "nothing Korean"}),
                   replan=Queue({"corpora": ["en"], "query": QUESTION}, {"corpora": ["en", "ko"], "query": QUESTION},
-                               {"corpora": ["ko"], "query": "football kimchi"}),
+                               {"corpora": ["en", "ko"], "query": "football kimchi"}),
                   write=Queue({"answer": "C"}))
     pred = CORAL(search, CORALConfig(k=1, loops=3, critic_batch=True))(question=QUESTION, options=OPTIONS, lang="en")
     t = pred.trace
     assert t["iterations"] == 3 and t["stop_reason"] == "max_rounds"
-    assert t["corpora"] == [["en"], ["en", "ko"], ["en", "ko"]]  # own kept on replan
+    assert t["corpora"] == [["en"], ["en", "ko"], ["en", "ko"]]
     assert t["queries"] == [QUESTION, QUESTION, "football kimchi"]
     assert t["replan_retries"] == 1 and t["repeated_plans"] == 0
     assert [len(s) for s in t["scores"]] == [1, 2, 2]  # round 2 re-uses e1's score, scores only k1
@@ -175,7 +172,7 @@ def test_nothing_kept_replans_without_a_sufficiency_call(dummy, search):
 
 
 def test_malformed_batch_falls_back_to_one_call_per_document(dummy, search):
-    lm = scripted(dummy, plan=Queue({"corpora": ["ko"]}), batch=Queue({"ratings": "three, then four"}),
+    lm = scripted(dummy, plan=Queue({"corpora": ["en", "ko"]}), batch=Queue({"ratings": "three, then four"}),
                   single=Queue(rating(0, 1, 1, 1, 1), rating(0, 4, 4, 4, 4)), write=Queue({"answer": "C"}))
     pred = CORAL(search, CORALConfig(k=1, loops=1, critic_batch=True))(question=QUESTION, options=OPTIONS, lang="en")
     t = pred.trace
@@ -185,14 +182,15 @@ def test_malformed_batch_falls_back_to_one_call_per_document(dummy, search):
 
 
 def test_batch_missing_a_document_scores_only_that_one_alone(dummy, search):
-    scripted(dummy, plan=Queue({"corpora": ["ko"]}), batch=Queue(batched(rating(2, 5, 5, 5, 5))),
+    scripted(dummy, plan=Queue({"corpora": ["en", "ko"]}), batch=Queue(batched(rating(2, 5, 5, 5, 5))),
              single=Queue(rating(0, 1, 1, 1, 1)), write=Queue({"answer": "C"}))
     t = CORAL(search, CORALConfig(k=1, loops=1, critic_batch=True))(question=QUESTION, options=OPTIONS, lang="en").trace
     assert t["critic_missing"] == 1 and t["critic_fallbacks"] == 0 and t["calls"]["critic"] == 2
 
 
 def test_per_document_critic_makes_one_call_per_candidate(dummy, search):
-    scripted(dummy, plan=Queue({"corpora": ["ko"]}), single=Queue(rating(0, 4, 4, 4, 4)), write=Queue({"answer": "C"}))
+    scripted(dummy, plan=Queue({"corpora": ["en", "ko"]}), single=Queue(rating(0, 4, 4, 4, 4)),
+             write=Queue({"answer": "C"}))
     coral = CORAL(search, CORALConfig(k=2, loops=1, critic_batch=False))
     t = coral(question=QUESTION, options=OPTIONS, lang="en").trace
     assert t["calls"]["critic"] == 4 and len(t["scores"][0]) == 4
@@ -206,9 +204,9 @@ def test_call_budget_with_k5_three_corpora_three_rounds(dummy, embedder, batch, 
                                     for w in words for i in range(5)], lang) for lang in ("en", "ko", "es", "zh")],
                      embedder)
     ratings = batched(*(rating(i, 4, 4, 4, 4) for i in range(1, 16)))
-    plans = [{"corpora": ["ko", "es"], "query": q} for q in ("first", "second", "second", "third")]
+    plans = [{"corpora": ["en", "ko", "es"], "query": q} for q in ("first", "second", "second", "third")]
     for enough, expected in ((True, best), (False, worst)):
-        lm = dummy({PLAN: Queue({"corpora": ["ko", "es"]}), BATCH: Queue(ratings),
+        lm = dummy({PLAN: Queue({"corpora": ["en", "ko", "es"]}), BATCH: Queue(ratings),
                     SINGLE: Queue(rating(0, 4, 4, 4, 4)), ENOUGH: Queue({"enough": enough, "reason": "more"}),
                     REPLAN: Queue(*plans), WRITE: Queue({"answer": "A"})})
         coral = CORAL(pool, CORALConfig(k=5, loops=3, critic_batch=batch))
@@ -218,7 +216,7 @@ def test_call_budget_with_k5_three_corpora_three_rounds(dummy, embedder, batch, 
 
 
 def test_select_only_ablation_keeps_the_query_and_stops_when_nothing_is_left(dummy, search):
-    scripted(dummy, plan=Queue({"corpora": ["ko"]}), batch=Queue(batched(rating(1, 1, 1, 1, 1))),
+    scripted(dummy, plan=Queue({"corpora": ["en", "ko"]}), batch=Queue(batched(rating(1, 1, 1, 1, 1))),
              replan=Queue({"corpora": ["en", "ko"]}), write=Queue({"answer": "B"}))
     coral_select = programs.build("coral_select", search=search, k=1, loops=3)
     assert "query" not in coral_select.replanner.signature.output_fields
@@ -265,7 +263,7 @@ def everything(dummy):
 
 @pytest.mark.parametrize("name", ["direct", "rag", "mono_rag", "multi_rag", "cross_rag", "t_rag", "coral",
                                   "coral_select", "coral_fixed_own", "coral_fixed_all", "coral_fixed_own_en",
-                                  "own_en_rag"])
+                                  "own_en_rag", "en_rag"])
 @pytest.mark.parametrize("lang", ["ko", None])
 def test_every_baseline_runs_on_two_language_corpora(dummy, search, name, lang):
     everything(dummy)
@@ -396,7 +394,7 @@ def test_no_valid_corpus_name_falls_back_to_english_and_is_counted(dummy, search
 
 
 def test_replan_without_a_valid_name_keeps_the_corpora(dummy, search):
-    scripted(dummy, plan=Queue({"corpora": ["ko"]}), batch=Queue(batched(rating(1, 1, 1, 1, 1))),
+    scripted(dummy, plan=Queue({"corpora": ["en", "ko"]}), batch=Queue(batched(rating(1, 1, 1, 1, 1))),
              replan=Queue({"corpora": ["Klingon"], "query": "seaweed soup birthday"}), write=Queue({"answer": "C"}))
     t = CORAL(search, CORALConfig(k=1, loops=2, critic_batch=True))(question=QUESTION, options=OPTIONS, lang="en").trace
     assert t["corpora"] == [["en", "ko"], ["en", "ko"]] and t["queries"][1] == "seaweed soup birthday"
@@ -456,12 +454,12 @@ def test_planner_diagnostics_count_culture_recall_and_list_position():
     from scripts.coral_compare import planner_diagnostics, planner_table
 
     languages = {"ar": "ar", "de": "de", "en": "en", "ko": "ko"}
-    records = [  # question language en (always searched); candidates ar, de, ko
-        {"source_lang": "ko", "trace": {"own": "en", "presented": ["en", "ar", "de", "ko"],
+    records = [  # question language en (the planner's main corpus, left out); candidates ar, de, ko
+        {"source_lang": "ko", "trace": {"question_corpus": "en", "presented": ["en", "ar", "de", "ko"],
                                         "corpora": [["en", "ar", "de"], ["en", "ko"]]}},
-        {"source_lang": "ko", "trace": {"own": "en", "presented": ["ko", "en", "de", "ar"],
+        {"source_lang": "ko", "trace": {"question_corpus": "en", "presented": ["ko", "en", "de", "ar"],
                                         "corpora": [["en", "ko"]]}},
-        {"source_lang": "su", "trace": {"own": "en", "corpora": [["en", "ar"]]}},  # no Sundanese corpus; pool order
+        {"source_lang": "su", "trace": {"question_corpus": "en", "corpora": [["ar"]]}},  # no su corpus; pool order
     ]
     d = planner_diagnostics(records, languages)
     assert d["culture_corpus_questions"] == 2 and d["culture_recall_round1"] == 0.5 and d["culture_recall_any"] == 1.0
@@ -488,7 +486,8 @@ def test_planner_eval_reports_list_position_per_presentation(embedder, monkeypat
     # pool order ar en es id ko zh, English questions: ar is always the first-listed candidate when nothing shuffles
     assert listed["first_listed_chosen"] == 1.0 and listed["mean_listed_position"] == 1.0
     assert shuffled["first_listed_chosen"] < 1.0 and shuffled["mean_listed_position"] > 1.0
-    assert listed["culture_corpus_questions"] == 6 and listed["culture_recall_round1"] == pytest.approx(2 / 6)  # ar, en
+    assert listed["culture_corpus_questions"] == 6
+    assert listed["culture_recall_round1"] == pytest.approx(1 / 6)  # ar only: nothing is added to the planner's pick
     assert listed["lm_calls_per_question"] == 1.0 and listed["unusable_outputs"] == 0
     assert "| fake:p | probed | 6 |" in capsys.readouterr().out
 
@@ -533,47 +532,91 @@ def test_the_critic_sees_what_the_writer_sees_unless_told(search):
     assert CORAL(search, CORALConfig(critic_chars=200)).critic_chars == 200
 
 
-def test_oracle_lang_tells_only_the_own_corpus_baselines_the_culture(embedder, monkeypatch):
+def test_the_planners_choice_stands_in_the_first_round_and_after_a_replan(dummy, search):
+    """The paper's planner searches the question-language corpus mainly, by its prompt's rule, not by force: a plan
+    without it is searched as planned (here an English question, the Korean corpus) and so is a replan that
+    leaves it, even after its documents were kept."""
+    scripted(dummy, plan=Queue({"corpora": ["ko"]}), batch=Queue(batched(rating(1, 5, 5, 5, 5))),
+             write=Queue({"answer": "C"}))
+    t = CORAL(search, CORALConfig(k=1, loops=1, critic_batch=True))(question=QUESTION, options=OPTIONS, lang="en").trace
+    assert t["corpora"] == [["ko"]] and t["question_corpus"] == "en" and t["planner_fallbacks"] == 0
+    scripted(dummy, plan=Queue({"corpora": ["en"]}), batch=Queue(batched(rating(1, 5, 5, 5, 5))),
+             enough=Queue({"enough": False, "reason": "nothing on Korea"}),
+             replan=Queue({"corpora": ["ko"], "query": "seaweed soup"}), write=Queue({"answer": "C"}))
+    t = CORAL(search, CORALConfig(k=1, loops=2, critic_batch=True))(question=QUESTION, options=OPTIONS, lang="en").trace
+    assert t["corpora"] == [["en"], ["ko"]] and [e["id"] for e in t["evidence"]][0].startswith("en:")  # en kept
+
+
+def test_a_plan_without_a_valid_name_searches_the_question_language_and_is_counted(dummy, search):
+    scripted(dummy, plan=Queue({"corpora": ["Klingon"]}), batch=Queue(batched(rating(1, 1, 1, 1, 1))),
+             write=Queue({"answer": "A"}))
+    t = CORAL(search, CORALConfig(k=1, loops=1, critic_batch=True))(question=QUESTION, options=OPTIONS, lang="ko").trace
+    assert t["corpora"] == [["ko"]] and t["planner_fallbacks"] == 1 and t["unknown_corpora"] == 1
+
+
+@pytest.mark.parametrize("name, searched", [("mono_rag", ["ko"]), ("own_en_rag", ["ko", "en"]), ("en_rag", ["en"]),
+                                            ("coral_fixed_own", ["ko"]), ("coral_fixed_own_en", ["ko", "en"])])
+def test_the_own_corpus_is_the_cultures_when_the_question_has_one(dummy, search, name, searched):
+    """C_own is the culture's corpus (BLEnD's questions are English, their culture is not): the evaluation gives
+    the culture label around each call; without one (a direct call) the question's language is searched."""
+    from evaluation.loop import evaluate
+    from evaluation.metrics import accuracy
+
+    everything(dummy)
+    program = programs.build(name, search=search, k=1, loops=1)
+    example = dspy.Example(id="q", question=QUESTION, options=OPTIONS, answer="C", lang="en",
+                           source_lang="ko").with_inputs("question", "options", "lang")
+    records, _ = evaluate(program, [example], {"accuracy": accuracy})
+    assert records[0]["trace"]["corpora"] == [searched]
+    assert program(question=QUESTION, options=OPTIONS, lang="en").trace["corpora"] == [["en"]]
+
+
+def test_every_culture_baseline_searches_the_cultures_corpus_on_the_demo_set(dummy, embedder):
+    """On the culture questions as the loader builds them (English questions, ``source_lang`` their culture):
+    mono_rag searches each question's culture corpus, own_en_rag adds English, en_rag searches English only."""
+    import data
+    from evaluation.loop import evaluate
+    from evaluation.metrics import accuracy
+
+    everything(dummy)
+    bundle = data.load("demo_culture")
+    search = Retriever(bundle.corpora, embedder)
+    examples = [next(ex for ex in bundle.examples if ex.source_lang == lang) for lang in ("ko", "zh", "en")]
+    searched = {name: [r["trace"]["corpora"][0] for r in evaluate(programs.build(name, search=search, k=1),
+                                                                  examples, {"accuracy": accuracy})[0]]
+                for name in ("mono_rag", "own_en_rag", "en_rag")}
+    assert searched == {"mono_rag": [["ko"], ["zh"], ["en"]], "own_en_rag": [["ko", "en"], ["zh", "en"], ["en"]],
+                        "en_rag": [["en"]] * 3}
+
+
+DRAFT = "[[ ## draft ## ]]"
+
+
+def test_compare_script_runs_the_papers_rows_by_default(embedder, monkeypatch):
+    """Without --programs: the paper's monoRAG row on BLEnD (en_rag, English) beside C_own (mono_rag, the culture's
+    corpus), and its Table 13 Self-RAG comparison."""
     import scripts.coral_compare as compare
     from experiments import sessions
 
-    lm = DummyLM({PLAN: Queue({"corpora": ["en"]}), SINGLE: Queue(rating(0, 4, 4, 4, 4)),
-                  ENOUGH: Queue({"enough": True, "reason": "fine"}), WRITE: Queue({"answer": "A"})})
+    lm = DummyLM({"[[ ## passage ## ]]": Queue({"english": "translated"}), PLAN: Queue({"corpora": ["en"]}),
+                  REPLAN: Queue({"corpora": ["en"], "query": "q"}), SINGLE: Queue(rating(0, 4, 4, 4, 4)),
+                  ENOUGH: Queue({"enough": True, "reason": "fine"}),
+                  DRAFT: Queue({"relevant": True, "support": "full", "usefulness": 5, "next_query": "q"}),
+                  WRITE: Queue({"answer": "A"})})
     monkeypatch.setattr(sessions, "make_lm", lambda *a, **k: lm)
     monkeypatch.setattr(sessions, "Retriever", lambda corpora, *a, **kw: Retriever(corpora, embedder))
-    captured = {}
+    records = {}
     run_cell = compare.suite.run_cell
 
-    def spy(s, cell, *a, examples=None, **kw):
-        captured[cell.program] = [(ex.lang, ex.source_lang) for ex in examples]
-        return run_cell(s, cell, *a, examples=examples, **kw)
+    def spy(*a, **kw):
+        result = run_cell(*a, **kw)
+        records[result.cell.program] = result.records
+        return result
     monkeypatch.setattr(compare.suite, "run_cell", spy)
-    compare.main(["--dataset", "demo_culture", "--programs", "mono_rag", "own_en_rag", "multi_rag", "coral",
-                  "--train", "1", "--dev", "1", "--test", "4", "--balance", "source_lang", "--k", "1", "--loops", "1",
-                  "--oracle-lang"])
-    assert all(lang == source for name in ("mono_rag", "own_en_rag") for lang, source in captured[name])
-    assert any(source != "en" for _, source in captured["coral"])
-    assert all(lang == "en" for name in ("multi_rag", "coral") for lang, _ in captured[name])  # no culture label
-
-
-def test_oracle_lang_baselines_are_calibrated_on_questions_told_the_culture(embedder, monkeypatch):
-    """PriDe's prior is estimated on the calibration questions as the program is evaluated on them: an
-    ``--oracle-lang`` baseline sees them in the culture's scope, every other program as asked."""
-    import scripts.coral_compare as compare
-    from experiments import sessions
-
-    lm = DummyLM({WRITE: Queue({"answer": "A"})})
-    monkeypatch.setattr(sessions, "make_lm", lambda *a, **k: lm)
-    monkeypatch.setattr(sessions, "Retriever", lambda corpora, *a, **kw: Retriever(corpora, embedder))
-    calibrated = []
-
-    def calibrate(program, examples, retries):
-        calibrated.append([(ex.lang, ex.source_lang) for ex in examples])
-        ids = [ex.id for ex in examples]
-        return {"prior": dict.fromkeys("ABCD", 0.25), "asked": ids, "used": ids}
-    monkeypatch.setattr(sessions, "calibrate_pride", calibrate)
-    compare.main(["--dataset", "demo_culture", "--programs", "mono_rag", "multi_rag", "--train", "4", "--dev", "1",
-                  "--test", "2", "--k", "1", "--mc-scoring", "pride", "--mc-calibration", "4", "--oracle-lang"])
-    mono, multi = calibrated
-    assert any(source != "en" for _, source in mono)
-    assert all(lang == source for lang, source in mono) and all(lang == "en" for lang, _ in multi)
+    rows = compare.main(["--dataset", "demo_culture", "--train", "1", "--dev", "1", "--test", "3", "--balance",
+                         "source_lang", "--k", "1", "--loops", "1"])
+    assert {"en_rag", "mono_rag", "self_rag", "coral"} <= set(rows) and all(r["n"] == 3 for r in rows.values())
+    cultures = [r["source_lang"] for r in records["mono_rag"]]
+    assert any(c != "en" for c in cultures)
+    assert [r["trace"]["corpora"] for r in records["mono_rag"]] == [[[c]] for c in cultures]
+    assert all(r["trace"]["corpora"] == [["en"]] for r in records["en_rag"])

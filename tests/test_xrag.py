@@ -93,6 +93,31 @@ def test_release_rows_map_through_one_field_table_and_read_via_datasets(tmp_path
     assert sum(len(c) for c in b.corpora) == 9
 
 
+FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures")
+
+
+def test_release_rows_without_a_setting_get_it_and_their_article_languages_from_the_articles():
+    """Rows as the dataset card lays them out (id, question, answer, en_question, en_answer, q_type, a_type,
+    crossdoc_type, articles, dates: no language, no setting) are monolingual when every article is English and
+    multilingual when some are in the question's language, each article in the language lingua reads."""
+    from pathlib import Path
+
+    recs, _ = xrag.records(Path(FIXTURES))
+    assert [(r["language"], r["setting"]) for r in recs] == [("de", "mono"), ("de", "multi"), ("es", "multi"),
+                                                            ("zh", "mono")]
+    langs = [[a["language"] for a in r["supporting"] + r["distracting"]] for r in recs]
+    assert langs[0] == langs[3] == ["en"] * 8
+    assert langs[1] == ["de", "en", "de", "de", "de", "en", "en", "en"]
+    assert langs[2] == ["en", "es", "es", "es", "es", "en", "en", "en"]
+    b = data.load("xrag", Path(FIXTURES))
+    assert {c.name for c in b.corpora} == {"en", "de", "es"}
+    assert [(e.lang, e.setting, e.support_lang) for e in b.examples][1] == ("de", "multi", "de")
+    # a row that names its setting keeps it: monolingual articles are English whatever lingua reads
+    named = xrag.normalize(dict(json.loads(open(os.path.join(FIXTURES, "xrag", "xrag.test.jsonl"),
+                                                encoding="utf-8").readlines()[1]), setting="monolingual"))
+    assert named["setting"] == "mono" and {a["language"] for a in named["supporting"]} == {"en"}
+
+
 def test_release_dates_must_match_the_articles():
     with pytest.raises(ValueError, match="r1 has 2 dates for 8 articles"):
         xrag.normalize(dict(RELEASE_ROWS[0], dates=["2024-05-04", "2024-05-06"]))
@@ -244,37 +269,41 @@ def test_panel_verdict_is_asked_once_per_answer_and_the_judge_sees_the_question(
     assert "Wann wurde der Hafen gebaut?" in str(lm.history[0]["messages"])
 
 
-def test_an_answer_that_only_repeats_the_question_is_wrong_without_asking_the_judge(dummy):
+RACE_QUESTION = "Wer gewann das Stadtrennen am 3. Mai?"
+
+
+@pytest.mark.parametrize("answer", ["not Lena Ohm", "It is not Lena Ohm", "Nicht Lena Ohm, sondern Tom Berg",
+                                    "The winner was Tom Berg, not Lena Ohm.", "Lena Ohm did not win; Tom Berg did.",
+                                    "Tom Berg won, although many expected that Lena Ohm would win"])
+def test_an_answer_holding_the_gold_in_a_negated_clause_goes_to_the_judges(dummy, answer):
+    """Only a normalized exact match is right without a judge: an answer that names the gold to deny it is the
+    judges' to decide (before, any answer holding the gold span with up to 20 more words passed unasked)."""
     dummy([])
-    lm = DummyLM([{"same": True}, {"same": True}])
-    panel = JudgePanel([lm])
+    lms = judges(False, False)
+    e = ex(question=RACE_QUESTION, answers=("Lena Ohm",))
+    assert verdict(JudgePanel(lms), e, answer) == (0.0, "judges") and all(len(lm.history) == 1 for lm in lms)
+
+
+@pytest.mark.parametrize("answer", ["Lena Ohm", "“Lena Ohm”", "„Lena Ohm“", "«Lena Ohm»", "lena ohm.", "‘Lena Ohm’!"])
+def test_a_normalized_exact_match_is_right_without_a_judge_whatever_its_quotes(dummy, answer):
+    dummy([])
+    lms = judges(False, False)
+    e = ex(question=RACE_QUESTION, answers=("Lena Ohm",))
+    assert verdict(JudgePanel(lms), e, answer) == (1.0, "exact") and not any(lm.history for lm in lms)
+    assert verdict(JudgePanel(lms), ex(question="药剂咨询师倾向于在哪里工作？", answers=("疗养院",), lang="zh"),
+                   "疗养院。") == (1.0, "exact")
+
+
+def test_echoes_and_sentences_stating_the_gold_are_the_judges_to_decide(dummy):
+    dummy([])
+    lms = judges(True, True)
     question = "في أي عام تعرف جوزيف بريستلي على الأكسجين؟"
     e = ex(question=question, answers=("1774",), lang="ar")
-    assert verdict(panel, e, question) == (0.0, "echo") and not lm.history
-    year = ex(question="في أي سنة تم التوقيع على معاهدة ماسترخت؟", answers=("سنة 1992",), lang="ar", id_="y")
-    assert verdict(panel, year, year.question) == (0.0, "echo")  # "سنة" (year) is the question's word
-    # the question's words around the gold are not an echo (the sentence states the gold), nor is a gold that the
-    # question names
-    assert verdict(panel, e, "تعرف جوزيف بريستلي على الأكسجين عام 1774") == (1.0, "stated")
-    which = ex(question="Welcher Fluss ist länger, Rhein oder Elbe?", answers=("Rhein",), id_="z")
-    assert verdict(panel, which, "Rhein") == (1.0, "judges")
-
-
-def test_a_short_sentence_stating_the_gold_is_right_without_asking_the_judge(dummy):
-    dummy([])
-    lm = DummyLM([{"same": False}] * 4)  # the 1.5B judge rejected these sentences
-    panel = JudgePanel([lm])
-    year = ex(question="In what year did Joseph Priestley recognize oxygen?", answers=("1774",), lang="en")
-    assert verdict(panel, year, "Joseph Priestley recognized oxygen in 1774.") == (1.0, "stated")
-    where = ex(question="药剂咨询师倾向于在哪里工作？", answers=("疗养院",), lang="zh", id_="z")
-    assert verdict(panel, where, "药剂咨询师倾向于在 疗养院 工作。") == (1.0, "stated") and not lm.history
-    # a copied passage that mentions the gold among other facts, a longer number, a gold the question names:
-    # the judge decides
-    passage = "Priestley " + " ".join(f"fact{i}" for i in range(25)) + " 1774"
-    assert panel(year, pred(passage)) == 0.0 and len(lm.history) == 1
-    assert panel(year, pred("In 17745.")) == 0.0 and len(lm.history) == 2
-    which = ex(question="Welcher Fluss ist länger, Rhein oder Elbe?", answers=("Rhein",), id_="w")
-    assert verdict(panel, which, "Rhein oder Elbe") == (0.0, "judges") and len(lm.history) == 3
+    assert verdict(JudgePanel(lms), e, question) == (1.0, "judges")  # the panel's call, right or wrong
+    year = ex(question="In what year did Joseph Priestley recognize oxygen?", answers=("1774",), lang="en", id_="y")
+    assert verdict(JudgePanel(judges(False, True)), year, "Joseph Priestley recognized oxygen in 1774.") == (
+        0.0, "judges")  # two judges split: no majority, wrong
+    assert verdict(JudgePanel(lms), year, "I don't know") == (0.0, "abstained")
 
 
 def test_panel_size_is_one_to_three():
@@ -560,12 +589,13 @@ def test_xrag_sessions_show_whole_passages_with_their_dates(xquad_dir, dummy):
 
 
 @pytest.mark.parametrize("answer, votes, ok, path", [
-    ("Oslo", (False,), 0.0, "judges"),  # lingua cannot tell: the panel decides (here: not German)
-    ("Oslo", (True, False, True), 1.0, "judges"),
-    ("Graz", (False,), 1.0, "lingua"),  # a word of the gold: language-neutral, no call
-    ("in Graz", (False,), 1.0, "lingua"),  # the gold as it is: no call
-    ("1902", (False,), 1.0, "lingua"),  # digits only: language-neutral, no call
-    ("it was built in the year nineteen hundred", (True,), 0.0, "lingua"),
+    ("Oslo", (False,), 0.0, {"language_by": "judges", "language_panel": "agreed"}),  # lingua cannot tell: the panel
+    ("Oslo", (True, False, True), 1.0, {"language_by": "judges", "language_panel": "split"}),  # decides, by majority
+    ("Oslo", (True, False), 0.0, {"language_by": "judges", "language_panel": "split"}),  # a tie: not German
+    ("Graz", (False,), 1.0, {"language_by": "lingua"}),  # a word of the gold: language-neutral, no call
+    ("in Graz", (False,), 1.0, {"language_by": "lingua"}),  # the gold as it is: no call
+    ("1902", (False,), 1.0, {"language_by": "lingua"}),  # digits only: language-neutral, no call
+    ("it was built in the year nineteen hundred", (True,), 0.0, {"language_by": "lingua"}),
 ])
 def test_an_answer_lingua_cannot_place_goes_to_the_panel(dummy, answer, votes, ok, path):
     dummy([])
@@ -574,23 +604,42 @@ def test_an_answer_lingua_cannot_place_goes_to_the_panel(dummy, answer, votes, o
     e = ex(question="Wo trainiert die Läuferin Ohm?", answers=("in Graz",))
     for _ in range(2):  # the second time memoised: no call, the same path noted
         with noted() as notes:
-            assert xrag_metrics(panel)["lang_ok"](e, pred(answer)) == ok and notes == {"language_by": path}
-        assert [len(r.history) for r in readers] == [int(path == "judges")] * len(readers)
+            assert xrag_metrics(panel)["lang_ok"](e, pred(answer)) == ok and notes == path
+        assert [len(r.history) for r in readers] == [int(path["language_by"] == "judges")] * len(readers)
 
 
-def test_how_the_panel_decided_is_counted_from_the_records_so_a_resumed_run_reports_it(dummy, tmp_path):
+def test_how_the_panel_decided_and_where_its_judges_split_is_counted_from_the_records(dummy, tmp_path):
+    """What decided each verdict, and where the two judges disagreed (a tie: wrong), is in the records, so a run
+    counts it and a resumed run reports it."""
     dummy([])
-    judge = DummyLM([{"same": True}])
-    answers = {"Wann wurde der Hafen gebaut?": "Wann wurde der Hafen gebaut?",  # an echo
-               "Wann wurde die Brücke gebaut?": "Die Brücke wurde 1902 gebaut.",  # states the gold
-               "Wann wurde das Haus gebaut?": "neunzehnhundertzwei"}  # the judge decides
+    first, second = DummyLM([{"same": True}] * 3), DummyLM([{"same": False}, {"same": True}, {"same": True}])
+    answers = {"Wann wurde der Hafen gebaut?": "1902.",  # exact
+               "Wann wurde die Brücke gebaut?": "Die Brücke wurde 1902 gebaut.",  # the judges split
+               "Wann wurde das Haus gebaut?": "neunzehnhundertzwei"}  # the judges agree
     examples = [ex(question=q, id_=f"q{i}").with_inputs("question") for i, q in enumerate(answers)]
     for _ in range(2):  # the second run, a new process, resumes every record from the checkpoint
-        _, summary = run_eval(lambda question: pred(answers[question]), examples, {"judge": JudgePanel([judge])},
-                              checkpoint=tmp_path / "x.jsonl")
-        assert {k: v for k, v in summary.items() if k.startswith("verdict_by/")} == {
-            "verdict_by/echo": 1, "verdict_by/judges": 1, "verdict_by/stated": 1}
-    assert len(judge.history) == 1
+        records, summary = run_eval(lambda question: pred(answers[question]), examples,
+                                    {"judge": JudgePanel([first, second])}, checkpoint=tmp_path / "x.jsonl")
+        assert {k: v for k, v in summary.items() if k.startswith(("verdict_by/", "panel/"))} == {
+            "verdict_by/exact": 1, "verdict_by/judges": 2, "panel/split": 1, "panel/agreed": 1}
+        assert [r["judge"] for r in records] == [1.0, 0.0, 1.0]
+    assert len(first.history) == len(second.history) == 2
+
+
+def test_xrag_answers_are_judged_by_both_local_lms_by_default_and_keyed_by_them(xquad_dir, monkeypatch):
+    made = []
+
+    def fake_lm(name, *a, **k):
+        made.append(name)
+        return DummyLM({"question": {"answer": "im Jahr 1902", "same": True}})
+    monkeypatch.setattr(sessions, "make_lm", fake_lm)
+    argv = ["--program", "rag", "--no-retrieval", "--dataset", "xrag_mono:de", "--data-dir", str(xquad_dir),
+            "--train", "0", "--dev", "2", "--test", "0", "--judge", "--embedder", "minilm"]
+    evaluate.main(argv)
+    assert made[-2:] == ["local:qwen-0.5b", "local:qwen-1.5b"]  # after the writer (local:qwen-0.5b)
+    s = sessions.session(evaluate.parser("t").parse_args(argv), needs_search=False)
+    assert len(s.judge.judges) == 2 and s.params("rag")["judge_lms"] == "local:qwen-0.5b,local:qwen-1.5b"
+    assert [lm.split("@")[0] for lm in s.model_ids()["judge_lms"]] == ["local:qwen-0.5b", "local:qwen-1.5b"]
 
 
 def test_the_judge_rubric_names_the_answer_language():

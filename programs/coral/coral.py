@@ -1,7 +1,8 @@
 """CORAL: an adaptive retrieval loop over per-language corpora for culturally grounded questions.
 
-Each round: (1) the planner picks at most ``max_corpora`` language corpora (the question's language always among
-them, unless none of its documents survived the critic), (2) top-``k`` per chosen corpus, (3) the critic rates
+Each round: (1) the planner picks at most ``max_corpora`` language corpora (the paper's rule, in its prompt: mainly
+the corpus in the question's language, plus those of a culture or region the question is about; its choice stands,
+nothing is added to it), (2) top-``k`` per chosen corpus, (3) the critic rates
 every new candidate 0-5 on relevance, usefulness, clarity/specificity and compatibility and the keep gate keeps
 some (``programs.coral.critics``); kept documents accumulate over rounds, (4) the sufficiency gate decides whether
 the kept documents suffice, (5) if not, the planner gets the original question, the previous query and corpora and
@@ -12,8 +13,9 @@ kept. Oracle roles (``programs.shared.oracle``, no call): ``relevance`` keeps ex
 replanner then only rewrites the query).
 
 Variants (registry): ``coral_select`` keeps the original query and only re-selects corpora (``rewrite=False``);
-``coral_fixed_{own,all,own_en}`` replace corpus selection by a fixed scope (``all`` pools the top
-``k * max_corpora``) and keep the critic, sufficiency check and query rewriting. LM calls per question and the
+``coral_fixed_{own,all,own_en}`` replace corpus selection by a fixed scope (C_own: the corpus of the culture's
+language, ``programs.coral.mrag``; ``all`` pools the top ``k * max_corpora``) and keep the critic, sufficiency check
+and query rewriting. LM calls per question and the
 measurements behind the defaults: docs/methods/coral.md.
 """
 from __future__ import annotations
@@ -32,7 +34,7 @@ from decoding.decisions import PARSE_ERRORS, REST, rest_note
 from programs.coral.critics import BatchCritic, EachCritic, KeepGate, Rated
 from programs.coral.mrag import DEFAULT_LANG, SCOPES, answer_writer, corpus_of, language_label, scope_corpora, with_options
 from programs.shared.gates import Asking, LabelGate, Ruling
-from programs.shared.oracle import check_roles, oracle as oracle_labels
+from programs.shared.oracle import check_roles, oracle as oracle_labels, own_language
 from retrieval.corpus import Passage, dedup
 from retrieval.retriever import Retriever
 from runtime.language import LANGUAGE_NAMES
@@ -73,13 +75,11 @@ def same_plan(corpora: list[str], query: str, previous_corpora: list[str], previ
     return set(corpora) == set(previous_corpora) and query_key(query) == query_key(previous_query)
 
 
-def validate_corpora(names: list[str], languages: dict[str, str], own: str | None, max_corpora: int,
-                     require_own: bool = True) -> tuple[list[str], int]:
-    """Planner output -> known corpus names (by name, language code or language name), deduplicated, the
-    question's corpus first when required, at most ``max_corpora``; returns (corpora, number of unknown names).
+def validate_corpora(names: list[str], languages: dict[str, str], max_corpora: int) -> tuple[list[str], int]:
+    """Planner output -> known corpus names (by name, language code or language name), deduplicated, in the
+    planner's order, at most ``max_corpora``; returns (corpora, number of unknown names).
 
-    Nothing is made up: when no valid name was given (and the question's corpus is not required) the list is
-    empty, and the caller decides what that means."""
+    Nothing is added: when no valid name was given the list is empty, and the caller decides what that means."""
     lookup: dict[str, str] = {}
     for name, code in languages.items():
         for key in (LANGUAGE_NAMES.get(code, ""), code, name):
@@ -93,8 +93,6 @@ def validate_corpora(names: list[str], languages: dict[str, str], own: str | Non
             unknown += 1
         elif name not in chosen:
             chosen.append(name)
-    if own and (require_own or own in chosen):
-        chosen = [own] + [c for c in chosen if c != own]
     return chosen[:max_corpora], unknown
 
 
@@ -110,7 +108,7 @@ class Verdict(NamedTuple):
 class Trace:
     """What happened in one ``forward()``, JSON-serialisable via ``as_dict()``."""
 
-    own: str | None = None  # the question-language corpus
+    question_corpus: str | None = None  # the corpus in the question's language
     presented: list[str] = field(default_factory=list)  # candidate corpora in the order the planner saw them
     queries: list[str] = field(default_factory=list)
     corpora: list[list[str]] = field(default_factory=list)
@@ -168,7 +166,7 @@ class CORALConfig:
     critic_batch: bool = False
     critic_chunk: int = 15
     critic_chars: int | None = None
-    max_chars: int | None = 600
+    max_chars: int | None = None
     agent_temperature: float = 0.6
     writer_temperature: float = 0.0
     shuffle_corpora: bool = True
@@ -234,12 +232,12 @@ class CORAL(dspy.Module):
     def forward(self, question: str, options: dict[str, str] | None = None,
                 lang: str | None = None) -> dspy.Prediction:
         lang = lang or DEFAULT_LANG
-        own, languages, trace = corpus_of(self.search, lang), self.search.languages(), Trace()
-        trace.own = own
+        languages, trace = self.search.languages(), Trace()
+        trace.question_corpus = corpus_of(self.search, lang)
         asked = with_options(question, options)  # what the critic judges against
         kept: dict[str, Rated] = {}
         rated: dict[str, Rated] = {}  # every candidate scored so far; never scored twice
-        query, corpora = question, self.select(question, lang, own, trace, options)  # (1) corpus selection
+        query, corpora = question, self.select(question, lang, trace, options)  # (1) corpus selection
         trace.stop_reason = "max_rounds" if corpora else "no_corpus_for_language"
         for round_no in range(1, self.loops + 1):
             if not corpora:
@@ -255,7 +253,7 @@ class CORAL(dspy.Module):
             if verdict.enough:
                 trace.stop_reason = "sufficient_at_rest" if verdict.reason == REST else "sufficient"
                 break
-            plan = self.replan(question, query, corpora, verdict.reason, own, kept, trace, options)  # (5)
+            plan = self.replan(question, query, corpora, verdict.reason, trace, options)  # (5)
             if plan is None:
                 trace.stop_reason = "repeated_plan" if trace.repeated_plans else "no_change_possible"
                 break
@@ -268,12 +266,11 @@ class CORAL(dspy.Module):
         return dspy.Prediction(answer=out.answer, passages=evidence, trace=trace.as_dict())
 
     # -- (1) and (5): planner -------------------------------------------------------------------------------
-    def select(self, question: str, lang: str, own: str | None, trace: Trace,
-               options: dict[str, str] | None = None) -> list[str]:
-        """First-round corpora: the fixed scope, or the planner's choice (it reads the question with its options)
-        validated against the pool."""
+    def select(self, question: str, lang: str, trace: Trace, options: dict[str, str] | None = None) -> list[str]:
+        """First-round corpora: the fixed scope (C_own: the culture's language, :func:`own_language`), or the
+        planner's choice (it reads the question with its options) validated against the pool."""
         if self.scope != "dynamic":
-            return scope_corpora(self.scope, self.search, lang)
+            return scope_corpora(self.scope, self.search, own_language(lang))
         if (culture := oracle_labels(self.oracle, "planner")) is not None:
             return [self.culture_corpus(culture())]
         languages = self.search.languages()
@@ -287,17 +284,16 @@ class CORAL(dspy.Module):
                                  config=self.names_config(self.planner)).corpora
         except PARSE_ERRORS:
             trace.parse_failures += 1
-            names = ["en"]
-        corpora, unknown = validate_corpora(names, languages, own, self.max_corpora)
+            names = []
+        corpora, unknown = validate_corpora(names, languages, self.max_corpora)
         trace.unknown_corpora += unknown
-        if not corpora:  # no valid name and no corpus in the question's language: search English, and say so
+        if not corpora:  # no valid name: the corpus of the question's language (else English), and say so
             trace.planner_fallbacks += 1
-            corpora = scope_corpora("en", self.search, "en")
+            corpora = [trace.question_corpus] if trace.question_corpus else scope_corpora("en", self.search, "en")
         return corpora
 
-    def replan(self, question: str, query: str, corpora: list[str], reason: str, own: str | None,
-               kept: dict[str, Rated], trace: Trace, options: dict[str, str] | None = None
-               ) -> tuple[str, list[str]] | None:
+    def replan(self, question: str, query: str, corpora: list[str], reason: str, trace: Trace,
+               options: dict[str, str] | None = None) -> tuple[str, list[str]] | None:
         """Next (query, corpora), different from the previous ones (:func:`same_plan`): the planner's plan, asked
         once more (sampled anew) when it repeats itself; None when it repeats itself again (counted in
         ``repeated_plans``: the loop stops with the evidence kept -- no corpus is added "just in case") or when
@@ -306,9 +302,6 @@ class CORAL(dspy.Module):
         choose_corpora = self.scope == "dynamic" and len(languages) > 1
         if self.replanner is None or not (choose_corpora or self.rewrite):
             return None
-        tried = {c for round_corpora in trace.corpora for c in round_corpora}
-        # the question's corpus may be dropped only once it has been searched and none of its documents was kept
-        require_own = own not in tried or any(r.passage.corpus == own for r in kept.values())
         for attempt in range(2):
             config = {"rollout_id": 1000 + ATTEMPT.get()} if attempt else {}  # a retry must not hit the cache
             trace.calls["planner"] += 1
@@ -323,7 +316,7 @@ class CORAL(dspy.Module):
             if (culture := oracle_labels(self.oracle, "planner")) is not None:
                 new_corpora = [self.culture_corpus(culture())]
             elif choose_corpora:
-                new_corpora, unknown = validate_corpora(out.corpora, languages, own, self.max_corpora, require_own)
+                new_corpora, unknown = validate_corpora(out.corpora, languages, self.max_corpora)
                 trace.unknown_corpora += unknown
                 if not new_corpora:  # no valid name: the corpora stay as they were (only the query may change)
                     trace.planner_fallbacks += 1

@@ -1,12 +1,16 @@
 """Multilingual RAG baselines of the CORAL paper (one retrieval over a fixed scope of language corpora) and the
 corpus-scope and translation helpers that CORAL shares with them.
 
-- ``mono_rag``: the corpus in the question's language;
+- ``mono_rag``: the question's own corpus, C_own (below);
+- ``en_rag``: the English corpus (the paper's monoRAG on BLEnD, whose questions are English);
+- ``own_en_rag``: C_own and the English corpus pooled;
 - ``multi_rag``: all corpora pooled (top-``k`` by score over their union);
 - ``cross_rag``: ``multi_rag`` with the retrieved passages translated into English before writing;
 - ``t_rag``: the question translated into English, then the English corpus.
 
-``lang`` is the language the question is written in (English when not given).
+``lang`` is the language the question is written in (English when not given). C_own is the corpus of the language
+of the culture the question is about where the data names one (BLEnD, CLIcK: ``source_lang``, read from the
+question's gold labels, ``programs.shared.oracle.own_language``), else of the question's language.
 """
 from __future__ import annotations
 
@@ -15,6 +19,7 @@ from dataclasses import replace
 import dspy
 
 from decoding.choice import MCScoring
+from programs.shared.oracle import own_language
 from programs.shared.writer import Writer
 from retrieval.corpus import Passage
 from retrieval.retriever import Retriever
@@ -31,11 +36,11 @@ def corpus_of(search: Retriever, lang: str | None) -> str | None:
     return min(matches, key=lambda name: name != lang) if matches else None
 
 
-def scope_corpora(scope: str, search: Retriever, lang: str) -> list[str]:
-    """Corpora of a fixed scope: ``own`` (question language), ``en``, ``own_en`` (both) or ``all``."""
+def scope_corpora(scope: str, search: Retriever, own: str) -> list[str]:
+    """Corpora of a fixed scope: ``own`` (the corpus in language ``own``), ``en``, ``own_en`` (both) or ``all``."""
     if scope == "all":
         return list(search.corpora)
-    wanted = {"own": [lang], "en": ["en"], "own_en": [lang, "en"]}[scope]
+    wanted = {"own": [own], "en": ["en"], "own_en": [own, "en"]}[scope]
     return list(dict.fromkeys(c for c in (corpus_of(search, code) for code in wanted) if c))
 
 
@@ -50,7 +55,7 @@ def with_options(question: str, options: dict[str, str] | None) -> str:
     return question + "\nOptions: " + " | ".join(f"{letter}. {text}" for letter, text in options.items())
 
 
-def answer_writer(max_chars: int, temperature: float = 0.0, mc: MCScoring | None = None) -> Writer:
+def answer_writer(max_chars: int | None, temperature: float = 0.0, mc: MCScoring | None = None) -> Writer:
     """The shared evidence-based writer (short answers and option letters, scored by ``mc``), decoding at
     ``temperature``."""
     writer = Writer(use_passages=True, max_chars=max_chars, mc=mc)
@@ -59,7 +64,7 @@ def answer_writer(max_chars: int, temperature: float = 0.0, mc: MCScoring | None
     return writer
 
 
-def clipped_text(passage: Passage, max_chars: int) -> str:
+def clipped_text(passage: Passage, max_chars: int | None) -> str:
     """The passage text cut exactly as the writer would show it (without the ``[title]`` prefix)."""
     return passage.clip(max_chars)
 
@@ -75,7 +80,7 @@ class Translator(dspy.Module):
     def question(self, text: str, lang: str) -> str:
         return self.query(question=text, source_language=LANGUAGE_NAMES.get(lang, lang)).english.strip() or text
 
-    def passage(self, passage: Passage, max_chars: int) -> Passage:
+    def passage(self, passage: Passage, max_chars: int | None) -> Passage:
         if passage.lang == "en":
             return passage
         english = self.document(passage=clipped_text(passage, max_chars)).english.strip()
@@ -88,7 +93,7 @@ class MultilingualRAG(dspy.Module):
     DEFAULT_DATASET = "demo_culture"
 
     def __init__(self, search: Retriever, k: int = 5, scope: str = "own", translate_query: bool = False,
-                 translate_docs: bool = False, max_chars: int = 600, mc: MCScoring | None = None):
+                 translate_docs: bool = False, max_chars: int | None = None, mc: MCScoring | None = None):
         super().__init__()
         if scope not in SCOPES:
             raise ValueError(f"unknown scope '{scope}'; choose one of: {', '.join(SCOPES)}")
@@ -103,7 +108,7 @@ class MultilingualRAG(dspy.Module):
         query = question
         if self.translate_query and lang != "en":
             query = self.translator.question(question, lang)
-        corpora = scope_corpora(self.scope, self.search, lang)
+        corpora = scope_corpora(self.scope, self.search, own_language(lang))
         passages = self.search.search(query, self.k, corpora) if corpora else []
         if self.translate_docs:
             passages = [self.translator.passage(p, self.max_chars) for p in passages]

@@ -12,6 +12,10 @@ The labels never travel in a program's inputs: the evaluation sets them around e
 (:func:`gold_labels`), and a program built with oracle roles reads one role's labels with :func:`oracle`, only for
 the roles it was built with. Only ``gap`` reaches a prompt, by design: its titles are the gap a micro-query is
 written from, so it tests the repair that follows a perfect gap specification.
+
+One label is read without a role: the culture's language (``Gold.own``), which *defines* the fixed own-corpus
+scope C_own (:func:`own_language`) -- the CORAL paper's own-corpus rows, an oracle by its own account on BLEnD,
+whose questions are English while their culture is not.
 """
 from __future__ import annotations
 
@@ -47,13 +51,16 @@ def check_roles(text: str | Iterable[str] | None, allowed: Iterable[str], progra
 class Gold:
     """One question's gold labels, one method per role. ``keys``: its gold passages under ``key`` (paragraph ids or
     titles); ``correct``: whether an answer is right by the task metric; ``culture``: the language of the corpus
-    of the culture the question is about; ``titles``: the gold passages' titles."""
+    of the culture the question is about (XRAG: of its supporting article); ``titles``: the gold passages' titles;
+    ``own``: the language of the culture the question is about where the data names one (BLEnD, CLIcK), which
+    the fixed own-corpus scope searches."""
 
     keys: frozenset[str] = frozenset()
     key: Callable[[Passage], str] = attrgetter("title")
     correct: Callable[[str], bool] | None = None
     culture: str | None = None
     titles: frozenset[str] = frozenset()
+    own: str | None = None
 
     def missing(self, role: str) -> bool:
         """Whether this question gives no label for ``role``."""
@@ -104,3 +111,11 @@ def oracle(roles: frozenset[str], role: str) -> Callable | None:
     if gold is None or gold.missing(role):
         raise ValueError(f"--oracle {role}: no gold label for this question (the evaluation sets them per question)")
     return getattr(gold, role)
+
+
+def own_language(lang: str) -> str:
+    """The language of the question's own corpus (the fixed scope C_own): its culture's (``Gold.own``) where the
+    question being answered has one, else ``lang``, the language it is written in (also outside an evaluation: a
+    direct call, DSPy's compile, which set no labels)."""
+    gold = _GOLD.get()
+    return (gold.own if gold else None) or lang
