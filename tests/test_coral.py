@@ -528,7 +528,7 @@ def test_batched_critic_lines_go_to_the_document_their_number_names(dummy, searc
 
 
 def test_the_critic_sees_what_the_writer_sees_unless_told(search):
-    assert CORAL(search).critic_chars == 600 and CORAL(search, CORALConfig(max_chars=None)).critic_chars is None
+    assert CORAL(search).critic_chars is None and CORAL(search, CORALConfig(max_chars=600)).critic_chars == 600
     assert CORAL(search, CORALConfig(critic_chars=200)).critic_chars == 200
 
 
