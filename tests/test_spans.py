@@ -94,7 +94,6 @@ def test_a_traced_question_shows_its_searches_and_its_lm_calls():
         assert sum(c.attributes["prompt_tokens"] for c in calls) == rec["prompt_tokens"]  # --no-cache: all billed
         assert sum(c.attributes["completion_tokens"] for c in calls) == rec["completion_tokens"]
         assert all(0 < c.attributes["seconds"] <= rec["lm_seconds"] for c in calls)
-        assert trace.info.token_usage["input_tokens"] == rec["prompt_tokens"]  # the UI's per-trace sum
 
 
 def test_a_questions_scores_are_feedback_the_traces_list_filters_by():
