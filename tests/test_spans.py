@@ -17,6 +17,8 @@ from evaluation import tracking
 from evaluation.loop import evaluate as evaluate_loop
 from evaluation.metrics import Judge, exact_match
 from experiments import sessions
+from programs.baselines.crag import CRAG
+from programs.coral.coral import CORAL, CORALConfig
 from programs.seal.seal import SEAL
 from programs.shared.gates import GATE_SPAN, LabelGate
 from retrieval.corpus import Corpus
@@ -25,8 +27,12 @@ from runtime import store
 from runtime.lm import mark_span
 from runtime.roles import init_dspy
 from signatures.esc import AssessSufficiency
+from tests.dummies import routed
 from tests.fake_openai import FakeOpenAI
-from tests.test_seal import ASSESS, FILM_FACTS, GAP, GAP_BERG, INSUFFICIENT, QUERY, SUFFICIENT, TEXTS, extract
+from tests.test_coral import EN, KO, OPTIONS, QUESTION, Queue, batched, rating, scripted
+from tests.test_crag import GRADE, grades
+from tests.test_seal import (ANSWER, ASSESS, FILM_FACTS, GAP, GAP_BERG, INSUFFICIENT, QUERY, SUFFICIENT, TEXTS,
+                             ScriptedSearch, extract)
 
 Q = "Which city is the birthplace of the Blue Fox director?"  # the hashing embedder finds Blue Fox first
 
@@ -60,14 +66,14 @@ def _spans(trace, kind: str):
 
 
 def _traced(fn, program=None):
-    """``fn()`` as a traced question of ``program`` in this test's store; its trace as stored."""
+    """``fn()`` as a traced question of ``program`` in this test's store: its trace as stored, and what it returned."""
     tracking.setup("spans")
     with mlflow.start_run() as run:
         with tracking.QuestionTraces(run.info.run_id, ())(dspy.Example(id="q1", question=Q), program):
-            fn()
+            out = fn()
     mlflow.flush_trace_async_logging()
     trace, = _traces(run.info.run_id)
-    return trace
+    return trace, out
 
 
 def test_a_traced_question_shows_its_searches_and_its_lm_calls():
@@ -159,7 +165,7 @@ def test_seal_shows_each_sufficiency_decision_as_a_gate_span(embedder):
                      QUERY: {"query": "Ana Berg birthplace"}, "[[ ## answer ## ]]": {"answer": "Lyon [1]"}})
     init_dspy(lm, cache=False)
     seal = SEAL(_toy_retriever(embedder), k=1, loops=2)
-    trace = _traced(lambda: seal(question=Q), seal)
+    trace, _ = _traced(lambda: seal(question=Q), seal)
     gates = _spans(trace, GATE_SPAN)
     assert [g.name for g in gates] == ["LabelGate.sufficient"] * 2
     assert [g.attributes["label"] for g in gates] == ["False", "True"]
@@ -174,10 +180,34 @@ def test_seal_shows_each_sufficiency_decision_as_a_gate_span(embedder):
     assert [d["metadata"]["title"] for d in searches[0].outputs] == ["Blue Fox"]
 
 
+def test_corals_keep_gate_names_the_passages_it_kept_and_dropped(dummy, embedder):
+    scripted(dummy, plan=Queue({"corpora": ["en", "ko"]}),
+             batch=Queue(batched(rating(1, 1, 1, 1, 1), rating(2, 5, 5, 4, 5))),
+             enough=Queue({"enough": True, "reason": "direct answer"}), write=Queue({"answer": "C"}))
+    coral = CORAL(Retriever([Corpus("en", EN, "en"), Corpus("ko", KO, "ko")], embedder),
+                  CORALConfig(k=1, critic_batch=True))
+    trace, pred = _traced(lambda: coral(question=QUESTION, options=OPTIONS, lang="en"), coral)
+    keep, = [g for g in _spans(trace, GATE_SPAN) if g.name == "KeepGate"]
+    kept = [x["id"] for x in pred.trace["scores"][0] if x["kept"]]
+    assert (keep.attributes["kept"], keep.attributes["dropped"]) == (["ko:k1"], ["en:e1"]) and kept == ["ko:k1"]
+    assert keep.outputs["ko:k1"]["total"] == 12.0 and keep.attributes["asked"] == "generate"
+
+
+def test_crags_grader_names_the_passages_it_kept_and_dropped():
+    search = ScriptedSearch({Q: ["Blue Fox", "Red Owl", "Green Cat"]})
+    routed({GRADE: grades("incorrect", "correct", "ambiguous"), ANSWER: {"answer": "Lyon [1]"}})
+    crag = CRAG(search, k=3, loops=1)
+    trace, _ = _traced(lambda: crag(question=Q), crag)
+    grader, = _spans(trace, GATE_SPAN)
+    assert grader.name == "GradeGate" and grader.outputs == {"toy:0": "incorrect", "toy:2": "correct",
+                                                             "toy:3": "ambiguous"}
+    assert (grader.attributes["kept"], grader.attributes["dropped"]) == (["toy:2", "toy:3"], ["toy:0"])
+
+
 def test_a_gate_at_rest_says_so_on_its_span():
     gate = LabelGate(dspy.Predict(AssessSufficiency), "sufficient", ("True", "False"), "set", "logprob")
     gate.thresholds = {"threshold": 0.0}  # every probability passes: the set is always enough, asked of no one
-    trace = _traced(lambda: gate({"question": Q, "facts": ["Ana Berg | born in | Lyon"]}))
+    trace, _ = _traced(lambda: gate({"question": Q, "facts": ["Ana Berg | born in | Lyon"]}))
     span, = _spans(trace, GATE_SPAN)
     assert {k: span.attributes[k] for k in ("asked", "at_rest", "decided", "called", "label", "threshold")} == {
         "asked": "logprob", "at_rest": True, "decided": "at rest (no call)", "called": False, "label": "True",

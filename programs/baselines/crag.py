@@ -21,7 +21,7 @@ import dspy
 from decoding.choice import MCScoring
 from decoding.decisions import YES_NO, decide, record, relative, rest_note
 from programs.shared.evidence import EvidenceWriter, lenient, search_excluding
-from programs.shared.gates import Asking, DecisionGate
+from programs.shared.gates import Asking, DecisionGate, sorted_passages
 from programs.shared.oracle import check_roles
 from programs.shared.text import clip, content_words, repeats, sentences
 from retrieval.corpus import Passage
@@ -68,11 +68,19 @@ class GradeGate(DecisionGate):
         self.grade, self.relevance, self.chars = grade, relevance, chars
 
     def __call__(self, question: str, passages: list[Passage], grades: dict[str, str]) -> int:
-        """Grade ``passages`` into ``grades``; returns the number of unreadable grades (graded ambiguous)."""
-        if self.from_gold:
-            grades.update((p.id, "correct" if self.gold(p) else "incorrect") for p in passages)
-            return 0
-        return self.asked(question, passages, grades)
+        """Grade ``passages`` into ``grades``; returns the number of unreadable grades (graded ambiguous). Inside a
+        trace one ``GradeGate`` span, its outputs the grades, ``kept`` the ids graded correct or ambiguous and
+        ``dropped`` those graded incorrect."""
+        with self.span(type(self).__name__) as span:
+            if self.from_gold:
+                grades.update((p.id, "correct" if self.gold(p) else "incorrect") for p in passages)
+                failures = 0
+            else:
+                failures = getattr(self, self.reading)(question, passages, grades)
+            if span is not None:
+                span.set_outputs({p.id: grades[p.id] for p in passages})
+                sorted_passages(span, passages, {p.id for p in passages if grades[p.id] != "incorrect"})
+            return failures
 
     def written(self, question: str, passages: list[Passage], grades: dict[str, str]) -> int:
         failures = 0

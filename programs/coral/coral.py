@@ -243,9 +243,9 @@ class CORAL(dspy.Module):
             if not corpora:
                 break
             candidates = self.retrieve(query, corpora)                              # (2) retrieval
-            new = self.keep_gate.rate([p for p in candidates if p.id not in rated], asked, trace)  # (3) critique
+            new, keeps = self.keep_gate([p for p in candidates if p.id not in rated], candidates, asked, trace)  # (3)
             rated.update((r.passage.id, r) for r in new)
-            kept = accumulate(kept, self.keep_gate.keep(new, candidates))
+            kept = accumulate(kept, keeps)
             trace.round(query, corpora, languages, [rated[p.id] for p in candidates], kept)
             if round_no == self.loops:
                 break

@@ -9,7 +9,7 @@ import dspy
 
 from decoding.constrained import constrained_config, one_of
 from decoding.decisions import PARSE_ERRORS, SCALE, record, relative
-from programs.shared.gates import Asking, DecisionGate
+from programs.shared.gates import Asking, DecisionGate, sorted_passages
 from retrieval.corpus import Passage
 
 SCALES = ("relevance", "usefulness", "specificity", "compatibility")
@@ -142,6 +142,18 @@ class KeepGate(DecisionGate):
                  mode: str | Asking = "generate", roles: frozenset[str] = frozenset(), threshold: float = 0.5):
         super().__init__("passage", mode, roles, "relevance", threshold=threshold)
         self.critic, self.min_each, self.min_total = critic, min_each, min_total
+
+    def __call__(self, passages: list[Passage], candidates: list[Passage], asked: str,
+                 trace) -> tuple[list[Rated], list[Rated]]:
+        """``passages`` (new among this round's ``candidates``) rated and the ones kept: (rated, kept). Inside a
+        trace one ``KeepGate`` span, its outputs each passage's scores, its ``kept`` and ``dropped`` the ids."""
+        with self.span(type(self).__name__) as span:
+            rated = self.rate(passages, asked, trace)
+            kept = self.keep(rated, candidates)
+            if span is not None:
+                span.set_outputs({r.passage.id: dict(zip(SCALES, r.scores), total=r.total) for r in rated})
+                sorted_passages(span, passages, {r.passage.id for r in kept})
+            return rated, kept
 
     @property
     def weighs_retrieval(self) -> bool:

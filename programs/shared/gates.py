@@ -10,7 +10,8 @@ state and its trace entry. A method calls its gate and reads the :class:`Ruling`
   verdict).
 
 Inside an MLflow trace each decision is a ``GATE`` span (:meth:`DecisionGate.span`) saying how it was asked, the
-gate's thresholds and whether it is at rest, and for a label gate the probability read and the label decided.
+gate's thresholds and whether it is at rest, for a label gate the probability read and the label decided, and for a
+decision over passages the ids it kept and dropped (:func:`sorted_passages`).
 """
 from __future__ import annotations
 
@@ -121,6 +122,13 @@ class DecisionGate(Gate):
         """The oracle's answer about ``about`` (the passages held, the answer judged), None without the oracle."""
         labelling = oracle_labels(self.roles, self.role) if self.role else None
         return None if labelling is None else bool(labelling(*about))
+
+
+def sorted_passages(span, passages: Sequence, kept: set[str]) -> None:
+    """On the span of a decision over ``passages``, attributes ``kept`` (the ids in ``kept``) and ``dropped`` (the
+    others), in the passages' order."""
+    span.set_attributes({"kept": [p.id for p in passages if p.id in kept],
+                         "dropped": [p.id for p in passages if p.id not in kept]})
 
 
 class Ruling(NamedTuple):
