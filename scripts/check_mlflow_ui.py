@@ -101,8 +101,8 @@ def report(ok: bool, what: str, missing=()) -> bool:
 
 
 def traced_runs(experiment: str, run_ids: list[str] | None):
-    """The experiment and its two compared ``evaluate.py`` runs (given, or the latest two with question traces),
-    each with its question traces."""
+    """The experiment and its two compared ``evaluate.py`` runs (given, else the latest two with question traces in
+    the order they ran), each with its question traces."""
     client = mlflow.MlflowClient()
     exp = client.get_experiment_by_name(experiment)
     if exp is None:
@@ -118,7 +118,7 @@ def traced_runs(experiment: str, run_ids: list[str] | None):
         raise SystemExit(f"error: experiment '{experiment}' needs two evaluate.py runs with question traces "
                          "(evaluate.py runs trace by default; --no-trace runs have none); found "
                          f"{len(pairs)}")
-    return exp, pairs
+    return exp, pairs if run_ids else pairs[::-1]  # the earlier run first, as they ran
 
 
 def question_traces(experiment_id: str, run_id: str) -> list:
@@ -215,11 +215,11 @@ def check_filter(page, url: str, exp, traces: list, shots: Path, timeout: float)
 
 
 def check_compare(page, url: str, exp, pairs: list, shots: Path, timeout: float) -> bool:
-    """The evaluation-runs view compares the two runs: both named with their datasets, the first run's scores as
-    columns; True on failure."""
-    (first, first_traces), (second, _) = pairs
+    """The evaluation-runs view compares the two runs: both named with their datasets, their scores as columns;
+    True on failure."""
+    (first, _), (second, _) = pairs
     query = urllib.parse.urlencode({"selectedRunUuid": first.info.run_id, "compareToRunUuid": second.info.run_id})
-    names = sorted({a.name for t in first_traces for a in t.info.assessments})
+    names = sorted({a.name for _, traces in pairs for t in traces for a in t.info.assessments})
     datasets = sorted({d.dataset.name for r, _ in pairs for d in r.inputs.dataset_inputs})
     open_page(page, f"{url}/#/experiments/{exp.experiment_id}/evaluation-runs?{query}", "Comparing", timeout)
     missing = wait_for_text(page, ["Comparing", first.info.run_name, second.info.run_name, *datasets,
@@ -283,7 +283,7 @@ def main(argv=None) -> int:
         try:
             failures = sum([check_search(page, url, exp, traces, shots, args.timeout),
                             check_gate(page, url, exp, traces, shots, args.timeout),
-                            check_filter(page, url, exp, pairs[0][1], shots, args.timeout),
+                            check_filter(page, url, exp, traces, shots, args.timeout),
                             check_compare(page, url, exp, pairs, shots, args.timeout),
                             check_model(page, url, shots, args.timeout),
                             check_prompt(page, url, shots, args.timeout)])
