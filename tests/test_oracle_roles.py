@@ -1,0 +1,123 @@
+"""Generative oracle roles (--oracle query, plan, writer, all): each reveals only what a perfect reader of the program's
+own prompt could know -- a hop's answer once a held passage holds it, a gold title once something held or the
+question names it, the gold answer once the context shown supports it."""
+import dspy
+import pytest
+
+import data
+from evaluation.metrics import gold_of
+from experiments import sessions
+from programs.shared.oracle import ALL, Gold, Hop, check_roles, gold_labels, oracle, parse_roles
+from programs.shared.text import IDK
+from retrieval.corpus import Passage
+from tests.test_musique import write
+
+# Made-up two-hop question in MuSiQue's layout (not benchmark text): hop 1 on paragraph m:1, hop 2 on m:2.
+HAGAR = Passage("musique:1", "Hagar (disambiguation)", "Hagar was the spouse of Abraham.")
+KETURAH = Passage("musique:2", "Keturah", "After Sarah died, Abraham married Keturah.")
+NOISE = Passage("musique:3", "Sarah Stewart", "Sarah Stewart wrote books.")
+ABRAHAM_ELSEWHERE = Passage("musique:4", "Patriarchs", "Abraham is a patriarch.")
+MUSIQUE = dspy.Example(
+    id="2hop", question="Who did the spouse of Hagar marry after the death of Sarah?", answer="Keturah",
+    answers=["Keturah"], gold_titles=["Hagar (disambiguation)", "Keturah"], gold_ids=["musique:1", "musique:2"],
+    hops=[{"question": "Hagar >> spouse", "answer": "Abraham", "key": "musique:1"},
+          {"question": "who did #1 marry after the death of sarah", "answer": "Keturah", "key": "musique:2"}],
+).with_inputs("question")
+
+# HotpotQA-style: gold titles, no decomposition.
+FILM = Passage("h:1", "Blue Fox (film)", "Blue Fox is a film directed by Ada Lind.")
+ADA = Passage("h:2", "Ada Lind", "Ada Lind was born in Lyon.")
+OTHER = Passage("h:3", "Red Fox", "Red Fox mentions Ada Lind in passing.")
+HOTPOT = dspy.Example(id="hp", question="Where was the director of Blue Fox born?", answer="Lyon",
+                      answers=["Lyon"], gold_titles=["Ada Lind", "Blue Fox (film)"]).with_inputs("question")
+# single-hop (XRAG-like: a supporting article, answer span)
+XRAG = dspy.Example(id="x", question="Which river runs through Kel Ora?", answer="the Vesk", answers=["the Vesk"],
+                    supporting=["xrag:7"]).with_inputs("question")
+
+
+def test_musique_hop_two_stays_unsubstituted_until_a_held_passage_holds_hop_ones_answer():
+    gold = gold_of(MUSIQUE)
+    assert gold.query([]) == "spouse of Hagar"  # ">>" read as plain text, the first hop unresolved
+    assert gold.query([NOISE]) == "spouse of Hagar"
+    # hop 1 resolved (its paragraph held): hop 2, its "#1" now the answer the held paragraph holds
+    assert gold.query([HAGAR]) == "who did Abraham marry after the death of sarah"
+    # hop 1's paragraph id held but its text cut of the answer: "#1" is not revealed, hop 1's own question stands in
+    cut = Passage("musique:1", "Hagar (disambiguation)", "Hagar was an Egyptian.")
+    query = gold.query([cut])
+    assert "Abraham" not in query and query == "who did spouse of Hagar marry after the death of sarah"
+    # the answer held elsewhere (not the supporting paragraph) reveals it too: a perfect reader reads it there
+    assert gold.query([cut, ABRAHAM_ELSEWHERE]) == "who did Abraham marry after the death of sarah"
+    assert gold.query([HAGAR, KETURAH]) == MUSIQUE.question  # nothing missing
+
+
+def test_a_gold_title_named_only_in_an_unheld_passage_is_not_revealed():
+    gold = gold_of(HOTPOT)
+    # the question names "Blue Fox" (the gold "Blue Fox (film)"): revealed; "Ada Lind" is not named by anything held
+    assert gold.query([]) == "Blue Fox (film)" and gold.gap([]) == ("Blue Fox (film)",)
+    # holding the film's page reveals its director's page
+    assert gold.query([FILM]) == "Ada Lind" and gold.gap([FILM]) == ("Ada Lind",)
+    # OTHER names Ada Lind, but it is not held: the question and the held page alone count
+    nameless = dspy.Example(id="n", question="Where was the director born?", answers=["Lyon"],
+                            gold_titles=["Ada Lind", "Blue Fox (film)"])
+    assert gold_of(nameless).query([]) == nameless.question and gold_of(nameless).gap([]) == ()
+    assert gold_of(nameless).query([OTHER]) == "Ada Lind"
+    assert gold.query([FILM, ADA]) == HOTPOT.question
+
+
+def test_the_writer_abstains_while_one_supporting_paragraph_is_missing():
+    gold = gold_of(MUSIQUE)
+    assert gold.writer([KETURAH, NOISE]) == IDK  # the answer's own paragraph is not enough: hop 1 is missing
+    assert gold.writer([HAGAR, NOISE, KETURAH]) == "Keturah"
+    assert gold.writer([]) == IDK  # closed book
+
+
+def test_the_single_hop_writer_needs_the_answer_span_in_the_context_shown():
+    gold = gold_of(XRAG)
+    support = Passage("xrag:7", "Kel Ora", "Kel Ora lies on the Vesk, a long river.")
+    assert gold.span and gold.writer([support]) == "the Vesk"
+    assert gold.writer([Passage("xrag:7", "Kel Ora", "Kel Ora is a town.")]) == IDK  # supporting id, no span
+    assert gold.writer([support], max_chars=10) == IDK  # the span cut off the context shown
+    mc = Gold(answers=("B",), span=True, question="?")
+    assert mc.writer([support], {"A": "the Rhine", "B": "the Vesk"}) == "B"
+    assert mc.writer([support], {"A": "the Vesk", "B": "the Rhine"}) == IDK
+
+
+def test_the_plan_searches_the_oracle_query_while_a_gold_passage_is_missing_else_regenerates():
+    gold = gold_of(MUSIQUE)
+    assert gold.plan([HAGAR]) == "who did Abraham marry after the death of sarah"
+    assert gold.plan([]) == "spouse of Hagar"
+    assert gold.plan([HAGAR, KETURAH]) is None
+
+
+def test_all_expands_to_every_role_a_program_has_and_unknown_roles_are_refused():
+    assert parse_roles("writer,all") == (ALL,)
+    assert check_roles("all", ("relevance", "writer"), "p") == {"relevance", "writer"}
+    assert parse_roles("query,writer,plan") == ("query", "plan", "writer")
+    with pytest.raises(ValueError, match="unknown --oracle role 'reader'.*writer, all"):
+        parse_roles("reader")
+    with pytest.raises(ValueError, match="rag has no such decision; its oracle roles: writer"):
+        check_roles("query", ("writer",), "rag")
+
+
+def test_a_run_names_its_oracle_all_and_only_roles_it_has():
+    assert sessions.program_oracle("all", "rag") == "all"
+    assert sessions.program_oracle("writer,relevance", "rag") == "writer"
+    assert sessions.program_oracle("relevance", "rag") == ""
+
+
+def test_the_generative_roles_need_their_labels():
+    with gold_labels(Gold(question="?")):
+        with pytest.raises(ValueError, match="--oracle writer: no gold label"):
+            oracle(frozenset({"writer"}), "writer")
+        assert oracle(frozenset({"query"}), "query")([]) == "?"
+
+
+def test_musique_loader_carries_the_decomposition_as_gold_keys(tmp_path):
+    bundle = data.load("musique", write(tmp_path))
+    first = next(ex for ex in bundle.examples if ex.id == "2hop__11_22")
+    assert [h["question"] for h in first.hops] == ["Tova Lind >> place of birth", "#1 >> country"]
+    by_text = {d["text"]: f"musique:{d['id']}" for d in bundle.corpora[0].docs}
+    assert [h["key"] for h in first.hops] == [by_text["Tova Lind was born in Kel Ora."],
+                                               by_text["Kel Ora is a town in Norvania."]]
+    assert gold_of(first).hops == (Hop("Tova Lind >> place of birth", "Kel Ora", first.hops[0]["key"]),
+                                   Hop("#1 >> country", "Norvania", first.hops[1]["key"]))
