@@ -73,16 +73,16 @@ TAKES: dict[type, tuple[Setting, ...]] = {
     MultilingualRAG: (K.at(5), MAX_CHARS, ORACLE),
     CORAL: (K.at(5), LOOPS.at(3, low=1), MAX_CHARS, DECISIONS, ORACLE),
     SEAL: (K.at(3), LOOPS.at(3), MAX_CHARS, LEDGER_TO_WRITER, DECISIONS, ORACLE),
-    SelfRAG: (K.at(3), LOOPS.at(3), MAX_CHARS, DECISIONS),
+    SelfRAG: (K.at(3), LOOPS.at(3), MAX_CHARS, DECISIONS, ORACLE),
     CRAG: (K.at(3), LOOPS.at(3), MAX_CHARS, DECISIONS, ORACLE),
     PAR2: (K.at(5), LOOPS.at(PAR2_H, low=1), SUBQUERIES.at(5), SEARCH_RERANK.at("none"), SEARCH_DEPTH.at(20),
            CONTEXT_TOKENS.at(PAR2_CONTEXT_TOKENS), MAX_CHARS, DECISIONS, ORACLE),
-    ReAct: (K.at(5), LOOPS.at(PAR2_H), MAX_CHARS),
-    IRCoT: (K.at(5), LOOPS.at(PAR2_H), CONTEXT_TOKENS.at(PAR2_CONTEXT_TOKENS), MAX_CHARS),
+    ReAct: (K.at(5), LOOPS.at(PAR2_H), MAX_CHARS, ORACLE),
+    IRCoT: (K.at(5), LOOPS.at(PAR2_H), CONTEXT_TOKENS.at(PAR2_CONTEXT_TOKENS), MAX_CHARS, ORACLE),
     RAGCritic: (K.at(5), MAX_CHARS, ROUNDS.at(1), DECISIONS, ORACLE),
     SelfRefine: (K.at(5), MAX_CHARS, ROUNDS.at(3), DECISIONS, ORACLE),
-    FLARE: (K.at(5), LOOPS.at(5, low=1), MAX_CHARS),
-    MetaRAG: (K.at(5), MAX_CHARS, ROUNDS.at(3), DECISIONS),
+    FLARE: (K.at(5), LOOPS.at(5, low=1), MAX_CHARS, ORACLE),
+    MetaRAG: (K.at(5), MAX_CHARS, ROUNDS.at(3), DECISIONS, ORACLE),
 }
 
 

@@ -1,27 +1,33 @@
 """Generative oracle roles (--oracle query, plan, writer, all): each reveals only what a perfect reader of the program's
 own prompt could know -- a hop's answer once a held passage holds it, a gold title once something held or the
 question names it, the gold answer once the context shown supports it."""
+from types import SimpleNamespace
+
 import dspy
 import pytest
 
 import data
+import programs
 from evaluation.metrics import gold_of
 from experiments import sessions
 from programs.shared.oracle import ALL, Gold, Hop, check_roles, gold_labels, oracle, parse_roles
 from programs.shared.text import IDK
-from retrieval.corpus import Passage
+from retrieval.corpus import Corpus, Passage
+from retrieval.retriever import Retriever
+from runtime.roles import init_dspy
 from tests.test_musique import write
+from tests.test_rag_critic import FIXTURES
 
 # Made-up two-hop question in MuSiQue's layout (not benchmark text): hop 1 on paragraph m:1, hop 2 on m:2.
-HAGAR = Passage("musique:1", "Hagar (disambiguation)", "Hagar was the spouse of Abraham.")
-KETURAH = Passage("musique:2", "Keturah", "After Sarah died, Abraham married Keturah.")
-NOISE = Passage("musique:3", "Sarah Stewart", "Sarah Stewart wrote books.")
-ABRAHAM_ELSEWHERE = Passage("musique:4", "Patriarchs", "Abraham is a patriarch.")
+HAGAR = Passage("musique:00001", "Hagar (disambiguation)", "Hagar was the spouse of Abraham.")
+KETURAH = Passage("musique:00002", "Keturah", "After Sarah died, Abraham married Keturah.")
+NOISE = Passage("musique:00003", "Sarah Stewart", "Sarah Stewart wrote books.")
+ABRAHAM_ELSEWHERE = Passage("musique:00004", "Patriarchs", "Abraham is a patriarch.")
 MUSIQUE = dspy.Example(
     id="2hop", question="Who did the spouse of Hagar marry after the death of Sarah?", answer="Keturah",
-    answers=["Keturah"], gold_titles=["Hagar (disambiguation)", "Keturah"], gold_ids=["musique:1", "musique:2"],
-    hops=[{"question": "Hagar >> spouse", "answer": "Abraham", "key": "musique:1"},
-          {"question": "who did #1 marry after the death of sarah", "answer": "Keturah", "key": "musique:2"}],
+    answers=["Keturah"], gold_titles=["Hagar (disambiguation)", "Keturah"], gold_ids=["musique:00001", "musique:00002"],
+    hops=[{"question": "Hagar >> spouse", "answer": "Abraham", "key": "musique:00001"},
+          {"question": "who did #1 marry after the death of sarah", "answer": "Keturah", "key": "musique:00002"}],
 ).with_inputs("question")
 
 # HotpotQA-style: gold titles, no decomposition.
@@ -42,7 +48,7 @@ def test_musique_hop_two_stays_unsubstituted_until_a_held_passage_holds_hop_ones
     # hop 1 resolved (its paragraph held): hop 2, its "#1" now the answer the held paragraph holds
     assert gold.query([HAGAR]) == "who did Abraham marry after the death of sarah"
     # hop 1's paragraph id held but its text cut of the answer: "#1" is not revealed, hop 1's own question stands in
-    cut = Passage("musique:1", "Hagar (disambiguation)", "Hagar was an Egyptian.")
+    cut = Passage("musique:00001", "Hagar (disambiguation)", "Hagar was an Egyptian.")
     query = gold.query([cut])
     assert "Abraham" not in query and query == "who did spouse of Hagar marry after the death of sarah"
     # the answer held elsewhere (not the supporting paragraph) reveals it too: a perfect reader reads it there
@@ -121,3 +127,54 @@ def test_musique_loader_carries_the_decomposition_as_gold_keys(tmp_path):
                                                by_text["Kel Ora is a town in Norvania."]]
     assert gold_of(first).hops == (Hop("Tova Lind >> place of birth", "Kel Ora", first.hops[0]["key"]),
                                    Hop("#1 >> country", "Norvania", first.hops[1]["key"]))
+
+
+# --oracle all: no LM call at all, and the gold answer wherever retrieval reaches the gold passages.
+# Made up: the question's own top 2 hold hop 1's paragraph and a distractor, never hop 2's; the oracle query for hop 2
+# ("who did Abraham wed ...") reaches it once hop 1's paragraph, which names Abraham, is held.
+DOCS = [{"id": "00001", "title": "Hagar (disambiguation)", "text": "Hagar was the spouse of Abraham."},
+        {"id": "00002", "title": "Keturah", "text": "Abraham wed Keturah once Sarah was gone."},
+        {"id": "00003", "title": "Sarah Stewart", "text": "Who did the widower of Sarah Stewart marry after the death "
+                                                          "of Sarah? Nobody knows."},
+        {"id": "00004", "title": "Hagar Olsson", "text": "Hagar Olsson wrote plays in Helsinki."}]
+TWO_HOP = MUSIQUE.copy(hops=[MUSIQUE.hops[0], {**MUSIQUE.hops[1], "question": "who did #1 wed once Sarah was gone"}],
+                       source_lang="en")  # CORAL's planner oracle needs the culture's language
+#: Programs whose loop reaches hop 2's paragraph here. The others end holding hop 1's alone: closed book, one pass over
+#: the question's top 2 (t_rag's one query is the oracle's hop 1, par2_anchor's plan too), coral_select (no rewrite),
+#: CRAG (a correct-graded passage ends its loop), Self-RAG (its merge back to k=2 drops hop 1's paragraph for hop 2's).
+REACHES = {"coral", "coral_probe", "coral_fixed_own", "coral_fixed_all", "coral_fixed_own_en", "flare", "ircot",
+           "metarag", "par2", "par2_chain", "rag_critic", "rag_critic_2r", "react", "seal", "seal_ledger"}
+
+
+class NoCalls(dspy.utils.DummyLM):
+    """An LM that fails the test on any call (and records it, should a program swallow the failure)."""
+
+    def __init__(self):
+        super().__init__([])
+        self.prompts = []
+
+    def __call__(self, prompt=None, messages=None, **kwargs):
+        self.prompts.append(str(messages or prompt)[-300:])
+        pytest.fail(f"an LM call under --oracle all: {self.prompts[-1]}")
+
+
+@pytest.mark.parametrize("name", [n for n in programs.names() if programs.oracle_roles(n)])
+def test_oracle_all_answers_with_no_lm_call(name, embedder, monkeypatch):
+    monkeypatch.setenv("RAG_DATA_DIR", str(FIXTURES))  # RAG-Critic's taxonomy (made up)
+    search = Retriever([Corpus("musique", DOCS, "en")], embedder)
+    program = programs.build(name, search=search if programs.spec(name).needs_search else None,
+                             **sessions_config(name))
+    lm = NoCalls()
+    init_dspy(lm, cache=False)
+    with gold_labels(gold_of(TWO_HOP)):
+        pred = program(question=TWO_HOP.question)
+    assert lm.prompts == []
+    assert pred.answer == ("Keturah" if name in REACHES else IDK)
+
+
+def sessions_config(name: str) -> dict:
+    """The config a session builds ``name`` with under ``--oracle all`` (small budgets: k=2 of 4 passages, so the
+    loops must find the second hop)."""
+    args = SimpleNamespace(oracle="all")
+    return programs.accepted_config(name, {"oracle": sessions.program_oracle(args.oracle, name), "k": 2,
+                                           "loops": 3, "rounds": 1, "max_chars": None})
