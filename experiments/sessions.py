@@ -323,7 +323,9 @@ def check_oracle(args: Settings, examples: list[dspy.Example]) -> None:
         if stray := [r for r in roles if r not in (*programs.oracle_roles(args.program), ALL)]:
             fail(f"--oracle {stray[0]}: {args.program} has no such decision; its oracle roles: "
                  f"{', '.join(programs.oracle_roles(args.program)) or 'none'}")
-    for role in expand(roles, programs.oracle_roles(args.program)) if single and ALL in roles else roles:
+    # all: the program's own roles; in a suite each program's differ, and an example lacking one fails alone
+    checked = (expand(roles, programs.oracle_roles(args.program)) if single else ()) if ALL in roles else roles
+    for role in checked:
         if lacking := [ex.id for ex in examples if gold_of(ex).missing(role)]:
             fail(f"--oracle {role} needs {ORACLE_HINTS[role]} in every question; {len(lacking)} of {len(examples)} "
                  f"{args.dataset} questions have none (e.g. {lacking[0]})")

@@ -1,17 +1,31 @@
 """Oracle roles (``--oracle ROLE[,ROLE]``): a role's decisions replaced by the gold labels of the question being
 answered -- the upper bound each role leaves on the table, and a check of each method's loop that no model weakness
-can hide.
+can hide. Oracle rows are bounds, never results.
 
-Roles (:data:`ROLES`): ``relevance`` (a passage is a gold passage), ``sufficiency`` (the passages held include
-every gold passage), ``controller`` (STOP once every gold passage has been retrieved), ``verdict`` (the answer judged
-is right by the task metric), ``planner`` (the corpus of the culture the question is about), ``gap`` (the titles of
-the gold passages not held: what a gap specification should name). Gold passages are
-paragraph ids where the data has them (MuSiQue's ``gold_ids``, XRAG's supporting article), else gold titles.
+Decision roles (:data:`DECISION_ROLES`): ``relevance`` (a passage is a gold passage), ``sufficiency`` (the passages
+held include every gold passage), ``controller`` (STOP once every gold passage has been retrieved), ``verdict`` (the
+answer judged is right by the task metric), ``planner`` (the corpus of the culture the question is about), ``gap``
+(the missing gold titles the question or a held passage names). Gold passages are paragraph ids where the data has
+them (MuSiQue's ``gold_ids``, XRAG's supporting article), else gold titles.
+
+Generative roles (:data:`GENERATIVE_ROLES`) write what a perfect reader of the program's own prompt would, never
+reading a passage the program has not retrieved or held (the revealed-only rule): ``query`` (:meth:`Gold.query`:
+every generated query -- sub-questions, rewrites, micro-queries, next-hop and search-step queries), ``plan``
+(:meth:`Gold.plan`: RAG-Critic's correction, a supplementary search or a regeneration), ``writer``
+(:meth:`Gold.writer`: the gold answer when the context shown supports it, else :data:`~programs.shared.text.IDK`;
+wired once, in the shared :class:`~programs.shared.writer.Writer`). ``all`` is every role a program has.
+
+LM calls that no role names are mapped to the closest one, each in its program's docstring: SEAL's fact extraction to
+``relevance`` (gold-first ranking, an empty ledger), Self-RAG's critique and MetaRAG's monitor and internal and
+consistency checks to ``verdict``, MetaRAG's external check to ``sufficiency``, the IRCoT/FLARE step that states the
+answer and ReAct's tool choice to ``controller``, translation (t_rag) to ``query``, and the calls that only edit
+what a writer reads (cross_rag's passage translation, RAG-Critic's RefineDoc, Self-Refine's feedback and revision)
+to ``writer``. Under ``all`` no registered program with oracle roles makes an LM call.
 
 The labels never travel in a program's inputs: the evaluation sets them around each question's call
 (:func:`gold_labels`), and a program built with oracle roles reads one role's labels with :func:`oracle`, only for
-the roles it was built with. Only ``gap`` reaches a prompt, by design: its titles are the gap a micro-query is
-written from, so it tests the repair that follows a perfect gap specification.
+the roles it was built with. ``gap`` reaches a prompt by design: its titles are the gap a micro-query is written
+from, so it tests the repair that follows a perfect gap specification.
 
 One label is read without a role: the culture's language (``Gold.own``), which *defines* the fixed own-corpus
 scope C_own (:func:`own_language`) -- the CORAL paper's own-corpus rows, an oracle by its own account on BLEnD,
