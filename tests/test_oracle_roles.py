@@ -9,7 +9,8 @@ import pytest
 import data
 import programs
 from evaluation.metrics import gold_of
-from experiments import sessions
+from experiments import cli, sessions
+from programs.rag_critic.plan import oracle_plan
 from programs.shared.oracle import ALL, Gold, Hop, check_roles, gold_labels, oracle, parse_roles
 from programs.shared.text import IDK
 from retrieval.corpus import Corpus, Passage
@@ -178,3 +179,18 @@ def sessions_config(name: str) -> dict:
     args = SimpleNamespace(oracle="all")
     return programs.accepted_config(name, {"oracle": sessions.program_oracle(args.oracle, name), "k": 2,
                                            "loops": 3, "rounds": 1, "max_chars": None})
+
+
+def test_the_plan_oracle_is_a_typed_supplementary_retrieval_or_a_regeneration():
+    search, regenerate = oracle_plan("who did Abraham wed", 3), oracle_plan(None, 3)
+    assert [s.call.function for s in search.steps] == ["Retrieval", "GenerateAnswer"]
+    assert search.steps[0].call.query == "who did Abraham wed" and search.steps[0].call.topk == 3
+    assert [s.call.function for s in regenerate.steps] == ["GenerateAnswer"]
+
+
+def test_oracle_all_for_one_program_checks_the_labels_of_every_role_it_has(capsys):
+    examples = [MUSIQUE]  # no culture language: CORAL's planner has no label, SEAL's roles all have theirs
+    sessions.check_oracle(cli.parser("x").parse_args(["--program", "seal", "--oracle", "all"]), examples)
+    with pytest.raises(SystemExit):
+        sessions.check_oracle(cli.parser("x").parse_args(["--program", "coral", "--oracle", "all"]), examples)
+    assert "--oracle planner needs the culture's language" in capsys.readouterr().err
