@@ -138,6 +138,7 @@ DOCS = [{"id": "00001", "title": "Hagar (disambiguation)", "text": "Hagar was th
         {"id": "00003", "title": "Sarah Stewart", "text": "Who did the widower of Sarah Stewart marry after the death "
                                                           "of Sarah? Nobody knows."},
         {"id": "00004", "title": "Hagar Olsson", "text": "Hagar Olsson wrote plays in Helsinki."}]
+GERMAN = [{"id": "d1", "title": "Helsinki", "text": "Helsinki ist eine Stadt am Meer."}]  # CORAL's planner has a choice
 TWO_HOP = MUSIQUE.copy(hops=[MUSIQUE.hops[0], {**MUSIQUE.hops[1], "question": "who did #1 wed once Sarah was gone"}],
                        source_lang="en")  # CORAL's planner oracle needs the culture's language
 #: Programs whose loop reaches hop 2's paragraph here. The others end holding hop 1's alone: closed book, one pass over
@@ -162,7 +163,7 @@ class NoCalls(dspy.utils.DummyLM):
 @pytest.mark.parametrize("name", [n for n in programs.names() if programs.oracle_roles(n)])
 def test_oracle_all_answers_with_no_lm_call(name, embedder, monkeypatch):
     monkeypatch.setenv("RAG_DATA_DIR", str(FIXTURES))  # RAG-Critic's taxonomy (made up)
-    search = Retriever([Corpus("musique", DOCS, "en")], embedder)
+    search = Retriever([Corpus("musique", DOCS, "en"), Corpus("de", GERMAN, "de")], embedder)
     program = programs.build(name, search=search if programs.spec(name).needs_search else None,
                              **sessions_config(name))
     lm = NoCalls()

@@ -307,9 +307,9 @@ class CORAL(dspy.Module):
             return None
         gold_query = oracle_labels(self.oracle, "query")
         culture = oracle_labels(self.oracle, "planner")
-        if gold_query is not None and (culture is not None or not choose_corpora):  # both oracles: no call
+        if (gold_query is not None or not self.rewrite) and (culture is not None or not choose_corpora):  # no call
             new_corpora = [self.culture_corpus(culture())] if culture is not None else corpora
-            new_query = gold_query(list(held))
+            new_query = gold_query(list(held)) if gold_query is not None else query
             return None if same_plan(new_corpora, new_query, corpora, query) else (new_query, new_corpora)
         for attempt in range(2):
             config = {"rollout_id": 1000 + ATTEMPT.get()} if attempt else {}  # a retry must not hit the cache
