@@ -17,6 +17,7 @@ from retrieval.retriever import Retriever
 from runtime.language import language_name
 from signatures.writer import AnswerWithCitations, AnswerWithCitationsAndFacts, in_language
 
+
 def lenient(predictor: dspy.Module, **inputs) -> dspy.Prediction | None:
     """Call ``predictor``; output that cannot be parsed (even after DSPy's JSON fallback) gives None."""
     try:
