@@ -38,6 +38,19 @@ def contexts(root: Path | None) -> list[dict]:
     return out
 
 
+def hops(rec: dict, docs: dict[tuple[str, str], dict]) -> list[dict]:
+    """The record's gold decomposition: per hop its question, answer and supporting paragraph as a gold key
+    (``musique:<id>``, as in ``gold_ids``; None when the hop names none). ``paragraph_support_idx`` is a paragraph's
+    ``idx`` (its position where the record has no ``idx``)."""
+    by_idx = {p.get("idx", i): p for i, p in enumerate(rec["paragraphs"])}
+    out = []
+    for hop in rec.get("question_decomposition") or ():
+        para = by_idx.get(hop.get("paragraph_support_idx"))
+        out.append({"question": hop["question"], "answer": hop["answer"],
+                    "key": f"musique:{docs[_key(para)]['id']}" if para else None})
+    return out
+
+
 def load(root: Path | None) -> Bundle:
     path = require_file(root, *FILES)
     records = load_records([path])
@@ -48,6 +61,7 @@ def load(root: Path | None) -> Bundle:
                      gold_titles=sorted({p["title"] for p in rec["paragraphs"] if p["is_supporting"]}),
                      gold_ids=sorted({f"musique:{docs[_key(p)]['id']}" for p in rec["paragraphs"]
                                       if p["is_supporting"]}),  # paragraph identity: titles repeat
+                     hops=hops(rec, docs),
                      type=rec["id"].split("__")[0]).with_inputs("question")
         for rec in records
     ]

@@ -12,7 +12,7 @@ from typing import Callable, Iterator
 import dspy
 from dspy.evaluate.metrics import EM, F1
 
-from programs.shared.oracle import Gold
+from programs.shared.oracle import Gold, Hop
 from programs.shared.text import abstained
 from runtime.lm import ATTEMPT, UNREADABLE_ERRORS, describe
 from signatures.judge import JudgeAnswer, JudgeAnswerToQuestion
@@ -154,12 +154,17 @@ def gold_passages(example) -> tuple[list[str], Callable]:
 def gold_of(example) -> Gold:
     """An example's gold labels for the oracle roles (``programs.shared.oracle``): its gold passages, the task metric's
     verdict on an answer (:func:`correct`), the language of its culture (BLEnD, CLIcK: ``source_lang``) or of its
-    supporting article (XRAG: ``support_lang``), its gold titles, and its culture's language alone (``own``: the
-    own-corpus scope's)."""
+    supporting article (XRAG: ``support_lang``), its gold titles, its culture's language alone (``own``: the
+    own-corpus scope's), its question and answers, and its gold decomposition (``hops``: MuSiQue's). A perfect
+    reader needs every gold passage where the data lists them for a multi-hop question (``gold_ids``,
+    ``gold_titles``), else an answer span (``span``)."""
     keys, key = gold_passages(example)
     return Gold(frozenset(keys), key, lambda answer: correct(example, answer),
                 example.get("support_lang") or example.get("source_lang"), frozenset(example.get("gold_titles") or ()),
-                example.get("source_lang"))
+                example.get("source_lang"), example.get("question") or "",
+                tuple(str(a) for a in example.get("answers") or [example.get("answer")] if a),
+                tuple(Hop(h["question"], h["answer"], h.get("key")) for h in example.get("hops") or ()),
+                not (example.get("gold_ids") or example.get("gold_titles")))
 
 
 def retrieval_record(example, retrieved, k: int) -> dict[str, float]:

@@ -25,7 +25,7 @@ from evaluation.metrics import Judge, gold_of
 from evaluation.task_metrics import answer_metrics
 from experiments.cli import check_args, fail, on_sigterm
 from programs import registry
-from programs.shared.oracle import parse_roles
+from programs.shared.oracle import ALL, expand, parse_roles
 from programs.shared.writer import mc_state
 from retrieval import settings as retrieval_settings
 from retrieval.retriever import Retriever
@@ -62,15 +62,17 @@ class Session:
         return self.args.of((*data_settings.SETTINGS, *retrieval_settings.SETTINGS))
 
     def oracle(self, program_name: str) -> str:
-        """The ``--oracle`` roles program ``program_name`` has a decision for (``""`` when none), as it is built."""
-        requested = parse_roles(self.args.oracle)
-        return ",".join(r for r in requested if r in programs.oracle_roles(program_name))
+        """The ``--oracle`` roles program ``program_name`` has (``""`` when none), as it is built: ``all`` for
+        ``--oracle all`` (every role it has)."""
+        return program_oracle(self.args.oracle, program_name)
 
     def program_config(self, program_name: str) -> dict:
         """:attr:`config` as program ``program_name`` takes it, its own ``--oracle`` roles only."""
         config = self.config
-        if "oracle" in config:
+        if "oracle" in config:  # none of its roles: as a run without --oracle
             config["oracle"] = self.oracle(program_name)
+            if not config["oracle"]:
+                del config["oracle"]
         return programs.accepted_config(program_name, config)
 
     @property
@@ -290,6 +292,13 @@ def session(args: Settings, needs_search: bool) -> Session:
     return Session(args, bundle, splits, roles, retriever, answer_metrics(bundle.task, judge), judge)
 
 
+def program_oracle(text: str, program_name: str) -> str:
+    """The ``--oracle`` roles (``text``) program ``program_name`` has, as its run is named and it is built: ``all``
+    for ``all`` when it has any role, else those it has, comma-separated ("" when none)."""
+    requested, own = parse_roles(text), programs.oracle_roles(program_name)
+    return ALL if ALL in requested and own else ",".join(expand(requested, own))
+
+
 def oracle_suffix(roles: str) -> str:
     """What marks an oracle run's name and leaderboard row: ``+oracle:relevance,sufficiency`` (nothing without)."""
     return f"+oracle:{roles}" if roles else ""
@@ -297,7 +306,9 @@ def oracle_suffix(roles: str) -> str:
 
 ORACLE_HINTS = {"relevance": "gold titles, gold_ids or a supporting paragraph", "sufficiency": "gold passages",
                 "controller": "gold passages", "planner": "the culture's language (source_lang, or XRAG's "
-                                                          "support_lang)"}
+                                                          "support_lang)",
+                "verdict": "reference answers", "gap": "gold titles", "query": "the question",
+                "plan": "gold passages", "writer": "reference answers"}
 
 
 def check_oracle(args: Settings, examples: list[dspy.Example]) -> None:
@@ -307,11 +318,14 @@ def check_oracle(args: Settings, examples: list[dspy.Example]) -> None:
         roles = parse_roles(args.oracle)
     except ValueError as err:
         fail(str(err))
-    if args.program and not getattr(args, "suite", None):
-        if stray := [r for r in roles if r not in programs.oracle_roles(args.program)]:
+    single = args.program and not getattr(args, "suite", None)
+    if single:
+        if stray := [r for r in roles if r not in (*programs.oracle_roles(args.program), ALL)]:
             fail(f"--oracle {stray[0]}: {args.program} has no such decision; its oracle roles: "
                  f"{', '.join(programs.oracle_roles(args.program)) or 'none'}")
-    for role in roles:
+    # all: the program's own roles; in a suite each program's differ, and an example lacking one fails alone
+    checked = (expand(roles, programs.oracle_roles(args.program)) if single else ()) if ALL in roles else roles
+    for role in checked:
         if lacking := [ex.id for ex in examples if gold_of(ex).missing(role)]:
             fail(f"--oracle {role} needs {ORACLE_HINTS[role]} in every question; {len(lacking)} of {len(examples)} "
                  f"{args.dataset} questions have none (e.g. {lacking[0]})")

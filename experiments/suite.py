@@ -27,9 +27,8 @@ import programs
 from experiments import cli
 from evaluation import leaderboard, tracking
 from experiments.cli import fail
-from experiments.sessions import Session, oracle_suffix, session
+from experiments.sessions import Session, oracle_suffix, program_oracle, session
 from evaluation.loop import evaluate
-from programs.shared.oracle import parse_roles
 from runtime import store
 from runtime.paths import PROJECT_ROOT
 from runtime.settings import Settings
@@ -109,7 +108,7 @@ def _grid_points(grid: dict) -> list[dict]:
 def cell(program: str, dataset: str, point: dict, oracle: str = "") -> Cell:
     """The cell of ``program`` on ``dataset`` at grid ``point``, keeping only the values the program takes and the
     ``oracle`` roles (``--oracle``) it has a decision for."""
-    roles = ",".join(r for r in parse_roles(oracle) if r in programs.oracle_roles(program))
+    roles = program_oracle(oracle, program)
     return Cell(program, dataset, tuple(sorted(programs.accepted_config(program, point).items())), oracle=roles)
 
 

@@ -22,7 +22,8 @@ from programs.par2.par2 import PAR2
 from programs.rag_critic.rag_critic import RAGCritic
 from programs.rag_critic.self_refine import SelfRefine
 from programs.seal.seal import SEAL
-from programs.shared.oracle import ROLES
+from programs.shared.oracle import ALL, ROLES
+from programs.shared.writer import oracle_writers
 from retrieval.settings import RERANK
 from runtime.settings import Setting
 
@@ -53,8 +54,11 @@ DECISIONS = Setting("decisions", str, "generate", "gates and filters (CRAG's gra
 ORACLE = Setting("oracle", str, "", "replace a role's decisions by the question's gold labels (an upper bound, and a "
                  "check of the loop): relevance (gold passages), sufficiency (every gold passage held), controller "
                  "(STOP once every gold passage is retrieved), verdict (the answer is right by the task metric), "
-                 "planner (the culture's own corpus); programs without the role run as usual; runs are marked "
-                 "+oracle:ROLE", choices=", ".join(ROLES), sparse=True)
+                 "planner (the culture's own corpus), gap (missing gold titles the program has read of), query (the "
+                 "next unresolved gold hop, from what is held), plan (search the oracle query while a gold passage "
+                 "is missing, else regenerate), writer (the gold answer when the context supports it, else I don't "
+                 "know), all (every role the program has); programs without the role run as usual; runs are marked "
+                 "+oracle:ROLE", choices=", ".join((*ROLES, ALL)), sparse=True)
 SETTINGS = (K, LOOPS, SUBQUERIES, CONTEXT_TOKENS, SEARCH_RERANK, SEARCH_DEPTH, ROUNDS, MAX_CHARS, LEDGER_TO_WRITER,
             DECISIONS, ORACLE)
 
@@ -64,21 +68,21 @@ PAR2_H, PAR2_CONTEXT_TOKENS = 5, 3000
 #: What each program class takes of :data:`SETTINGS`, at its method's defaults (its paper's: SEAL's k = 3, PAR2's
 #: H = m = 5); a flag given on the command line (``--k 5``) overrides them for every program.
 TAKES: dict[type, tuple[Setting, ...]] = {
-    Direct: (),
-    RAG: (K.at(5), MAX_CHARS),
-    MultilingualRAG: (K.at(5), MAX_CHARS),
+    Direct: (ORACLE,),
+    RAG: (K.at(5), MAX_CHARS, ORACLE),
+    MultilingualRAG: (K.at(5), MAX_CHARS, ORACLE),
     CORAL: (K.at(5), LOOPS.at(3, low=1), MAX_CHARS, DECISIONS, ORACLE),
     SEAL: (K.at(3), LOOPS.at(3), MAX_CHARS, LEDGER_TO_WRITER, DECISIONS, ORACLE),
-    SelfRAG: (K.at(3), LOOPS.at(3), MAX_CHARS, DECISIONS),
+    SelfRAG: (K.at(3), LOOPS.at(3), MAX_CHARS, DECISIONS, ORACLE),
     CRAG: (K.at(3), LOOPS.at(3), MAX_CHARS, DECISIONS, ORACLE),
     PAR2: (K.at(5), LOOPS.at(PAR2_H, low=1), SUBQUERIES.at(5), SEARCH_RERANK.at("none"), SEARCH_DEPTH.at(20),
            CONTEXT_TOKENS.at(PAR2_CONTEXT_TOKENS), MAX_CHARS, DECISIONS, ORACLE),
-    ReAct: (K.at(5), LOOPS.at(PAR2_H), MAX_CHARS),
-    IRCoT: (K.at(5), LOOPS.at(PAR2_H), CONTEXT_TOKENS.at(PAR2_CONTEXT_TOKENS), MAX_CHARS),
+    ReAct: (K.at(5), LOOPS.at(PAR2_H), MAX_CHARS, ORACLE),
+    IRCoT: (K.at(5), LOOPS.at(PAR2_H), CONTEXT_TOKENS.at(PAR2_CONTEXT_TOKENS), MAX_CHARS, ORACLE),
     RAGCritic: (K.at(5), MAX_CHARS, ROUNDS.at(1), DECISIONS, ORACLE),
     SelfRefine: (K.at(5), MAX_CHARS, ROUNDS.at(3), DECISIONS, ORACLE),
-    FLARE: (K.at(5), LOOPS.at(5, low=1), MAX_CHARS),
-    MetaRAG: (K.at(5), MAX_CHARS, ROUNDS.at(3), DECISIONS),
+    FLARE: (K.at(5), LOOPS.at(5, low=1), MAX_CHARS, ORACLE),
+    MetaRAG: (K.at(5), MAX_CHARS, ROUNDS.at(3), DECISIONS, ORACLE),
 }
 
 
@@ -235,4 +239,5 @@ def build(name: str, search=None, mc: MCScoring | None = None, **config) -> dspy
         if search is None:
             raise ValueError(f"program '{name}' needs a retriever: build('{name}', search=Retriever(...))")
         kwargs["search"] = search
-    return s.construct(**kwargs)
+    program = s.construct(**kwargs)
+    return oracle_writers(program, getattr(program, "oracle", frozenset()))  # the writer role, for every writer

@@ -10,7 +10,8 @@ exact McNemar with a bootstrap CI and Holm, with LM calls, tokens and seconds pe
 - ``fused``: the decisions read as probabilities and fused with the retriever's score, their gates fitted on the
   dev split (``optimizers.calibration.calibrate_decisions``; no demos: only the decisions change), critic = ``--lm``;
 - ``fused-critic``: the same with ``--critic-lm`` (e.g. the 1.5B) making the decisions, the writer unchanged;
-- ``oracle``: the method's decisions replaced by gold labels for every role it has (``--oracle``): how much the
+- ``oracle``: the method's decisions replaced by gold labels for every decision role it has (``--oracle``; not the
+  generative query, plan and writer roles): how much the
   decisions leave on the table, and a check of the loop that no model weakness can hide.
 
 The writer is ``--lm`` in every rung and in the baseline, and the baseline must answer with the method's own writer
@@ -31,6 +32,7 @@ from decoding.decisions import describe, gates
 from experiments import suite
 from evaluation import tracking
 from optimizers.calibration import calibrate_decisions
+from programs.shared.oracle import DECISION_ROLES
 from programs.shared.writer import writer_form
 from experiments.cli import fail, interruptible
 from experiments.sessions import session
@@ -45,7 +47,8 @@ def rung_args(args, rung: str):
     a = copy.copy(args)
     a.decisions = "fused" if rung.startswith("fused") else "generate"
     a.critic_lm = args.critic_lm if rung == "fused-critic" else None
-    a.oracle = ",".join(programs.oracle_roles(args.program)) if rung == "oracle" else ""
+    decisions = [r for r in programs.oracle_roles(args.program) if r in DECISION_ROLES]  # not the generative roles
+    a.oracle = ",".join(decisions) if rung == "oracle" else ""
     return a
 
 

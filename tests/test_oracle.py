@@ -208,5 +208,5 @@ def test_oracle_rows_are_marked_in_config_params_and_suite_labels_and_bad_roles_
         with pytest.raises(SystemExit):
             sessions.check_oracle(cli.parser("x").parse_args(argv), examples)
         assert message in capsys.readouterr().err
-    assert programs.oracle_roles("par2_anchor") == () and programs.oracle_roles("coral") == (
-        "relevance", "sufficiency", "planner")
+    assert programs.oracle_roles("par2_anchor") == ("query", "writer") and programs.oracle_roles("coral") == (
+        "relevance", "sufficiency", "planner", "query", "writer")

@@ -11,6 +11,10 @@ not fetched before and counts against ``loops`` (``loops=0``: grade and refine o
 refined by decompose-then-recompose: each is cut into sentence strips, strips sharing no content word with the
 question or the queries are dropped, and the rest are joined back in order. The shared evidence writer answers from
 the final k passages (graded best first).
+
+Oracle roles (``programs.shared.oracle``): ``relevance`` (a gold passage is graded correct, any other incorrect),
+``query`` (the rewrite is the oracle query from the passages held), ``writer`` (the perfect reader of the refined
+passages). ``all``: no call.
 """
 from __future__ import annotations
 
@@ -22,7 +26,7 @@ from decoding.choice import MCScoring
 from decoding.decisions import YES_NO, decide, record, relative, rest_note
 from programs.shared.evidence import EvidenceWriter, lenient, search_excluding
 from programs.shared.gates import Asking, DecisionGate, sorted_passages
-from programs.shared.oracle import check_roles
+from programs.shared.oracle import check_roles, oracle
 from programs.shared.text import clip, content_words, repeats, sentences
 from retrieval.corpus import Passage
 from retrieval.retriever import Retriever
@@ -119,7 +123,7 @@ class CRAG(dspy.Module):
     ``lang`` (the question's language, passed by multilingual datasets) asks the writer for the answer in it."""
 
     ROLES = {"grade": "critic", "grade_relevance": "critic", "rewrite": "planner"}
-    ORACLE_ROLES = ("relevance",)
+    ORACLE_ROLES = ("relevance", "query", "writer")
 
     def __init__(self, search: Retriever, k: int = 3, loops: int = 1, max_chars: int | None = None,
                  max_query_words: int = 12, stuck_jaccard: float = 0.7, decisions: str = "generate",
@@ -154,9 +158,12 @@ class CRAG(dspy.Module):
                 break
             if loop == self.loops:
                 break
-            out = lenient(self.rewrite, question=question, earlier_queries=list(queries))
-            failures += out is None
-            query = clip(out.query if out else "", self.max_query_words)
+            if (gold_query := oracle(self.oracle, "query")) is not None:
+                query = clip(gold_query(passages), self.max_query_words)
+            else:
+                out = lenient(self.rewrite, question=question, earlier_queries=list(queries))
+                failures += out is None
+                query = clip(out.query if out else "", self.max_query_words)
             if repeats(query, queries, self.stuck_jaccard):
                 stop = "stuck"
                 break

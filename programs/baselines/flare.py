@@ -11,6 +11,10 @@ last first, at most ``max_passages``.
 
 The trigger is read from token probabilities whatever ``--decisions`` says: FLARE has no written form, so an endpoint
 that returns no token logprobs stops the run with one line naming the fix.
+
+Oracle roles: IRCoT's (``programs.baselines.iterative``): under ``controller`` the step that states the answer comes
+once every gold passage has been retrieved; under ``query`` each look-ahead is unsure and searches the oracle query
+from what was retrieved, which stands as the sentence (no rewrite); ``writer``: the perfect reader. ``all``: no call.
 """
 from __future__ import annotations
 
@@ -18,8 +22,9 @@ import dspy
 
 from decoding.choice import MCScoring
 from decoding.tokens import field_tokens, spelling
-from programs.baselines.iterative import ANSWERED, first_sentence, newest_first
+from programs.baselines.iterative import ANSWERED, STEP_ROLES, first_sentence, newest_first, oracle_step
 from programs.shared.evidence import lenient
+from programs.shared.oracle import check_roles
 from programs.shared.text import content_words
 from programs.shared.writer import Writer
 from retrieval.corpus import Passage, dedup
@@ -42,9 +47,12 @@ class FLARE(dspy.Module):
     """Forward-looking active retrieval: search when a look-ahead sentence holds a token below ``theta``, with the
     sentence's tokens at or above ``beta``; at most ``loops`` sentences. ``lang`` goes to the writer."""
 
+    ORACLE_ROLES = STEP_ROLES
+
     def __init__(self, search: Retriever, k: int = 5, loops: int = 5, max_chars: int | None = None, theta: float = 0.8,
-                 beta: float = 0.4, max_passages: int = 8, mc: MCScoring | None = None):
+                 beta: float = 0.4, max_passages: int = 8, oracle: str = "", mc: MCScoring | None = None):
         super().__init__()
+        self.oracle = check_roles(oracle, self.ORACLE_ROLES, "flare")
         if not 0 <= beta <= theta <= 1:
             raise ValueError(f"flare needs 0 <= beta <= theta <= 1 (got beta={beta}, theta={theta}): a masked token "
                              "must be a low-probability one")
@@ -59,6 +67,17 @@ class FLARE(dspy.Module):
         retrieved, queries, sentences, steps = list(held), [question], [], []
         stop, fallbacks = "sentence_budget", 0
         for _ in range(self.loops):
+            if (sentence := oracle_step(self.oracle, retrieved)) is not None:  # no call
+                if not ANSWERED.search(sentence):
+                    held = self.search.search(sentence, self.k)
+                    retrieved = dedup([*retrieved, *held])
+                    queries.append(sentence)
+                sentences.append(sentence)
+                steps.append({"oracle": sentence})
+                if ANSWERED.search(sentence):
+                    stop = "answered"
+                    break
+                continue
             sentence, tokens = self.look_ahead(question, held, sentences)
             if not content_words(sentence):
                 stop = "unusable_sentence"

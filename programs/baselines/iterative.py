@@ -8,6 +8,14 @@
 Both return ``retrieved``: every passage retrieved, in order of first retrieval (what retrieval is scored on). Their
 budgets default to PAR2's (``programs.registry``: H = ``loops``, IRCoT's ``context_tokens``), so the comparison
 differs in the method only.
+
+Oracle roles (``programs.shared.oracle``; FLARE's sentence step takes the same, :func:`oracle_step`): ``controller``
+-- the step that states the answer ("So the answer is ...") and so ends the loop comes once every gold passage has
+been retrieved; ``query`` -- every other step, and so its search, is the oracle query from what was retrieved;
+``writer`` -- the reader is the perfect reader. ReAct under ``controller`` runs an oracle tool chooser instead of
+``dspy.ReAct``: search (the oracle query under ``query``, else the question) until every gold passage has been
+found or the step budget is spent, then finish; under ``query`` alone each agent search is the oracle query
+whatever the agent wrote. ``all``: no call.
 """
 from __future__ import annotations
 
@@ -19,6 +27,7 @@ import dspy
 
 from decoding.choice import MCScoring
 from programs.shared.evidence import lenient, within_budget
+from programs.shared.oracle import check_roles, oracle
 from programs.shared.text import content_words
 from programs.shared.writer import Writer
 from retrieval.corpus import Passage, dedup
@@ -27,6 +36,21 @@ from runtime.caps import Cap, Text
 from signatures.reasoning import SEARCH_TOOL, AnswerWithSearch, NextThought
 
 ANSWERED = re.compile(r"\banswer is\b", re.I)
+#: The sentence step's oracle once every gold passage has been retrieved (it states that the answer is at hand).
+ORACLE_ANSWERED = "So the answer is in the passages retrieved."
+#: The oracle roles of a retrieve-and-reason step program (IRCoT, FLARE, ReAct).
+STEP_ROLES = ("controller", "query", "writer")
+
+
+def oracle_step(roles: frozenset[str], retrieved: list[Passage]) -> str | None:
+    """A reasoning step's sentence under the oracle, no call: :data:`ORACLE_ANSWERED` once the controller oracle
+    says every gold passage is among those ``retrieved``, else the query oracle's next query; None when the roles
+    leave the step to the LM."""
+    if (done := oracle(roles, "controller")) is not None and done(retrieved):
+        return ORACLE_ANSWERED
+    if (gold_query := oracle(roles, "query")) is not None:
+        return gold_query(retrieved)
+    return None
 
 
 #: A period after one of these ends an abbreviation, not a sentence ("U.S. President", "Dr. Berg", "St. Louis").
@@ -56,9 +80,13 @@ class IRCoT(dspy.Module):
     everything collected in the same order (the newest search's hits, then the rest in order of first retrieval), cut
     to ``context_tokens`` estimated tokens of passage text from the end. ``lang`` is accepted and unused."""
 
+    ORACLE_ROLES = STEP_ROLES
+
     def __init__(self, search: Retriever, k: int = 5, loops: int = 5, max_passages: int = 8,
-                 context_tokens: int = 3000, max_chars: int | None = None, mc: MCScoring | None = None):
+                 context_tokens: int = 3000, max_chars: int | None = None, oracle: str = "",
+                 mc: MCScoring | None = None):
         super().__init__()
+        self.oracle = check_roles(oracle, self.ORACLE_ROLES, "ircot")
         self.search, self.k, self.loops = search, k, loops
         self.max_passages, self.context_tokens, self.max_chars = max_passages, context_tokens, max_chars
         self.step = dspy.Predict(NextThought)
@@ -71,9 +99,10 @@ class IRCoT(dspy.Module):
         stop, failures = "loop_budget", 0
         for t in range(self.loops):
             shown = newest_first(latest, collected, self.max_passages)
-            out = lenient(self.step, passages=[p.format(self.max_chars) for p in shown], question=question,
-                          thoughts=" ".join(thoughts))
-            sentence = first_sentence(out.next_sentence) if out is not None else ""
+            if (sentence := oracle_step(self.oracle, collected)) is None:
+                out = lenient(self.step, passages=[p.format(self.max_chars) for p in shown], question=question,
+                              thoughts=" ".join(thoughts))
+                sentence = first_sentence(out.next_sentence) if out is not None else ""
             if not content_words(sentence):
                 failures += 1
                 stop = "unusable_thought"
@@ -101,12 +130,14 @@ class SearchTool:
     """The agent's search tool: top ``k`` passages as text; each call's query and hits are recorded for the
     running question (a context variable, so concurrent questions keep their own record)."""
 
-    def __init__(self, search: Retriever, k: int, max_chars: int):
-        self.search, self.k, self.max_chars = search, k, max_chars
+    def __init__(self, search: Retriever, k: int, max_chars: int, roles: frozenset[str] = frozenset()):
+        self.search, self.k, self.max_chars, self.roles = search, k, max_chars, roles
 
     def __call__(self, query: str) -> str:
-        hits = self.search.search(str(query), self.k)
         calls = _CALLS.get()
+        if (gold_query := oracle(self.roles, "query")) is not None:  # whatever the agent wrote
+            query = gold_query([p for _, hits in calls or () for p in hits])
+        hits = self.search.search(str(query), self.k)
         if calls is not None:
             calls.append((str(query), hits))
         return "\n".join(p.format(self.max_chars) for p in hits) or "no results"
@@ -126,11 +157,15 @@ class ReAct(dspy.Module):
     """``dspy.ReAct`` with the search tool, at most ``loops`` agent steps (finishing is a step). When the agent's
     final answer cannot be parsed, the shared writer answers from the passages found (counted in the trace)."""
 
+    ORACLE_ROLES = STEP_ROLES
+
     def __init__(self, search: Retriever, k: int = 5, loops: int = 5, max_passages: int = 8,
-                 max_chars: int | None = None, mc: MCScoring | None = None):
+                 max_chars: int | None = None, oracle: str = "", mc: MCScoring | None = None):
         super().__init__()
+        self.oracle = check_roles(oracle, self.ORACLE_ROLES, "react")
         self.loops, self.max_passages = loops, max_passages
-        tool = dspy.Tool(SearchTool(search, k, max_chars), name="search", desc=SEARCH_TOOL)
+        self.tool = SearchTool(search, k, max_chars, self.oracle)
+        tool = dspy.Tool(self.tool, name="search", desc=SEARCH_TOOL)
         self.agent = dspy.ReAct(AnswerWithSearch, tools=[tool], max_iters=loops)
         step = self.agent.react  # DSPy's own step signature: its free-text fields capped like ours (runtime.caps)
         step.signature = (step.signature.with_updated_fields("next_thought", type_=Text[96])
@@ -142,13 +177,13 @@ class ReAct(dspy.Module):
         calls: list = []
         token = _CALLS.set(calls)
         try:
-            out = lenient(self.agent, question=question)
+            out = self.oracle_agent(question) if "controller" in self.oracle else lenient(self.agent, question=question)
         finally:
             _CALLS.reset(token)
         passages = dedup([p for _, hits in calls for p in hits])
         fallbacks = {"answer": int(out is None)}
         tools = [v for key, v in out.trajectory.items() if key.startswith("tool_name_")] if out is not None else []
-        if options or out is None:  # multiple choice goes through the writer's letter parsing
+        if options or out is None or self.oracle & {"controller", "writer"}:  # multiple choice, the oracle agent
             answer = self.writer(question=question, passages=passages[:self.max_passages], options=options).answer
         else:
             answer = (out.answer or "").strip()
@@ -159,3 +194,17 @@ class ReAct(dspy.Module):
                  "tool_errors": errors, "fallbacks": fallbacks,
                  "parse_failures": fallbacks["answer"] + (stop == "invalid_step") + errors}
         return dspy.Prediction(answer=answer, passages=passages, retrieved=passages, trace=trace)
+
+    def oracle_agent(self, question: str) -> dspy.Prediction:
+        """The agent's tool choice under the controller oracle, no call: search (the tool's query: the question, or
+        the query oracle's) until every gold passage has been found or ``loops`` - 1 searches are spent, then
+        finish; the writer answers from what was found."""
+        done, trajectory = oracle(self.oracle, "controller"), {}
+        for i in range(self.loops):
+            found = [p for _, hits in _CALLS.get() for p in hits]
+            if done(found) or i == self.loops - 1:
+                trajectory |= {f"tool_name_{i}": "finish", f"observation_{i}": "Completed."}
+                break
+            trajectory |= {f"tool_name_{i}": "search", f"observation_{i}": self.tool(question)}
+        return dspy.Prediction(answer="", trajectory=trajectory)
+

@@ -18,6 +18,12 @@ Then at most ``rounds`` rounds of metacognitive regulation, each monitor -> eval
   then answers again with reasoning under the plan's instruction (``signatures.revise.REGULATION``).
 
 Multiple choice is answered by the letter writer alone (the regulated answer has no letter form).
+
+Oracle roles (``programs.shared.oracle``): ``verdict`` stands in for the monitor (satisfied exactly when the answer is
+right by the task metric, no expert call) and for the internal and consistency checks (the model knows the answer,
+and the answer follows, exactly when it is right); ``sufficiency`` for the external check (the passages held include
+every gold passage); ``query`` for the query written for what is missing (the oracle query from the passages held);
+``writer`` for the draft and the regulated answer (the perfect reader of the passages held). ``all``: no call.
 """
 from __future__ import annotations
 
@@ -27,6 +33,7 @@ from decoding.choice import MCScoring
 from decoding.decisions import REST, YES_NO, Gate, record, rest_note
 from programs.shared.evidence import lenient, search_excluding
 from programs.shared.gates import LabelGate, Ruling
+from programs.shared.oracle import check_roles, oracle
 from programs.shared.text import clip, content_words, jaccard
 from programs.shared.writer import Writer
 from retrieval.corpus import Passage
@@ -54,10 +61,13 @@ class MetaRAG(dspy.Module):
     writer's draft."""
 
     ROLES = {"expert": "critic", "suffices": "critic", "follows": "critic", "rewrite": "planner"}
+    ORACLE_ROLES = ("verdict", "sufficiency", "query", "writer")
 
     def __init__(self, search: Retriever, k: int = 5, max_chars: int | None = None, rounds: int = 3,
-                 monitor_threshold: float = 0.3, decisions: str = "generate", mc: MCScoring | None = None):
+                 monitor_threshold: float = 0.3, decisions: str = "generate", oracle: str = "",
+                 mc: MCScoring | None = None):
         super().__init__()
+        self.oracle = roles = check_roles(oracle, self.ORACLE_ROLES, "metarag")
         if rounds < 1:
             raise ValueError(f"metarag needs rounds >= 1 (got {rounds}); rounds=0 is its chain-of-thought first draft")
         self.search, self.k, self.max_chars, self.rounds = search, k, max_chars, rounds
@@ -65,11 +75,11 @@ class MetaRAG(dspy.Module):
         self.expert = dspy.Predict(AnswerFromPassages)
         self.monitor_gate = Gate("correct", threshold=monitor_threshold)
         self.knows = dspy.Predict(KnowsAnswer)
-        self.knows_gate = LabelGate(self.knows, "known", YES_NO, "correct", decisions)
+        self.knows_gate = LabelGate(self.knows, "known", YES_NO, "correct", decisions, roles, "verdict")
         self.suffices = dspy.Predict(PassagesSuffice)
-        self.suffices_gate = LabelGate(self.suffices, "enough", YES_NO, "set", decisions)
+        self.suffices_gate = LabelGate(self.suffices, "enough", YES_NO, "set", decisions, roles, "sufficiency")
         self.follows = dspy.Predict(ReasoningLeads)
-        self.follows_gate = LabelGate(self.follows, "follows", YES_NO, "correct", decisions)
+        self.follows_gate = LabelGate(self.follows, "follows", YES_NO, "correct", decisions, roles, "verdict")
         self.rewrite = dspy.Predict(QueryForMissing)
         self.regenerate = dspy.ChainOfThought(AnswerWithInstruction)
 
@@ -105,8 +115,11 @@ class MetaRAG(dspy.Module):
                 held, step["added"] = held + new, [p.id for p in new]
                 queries.append(step["query"])
                 context = [p.format(self.max_chars) for p in held]
-            out = lenient(self.regenerate, passages=context, question=question,
-                          instruction=REGULATION[step["action"]])
+            if "writer" in self.oracle:  # the perfect reader of what is held now
+                out = self.writer(question=question, passages=held)
+            else:
+                out = lenient(self.regenerate, passages=context, question=question,
+                              instruction=REGULATION[step["action"]])
             step["regenerated"] = out is not None and bool(out.answer.strip())
             if step["regenerated"]:
                 answer, reasoning = out.answer.strip(), out.get("reasoning") or ""
@@ -124,6 +137,8 @@ class MetaRAG(dspy.Module):
     def monitor(self, question: str, context: list[str], answer: str) -> dict:
         """``monitor``: satisfied, unsatisfied, unparsed (the expert's reply is unreadable: not acted on) or at_rest
         (the gate passes every answer, no call); with the expert's answer and the similarity."""
+        if (right := oracle(self.oracle, "verdict")) is not None:
+            return {"monitor": "satisfied" if right(answer) else "unsatisfied", "oracle": True}
         if self.monitor_gate.at_rest:
             return {"monitor": "at_rest"}
         out = lenient(self.expert, passages=context, question=question)
@@ -138,16 +153,21 @@ class MetaRAG(dspy.Module):
     def evaluate(self, question: str, context: list[str], answer: str, reasoning: str,
                  held: list[Passage]) -> dict[str, Ruling]:
         """The checks by name: internal and external always, consistency when both say yes."""
-        checks = {"internal": self.knows_gate({"question": question}, answer=answer),
-                  "external": self.suffices_gate({"passages": context, "question": question}, passages=held)}
+        checks = {"internal": self.knows_gate({"question": question}, gold=answer, answer=answer),
+                  "external": self.suffices_gate({"passages": context, "question": question}, gold=held,
+                                                 passages=held)}
         if checks["internal"].label == checks["external"].label == "yes":
             checks["consistency"] = self.follows_gate({"question": question, "reasoning": reasoning,
-                                                       "answer": answer}, answer=answer)
+                                                       "answer": answer}, gold=answer, answer=answer)
         return checks
 
     def search_more(self, question: str, context: list[str], answer: str,
                     held: list[Passage]) -> tuple[str, list[Passage]]:
-        """A query for what is missing (the question when the reply gives none) and its top ``k`` not held yet."""
-        out = lenient(self.rewrite, question=question, passages=context, answer=answer)
-        query = clip(out.query, MAX_QUERY_WORDS) if out is not None and content_words(out.query) else question
+        """A query for what is missing (the question when the reply gives none; the query oracle's from the passages
+        ``held``) and its top ``k`` not held yet."""
+        if (gold_query := oracle(self.oracle, "query")) is not None:
+            query = clip(gold_query(held), MAX_QUERY_WORDS)
+        else:
+            out = lenient(self.rewrite, question=question, passages=context, answer=answer)
+            query = clip(out.query, MAX_QUERY_WORDS) if out is not None and content_words(out.query) else question
         return query, search_excluding(self.search, query, self.k, {p.id for p in held})

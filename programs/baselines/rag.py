@@ -6,15 +6,20 @@ import dspy
 
 from decoding.choice import MCScoring
 from programs.shared.evidence import EvidenceWriter
+from programs.shared.oracle import check_roles
 from programs.shared.writer import Writer
 from retrieval.retriever import Retriever
 
 
 class Direct(dspy.Module):
-    """Closed-book answer (``reasoning=True`` gives the chain-of-thought baseline)."""
+    """Closed-book answer (``reasoning=True`` gives the chain-of-thought baseline). Oracle role: ``writer`` (no
+    context: it abstains)."""
 
-    def __init__(self, reasoning: bool = False, mc: MCScoring | None = None):
+    ORACLE_ROLES = ("writer",)
+
+    def __init__(self, reasoning: bool = False, oracle: str = "", mc: MCScoring | None = None):
         super().__init__()
+        self.oracle = check_roles(oracle, self.ORACLE_ROLES, "direct")
         self.writer = Writer(use_passages=False, reasoning=reasoning, mc=mc)
 
     def forward(self, question: str, options: dict[str, str] | None = None,
@@ -29,11 +34,14 @@ class RAG(dspy.Module):
 
     ``cite=True`` uses the evidence loops' writer (2-4 words with cited passages, or "I don't know"), so ``rag``
     is compared with seal, self_rag and crag under one answer profile; ``reasoning=True`` the chain-of-thought
-    writer of RAG-Critic's first draft, Self-Refine's draft and PAR2's steps."""
+    writer of RAG-Critic's first draft, Self-Refine's draft and PAR2's steps. Oracle role: ``writer``."""
+
+    ORACLE_ROLES = ("writer",)
 
     def __init__(self, search: Retriever, k: int = 5, max_chars: int | None = None, cite: bool = False,
-                 reasoning: bool = False, mc: MCScoring | None = None):
+                 reasoning: bool = False, oracle: str = "", mc: MCScoring | None = None):
         super().__init__()
+        self.oracle = check_roles(oracle, self.ORACLE_ROLES, "rag")
         if cite and reasoning:
             raise ValueError("RAG takes cite=True or reasoning=True, not both: the evidence writer does not reason")
         self.search, self.k = search, k

@@ -6,6 +6,10 @@ otherwise the critic's query (or, when it repeats an earlier query, the question
 not held before, which are merged with the held ones, newest first and alternating, back to k. A loop whose every
 query option repeats an earlier one stops ("stuck"). The answer is the best-graded draft (the latest on ties), with
 its passages. The critique and the acceptance are :class:`AcceptGate`'s.
+
+Oracle roles (``programs.shared.oracle``): ``verdict`` stands in for the critique (no call: a draft is accepted, and
+graded top on every scale, exactly when it is right by the task metric), ``query`` for the critic's next query (the
+oracle query from the passages held), ``writer`` for the drafts (the perfect reader). ``all``: no call.
 """
 from __future__ import annotations
 
@@ -18,6 +22,7 @@ from decoding.choice import MCScoring
 from decoding.decisions import decide, record, rest_note
 from programs.shared.evidence import EvidenceWriter, lenient, search_excluding
 from programs.shared.gates import DecisionGate
+from programs.shared.oracle import check_roles, oracle
 from programs.shared.text import abstained, normalize, repeats
 from retrieval.corpus import Passage
 from retrieval.retriever import Retriever
@@ -54,6 +59,12 @@ class Draft:
             return -1.0
         support = c["support"] if c.get("scored") else SUPPORT.get(c["support"], 0.0)
         return float(c["relevant"]) + support + (min(max(c["usefulness"], 1), 5) - 1) / 4
+
+
+def oracle_critique(right: bool) -> dict:
+    """The verdict oracle's critique of a draft: top on every scale when it is right, bottom otherwise."""
+    return {"relevant": float(right), "support": float(right), "support_full": float(right),
+            "usefulness": 5 if right else 1, "scored": True, "oracle": right}
 
 
 class AcceptGate(DecisionGate):
@@ -99,11 +110,13 @@ class SelfRAG(dspy.Module):
     ``lang`` (the question's language, passed by multilingual datasets) asks the writer for the answer in it."""
 
     ROLES = {"critic": "critic"}
+    ORACLE_ROLES = ("verdict", "query", "writer")
 
     def __init__(self, search: Retriever, k: int = 3, loops: int = 3, max_chars: int | None = None,
                  min_usefulness: int = 4, stuck_jaccard: float = 0.7, decisions: str = "generate",
-                 mc: MCScoring | None = None):
+                 oracle: str = "", mc: MCScoring | None = None):
         super().__init__()
+        self.oracle = check_roles(oracle, self.ORACLE_ROLES, "self_rag")
         self.search, self.k, self.loops, self.max_chars = search, k, loops, max_chars
         self.stuck_jaccard = stuck_jaccard
         self.writer = EvidenceWriter(max_chars, mc=mc)
@@ -127,15 +140,21 @@ class SelfRAG(dspy.Module):
                 drafts.append(Draft(answer, passages, citations=cited))
                 break
             inputs = {"question": question, "passages": [p.format(self.max_chars) for p in passages], "draft": answer}
-            out, critique = self.critic_gate(inputs, answer)                             # critique
+            if (right := oracle(self.oracle, "verdict")) is not None:                   # critique
+                out, critique = None, oracle_critique(right(answer))
+            else:
+                out, critique = self.critic_gate(inputs, answer)
             failures += critique is None
             drafts.append(Draft(answer, passages, critique, cited))
-            if self.critic_gate.accepts(drafts[-1]):
+            if critique["oracle"] if right is not None else self.critic_gate.accepts(drafts[-1]):
                 stop = "accepted"
                 break
             if loop == self.loops:
                 break
-            query = self._next_query(question, answer, out, queries)
+            if (gold_query := oracle(self.oracle, "query")) is not None:  # a repeat still fetches new passages
+                query = gold_query(passages)
+            else:
+                query = self._next_query(question, answer, out, queries)
             if query is None:
                 stop = "stuck"
                 break

@@ -10,7 +10,8 @@ the reason, and must change the corpora and/or rewrite the query. After at most 
 answers from the ``writer_docs`` kept documents with the highest ``s_tot``, and from no passages when nothing was
 kept. Oracle roles (``programs.shared.oracle``, no call): ``relevance`` keeps exactly the gold candidates,
 ``sufficiency`` stops once every gold passage is kept, ``planner`` searches the culture's own corpus (the
-replanner then only rewrites the query).
+replanner then only rewrites the query), ``query`` rewrites the query as the oracle query from the kept documents
+(with ``planner``, or a fixed scope, the replanner is not asked), ``writer`` answers as the perfect reader.
 
 Variants (registry): ``coral_select`` keeps the original query and only re-selects corpora (``rewrite=False``);
 ``coral_fixed_{own,all,own_en}`` replace corpus selection by a fixed scope (C_own: the corpus of the culture's
@@ -190,13 +191,13 @@ class CORAL(dspy.Module):
     Config = CORALConfig
     ROLES = {"planner": "planner", "replanner": "planner", "critic": "critic", "critic_each": "critic",
              "sufficiency": "critic"}
-    ORACLE_ROLES = ("relevance", "sufficiency", "planner")
+    ORACLE_ROLES = ("relevance", "sufficiency", "planner", "query", "writer")
 
     def __init__(self, search: Retriever, config: CORALConfig = CORALConfig(), decisions: str = "generate",
                  oracle: str = "", mc: MCScoring | None = None):
         super().__init__()
         c = config
-        self.oracle = check_roles(oracle, self.oracle_roles(c.scope), f"coral (scope {c.scope})")
+        self.oracle = check_roles(oracle, self.oracle_roles(c.scope, c.rewrite), f"coral (scope {c.scope})")
         self.search, self.k, self.loops, self.max_corpora = search, c.k, c.loops, c.max_corpora
         self.writer_docs, self.scope, self.rewrite = c.writer_docs, c.scope, c.rewrite
         self.critic_chars = c.max_chars if c.critic_chars is None else c.critic_chars  # a shorter cut drops gold
@@ -218,9 +219,10 @@ class CORAL(dspy.Module):
                                           self.oracle, "sufficiency", grammar={"enough": BOOL})
 
     @classmethod
-    def oracle_roles(cls, scope: str = "dynamic", **_) -> tuple[str, ...]:
-        """The oracle roles of a CORAL variant: a fixed scope has no planner."""
-        return tuple(r for r in cls.ORACLE_ROLES if r != "planner" or scope == "dynamic")
+    def oracle_roles(cls, scope: str = "dynamic", rewrite: bool = True, **_) -> tuple[str, ...]:
+        """The oracle roles of a CORAL variant: a fixed scope has no planner, no rewriting no query."""
+        return tuple(r for r in cls.ORACLE_ROLES
+                     if (r != "planner" or scope == "dynamic") and (r != "query" or rewrite))
 
     def resting(self) -> str | None:
         """What CORAL runs as while its sufficiency or keep gate decides whatever the probability (see
@@ -253,7 +255,8 @@ class CORAL(dspy.Module):
             if verdict.enough:
                 trace.stop_reason = "sufficient_at_rest" if verdict.reason == REST else "sufficient"
                 break
-            plan = self.replan(question, query, corpora, verdict.reason, trace, options)  # (5)
+            plan = self.replan(question, query, corpora, verdict.reason, trace, options,  # (5)
+                               held=[r.passage for r in kept.values()])
             if plan is None:
                 trace.stop_reason = "repeated_plan" if trace.repeated_plans else "no_change_possible"
                 break
@@ -293,15 +296,21 @@ class CORAL(dspy.Module):
         return corpora
 
     def replan(self, question: str, query: str, corpora: list[str], reason: str, trace: Trace,
-               options: dict[str, str] | None = None) -> tuple[str, list[str]] | None:
+               options: dict[str, str] | None = None, held: list[Passage] = ()) -> tuple[str, list[str]] | None:
         """Next (query, corpora), different from the previous ones (:func:`same_plan`): the planner's plan, asked
         once more (sampled anew) when it repeats itself; None when it repeats itself again (counted in
         ``repeated_plans``: the loop stops with the evidence kept -- no corpus is added "just in case") or when
-        nothing can change."""
+        nothing can change. The query oracle rewrites from the ``held`` (kept) documents."""
         languages = self.search.languages()
         choose_corpora = self.scope == "dynamic" and len(languages) > 1
         if self.replanner is None or not (choose_corpora or self.rewrite):
             return None
+        gold_query = oracle_labels(self.oracle, "query")
+        culture = oracle_labels(self.oracle, "planner")
+        if (gold_query is not None or not self.rewrite) and (culture is not None or not choose_corpora):  # no call
+            new_corpora = [self.culture_corpus(culture())] if culture is not None else corpora
+            new_query = gold_query(list(held)) if gold_query is not None else query
+            return None if same_plan(new_corpora, new_query, corpora, query) else (new_query, new_corpora)
         for attempt in range(2):
             config = {"rollout_id": 1000 + ATTEMPT.get()} if attempt else {}  # a retry must not hit the cache
             trace.calls["planner"] += 1
@@ -312,8 +321,10 @@ class CORAL(dspy.Module):
                 trace.parse_failures += 1
                 continue
             new_query = (getattr(out, "query", "") or "").strip() if self.rewrite else ""
+            if gold_query is not None:
+                new_query = gold_query(list(held))
             new_corpora = corpora
-            if (culture := oracle_labels(self.oracle, "planner")) is not None:
+            if culture is not None:
                 new_corpora = [self.culture_corpus(culture())]
             elif choose_corpora:
                 new_corpora, unknown = validate_corpora(out.corpora, languages, self.max_corpora)

@@ -11,6 +11,9 @@ corpus-scope and translation helpers that CORAL shares with them.
 ``lang`` is the language the question is written in (English when not given). C_own is the corpus of the language
 of the culture the question is about where the data names one (BLEnD, CLIcK: ``source_lang``, read from the
 question's gold labels, ``programs.shared.oracle.own_language``), else of the question's language.
+
+Oracle roles: ``writer``; ``t_rag``'s question translation is its one query (``query``: the oracle's, from nothing
+held); ``cross_rag``'s passage translations only feed the writer, so under the writer oracle they are not made.
 """
 from __future__ import annotations
 
@@ -19,7 +22,7 @@ from dataclasses import replace
 import dspy
 
 from decoding.choice import MCScoring
-from programs.shared.oracle import own_language
+from programs.shared.oracle import check_roles, oracle, own_language
 from programs.shared.writer import Writer
 from retrieval.corpus import Passage
 from retrieval.retriever import Retriever
@@ -91,26 +94,36 @@ class MultilingualRAG(dspy.Module):
     """Retrieve top-``k`` once over a fixed corpus scope (optionally translating), then write the answer."""
 
     DEFAULT_DATASET = "demo_culture"
+    ORACLE_ROLES = ("query", "writer")
 
     def __init__(self, search: Retriever, k: int = 5, scope: str = "own", translate_query: bool = False,
-                 translate_docs: bool = False, max_chars: int | None = None, mc: MCScoring | None = None):
+                 translate_docs: bool = False, max_chars: int | None = None, oracle: str = "",
+                 mc: MCScoring | None = None):
         super().__init__()
         if scope not in SCOPES:
             raise ValueError(f"unknown scope '{scope}'; choose one of: {', '.join(SCOPES)}")
+        self.oracle = check_roles(oracle, self.oracle_roles(translate_query), "multilingual rag")
         self.search, self.k, self.scope, self.max_chars = search, k, scope, max_chars
         self.translate_query, self.translate_docs = translate_query, translate_docs
         self.translator = Translator() if translate_query or translate_docs else None
         self.writer = answer_writer(max_chars, mc=mc)
 
+    @classmethod
+    def oracle_roles(cls, translate_query: bool = False, **_) -> tuple[str, ...]:
+        """The oracle roles of a variant: a query only where the question is translated."""
+        return cls.ORACLE_ROLES if translate_query else ("writer",)
+
     def forward(self, question: str, options: dict[str, str] | None = None,
                 lang: str | None = None) -> dspy.Prediction:
         lang = lang or DEFAULT_LANG
         query = question
-        if self.translate_query and lang != "en":
+        if (gold_query := oracle(self.oracle, "query")) is not None:
+            query = gold_query([])
+        elif self.translate_query and lang != "en":
             query = self.translator.question(question, lang)
         corpora = scope_corpora(self.scope, self.search, own_language(lang))
         passages = self.search.search(query, self.k, corpora) if corpora else []
-        if self.translate_docs:
+        if self.translate_docs and "writer" not in self.oracle:
             passages = [self.translator.passage(p, self.max_chars) for p in passages]
         out = self.writer(question=question, passages=passages, options=options, lang=lang)
         trace = {"iterations": 1 if corpora else 0, "queries": [query], "corpora": [corpora],

@@ -15,7 +15,9 @@ STOP. Both are counted in the trace. The controller's decision is ``esc_gate`` (
 written, or P(STOP) against its threshold (``decisions``), a step records ``p_stop`` and how a fitted gate decided
 (``decided``); a gate at rest STOPs without a call (stop reason ``esc_at_rest``: PAR2 runs as ``par2_anchor``,
 :meth:`PAR2.resting`). With ``oracle="controller"`` the controller says STOP exactly when every gold passage is in
-C_t, without a call; otherwise it is asked only for the query.
+C_t, without a call; otherwise it is asked only for the query. With ``oracle="query"`` the plan is the one oracle
+query from nothing held and every CONTINUE searches the oracle query from C_t (``programs.shared.oracle``); with
+``writer`` each step response is the perfect reader's answer over the context shown. ``all``: no call.
 
 Reranking: every search goes through the retriever, which applies its own second stage where it has one.
 ``search_rerank`` (a :mod:`retrieval.rerank` name, default ``none``) adds one in the program: each search then fetches
@@ -34,7 +36,7 @@ from decoding.choice import MCScoring
 from decoding.decisions import REST, rest_note
 from programs.shared.evidence import retried, within_budget
 from programs.shared.gates import LabelGate
-from programs.shared.oracle import check_roles
+from programs.shared.oracle import check_roles, oracle
 from programs.shared.text import APOSTROPHES, content_words, negated, normalize
 from programs.shared.writer import Writer
 from retrieval.corpus import Passage, dedup
@@ -159,7 +161,7 @@ class PAR2(dspy.Module):
     passed by multilingual datasets) asks the writer for the answer in it, as ``rag`` does."""
 
     ROLES = {"planner": "planner", "esc": "critic"}
-    ORACLE_ROLES = ("controller",)
+    ORACLE_ROLES = ("controller", "query", "writer")
 
     def __init__(self, search: Retriever, k: int = 5, loops: int = 5, subqueries: int = 5,
                  search_rerank: str = "none", search_depth: int = 20, context_tokens: int = 3000,
@@ -192,7 +194,7 @@ class PAR2(dspy.Module):
     @classmethod
     def oracle_roles(cls, chain: bool = True, **_) -> tuple[str, ...]:
         """The oracle roles of a PAR2 variant: without the chain there is no controller."""
-        return cls.ORACLE_ROLES if chain else ()
+        return cls.ORACLE_ROLES if chain else ("query", "writer")
 
     def forward(self, question: str, options: dict[str, str] | None = None,
                 lang: str | None = None) -> dspy.Prediction:
@@ -227,6 +229,8 @@ class PAR2(dspy.Module):
                                trace=run.trace(stop, self.context_tokens))
 
     def _plan(self, question: str, run: _Run) -> list[SubQuery]:
+        if (gold_query := oracle(self.oracle, "query")) is not None:
+            return [SubQuery(gold_query([]), "oracle query")]
         plan, failed = retried(self.planner, lambda out: plan_lines(out.searches, self.subqueries),
                                question=question, count=self.subqueries)
         run.parse_failures += failed
@@ -249,6 +253,9 @@ class PAR2(dspy.Module):
         oracle a CONTINUE asks the controller only for its query."""
         inputs = {"question": question, "draft_answer": response, "passages": [p.format(self.max_chars) for p in shown]}
         ruling = self.esc_gate(inputs, gold=run.context, answer=answer)
+        gold_query = oracle(self.oracle, "query")
+        if ruling.oracle and ruling.label == "CONTINUE" and gold_query is not None:
+            return "CONTINUE", gold_query(run.context)
         if ruling.oracle and ruling.label == "CONTINUE":
             ruling = self.esc_gate.written(inputs, label="CONTINUE")
         elif ruling.oracle:
@@ -258,4 +265,6 @@ class PAR2(dspy.Module):
         if ruling.label is None:
             run.fallbacks["esc"] += 1
             return "STOP", ""
+        if ruling.label == "CONTINUE" and gold_query is not None:
+            return "CONTINUE", gold_query(run.context)
         return ruling.label, " ".join((ruling.output.get("next_query") or "").split())

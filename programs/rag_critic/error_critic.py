@@ -119,26 +119,27 @@ class ErrorCritic(dspy.Module):
     def __init__(self, taxonomy: Taxonomy | None = None, max_chars: int | None = None, embedder=None,
                  shortlist: int = 8, max_labels: int = 2, decisions: str = "generate", oracle: str = ""):
         super().__init__()
-        self.oracle = check_roles(oracle, ("verdict",), "the error critic")
+        self.oracle = check_roles(oracle, ("verdict", "plan"), "the error critic")
         self.taxonomy = taxonomy or load_taxonomy()
         self.max_chars, self.embedder, self.shortlist, self.max_labels = max_chars, embedder, shortlist, max_labels
         self.judge = dspy.Predict(CheckAnswer)
         self.label = dspy.Predict(PickErrorLabels)
         self.verdict_gate = LabelGate(self.judge, "judgement", (ERROR, CORRECT), "error", decisions, self.oracle,
-                                      "verdict", parse=verdict_of("judgement"), oracle_asks=True)
+                                      "verdict", parse=verdict_of("judgement"),
+                                      oracle_asks="plan" not in self.oracle)  # the plan oracle reads no labels
 
     def forward(self, question: str, passages: list[Passage], prediction: str, reasoning: str = "") -> Critique:
         inputs = {"question": question,
                   "passages": [f"[{i}] {p.format(self.max_chars)}" for i, p in enumerate(passages)],
                   "reasoning": reasoning or "", "prediction": prediction or "(no answer)"}
         ruling = self.verdict_gate(inputs, gold=prediction or "", answer=prediction or "")
-        if ruling.oracle and ruling.label == CORRECT:
-            return Critique(verdict=CORRECT, analysis="none")
+        if ruling.oracle and (ruling.label == CORRECT or ruling.output is None):  # no labels asked
+            return Critique(verdict=ruling.label, analysis="none")
         if ruling.output is None:
             return Critique(verdict=None, analysis="critic output not parsed")
         critique = Critique(verdict=ruling.label, analysis=(ruling.output.get("analysis") or "").strip(),
                             p_error=ruling.prob, decided=ruling.decided)
-        if not critique.flagged:  # Correct, or no verdict to read: nothing to label
+        if not critique.flagged or "plan" in self.oracle:  # Correct, no verdict, or a plan oracle that reads none
             return critique
         tax = self.taxonomy
         ask = {"question": question, "prediction": prediction or "(no answer)", "critique": critique}

@@ -17,6 +17,7 @@ import dspy
 from decoding.choice import MCScoring
 from programs.shared.evidence import lenient
 from programs.rag_critic.plan import GenerateAnswer, Plan, Ref, Step
+from programs.shared.oracle import oracle
 from programs.shared.writer import Writer
 from retrieval.corpus import Passage, dedup
 from retrieval.retriever import Retriever
@@ -47,9 +48,10 @@ class _Run:
 
 
 class PlanExecutor(dspy.Module):
-    def __init__(self, search: Retriever, max_chars: int | None = None, mc: MCScoring | None = None):
+    def __init__(self, search: Retriever, max_chars: int | None = None, mc: MCScoring | None = None,
+                 oracle: frozenset[str] = frozenset()):
         super().__init__()
-        self.search, self.max_chars = search, max_chars
+        self.search, self.max_chars, self.oracle = search, max_chars, oracle  # roles: query, writer
         self.rewrite = dspy.Predict(RewriteForSearch)
         self.decompose = dspy.Predict(DecomposeQuestion)
         self.refine = dspy.Predict(RefineDocument)
@@ -122,6 +124,8 @@ class PlanExecutor(dspy.Module):
 
     def _rewrite_query(self, run: _Run, call) -> list[str]:
         query = self._text(run, call.query)
+        if (gold_query := oracle(self.oracle, "query")) is not None:
+            return [gold_query(run.current)]
         out = lenient(self.rewrite, query=query, instruction=call.instruction)
         if out is None:
             raise StepError("rewrite output not parsed")
@@ -129,6 +133,8 @@ class PlanExecutor(dspy.Module):
 
     def _decompose_query(self, run: _Run, call) -> list[str]:
         query = self._text(run, call.query)
+        if (gold_query := oracle(self.oracle, "query")) is not None:
+            return [gold_query(run.current)]
         out = lenient(self.decompose, question=query)
         if out is None:
             raise StepError("decomposition output not parsed")
@@ -146,6 +152,8 @@ class PlanExecutor(dspy.Module):
         if call.instruction == "delete":
             run.evidence[slot] = None
             return f"deleted {doc.title}"
+        if "writer" in self.oracle:  # refining serves only the writer; the perfect reader reads the document as is
+            return doc.text
         out = lenient(self.refine, query=self._text(run, call.query), document=doc.format(self.max_chars),
                       instruction=REFINE_INSTRUCTIONS[call.instruction])
         if out is None or not out.rewritten.strip():
@@ -162,7 +170,7 @@ class PlanExecutor(dspy.Module):
             docs = dedup([current[p.id] for r in refs for p in self._lookup(run, r) if p.id in current])
         question = self._text(run, call.query)
         run.used = docs = docs[:MAX_DOCS]
-        if run.options:
+        if run.options or "writer" in self.oracle:  # the writer oracle: the perfect reader (the shared writer's)
             return self.choice(question=question, passages=docs, options=run.options).answer
         out = lenient(self.generate, passages=[p.format(self.max_chars) for p in docs], question=question,
                       instruction=self._text(run, call.additional_instruction))

@@ -139,6 +139,16 @@ _STEP = TypeAdapter(Step)
 _CALL_LINE = re.compile(r"^\s*(?:[A-Za-z_]\w*\s*=\s*)?[A-Za-z_]\w*\s*\(")
 
 
+def oracle_plan(query: str | None, topk: int) -> Plan:
+    """The plan oracle's correction (``programs.shared.oracle.Gold.plan``) as a typed plan: a supplementary
+    Retrieval of the oracle ``query`` (a gold passage is missing), then GenerateAnswer over all the evidence; with no
+    query, GenerateAnswer alone (regenerate from what is held)."""
+    answer = Step(output="answer", call=GenerateAnswer())
+    if query is None:
+        return Plan(steps=[answer])
+    return Plan(steps=[Step(output="found", call=Retrieval(query=query, topk=topk)), answer])
+
+
 def grammar(max_steps: int) -> tuple[str, str]:
     """GBNF for plans :func:`parse_plan` accepts, of 1..``max_steps`` lines ending with GenerateAnswer, as (value
     rule, rule definitions) for ``constrained.constrained_config``. Every argument is named, in FUNCTIONS' order,

@@ -9,6 +9,12 @@ Error the planner reads the critique, the suggested actions for the flagged tier
 writes a program of calls; it is parsed into a typed :class:`programs.rag_critic.plan.Plan` (step cap ``max_steps``)
 and run by the dispatcher with the writer model. An invalid plan falls back to one GenerateAnswer on the current
 evidence, guided by the critique. ``rounds=2`` critiques and corrects the corrected answer once more.
+
+Oracle roles (``programs.shared.oracle``): ``verdict`` (the critic's verdict; an Error is labelled by the LM unless
+``plan`` is set too), ``plan`` (the planner: a supplementary Retrieval of the oracle query while a gold passage is
+missing from what is held, else regeneration; no call, no labels), ``query`` (the executor's RewriteQuery and
+DecomposeQuery give the oracle query from the evidence held), ``writer`` (the draft and every GenerateAnswer are the
+perfect reader's; RefineDoc, which only edits what the writer reads, keeps the document as it is). ``all``: no call.
 """
 from __future__ import annotations
 
@@ -20,8 +26,8 @@ from decoding.decisions import REST, rest_note
 from programs.rag_critic.error_critic import CORRECT, ERROR, ErrorCritic
 from programs.shared.evidence import lenient
 from programs.rag_critic.executor import PlanExecutor
-from programs.shared.oracle import check_roles
-from programs.rag_critic.plan import GenerateAnswer, Plan, PlanError, Ref, Step, grammar, parse_plan
+from programs.shared.oracle import check_roles, oracle
+from programs.rag_critic.plan import GenerateAnswer, Plan, PlanError, Ref, Step, grammar, oracle_plan, parse_plan
 from programs.rag_critic.taxonomy import Taxonomy
 from programs.shared.writer import Writer
 from retrieval.corpus import Passage
@@ -42,7 +48,7 @@ class RAGCritic(dspy.Module):
     """Critic-guided correction of a single-shot RAG answer (``rounds`` critic/plan/execute rounds at most)."""
 
     ROLES = {"critic": "critic", "planner": "planner"}
-    ORACLE_ROLES = ("verdict",)
+    ORACLE_ROLES = ("verdict", "plan", "query", "writer")
 
     def __init__(self, search: Retriever, k: int = 5, max_chars: int | None = None, rounds: int = 1,
                  max_steps: int = 5, taxonomy: Taxonomy | None = None, decisions: str = "generate", oracle: str = "",
@@ -53,10 +59,11 @@ class RAGCritic(dspy.Module):
         self.search, self.k, self.max_chars, self.rounds, self.max_steps = search, k, max_chars, rounds, max_steps
         # the critic reads the writer's reasoning
         self.writer = Writer(use_passages=True, reasoning=True, max_chars=max_chars, mc=mc)
+        self.oracle = check_roles(oracle, self.ORACLE_ROLES, "rag_critic")
         self.critic = ErrorCritic(taxonomy, max_chars, embedder=getattr(search, "embedder", None),
-                                  decisions=decisions, oracle=check_roles(oracle, self.ORACLE_ROLES, "rag_critic"))
+                                  decisions=decisions, oracle=self.oracle & {"verdict", "plan"})
         self.planner = dspy.Predict(PlanCorrection)
-        self.executor = PlanExecutor(search, max_chars, mc)
+        self.executor = PlanExecutor(search, max_chars, mc, oracle=self.oracle & {"query", "writer"})
 
     def forward(self, question: str, options: dict[str, str] | None = None,
                 lang: str | None = None) -> dspy.Prediction:
@@ -113,6 +120,9 @@ class RAGCritic(dspy.Module):
     def plan(self, question: str, passages: list[Passage], answer: str, critique
              ) -> tuple[Plan | None, str, str | None, bool]:
         """(plan or None, the planner's text, why it was rejected or None, whether it was cut to the step cap)."""
+        if (gold_plan := oracle(self.oracle, "plan")) is not None:
+            plan = oracle_plan(gold_plan(passages), self.k)
+            return plan, "\n".join(plan.lines()), None, False
         flagged = critique.tier1 or list(ERROR_ACTIONS)
         out = lenient(self.planner, question=question,
                       passages=[f"[{i}] {p.format(self.max_chars)}" for i, p in enumerate(passages)],

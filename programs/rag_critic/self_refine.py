@@ -7,7 +7,9 @@ revision has no letter form, so a feedback call could not change the answer. The
 (``programs.shared.gates``): as written or P(Correct) against its threshold (``decisions``); a gate at rest says
 Correct without a call (the round says ``decided: "at rest (no call)"``, the stop reason is ``feedback_at_rest``:
 Self-Refine then runs as ``rag_cot``, :meth:`SelfRefine.resting`). With ``oracle="verdict"`` the loop stops exactly
-when the answer is right by the task metric (no feedback call); a wrong one still gets the model's feedback.
+when the answer is right by the task metric (no feedback call); a wrong one still gets the model's feedback. With
+``oracle="writer"`` the draft is the perfect reader's (``programs.shared.oracle``), and so would every revision over
+the same passages be: an Error ends the round as ``unchanged`` without feedback or revision calls. ``all``: no call.
 """
 from __future__ import annotations
 
@@ -25,7 +27,7 @@ from signatures.revise import GiveFeedback, ReviseAnswer
 
 
 class SelfRefine(dspy.Module):
-    ORACLE_ROLES = ("verdict",)
+    ORACLE_ROLES = ("verdict", "writer")
 
     def __init__(self, search: Retriever, k: int = 5, max_chars: int | None = None, rounds: int = 3,
                  decisions: str = "generate", oracle: str = "", mc: MCScoring | None = None):
@@ -38,7 +40,8 @@ class SelfRefine(dspy.Module):
         self.feedback = dspy.Predict(GiveFeedback)
         self.revise = dspy.Predict(ReviseAnswer)
         self.stop_gate = LabelGate(self.feedback, "verdict", (CORRECT, ERROR), "correct", decisions, self.oracle,
-                                   "verdict", parse=verdict_of("verdict"), oracle_asks=True)
+                                   "verdict", parse=verdict_of("verdict"),
+                                   oracle_asks="writer" not in self.oracle)  # a perfect reader needs no feedback
 
     def resting(self) -> str | None:
         """What Self-Refine runs as while its stop gate decides whatever the probability (see
@@ -61,6 +64,10 @@ class SelfRefine(dspy.Module):
             fb, verdict = ruling.output, ruling.label
             rounds.append({"answer_in": answer, "verdict": verdict, "feedback": fb.get("feedback") if fb else None,
                            **ruling.trace("p_correct")})
+            if "writer" in self.oracle and verdict == ERROR:  # the perfect reader revises to what it drafted
+                rounds[-1]["revised"] = answer
+                stop = "unchanged"
+                break
             if fb is None or verdict == CORRECT:
                 stop = ("feedback_unparsed" if fb is None else "feedback_at_rest" if ruling.decided == REST
                         else "self_correct")

@@ -11,8 +11,11 @@ abstains; it sees the final k passages, like every baseline's writer, plus the l
 P(sufficient) against its threshold (``decisions``); the other criteria stay as written. With
 ``oracle="sufficiency"`` the gate says sufficient exactly when the k passages held include every gold passage,
 without a call, at every loop; with
-``oracle="gap"`` the gap is the gold titles not held (no call), which tests micro-query and ranking apart from the
-gap specification. The deterministic parts (verbatim filtering, blocklist, stuck
+``oracle="gap"`` the gap is the missing gold titles that the question or a held passage names (no call), which
+tests micro-query and ranking apart from the gap specification; ``query``: the micro-query is the oracle query from
+the passages held; ``relevance`` stands in for fact extraction (no call, an empty ledger): a passage's facts fill
+the gap exactly when it is a gold passage, so ranking puts retrieved gold passages first; ``writer``: the perfect
+reader. ``all``: no call. The deterministic parts (verbatim filtering, blocklist, stuck
 detection and pivots, ranking, the gate) are plain functions here, testable without an LM.
 """
 from __future__ import annotations
@@ -211,6 +214,14 @@ def entity_first_rank(evidence: list[Passage], candidates: list[Passage], facts:
     return sorted(dedup([*evidence, *candidates]), key=key, reverse=True)[:k]
 
 
+def gold_first_rank(evidence: list[Passage], candidates: list[Passage], is_gold, k: int) -> list[Passage]:
+    """:func:`entity_first_rank` under the relevance oracle: gold passages (``is_gold``) first, then incumbency, then
+    retrieval score; the context never grows."""
+    incumbents = {p.id for p in evidence}
+    return sorted(dedup([*evidence, *candidates]), key=lambda p: (is_gold(p), p.id in incumbents, p.score),
+                  reverse=True)[:k]
+
+
 def _clean(items) -> tuple[str, ...]:
     """Stripped, non-empty, distinct strings of an LM list output."""
     return tuple(dict.fromkeys(s for s in (str(i).strip() for i in items or ()) if s))
@@ -252,7 +263,7 @@ class SEAL(dspy.Module):
     multilingual datasets) asks the writer for the answer in it, as ``rag`` does."""
 
     ROLES = {"extract": "critic", "assess": "critic", "gap": "planner", "micro_query": "planner"}
-    ORACLE_ROLES = ("sufficiency", "gap")
+    ORACLE_ROLES = ("relevance", "sufficiency", "gap", "query", "writer")
 
     def __init__(self, search: Retriever, k: int = 3, loops: int = 3, max_chars: int | None = None,
                  max_triples: int = 10, max_facts: int = 30, min_coverage: float = 0.75, min_answerability: float = 0.7,
@@ -302,15 +313,20 @@ class SEAL(dspy.Module):
                     stop = "sufficient"
                     break
                 gap = self._gap(question, facts, evidence, run)                # gap specification
-            query = self._micro_query(question, gap, run, propose=fresh)
+            elif "gap" in self.oracle:  # the held passages changed, the oracle's gap with them
+                gap = self._gap(question, facts, evidence, run)
+            query = self._micro_query(question, gap, run, propose=fresh, held=evidence)
             if query is None:
                 stop = "stuck"
                 break
             run.queries.append(query)                                           # exactly one micro-query
             held, hits = {p.id for p in evidence}, self._search(query, run)
             self._extract(question, hits, run)                                  # verify the hits' facts first
-            evidence = entity_first_rank(evidence, hits, run.ledger.by_passage, run.ledger.linked(question),
-                                         gap, self.k)                           # replace, don't grow
+            if (gold := oracle_labels(self.oracle, "relevance")) is not None:  # gold passages fill the gap
+                evidence = gold_first_rank(evidence, hits, gold, self.k)
+            else:
+                evidence = entity_first_rank(evidence, hits, run.ledger.by_passage, run.ledger.linked(question),
+                                             gap, self.k)                       # replace, don't grow
             run.replaced.append(sum(p.id not in held for p in evidence))
             run.loops_used += 1
         facts = run.ledger.shown(question, [p.title for p in evidence], self.max_facts) if self.ledger_to_writer \
@@ -329,6 +345,8 @@ class SEAL(dspy.Module):
         return hits
 
     def _extract(self, question: str, evidence: list[Passage], run: _Run) -> None:
+        if "relevance" in self.oracle:  # the relevance oracle ranks: no facts are read
+            return
         for p in evidence:
             if p.id in run.ledger.read:
                 continue
@@ -369,11 +387,14 @@ class SEAL(dspy.Module):
         run.gaps.append({"entities": list(gap.entities), "relations": list(gap.relations)})
         return gap
 
-    def _micro_query(self, question: str, gap: Gap, run: _Run, propose: bool) -> str | None:
-        """This loop's one query: the LM's proposal (cut to ``max_query_words``); when it is empty or repeats an
-        earlier query (stuck), the first pivot that does not. None when every option is stuck."""
+    def _micro_query(self, question: str, gap: Gap, run: _Run, propose: bool, held: list[Passage]) -> str | None:
+        """This loop's one query: the LM's proposal (the query oracle's from the ``held`` passages), cut to
+        ``max_query_words``; when it is empty or repeats an earlier query (stuck), the first pivot that does not.
+        None when every option is stuck."""
         proposals = []
-        if propose:
+        if (gold_query := oracle_labels(self.oracle, "query")) is not None:
+            proposals.append(gold_query(held))
+        elif propose:
             out = lenient(self.micro_query, question=question, missing_entities=list(gap.entities),
                           missing_relations=list(gap.relations), blocked=run.blocked())
             run.parse_failures += out is None

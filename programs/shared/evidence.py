@@ -10,14 +10,12 @@ import dspy
 from dspy.utils.exceptions import AdapterParseError
 
 from decoding.choice import MCScoring
-from programs.shared.text import abstained, approx_tokens
+from programs.shared.text import IDK, abstained, approx_tokens
 from programs.shared.writer import Writer
 from retrieval.corpus import Passage
 from retrieval.retriever import Retriever
 from runtime.language import language_name
 from signatures.writer import AnswerWithCitations, AnswerWithCitationsAndFacts, in_language
-
-IDK = "I don't know"
 
 
 def lenient(predictor: dspy.Module, **inputs) -> dspy.Prediction | None:
@@ -82,6 +80,8 @@ class EvidenceWriter(Writer):
 
     def forward(self, question: str, passages: list[Passage] = (), options: dict[str, str] | None = None,
                 facts: list[str] = (), lang: str | None = None):
+        if not options and (read := self.perfect_reader()) is not None:  # the writer oracle cites nothing
+            return dspy.Prediction(answer=read(list(passages), None, self.max_chars), citations=[], cited_titles=[])
         if options:
             return super().forward(question, passages, options)
         passages = list(passages)

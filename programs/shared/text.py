@@ -17,6 +17,7 @@ REFUSAL = re.compile(r"(?:i\s+(?:do\s*n[o']?t|do\s+not|cannot|can\s*not|am\s+not
                      r"|insufficient\s+(?:information|evidence|context)|cannot\s+be\s+(?:determined|answered)"
                      r"|(?:the\s+)?(?:passages|facts|context)\s+do\s*(?:es)?\s*n[o']?t\s+"
                      r"(?:say|mention|state|give|contain))\b")
+IDK = "I don't know"  # the abstention every abstaining writer gives
 WHOLE_REFUSALS = frozenset({"unknown", "idk", "no answer", "none given", "n/a"})
 APOSTROPHES = str.maketrans({"\u2019": "'", "\u2018": "'", "\u02bc": "'", "\u00b4": "'", "`": "'"})
 #: Where a negation's scope ends: punctuation, or a conjunction that starts the next clause.

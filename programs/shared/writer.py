@@ -8,6 +8,7 @@ from contextvars import ContextVar
 import dspy
 
 from decoding.choice import TOP_LOGPROBS, MCScoring, letter_logprobs, normalized, warn_no_logprobs
+from programs.shared.oracle import oracle
 from programs.shared.text import mentions, normalize
 from retrieval.corpus import Passage
 from runtime.language import language_name
@@ -65,7 +66,12 @@ class Writer(dspy.Module):
 
     ``mc`` says how a multiple-choice letter is picked (``decoding.choice``): from the written reply (the default),
     or from the option-letter probabilities of the LM, optionally debiased. A program passes its own ``mc`` (a
-    constructor argument, :func:`programs.build`) to every writer it builds, so they all share it."""
+    constructor argument, :func:`programs.build`) to every writer it builds, so they all share it.
+
+    ``oracle``: the program's oracle roles (:func:`oracle_writers` sets them); with ``writer`` among them the answer
+    is a perfect reader's of the context shown (``Gold.writer``), no call."""
+
+    oracle: frozenset[str] = frozenset()
 
     def __init__(self, use_passages: bool = True, reasoning: bool = False, max_chars: int | None = None,
                  mc: MCScoring | None = None):
@@ -78,6 +84,9 @@ class Writer(dspy.Module):
 
     def forward(self, question: str, passages: list[Passage] = (), options: dict[str, str] | None = None,
                 lang: str | None = None):
+        if (read := self.perfect_reader()) is not None:
+            return dspy.Prediction(answer=read(list(passages) if self.use_passages else [], options, self.max_chars),
+                                   reasoning=None)
         context = [p.format(self.max_chars) for p in passages] if self.use_passages else []
         if options:
             return self.choose(question, context, options)
@@ -87,6 +96,11 @@ class Writer(dspy.Module):
             kwargs.update(signature=in_language(signature), answer_language=language_name(lang))
         out = self.short(question=question, **kwargs)
         return dspy.Prediction(answer=out.answer.strip(), reasoning=getattr(out, "reasoning", None))
+
+    def perfect_reader(self):
+        """The writer oracle's answer (``Gold.writer``) when ``writer`` is among this writer's oracle roles, else
+        None."""
+        return oracle(self.oracle, "writer")
 
     def choose(self, question: str, context: list[str], options: dict[str, str]) -> dspy.Prediction:
         """The option letter: parsed from the reply, or the most probable letter at the answer's first token."""
@@ -113,6 +127,14 @@ class Writer(dspy.Module):
     def choice_lm(self):
         predictor = getattr(self.choice, "predict", self.choice)
         return predictor.lm or dspy.settings.lm
+
+
+def oracle_writers(program: dspy.Module, roles: frozenset[str]) -> dspy.Module:
+    """``program`` with every :class:`Writer` in it answering under the oracle ``roles`` (the writer role: a perfect
+    reader, no call); the program itself."""
+    for _, writer in program.named_sub_modules(Writer):
+        writer.oracle = roles
+    return program
 
 
 def mc_state(program: dspy.Module) -> list[dict]:
