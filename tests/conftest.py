@@ -61,12 +61,14 @@ def built_indexes(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(autouse=True)
-def isolated(tmp_path, monkeypatch, empty_store, built_indexes):
+def isolated(tmp_path, tmp_path_factory, monkeypatch, empty_store, built_indexes):
     """Every test gets its own project cache, index cache and MLflow store; nothing touches ./.cache or ./mlruns.
-    Its store starts as a copy of :func:`empty_store` (the Default experiment's artifacts in the test's folder),
-    its index cache with the real embedders' indexes earlier tests built (:func:`built_indexes`). What a test leaves
-    in MLflow's process-wide state goes with it (:func:`reset_mlflow`)."""
-    store, indexes = tmp_path / "mlruns", tmp_path / "indexes"
+    Its store starts as a copy of :func:`empty_store` (the Default experiment's artifacts in the store's folder),
+    its index cache with the real embedders' indexes earlier tests built (:func:`built_indexes`); both in a folder
+    beside ``tmp_path``, which holds only what the test makes. What a test leaves in MLflow's process-wide state
+    goes with it (:func:`reset_mlflow`)."""
+    home = tmp_path_factory.mktemp(f"{tmp_path.name}-env", numbered=False)
+    store, indexes = home / "mlruns", home / "indexes"
     store.mkdir()
     shutil.copyfile(empty_store, store / "mlflow.db")
     with sqlite3.connect(store / "mlflow.db") as db:
