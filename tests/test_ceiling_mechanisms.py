@@ -23,7 +23,7 @@ pytestmark = pytest.mark.skipif(not os.environ.get("RAG_DATA_DIR"),
                                 reason="needs RAG_DATA_DIR with the shared benchmark files (MuSiQue, HotpotQA)")
 
 N = 30
-METHODS = ("seal", "par2", "rag_critic")
+METHODS = ("seal", "par2", "rag_critic", "crag", "self_rag", "ircot", "react", "flare", "metarag")
 #: Whether a method's mechanism acted on a question, read from its trace.
 ACTED = {"seal": lambda t: bool(t.get("replaced")),                 # a repair placed a micro-query's passage
          "par2": lambda t: bool(t.get("continued")),                # depth-first refinement: a CONTINUE step
@@ -80,10 +80,21 @@ def test_no_lm_is_built_or_called(runs):
             assert summary["oracle_calls"] >= 1  # at least the writer, in place of its LM call
 
 
-#: (dataset, method): questions its mechanism acted on and added a gold paragraph, measured / pinned lower bound.
-ADDED = {}
-#: (dataset, method): All-Pass@k above rag's at its k, measured (method, rag) / pinned: it stays above.
-BEATS = {}
+#: (dataset, method): questions (of 30) on which its mechanism acted and added a gold paragraph: the measured count
+#: less a margin of a fifth (at least 1). Measured 2026-11-29: MuSiQue seal 11, par2 4, rag_critic 4; HotpotQA seal
+#: 12, par2 15, rag_critic 16.
+ADDED = {("musique", "seal"): 9, ("musique", "par2"): 3, ("musique", "rag_critic"): 3,
+         ("hotpotqa", "seal"): 10, ("hotpotqa", "par2"): 12, ("hotpotqa", "rag_critic"): 13}
+#: (dataset, method, measure): where the method's All-Pass was above rag's at its k, measured (method / rag). Over
+#: everything retrieved (``all_pass_all``; rag's is its All-Pass@k) -- MuSiQue: seal .067/0, par2, rag_critic,
+#: ircot, react, flare .033/0, metarag .067/0; HotpotQA: seal .4/.067, par2 .5, rag_critic .4, self_rag .267, ircot
+#: .6, react .5, flare .6, metarag .7 (rag .067). At k (``all_pass``: the first k distinct paragraphs): only the
+#: methods that replace within k -- seal (MuSiQue .067/0, HotpotQA .4/.067) and self_rag (HotpotQA .267/.067).
+#: CRAG never beats rag here (its loop ends at the first passage graded correct), nor self_rag on MuSiQue.
+BEATS = {("musique", m, "all_pass_all") for m in ("seal", "par2", "rag_critic", "ircot", "react", "flare", "metarag")} \
+    | {("hotpotqa", m, "all_pass_all") for m in ("seal", "par2", "rag_critic", "self_rag", "ircot", "react", "flare",
+                                                 "metarag")} \
+    | {("musique", "seal", "all_pass"), ("hotpotqa", "seal", "all_pass"), ("hotpotqa", "self_rag", "all_pass")}
 
 
 @pytest.mark.parametrize(("dataset", "method"), sorted(ADDED))
@@ -91,8 +102,8 @@ def test_the_mechanism_acts_and_adds_a_gold_paragraph(runs, dataset, method):
     assert added_gold(runs[dataset], method) >= ADDED[(dataset, method)]
 
 
-@pytest.mark.parametrize(("dataset", "method"), sorted(BEATS))
-def test_where_a_method_beat_rag_on_all_pass_it_still_does(runs, dataset, method):
+@pytest.mark.parametrize(("dataset", "method", "measure"), sorted(BEATS))
+def test_where_a_method_beat_rag_on_all_pass_it_still_does(runs, dataset, method, measure):
     k = programs.run_k(method, None)
-    mine, base = (runs[dataset]["out"][(p, k)][1]["all_pass"] for p in (method, "rag"))
-    assert mine > base
+    mine = runs[dataset]["out"][(method, k)][1][measure]
+    assert mine > runs[dataset]["out"][("rag", k)][1]["all_pass"]
