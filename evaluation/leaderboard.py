@@ -17,6 +17,7 @@ QUALITY = (("judge", "judge"), ("em", "EM"), ("f1", "F1"), ("accuracy", "acc"), 
 RETRIEVAL = (("title_recall", "R@k"), ("title_precision", "P@k"), ("all_pass", "all-pass"), ("ndcg", "nDCG"),
              ("citation_precision", "cite P"))
 COST = (("iterations", "iters/q", "{:.2f}"), ("lm_calls", "LM calls/q", "{:.1f}"),
+        ("oracle_calls", "oracle calls/q", "{:.1f}"),  # the LM calls oracle roles stood in for: shown when any
         ("prompt_tokens", "prompt tok/q", "{:.0f}"), ("completion_tokens", "compl tok/q", "{:.0f}"),
         ("seconds", "s/q", "{:.1f}"), ("lm_seconds", "LM s/q", "{:.1f}"))
 #: What compiling a cell's program cost (its summary's ``compile_*`` keys, set by scripts/optimizer_table.py): shown
@@ -58,7 +59,8 @@ def cell_table(results: list) -> str:
     summaries = [r.summary for r in results]
     quality = [(k, h) for k, h in QUALITY if any(k in s for s in summaries)]
     retrieval = [(k, h) for k, h in RETRIEVAL if any(k in s for s in summaries)]
-    cost = [(k, h, f) for k, h, f in COST + COMPILE if any(k in s for s in summaries)]
+    cost = [(k, h, f) for k, h, f in COST + COMPILE
+            if any(k in s for s in summaries) and (k != "oracle_calls" or any(s.get(k) for s in summaries))]
     head = ["program", "n", *(h for _, h in quality), *(h for _, h in retrieval), *(h for _, h, _ in cost),
             "orchestration", "failed"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]

@@ -147,7 +147,7 @@ def evaluate(program: dspy.Module, examples: list[dspy.Example], metrics: dict, 
     back from the checkpoint).
     Returns the per-example records and a summary (:func:`summarize`): mean of every metric over the records that
     have it, ``failed_examples`` (count, with ``retryable_examples`` among them when any), the error counts, mean
-    ``iterations``, ``at_rest`` and ``unparsed_verdicts`` (from ``pred.trace``), cost per question (``lm_calls``, ``prompt_tokens``, ``completion_tokens``,
+    ``iterations``, ``at_rest`` and ``unparsed_verdicts`` (from ``pred.trace``), cost per question (``lm_calls``, ``oracle_calls``, ``searches``, ``prompt_tokens``, ``completion_tokens``,
     ``seconds``, ``lm_seconds``), for each example field in ``groups`` (e.g. ``lang``) ``<metric>_by_<field>/<value>``,
     and for circular copies (``data.circular``) ``circular_<metric>``: per question the worst score over its copies."""
     sink = Checkpoint(checkpoint, wait) if checkpoint else None
@@ -292,7 +292,7 @@ def summarize(records: list[dict], metrics: dict, groups: tuple[str, ...] = ()) 
     counts.update(f"{field}/{value}" for r in records for field, value in (r.get("noted") or {}).items())
     summary.update(sorted(counts.items()))
     numeric = [*metrics, "title_precision", "title_recall", "title_f1", "recall_any", "all_pass", "ndcg",
-               *ALL_RETRIEVED, "retrieved_n", "citation_precision", "lm_calls", "prompt_tokens", "completion_tokens",
+               *ALL_RETRIEVED, "retrieved_n", "citation_precision", "lm_calls", "oracle_calls", "searches", "prompt_tokens", "completion_tokens",
                "seconds", "lm_seconds", "prompt_tokens_computed"]
     for key in numeric:
         values = [r[key] for r in records if r.get(key) is not None]

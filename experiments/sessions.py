@@ -251,11 +251,12 @@ def check_data(args: Settings, task: str, splits: datasets.Splits) -> None:
     check_oracle(args, [ex for part in (splits.train, splits.dev, splits.test) for ex in part])
 
 
-def session(args: Settings, needs_search: bool) -> Session:
+def session(args: Settings, needs_search: bool, no_lm: bool = False) -> Session:
     """Resolve every setting into ready objects, turning bad input into a one-line error before anything starts:
     settings (:func:`check_args`), then the data and the settings against it (:func:`check_data`), then LMs and
     retriever. The split sizes left out become the dataset's (``args`` then holds the split it ran), and ``--k`` left
-    out becomes ``--program``'s own."""
+    out becomes ``--program``'s own. ``no_lm``: the run's programs make no LM call (each built with ``--oracle all``,
+    no ``--judge``): no LM is built, so no server starts, and a stray call fails its question."""
     signal.signal(signal.SIGTERM, on_sigterm)
     if args.dataset is None:
         args.dataset = programs.spec(args.program).default_dataset if args.program else "demo"
@@ -271,10 +272,12 @@ def session(args: Settings, needs_search: bool) -> Session:
     except (FileNotFoundError, ValueError, KeyError) as err:
         fail(str(err).strip("'\""))
     check_data(args, bundle.task, splits)
+    if no_lm and args.judge:
+        fail("--judge needs an LM; this run makes no LM call (every role oracle): drop --judge")
     try:
-        writer = make_lm(args.lm, args.api_base, cache=not args.no_cache)
+        writer = None if no_lm else make_lm(args.lm, args.api_base, cache=not args.no_cache)
         extra = {role: make_lm(getattr(args, f"{role}_lm"), args.api_base, cache=not args.no_cache)
-                 for role in ("planner", "critic", "judge") if getattr(args, f"{role}_lm")}
+                 for role in ("planner", "critic", "judge") if getattr(args, f"{role}_lm") and not no_lm}
         retriever = (Retriever(bundle.corpora, args.embedder, args.index, **args.of(retrieval_settings.OPTIONS))
                      if needs_search and not args.no_retrieval else None)
     except (FileNotFoundError, ValueError, KeyError) as err:

@@ -42,6 +42,7 @@ from typing import Callable, Iterable
 
 from programs.shared.text import IDK, mentions
 from retrieval.corpus import Passage
+from runtime.metering import count_oracle_call
 
 DECISION_ROLES = ("relevance", "sufficiency", "controller", "verdict", "planner", "gap")
 GENERATIVE_ROLES = ("query", "plan", "writer")
@@ -223,13 +224,19 @@ def gold_labels(gold: Gold):
 def oracle(roles: frozenset[str], role: str) -> Callable | None:
     """The gold labelling of ``role`` for the question being answered when ``role`` is among the program's oracle
     ``roles``, else None (the program decides as usual). A question without that label is an error (the example
-    fails): a gold label is never guessed."""
+    fails): a gold label is never guessed. Each call of the labelling is metered (``runtime.metering``) as one
+    ``oracle_calls``: the LM call the role stands in for."""
     if role not in roles:
         return None
     gold = _GOLD.get()
     if gold is None or gold.missing(role):
         raise ValueError(f"--oracle {role}: no gold label for this question (the evaluation sets them per question)")
-    return getattr(gold, role)
+    label = getattr(gold, role)
+
+    def called(*args, **kwargs):  # each call stands in for one LM call: metered as ``oracle_calls``
+        count_oracle_call()
+        return label(*args, **kwargs)
+    return called
 
 
 def own_language(lang: str) -> str:
