@@ -145,11 +145,12 @@ def evaluate(program: dspy.Module, examples: list[dspy.Example], metrics: dict, 
     ``tracking.QuestionTraces``): called per example with the program, a context manager around its call and
     scoring that yields a function taking the finished record (only the questions this run asks: not those read
     back from the checkpoint).
-    Returns the per-example records and a summary (:func:`summarize`): mean of every metric over the records that
-    have it, ``failed_examples`` (count, with ``retryable_examples`` among them when any), the error counts, mean
-    ``iterations``, ``at_rest`` and ``unparsed_verdicts`` (from ``pred.trace``), cost per question (``lm_calls``, ``oracle_calls``, ``searches``, ``prompt_tokens``, ``completion_tokens``,
-    ``seconds``, ``lm_seconds``), for each example field in ``groups`` (e.g. ``lang``) ``<metric>_by_<field>/<value>``,
-    and for circular copies (``data.circular``) ``circular_<metric>``: per question the worst score over its copies."""
+    Returns the per-example records and a summary (:func:`summarize`): mean of every metric over the records that have
+    it, ``failed_examples`` (count, with ``retryable_examples`` among them when any), the error counts, mean
+    ``iterations``, ``at_rest`` and ``unparsed_verdicts`` (from ``pred.trace``), cost per question (``lm_calls``,
+    ``oracle_calls``, ``searches``, ``prompt_tokens``, ``completion_tokens``, ``seconds``, ``lm_seconds``), for each
+    example field in ``groups`` (e.g. ``lang``) ``<metric>_by_<field>/<value>``, and for circular copies
+    (``data.circular``) ``circular_<metric>``: per question the worst score over its copies."""
     sink = Checkpoint(checkpoint, wait) if checkpoint else None
     done = {i: r for i, r in (sink.done if sink else {}).items()  # a failure tried fewer times than now is asked again
             if not r.get("retryable") and not (r["failed"] and (retry_failed or r["tries"] < retries + 1))}
@@ -292,8 +293,8 @@ def summarize(records: list[dict], metrics: dict, groups: tuple[str, ...] = ()) 
     counts.update(f"{field}/{value}" for r in records for field, value in (r.get("noted") or {}).items())
     summary.update(sorted(counts.items()))
     numeric = [*metrics, "title_precision", "title_recall", "title_f1", "recall_any", "all_pass", "ndcg",
-               *ALL_RETRIEVED, "retrieved_n", "citation_precision", "lm_calls", "oracle_calls", "searches", "prompt_tokens", "completion_tokens",
-               "seconds", "lm_seconds", "prompt_tokens_computed"]
+               *ALL_RETRIEVED, "retrieved_n", "citation_precision", "lm_calls", "oracle_calls", "searches",
+               "prompt_tokens", "completion_tokens", "seconds", "lm_seconds", "prompt_tokens_computed"]
     for key in numeric:
         values = [r[key] for r in records if r.get(key) is not None]
         if values:

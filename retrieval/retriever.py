@@ -19,7 +19,7 @@ from retrieval import first_stage
 from retrieval.corpus import Corpus, Passage
 from retrieval.rerank import get_reranker
 from runtime.embedders import Embedder, get_embedder
-from runtime.metering import count_searches
+from runtime.metering import count
 
 
 def __getattr__(name: str):
@@ -129,7 +129,7 @@ class Retriever:
         spans share its time): inputs the query, ``k`` and the corpora, outputs the query's ``passages`` as MLflow
         documents (text; id, title, score, corpus), attributes the first stage and reranker. Outside a trace
         nothing more is built. Every query is metered (``runtime.metering``: ``searches``)."""
-        count_searches(len(queries))
+        count("searches", len(queries))
         parent = mlflow.get_current_active_span()
         if parent is None:
             return search()

@@ -1,5 +1,6 @@
 """Cost accounting for LM work: calls and LM latency (a DSPy callback), prompt tokens sent and computed, completion
-tokens (DSPy usage tracking), wall seconds, retriever queries and the oracle role calls that stood in for LM calls; and LM budgets (:func:`limited`), enforced by the same callback.
+tokens (DSPy usage tracking), wall seconds, retriever queries and the oracle role calls that stood in for LM calls;
+and LM budgets (:func:`limited`), enforced by the same callback.
 
 Each ``metered()`` block owns one :class:`Cost`, carried in DSPy's per-context settings, so blocks running at the
 same time in different threads (``evaluate(..., threads=N)``) each count only their own calls."""
@@ -26,8 +27,8 @@ class Cost:
     completion_tokens: int = 0
     seconds: float = 0.0
     lm_seconds: float = 0.0  # sum of LM call latencies (cache hits included); seconds - lm_seconds = orchestration
-    oracle_calls: int = 0  # oracle role labels read in place of an LM call (:func:`count_oracle_call`)
-    searches: int = 0  # retriever queries (:func:`count_searches`)
+    oracle_calls: int = 0  # oracle role labels read in place of an LM call (:func:`count`)
+    searches: int = 0  # retriever queries (:func:`count`)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -86,18 +87,12 @@ class CallMeter(BaseCallback):
 COUNTER = CallMeter()
 
 
-def count_searches(n: int) -> None:
-    """Add ``n`` retriever queries to the enclosing Costs."""
+def count(field: str, n: int = 1) -> None:
+    """Add ``n`` to ``field`` of the enclosing Costs: ``searches`` (retriever queries) or ``oracle_calls`` (gold
+    labels read where the program would call its LM)."""
     with _LOCK:
         for cost in dspy.settings.get(_KEY) or ():
-            cost.searches += n
-
-
-def count_oracle_call() -> None:
-    """Add one oracle role call (a gold label read where the program would call its LM) to the enclosing Costs."""
-    with _LOCK:
-        for cost in dspy.settings.get(_KEY) or ():
-            cost.oracle_calls += 1
+            setattr(cost, field, getattr(cost, field) + n)
 
 
 @contextmanager

@@ -6,10 +6,11 @@ results (docs/results/headroom.md).
 
 A thin use of the suite machinery (``experiments/suite.py``): one parent MLflow run, one child run per (program,
 dataset) cell, checkpointed per question, the leaderboard logged; the split is ``--train 0 --dev 0`` and every
-question in ``--split test`` (the whole shared dev+test data; ``--test N``: a seeded slice of N). The report (report.md, printed) is one row per
-method x dataset: its evidence (Recall@k, All-Pass@k, P@k over its first k distinct paragraphs; Recall, All-Pass
-over everything it retrieved), its answer under the oracle writer (EM, F1) and its cost per question (searches,
-distinct passages retrieved, oracle calls: the LM calls the method would make), beside rag's at the same k.
+question in ``--split test`` (the whole shared dev+test data; ``--test N``: a seeded slice of N). The report
+(report.md, printed) is one row per method x dataset: its evidence (Recall@k, All-Pass@k, P@k over its first k
+distinct paragraphs; Recall, All-Pass over everything it retrieved), its answer under the oracle writer (EM, F1)
+and its cost per question (searches, distinct passages retrieved, oracle calls: the LM calls the method would
+make), beside rag's at the same k.
 """
 from __future__ import annotations
 

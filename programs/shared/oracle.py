@@ -42,13 +42,12 @@ from typing import Callable, Iterable
 
 from programs.shared.text import IDK, mentions
 from retrieval.corpus import Passage
-from runtime.metering import count_oracle_call
+from runtime.metering import count
 
 DECISION_ROLES = ("relevance", "sufficiency", "controller", "verdict", "planner", "gap")
 GENERATIVE_ROLES = ("query", "plan", "writer")
 ROLES = DECISION_ROLES + GENERATIVE_ROLES
 ALL = "all"  # every role the program has
-
 
 
 def parse_roles(text: str | Iterable[str] | None) -> tuple[str, ...]:
@@ -234,7 +233,7 @@ def oracle(roles: frozenset[str], role: str) -> Callable | None:
     label = getattr(gold, role)
 
     def called(*args, **kwargs):  # each call stands in for one LM call: metered as ``oracle_calls``
-        count_oracle_call()
+        count("oracle_calls")
         return label(*args, **kwargs)
     return called
 
