@@ -127,7 +127,7 @@ class Session:
     def build(self, program_name: str) -> dspy.Module:
         """The program with its role LMs and ``--mc-scoring`` (``pride`` calibrates it here, on train questions)."""
         if self.args.no_retrieval:
-            program_name = "cot" if program_name == "cot" else "direct"
+            program_name = closed_book(program_name)
         config = self.program_config(program_name)
 
         def make(mc: MCScoring | None) -> dspy.Module:
@@ -251,6 +251,11 @@ def check_data(args: Settings, task: str, splits: datasets.Splits) -> None:
     check_oracle(args, [ex for part in (splits.train, splits.dev, splits.test) for ex in part])
 
 
+def closed_book(program: str) -> str:
+    """The program ``--no-retrieval`` runs for ``program``: the closed-book writer (``cot`` keeps its reasoning)."""
+    return "cot" if program == "cot" else "direct"
+
+
 def session(args: Settings, needs_search: bool, no_lm: bool = False) -> Session:
     """Resolve every setting into ready objects, turning bad input into a one-line error before anything starts:
     settings (:func:`check_args`), then the data and the settings against it (:func:`check_data`), then LMs and
@@ -261,6 +266,10 @@ def session(args: Settings, needs_search: bool, no_lm: bool = False) -> Session:
     if args.dataset is None:
         args.dataset = programs.spec(args.program).default_dataset if args.program else "demo"
     check_args(args, [args.program] if args.program else [])
+    if args.no_retrieval and args.program and args.program != closed_book(args.program):
+        print(f"--no-retrieval: {args.program} runs as {closed_book(args.program)} (its closed-book writer), and its "
+              "run, checkpoint and saved program are named so", file=sys.stderr)
+        args.program = closed_book(args.program)
     if args.program:  # args then holds the k the program runs at (recall@k, params, checkpoint key)
         args.k = programs.run_k(args.program, args.k)
     try:

@@ -54,6 +54,13 @@ def test_optimize_within_a_compile_budget_says_so_and_logs_it_and_the_demo_token
     assert "budget" not in capsys.readouterr().err
 
 
+def test_no_retrieval_names_the_run_and_the_saved_program_for_the_closed_book_writer_it_runs(scripted_lm, capsys):
+    run_id = optimize.main(["--program", "seal", "--no-retrieval", "--train", "2", "--dev", "0", "--test", "1"])
+    run = mlflow.get_run(run_id)
+    assert run.data.params["program"] == "direct" and "--no-retrieval: seal runs as direct" in capsys.readouterr().err
+    assert type(programs.load_compiled(run_id)).__name__ == "Direct"
+
+
 def test_the_judge_as_compile_metric():
     judge = object()
     assert cli.compile_metric("short", "judge", judge) == ("judge", judge)
