@@ -148,7 +148,8 @@ def evaluate(program: dspy.Module, examples: list[dspy.Example], metrics: dict, 
     Returns the per-example records and a summary (:func:`summarize`): mean of every metric over the records that have
     it, ``failed_examples`` (count, with ``retryable_examples`` among them when any), the error counts, mean
     ``iterations``, ``at_rest`` and ``unparsed_verdicts`` (from ``pred.trace``), cost per question (``lm_calls``,
-    ``oracle_calls``, ``searches``, ``prompt_tokens``, ``completion_tokens``, ``seconds``, ``lm_seconds``), for each
+    ``oracle_calls``, ``searches``, ``prompt_tokens``, ``completion_tokens``, ``seconds``, ``lm_seconds``: the
+    program's alone; the judge's calls are ``judge_lm_calls``), for each
     example field in ``groups`` (e.g. ``lang``) ``<metric>_by_<field>/<value>``, and for circular copies
     (``data.circular``) ``circular_<metric>``: per question the worst score over its copies."""
     sink = Checkpoint(checkpoint, wait) if checkpoint else None
@@ -166,13 +167,14 @@ def evaluate(program: dspy.Module, examples: list[dspy.Example], metrics: dict, 
                     raise  # the LM server is gone for good: its own message stops the run
                 except Exception as err:
                     raise stopped(example, f"the program {type(program).__name__} ({desc})", err) from err
+            with metered() as scoring:  # the judge's LM calls are the evaluation's cost, not the program's
                 rec = record(example, pred, metrics, k, groups)
             rec |= {"error": None if error is None else describe(error), "tries": tries}
             if error is not None:
                 rec["error_class"] = type(error).__name__
                 if isinstance(error, TRANSIENT_ERRORS):  # never answered: no score, asked again next run
                     rec |= dict.fromkeys(metrics) | {"retryable": True}
-            rec |= cost.as_dict()
+            rec |= cost.as_dict() | {"judge_lm_calls": scoring.lm_calls}
             finish(rec)
         with write:
             if sink:
@@ -294,7 +296,7 @@ def summarize(records: list[dict], metrics: dict, groups: tuple[str, ...] = ()) 
     summary.update(sorted(counts.items()))
     numeric = [*metrics, "title_precision", "title_recall", "title_f1", "recall_any", "all_pass", "ndcg",
                *ALL_RETRIEVED, "retrieved_n", "citation_precision", "lm_calls", "oracle_calls", "searches",
-               "prompt_tokens", "completion_tokens", "seconds", "lm_seconds", "prompt_tokens_computed"]
+               "prompt_tokens", "completion_tokens", "seconds", "lm_seconds", "prompt_tokens_computed", "judge_lm_calls"]
     for key in numeric:
         values = [r[key] for r in records if r.get(key) is not None]
         if values:

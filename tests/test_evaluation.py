@@ -34,6 +34,17 @@ def test_a_failed_parse_is_retried_then_scored(dummy):
     assert summary["lm_calls"] == 1.0  # metered per question
 
 
+def test_the_judges_lm_calls_are_counted_apart_from_the_programs(dummy):
+    from evaluation.metrics import Judge
+
+    dummy({"question": {"answer": "affirmative"}})
+    judge = Judge(dspy.utils.DummyLM([{"same": True}] * 3))
+    records, summary = evaluate(Flaky(failures=0), EXAMPLES, {"em": exact_match, "judge": judge})
+    assert summary["judge"] == 1.0 and summary["em"] == 0.0  # every answer went to the judge
+    assert summary["lm_calls"] == 1.0 and summary["judge_lm_calls"] == 1.0
+    assert all(r["lm_calls"] == 1 and r["judge_lm_calls"] == 1 for r in records)
+
+
 def test_persistent_failures_are_counted_not_fatal(dummy):
     dummy({"question": {"answer": "yes"}})
     records, summary = evaluate(Flaky(failures=5), EXAMPLES, {"em": exact_match}, retries=1)
