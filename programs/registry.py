@@ -56,10 +56,11 @@ DECISIONS = Setting("decisions", str, "generate", "gates and filters (CRAG's gra
 ORACLE = Setting("oracle", str, "", "replace a role's decisions by the question's gold labels (an upper bound, and a "
                  "check of the loop): relevance (gold passages), sufficiency (every gold passage held), controller "
                  "(STOP once every gold passage is retrieved), verdict (the answer is right by the task metric), "
-                 "planner (the culture's own corpus), gap (missing gold titles the program has read of), query (the "
-                 "next unresolved gold hop, from what is held), plan (search the oracle query while a gold passage "
-                 "is missing, else regenerate), writer (the gold answer when the context supports it, else I don't "
-                 "know), all (every role the program has); programs without the role run as usual; runs are marked "
+                 "planner (the corpora holding a gold passage not yet held, else the culture's own corpus), gap "
+                 "(missing gold titles the program has read of), query (the next unresolved gold hop, from what is "
+                 "held), plan (search the oracle query while a gold passage is missing, else regenerate), writer "
+                 "(the gold answer when the context supports it, else I don't know), all (every role the program "
+                 "has); programs without the role run as usual; runs are marked "
                  "+oracle:ROLE", choices=", ".join((*ROLES, ALL)), sparse=True)
 SETTINGS = (K, LOOPS, SUBQUERIES, CONTEXT_TOKENS, SEARCH_RERANK, SEARCH_DEPTH, ROUNDS, MAX_CHARS, LEDGER_TO_WRITER,
             DECISIONS, ORACLE)

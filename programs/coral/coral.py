@@ -8,10 +8,12 @@ some (``programs.coral.critics``); kept documents accumulate over rounds, (4) th
 the kept documents suffice, (5) if not, the planner gets the original question, the previous query and corpora and
 the reason, and must change the corpora and/or rewrite the query. After at most ``loops`` rounds the writer
 answers from the ``writer_docs`` kept documents with the highest ``s_tot``, and from no passages when nothing was
-kept. Oracle roles (``programs.shared.oracle``, no call): ``relevance`` keeps exactly the gold candidates,
-``sufficiency`` stops once every gold passage is kept, ``planner`` searches the culture's own corpus (the
-replanner then only rewrites the query), ``query`` rewrites the query as the oracle query from the kept documents
-(with ``planner``, or a fixed scope, the replanner is not asked), ``writer`` answers as the perfect reader.
+kept. Oracle
+roles (``programs.shared.oracle``, no call): ``relevance`` keeps exactly the gold candidates, ``sufficiency`` stops
+once every gold passage is kept, ``planner`` searches the corpora holding a gold passage not yet kept (else the
+culture's own corpus; the replanner then only rewrites the query), ``query`` rewrites the query as the oracle query
+from the kept documents (with ``planner``, or a fixed scope, the replanner is not asked), ``writer`` answers as the
+perfect reader.
 
 Variants (registry): ``coral_select`` keeps the original query and only re-selects corpora (``rewrite=False``);
 ``coral_fixed_{own,all,own_en}`` replace corpus selection by a fixed scope (C_own: the corpus of the culture's
@@ -274,8 +276,8 @@ class CORAL(dspy.Module):
         planner's choice (it reads the question with its options) validated against the pool."""
         if self.scope != "dynamic":
             return scope_corpora(self.scope, self.search, own_language(lang))
-        if (culture := oracle_labels(self.oracle, "planner")) is not None:
-            return [self.culture_corpus(culture())]
+        if (gold_planner := oracle_labels(self.oracle, "planner")) is not None:
+            return self.oracle_corpora(gold_planner, [])
         languages = self.search.languages()
         if len(languages) == 1:
             return list(languages)
@@ -306,9 +308,9 @@ class CORAL(dspy.Module):
         if self.replanner is None or not (choose_corpora or self.rewrite):
             return None
         gold_query = oracle_labels(self.oracle, "query")
-        culture = oracle_labels(self.oracle, "planner")
-        if (gold_query is not None or not self.rewrite) and (culture is not None or not choose_corpora):  # no call
-            new_corpora = [self.culture_corpus(culture())] if culture is not None else corpora
+        gold_planner = oracle_labels(self.oracle, "planner")
+        if (gold_query is not None or not self.rewrite) and (gold_planner is not None or not choose_corpora):  # no call
+            new_corpora = self.oracle_corpora(gold_planner, held) if gold_planner is not None else corpora
             new_query = gold_query(list(held)) if gold_query is not None else query
             return None if same_plan(new_corpora, new_query, corpora, query) else (new_query, new_corpora)
         for attempt in range(2):
@@ -324,8 +326,8 @@ class CORAL(dspy.Module):
             if gold_query is not None:
                 new_query = gold_query(list(held))
             new_corpora = corpora
-            if culture is not None:
-                new_corpora = [self.culture_corpus(culture())]
+            if gold_planner is not None:
+                new_corpora = self.oracle_corpora(gold_planner, held)
             elif choose_corpora:
                 new_corpora, unknown = validate_corpora(out.corpora, languages, self.max_corpora)
                 trace.unknown_corpora += unknown
@@ -340,11 +342,16 @@ class CORAL(dspy.Module):
                 trace.repeated_plans += 1
         return None
 
-    def culture_corpus(self, lang: str) -> str:
-        """The corpus of the culture's language (the planner oracle's choice)."""
-        if (corpus := corpus_of(self.search, lang)) is None:
-            raise ValueError(f"--oracle planner: no corpus in the culture's language '{lang}'")
-        return corpus
+    def oracle_corpora(self, gold_planner, held: list[Passage]) -> list[str]:
+        """The planner oracle's corpora (``Gold.planner``: those holding a gold passage not among the ``held`` ones,
+        else the culture's), at most ``max_corpora``; each name a corpus of the pool or a language one holds."""
+        languages, chosen = self.search.languages(), []
+        for name in gold_planner(list(held)):
+            if (corpus := name if name in languages else corpus_of(self.search, name)) is None:
+                raise ValueError(f"--oracle planner: no corpus named or in the language '{name}' in the pool "
+                                 f"({', '.join(languages)})")
+            chosen.append(corpus)
+        return list(dict.fromkeys(chosen))[:self.max_corpora]
 
     def replan_inputs(self, question: str, query: str, corpora: list[str], reason: str,
                       options: dict[str, str] | None = None) -> dict:
