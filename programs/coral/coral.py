@@ -8,7 +8,8 @@ some (``programs.coral.critics``); kept documents accumulate over rounds, (4) th
 the kept documents suffice, (5) if not, the planner gets the original question, the previous query and corpora and
 the reason, and must change the corpora and/or rewrite the query. After at most ``loops`` rounds the writer
 answers from the ``writer_docs`` kept documents with the highest ``s_tot``, and from no passages when nothing was
-kept. Oracle
+kept. Its prediction's ``passages`` are the writer's, its ``retrieved`` every candidate in order of first retrieval
+(what retrieval is scored on, as for every method), and its trace's ``kept`` the ids of the documents kept. Oracle
 roles (``programs.shared.oracle``, no call): ``relevance`` keeps exactly the gold candidates, ``sufficiency`` stops
 once every gold passage is kept, ``planner`` searches the corpora holding a gold passage not yet kept (else the
 culture's own corpus; the replanner then only rewrites the query), ``query`` rewrites the query as the oracle query
@@ -121,6 +122,7 @@ class Trace:
     sufficiency: list[dict] = field(default_factory=list)
     stop_reason: str = ""
     evidence: list[dict] = field(default_factory=list)
+    kept: list[str] = field(default_factory=list)  # ids of every document kept, in first-kept order
     evidence_langs: list[str] = field(default_factory=list)
     unknown_corpora: int = 0
     replan_retries: int = 0
@@ -241,12 +243,14 @@ class CORAL(dspy.Module):
         asked = with_options(question, options)  # what the critic judges against
         kept: dict[str, Rated] = {}
         rated: dict[str, Rated] = {}  # every candidate scored so far; never scored twice
+        retrieved: list[Passage] = []  # every candidate, in order of first retrieval
         query, corpora = question, self.select(question, lang, trace, options)  # (1) corpus selection
         trace.stop_reason = "max_rounds" if corpora else "no_corpus_for_language"
         for round_no in range(1, self.loops + 1):
             if not corpora:
                 break
             candidates = self.retrieve(query, corpora)                              # (2) retrieval
+            retrieved = dedup([*retrieved, *candidates])
             new, keeps = self.keep_gate([p for p in candidates if p.id not in rated], candidates, asked, trace)  # (3)
             rated.update((r.passage.id, r) for r in new)
             kept = accumulate(kept, keeps)
@@ -268,7 +272,8 @@ class CORAL(dspy.Module):
         trace.calls["writer"] += 1
         trace.evidence = [{"id": p.id, "total": kept[p.id].total} for p in evidence]
         trace.evidence_langs = [languages[p.corpus] for p in evidence]
-        return dspy.Prediction(answer=out.answer, passages=evidence, trace=trace.as_dict())
+        trace.kept = list(kept)
+        return dspy.Prediction(answer=out.answer, passages=evidence, retrieved=retrieved, trace=trace.as_dict())
 
     # -- (1) and (5): planner -------------------------------------------------------------------------------
     def select(self, question: str, lang: str, trace: Trace, options: dict[str, str] | None = None) -> list[str]:
