@@ -394,7 +394,8 @@ def test_ircot_and_react_take_par2s_budgets_unless_told_otherwise():
         taken = programs.accepted_config(name, {"loops": None, "context_tokens": None})
         assert taken == {key: par2[key].default for key in keys}
     # flare's reader reads by the same rule, within the same budget (its sentence budget is its own)
-    assert programs.accepted_config("flare", {"context_tokens": None}) == {"context_tokens": par2["context_tokens"].default}
+    flare = programs.accepted_config("flare", {"context_tokens": None})
+    assert flare == {"context_tokens": par2["context_tokens"].default}
     assert programs.accepted_config("ircot", {"loops": 2, "context_tokens": 800}) == {"loops": 2, "context_tokens": 800}
 
 
