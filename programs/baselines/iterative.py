@@ -192,10 +192,11 @@ class ReAct(dspy.Module):
         finally:
             _CALLS.reset(token)
         passages = dedup([p for _, hits in calls for p in hits])
-        shown = reader_context(calls[-1][1] if calls else [], passages, self.context_tokens, self.max_chars)
         fallbacks = {"answer": int(out is None)}
         tools = [v for key, v in out.trajectory.items() if key.startswith("tool_name_")] if out is not None else []
+        shown = []  # what the writer reads (nothing when the agent's own answer stands)
         if options or out is None or self.oracle & {"controller", "writer"}:  # multiple choice, the oracle agent
+            shown = reader_context(calls[-1][1] if calls else [], passages, self.context_tokens, self.max_chars)
             answer = self.writer(question=question, passages=shown, options=options).answer
         else:
             answer = (out.answer or "").strip()
