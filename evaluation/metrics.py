@@ -143,12 +143,15 @@ def paragraph_id(passage_id: str) -> str:
     return rest.replace("/", ":", 1) if corpus == "pool_en" else base
 
 
+#: The key of a passage where the data has gold titles only.
+TITLE = attrgetter("title")
+
+
 def gold_passages(example) -> tuple[list[str], Callable]:
     """An example's gold passages as keys, and the key of a passage: paragraph ids where the example has them
     (``gold_ids``: MuSiQue, where several paragraphs share a title; XRAG's ``supporting`` article), else titles."""
     ids = example.get("gold_ids") or example.get("supporting")
-    return (list(ids), lambda p: paragraph_id(p.id)) if ids else (list(example.get("gold_titles") or ()),
-                                                                   attrgetter("title"))
+    return (list(ids), lambda p: paragraph_id(p.id)) if ids else (list(example.get("gold_titles") or ()), TITLE)
 
 
 def gold_of(example) -> Gold:
@@ -157,14 +160,15 @@ def gold_of(example) -> Gold:
     supporting article (XRAG: ``support_lang``), its gold titles, its culture's language alone (``own``: the
     own-corpus scope's), its question and answers, and its gold decomposition (``hops``: MuSiQue's). A perfect
     reader needs every gold passage where the data lists them for a multi-hop question (``gold_ids``,
-    ``gold_titles``), else an answer span (``span``)."""
+    ``gold_titles``), else an answer span (``span``). Gold paragraph ids (``ids``) name the corpora the planner
+    oracle reads."""
     keys, key = gold_passages(example)
     return Gold(frozenset(keys), key, lambda answer: correct(example, answer),
                 example.get("support_lang") or example.get("source_lang"), frozenset(example.get("gold_titles") or ()),
                 example.get("source_lang"), example.get("question") or "",
                 tuple(str(a) for a in example.get("answers") or [example.get("answer")] if a),
                 tuple(Hop(h["question"], h["answer"], h.get("key")) for h in example.get("hops") or ()),
-                not (example.get("gold_ids") or example.get("gold_titles")))
+                not (example.get("gold_ids") or example.get("gold_titles")), key is not TITLE)
 
 
 def retrieval_record(example, retrieved, k: int) -> dict[str, float]:

@@ -31,9 +31,11 @@ from runtime.settings import Setting
 K = Setting("k", int, None, "passages per search", 1, 100)
 LOOPS = Setting("loops", int, None, "loop budget for iterative programs", 0, 50)
 SUBQUERIES = Setting("subqueries", int, None, "par2: sub-queries m the planner writes", 1, 50)
-CONTEXT_TOKENS = Setting("context_tokens", int, None, "par2, ircot: estimated tokens of passage text the writer (and "
-                         "par2's controller) sees of the context; a longer context loses its lowest-ranked passages "
-                         "first (par2: each search's)", 1, 10**6)
+CONTEXT_TOKENS = Setting("context_tokens", int, None, "par2, ircot, react, flare: estimated tokens of passage text the "
+                         "writer (and par2's controller) sees of the context; a longer context loses its "
+                         "lowest-ranked passages first (par2: each search's; the others rank the newest search's "
+                         "hits first, then the rest in order of first retrieval)",
+                         1, 10**6)
 SEARCH_RERANK = Setting("search_rerank", str, None, "par2: the program's own reranker over each search's "
                         "--search-depth candidates (the paper reranks 100 to 5)", check=RERANK.check,
                         choices=RERANK.choices, external=RERANK.external)
@@ -54,15 +56,17 @@ DECISIONS = Setting("decisions", str, "generate", "gates and filters (CRAG's gra
 ORACLE = Setting("oracle", str, "", "replace a role's decisions by the question's gold labels (an upper bound, and a "
                  "check of the loop): relevance (gold passages), sufficiency (every gold passage held), controller "
                  "(STOP once every gold passage is retrieved), verdict (the answer is right by the task metric), "
-                 "planner (the culture's own corpus), gap (missing gold titles the program has read of), query (the "
-                 "next unresolved gold hop, from what is held), plan (search the oracle query while a gold passage "
-                 "is missing, else regenerate), writer (the gold answer when the context supports it, else I don't "
-                 "know), all (every role the program has); programs without the role run as usual; runs are marked "
+                 "planner (the corpora holding a gold passage not yet held, else the culture's own corpus), gap "
+                 "(missing gold titles the program has read of), query (the next unresolved gold hop, from what is "
+                 "held), plan (search the oracle query while a gold passage is missing, else regenerate), writer "
+                 "(the gold answer when the context supports it, else I don't know), all (every role the program "
+                 "has); programs without the role run as usual; runs are marked "
                  "+oracle:ROLE", choices=", ".join((*ROLES, ALL)), sparse=True)
 SETTINGS = (K, LOOPS, SUBQUERIES, CONTEXT_TOKENS, SEARCH_RERANK, SEARCH_DEPTH, ROUNDS, MAX_CHARS, LEDGER_TO_WRITER,
             DECISIONS, ORACLE)
 
-#: PAR2's hop budget H (its paper's) and context budget, which its baselines IRCoT and ReAct take as their defaults.
+#: PAR2's hop budget H (its paper's) and context budget, which its baselines IRCoT and ReAct take as their defaults
+#: (and FLARE the context budget: the step programs' reader, ``programs.baselines.iterative.reader_context``).
 PAR2_H, PAR2_CONTEXT_TOKENS = 5, 3000
 
 #: What each program class takes of :data:`SETTINGS`, at its method's defaults (its paper's: SEAL's k = 3, PAR2's
@@ -77,11 +81,11 @@ TAKES: dict[type, tuple[Setting, ...]] = {
     CRAG: (K.at(3), LOOPS.at(3), MAX_CHARS, DECISIONS, ORACLE),
     PAR2: (K.at(5), LOOPS.at(PAR2_H, low=1), SUBQUERIES.at(5), SEARCH_RERANK.at("none"), SEARCH_DEPTH.at(20),
            CONTEXT_TOKENS.at(PAR2_CONTEXT_TOKENS), MAX_CHARS, DECISIONS, ORACLE),
-    ReAct: (K.at(5), LOOPS.at(PAR2_H), MAX_CHARS, ORACLE),
+    ReAct: (K.at(5), LOOPS.at(PAR2_H), CONTEXT_TOKENS.at(PAR2_CONTEXT_TOKENS), MAX_CHARS, ORACLE),
     IRCoT: (K.at(5), LOOPS.at(PAR2_H), CONTEXT_TOKENS.at(PAR2_CONTEXT_TOKENS), MAX_CHARS, ORACLE),
     RAGCritic: (K.at(5), MAX_CHARS, ROUNDS.at(1), DECISIONS, ORACLE),
     SelfRefine: (K.at(5), MAX_CHARS, ROUNDS.at(3), DECISIONS, ORACLE),
-    FLARE: (K.at(5), LOOPS.at(5, low=1), MAX_CHARS, ORACLE),
+    FLARE: (K.at(5), LOOPS.at(5, low=1), CONTEXT_TOKENS.at(PAR2_CONTEXT_TOKENS), MAX_CHARS, ORACLE),
     MetaRAG: (K.at(5), MAX_CHARS, ROUNDS.at(3), DECISIONS, ORACLE),
 }
 

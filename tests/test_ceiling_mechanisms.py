@@ -3,8 +3,8 @@ role oracle: no LM call, no LM built): what ``scripts/ceiling.py`` measured, pin
 rag's at the same k it keeps doing so, and each mechanism its paper claims acts and adds a gold paragraph the
 question's own top k lacks in at least the measured number of questions less a margin: SEAL's repair (a micro-query
 passage replaces an evidence slot), PAR2's depth-first refinement (a CONTINUE), RAG-Critic's supplementary retrieval.
-CORAL's re-planning is not here: its oracle run needs a culture's language, which these sets lack, and on XRAG it
-never acts (the planner and sufficiency oracles disagree there: docs/results/headroom.md).
+CORAL's re-planning is not here: its oracle run needs a culture's language, which these sets lack (its XRAG ceiling:
+docs/results/headroom.md; its re-planning under the oracles: tests/test_oracle.py).
 
 The retriever is BM25, as in the ceiling run of docs/results/headroom.md, whose records on these 30 questions give
 exactly the numbers pinned here; the hashing embedder (``tests/conftest.py``) stands in for the dense one nothing

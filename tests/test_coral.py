@@ -118,6 +118,24 @@ def test_one_sufficient_round_costs_four_calls(dummy, search):
     assert "Options: A. Cake" in lm.history[1]["messages"][-1]["content"]  # the critic sees the options
 
 
+def test_the_record_scores_everything_retrieved_and_the_trace_names_what_was_kept(dummy, search):
+    """Issue 62 item 2: CORAL's record reported only the kept documents as retrieved, so its Recall and All-Pass
+    measured the critic's filter; it now reports every candidate (``retrieved``, as every method does), the writer's
+    documents as its passages and the kept ones in the trace."""
+    from evaluation.loop import evaluate
+    from evaluation.metrics import exact_match
+
+    scripted(dummy, plan=Queue({"corpora": ["en", "ko"]}),
+             batch=Queue(batched(rating(1, 1, 1, 1, 1), rating(2, 5, 5, 4, 5))), write=Queue({"answer": "C"}))
+    example = dspy.Example(id="q", question=QUESTION, lang="en", answer="C", answers=["C"],
+                           supporting=["en:e1", "ko:k1"]).with_inputs("question", "lang")
+    program = CORAL(search, CORALConfig(k=1, loops=1, critic_batch=True))
+    (rec,), _ = evaluate(program, [example], {"em": exact_match}, k=5, retries=0)
+    assert rec["trace"]["scores"][0][0]["id"] == "en:e1"  # retrieved, rated, dropped by the critic
+    assert rec["retrieved_n"] == 2 and rec["title_recall"] == 1.0 and rec["all_pass_all"] == 1.0
+    assert [p["id"] for p in rec["passages"]] == rec["trace"]["kept"] == ["ko:k1"]  # the writer's, the kept
+
+
 def test_rounds_accumulate_and_stop_at_the_bound(dummy, search):
     lm = scripted(dummy, plan=Queue({"corpora": ["en"]}),
                   batch=Queue(batched(rating(1, 3, 2, 2, 2)), batched(rating(1, 5, 5, 5, 5)),

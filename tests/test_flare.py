@@ -10,8 +10,10 @@ from dspy.utils.dummies import DummyLM
 import programs
 from decoding.tokens import field_tokens, spelling
 from programs.baselines.flare import FLARE, masked
+from programs.shared.text import approx_tokens
 from runtime.roles import init_dspy
 from tests.dummies import Queue, routed
+from tests.test_par2 import ManySearch
 from tests.test_rag_critic import WRITER, Q, ScriptedSearch, prompts, said
 
 THOUGHT = "`[[ ## next_sentence ## ]]`"
@@ -45,7 +47,7 @@ def run(routes, probs=None, search=None, **config):
     lm = ThoughtLM(routes, probs)
     init_dspy(lm, cache=False)
     search = search or ScriptedSearch({"Ana Berg was": ("Ana Berg",)})
-    return FLARE(search, k=2, **config)(question=Q), lm, search
+    return FLARE(search, **{"k": 2, **config})(question=Q), lm, search
 
 
 def test_flare_searches_exactly_when_a_token_falls_below_theta():
@@ -102,6 +104,27 @@ def test_flare_stops_at_its_sentence_budget():
     assert pred.trace["iterations"] == 1 and pred.trace["retrievals"] == 1 and len(prompts(lm, THOUGHT)) == 2
     pred, _, _ = run({THOUGHT: thoughts("..."), WRITER: said("x")})
     assert pred.trace["stop_reason"] == "unusable_sentence" and pred.trace["iterations"] == 0
+
+
+def test_the_writer_reads_a_middle_searchs_hits_by_ircots_reader_rule():
+    """Issue 62 item 3: the writer read at most 8 passages, the last search's hits then the question's, so the hits
+    of a search between them (here the second hop's) never reached it; now it reads as IRCoT's reader does:
+    everything retrieved, the newest search's hits first, within ``context_tokens``."""
+    def sentences():  # each look-ahead is unsure of its last word: searched for, then written again
+        return thoughts("Blue Fox was directed by someone.", "Blue Fox was directed by Ana Berg.",
+                        "Ana Berg was born somewhere.", "Ana Berg was born in a city.")
+    unsure = {"someone.": 0.1, "somewhere.": 0.1}
+    pred, lm, _ = run({THOUGHT: sentences(), WRITER: said("Lyon")}, unsure, ManySearch(), loops=2, k=5)
+    assert pred.trace["queries"] == [Q, "Blue Fox was directed by", "Ana Berg was born"]
+    read = prompts(lm, WRITER)[-1]
+    assert all(f"[Blue Fox was directed by #{r}]" in read for r in range(1, 6))  # the middle search's: not dropped
+    assert read.count(" fact ") == 15 and pred.trace["shown"] == 15 and pred.trace["context_tokens"] == 3000
+    per_passage = approx_tokens(ManySearch().search("Ana Berg was born", 1)[0].format(None))
+    pred, lm, _ = run({THOUGHT: sentences(), WRITER: said("Lyon")}, unsure, ManySearch(), loops=2, k=5,
+                      context_tokens=4 * per_passage)
+    read = prompts(lm, WRITER)[-1]  # a budget that cuts keeps the newest search's best, as IRCoT's does
+    assert all(f"[Ana Berg was born #{r}]" in read for r in range(1, 5)) and read.count(" fact ") == 4
+    assert [p.title for p in pred.passages] == [f"Ana Berg was born #{r}" for r in range(1, 5)]
 
 
 def test_a_reply_without_token_logprobs_stops_the_run_in_one_line():

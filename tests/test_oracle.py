@@ -14,6 +14,7 @@ from experiments.suite import Entry, plan, parser as suite_parser
 from programs.coral.coral import CORAL, CORALConfig
 from programs.baselines.crag import CRAG
 from programs.shared.oracle import Gold, gold_labels
+from programs.shared.writer import oracle_writers
 from programs.par2.par2 import PAR2
 from retrieval.corpus import Corpus
 from retrieval.retriever import Retriever
@@ -48,9 +49,9 @@ def test_an_oracle_role_reads_gold_only_for_the_role_it_names_and_no_prompt_hold
             read.append("sufficiency")
             return super().sufficiency(passages)
 
-        def planner(self):
+        def planner(self, held=()):
             read.append("planner")
-            return super().planner()
+            return super().planner(held)
 
         def verdict(self, answer):
             read.append("verdict")
@@ -100,6 +101,34 @@ def test_coral_under_oracle_sufficiency_and_planner_stops_when_the_gold_is_kept_
     assert pred.trace["corpora"] == [["ko"]] and pred.trace["stop_reason"] == "sufficient"  # the planner: not en
     messages = [h["messages"][-1]["content"] for h in lm.history]
     assert not any(PLAN in m or ENOUGH in m for m in messages)  # neither the planner nor sufficiency was asked
+
+
+# XRAG's multilingual layout: gold in the culture's corpus (ko) and in English, gold passages by paragraph id
+XRAG_MULTI = dspy.Example(id="x", question=QUESTION, lang="en", support_lang="ko", answer="miyeokguk",
+                          answers=["miyeokguk"], supporting=["ko:k1", "en:e1"]).with_inputs("question", "lang")
+
+
+def test_the_planner_oracle_names_the_corpora_of_the_gold_passages_not_yet_held(coral_search):
+    """Issue 62 item 1: it named the culture's corpus alone, so with gold in two corpora the re-plan was the corpus
+    already searched (no_change_possible) while the sufficiency oracle waited for the other."""
+    gold = gold_of(XRAG_MULTI)
+    k1, e1 = (coral_search.search(QUESTION, 2, [c]) for c in ("ko", "en"))
+    k1, e1 = next(p for p in k1 if p.id == "ko:k1"), next(p for p in e1 if p.id == "en:e1")
+    assert gold.planner([]) == ("ko", "en") and gold.planner([k1]) == ("en",)  # the culture's first
+    assert gold.planner([k1, e1]) == ("ko",)  # every gold passage held: the culture's corpus
+    blend = dspy.Example(question=QUESTION, source_lang="ko", answer="C", answers=["C"])  # gold by culture only
+    assert gold_of(blend).planner([e1]) == ("ko",)
+    def coral(**config):  # every role oracle, the writer's too (as programs.build wires it): no LM call
+        program = programs.spec("coral").construct(search=coral_search, k=2, loops=3, oracle="all", **config)
+        return oracle_writers(program, program.oracle)
+    lm = routed({})
+    with gold_labels(gold):  # one corpus a round: round 2 re-plans to the corpus still missing
+        pred = coral(max_corpora=1)(question=QUESTION, lang="en")
+    assert pred.trace["corpora"] == [["ko"], ["en"]] and pred.trace["stop_reason"] == "sufficient"
+    assert sorted(p.id for p in pred.passages) == ["en:e1", "ko:k1"] and lm.history == []
+    with gold_labels(gold):  # both corpora in round 1 where the planner may name them
+        pred = coral()(question=QUESTION, lang="en")
+    assert pred.trace["corpora"] == [["ko", "en"]] and pred.trace["stop_reason"] == "sufficient"
 
 
 def test_crag_under_oracle_relevance_keeps_exactly_the_gold_passages_it_retrieves():

@@ -366,11 +366,36 @@ def test_ircot_reads_with_par2s_chain_of_thought_writer_within_the_context_budge
     assert writer_form(programs.build("ircot", search=ManySearch())) == writer_form(build("par2", ManySearch()))
 
 
+def test_reacts_writer_reads_what_later_searches_found_by_ircots_reader_rule():
+    """Issue 62 item 3: ReAct's writer read the first 8 passages found, so a third search's hits (the second hop's
+    paragraph) never reached it; now it reads as IRCoT's reader does: the newest search's hits first, within
+    ``context_tokens``."""
+    def agent():
+        searches = ({"next_thought": "Search.", "next_tool_name": "search", "next_tool_args": f'{{"query": "{q}"}}'}
+                    for q in ("first", "second", "gold hop"))
+        return Queue(*searches, {"next_thought": "Done.", "next_tool_name": "finish", "next_tool_args": "{}"})
+    unreadable = {"reasoning": "no answer field"}  # the agent's answer cannot be read: the writer answers
+    lm = routed({REACT: agent(), EXTRACT: unreadable, ANSWER: {"answer": "Lyon"}})
+    pred = programs.build("react", search=ManySearch(), k=5, loops=5)(question=Q)
+    read = prompts(lm, ANSWER)[-1]  # the writer, after the agent's extract step
+    assert all(f"[gold hop #{r}]" in read for r in range(1, 6)) and read.count(" fact ") == 15  # all 15, not 8
+    assert pred.trace["shown"] == 15 and pred.trace["context_tokens"] == 3000
+    per_passage = approx_tokens(ManySearch().search("gold hop", 1)[0].format(None))
+    lm = routed({REACT: agent(), EXTRACT: unreadable, ANSWER: {"answer": "Lyon"}})
+    pred = programs.build("react", search=ManySearch(), k=5, loops=5, context_tokens=4 * per_passage)(question=Q)
+    read = prompts(lm, ANSWER)[-1]  # a budget that cuts keeps the newest search's best, as IRCoT's does
+    assert all(f"[gold hop #{r}]" in read for r in range(1, 5)) and read.count(" fact ") == 4
+    assert pred.trace["shown"] == 4 and pred.trace["context_size"] == 15
+
+
 def test_ircot_and_react_take_par2s_budgets_unless_told_otherwise():
     par2 = programs.spec("par2").settings
-    for name, keys in (("ircot", ("loops", "context_tokens")), ("react", ("loops",))):
+    for name, keys in (("ircot", ("loops", "context_tokens")), ("react", ("loops", "context_tokens"))):
         taken = programs.accepted_config(name, {"loops": None, "context_tokens": None})
         assert taken == {key: par2[key].default for key in keys}
+    # flare's reader reads by the same rule, within the same budget (its sentence budget is its own)
+    flare = programs.accepted_config("flare", {"context_tokens": None})
+    assert flare == {"context_tokens": par2["context_tokens"].default}
     assert programs.accepted_config("ircot", {"loops": 2, "context_tokens": 800}) == {"loops": 2, "context_tokens": 800}
 
 

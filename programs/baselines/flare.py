@@ -6,8 +6,8 @@ reading each token's probability from the endpoint's logprobs. If any token of i
 search with the sentence, its tokens below ``beta`` masked out (the question when no content word is left), let the
 top ``k`` replace the passages held, and write the sentence again from them; else the look-ahead sentence stands.
 Stop when a sentence states the answer ("So the answer is ...") or after ``loops`` sentences. The shared
-chain-of-thought writer (the one RAG-Critic drafts with) answers from what FLARE retrieved, the passages it held
-last first, at most ``max_passages``.
+chain-of-thought writer (the one RAG-Critic drafts with) answers from everything FLARE retrieved, the passages it
+held last first, cut to ``context_tokens`` (IRCoT's reader rule, ``programs.baselines.iterative.reader_context``).
 
 The trigger is read from token probabilities whatever ``--decisions`` says: FLARE has no written form, so an endpoint
 that returns no token logprobs stops the run with one line naming the fix.
@@ -22,7 +22,7 @@ import dspy
 
 from decoding.choice import MCScoring
 from decoding.tokens import field_tokens, spelling
-from programs.baselines.iterative import ANSWERED, STEP_ROLES, first_sentence, newest_first, oracle_step
+from programs.baselines.iterative import ANSWERED, STEP_ROLES, first_sentence, oracle_step, reader_context
 from programs.shared.evidence import lenient
 from programs.shared.oracle import check_roles
 from programs.shared.text import content_words
@@ -50,14 +50,14 @@ class FLARE(dspy.Module):
     ORACLE_ROLES = STEP_ROLES
 
     def __init__(self, search: Retriever, k: int = 5, loops: int = 5, max_chars: int | None = None, theta: float = 0.8,
-                 beta: float = 0.4, max_passages: int = 8, oracle: str = "", mc: MCScoring | None = None):
+                 beta: float = 0.4, context_tokens: int = 3000, oracle: str = "", mc: MCScoring | None = None):
         super().__init__()
         self.oracle = check_roles(oracle, self.ORACLE_ROLES, "flare")
         if not 0 <= beta <= theta <= 1:
             raise ValueError(f"flare needs 0 <= beta <= theta <= 1 (got beta={beta}, theta={theta}): a masked token "
                              "must be a low-probability one")
         self.search, self.k, self.loops, self.max_chars = search, k, loops, max_chars
-        self.theta, self.beta, self.max_passages = theta, beta, max_passages
+        self.theta, self.beta, self.context_tokens = theta, beta, context_tokens
         self.step = dspy.Predict(NextThought)
         self.writer = Writer(use_passages=True, reasoning=True, max_chars=max_chars, mc=mc)
 
@@ -100,10 +100,11 @@ class FLARE(dspy.Module):
             if ANSWERED.search(sentence):
                 stop = "answered"
                 break
-        shown = newest_first(held, retrieved, self.max_passages)
+        shown = reader_context(held, retrieved, self.context_tokens, self.max_chars)
         answer = self.writer(question=question, passages=shown, options=options, lang=lang).answer
         trace = {"iterations": len(sentences), "queries": queries, "stop_reason": stop, "retrievals": len(queries) - 1,
-                 "sentences": sentences, "steps": steps, "fallbacks": fallbacks}
+                 "sentences": sentences, "steps": steps, "fallbacks": fallbacks,
+                 "context_tokens": self.context_tokens, "context_size": len(retrieved), "shown": len(shown)}
         return dspy.Prediction(answer=answer, passages=shown, retrieved=retrieved, trace=trace)
 
     def next_sentence(self, question: str, held: list[Passage], sentences: list[str],

@@ -6,8 +6,9 @@
 - ``ReAct``: DSPy's ``dspy.ReAct`` agent with one search tool and at most ``loops`` steps.
 
 Both return ``retrieved``: every passage retrieved, in order of first retrieval (what retrieval is scored on). Their
-budgets default to PAR2's (``programs.registry``: H = ``loops``, IRCoT's ``context_tokens``), so the comparison
-differs in the method only.
+budgets default to PAR2's (``programs.registry``: H = ``loops``, ``context_tokens``), so the comparison differs in the
+method only. Their final reader, and FLARE's, reads by one rule (:func:`reader_context`): everything found, the
+newest search's hits first, cut to ``context_tokens``.
 
 Oracle roles (``programs.shared.oracle``; FLARE's sentence step takes the same, :func:`oracle_step`): ``controller``
 -- the step that states the answer ("So the answer is ...") and so ends the loop comes once every gold passage has
@@ -74,6 +75,14 @@ def newest_first(latest: list[Passage], collected: list[Passage], limit: int | N
     return dedup([*latest, *collected])[:limit]
 
 
+def reader_context(latest: list[Passage], collected: list[Passage], budget: int,
+                   max_chars: int | None) -> list[Passage]:
+    """What the final reader of a step program (IRCoT, ReAct, FLARE) reads: everything ``collected``, the newest
+    search's hits (``latest``) first (:func:`newest_first`), cut to ``budget`` estimated tokens of passage text by
+    PAR2's rule (:func:`~programs.shared.evidence.within_budget`): no passage is dropped for being found late."""
+    return within_budget(newest_first(latest, collected), budget, max_chars)
+
+
 class IRCoT(dspy.Module):
     """Interleaved retrieval and chain of thought: each new sentence is the next query (top ``k``); a thought step
     sees at most ``max_passages`` passages, newest first. The reader is PAR2's: its chain-of-thought writer over
@@ -115,7 +124,7 @@ class IRCoT(dspy.Module):
                 latest = self.search.search(sentence, self.k)
                 collected = dedup([*collected, *latest])
                 queries.append(sentence)
-        shown = within_budget(newest_first(latest, collected), self.context_tokens, self.max_chars)
+        shown = reader_context(latest, collected, self.context_tokens, self.max_chars)
         answer = self.writer(question=question, passages=shown, options=options).answer
         trace = {"iterations": len(thoughts), "queries": queries, "stop_reason": stop, "thoughts": thoughts,
                  "fallbacks": {"thought": failures}, "parse_failures": failures,
@@ -155,15 +164,17 @@ def tool_errors(trajectory: dict) -> int:
 
 class ReAct(dspy.Module):
     """``dspy.ReAct`` with the search tool, at most ``loops`` agent steps (finishing is a step). When the agent's
-    final answer cannot be parsed, the shared writer answers from the passages found (counted in the trace)."""
+    final answer cannot be parsed (or on multiple choice, or under the ``controller`` or ``writer`` oracle), the shared
+    writer answers from the passages found, by IRCoT's reader rule (:func:`reader_context`: the last search's hits
+    first, within ``context_tokens``)."""
 
     ORACLE_ROLES = STEP_ROLES
 
-    def __init__(self, search: Retriever, k: int = 5, loops: int = 5, max_passages: int = 8,
+    def __init__(self, search: Retriever, k: int = 5, loops: int = 5, context_tokens: int = 3000,
                  max_chars: int | None = None, oracle: str = "", mc: MCScoring | None = None):
         super().__init__()
         self.oracle = check_roles(oracle, self.ORACLE_ROLES, "react")
-        self.loops, self.max_passages = loops, max_passages
+        self.loops, self.context_tokens, self.max_chars = loops, context_tokens, max_chars
         self.tool = SearchTool(search, k, max_chars, self.oracle)
         tool = dspy.Tool(self.tool, name="search", desc=SEARCH_TOOL)
         self.agent = dspy.ReAct(AnswerWithSearch, tools=[tool], max_iters=loops)
@@ -183,8 +194,10 @@ class ReAct(dspy.Module):
         passages = dedup([p for _, hits in calls for p in hits])
         fallbacks = {"answer": int(out is None)}
         tools = [v for key, v in out.trajectory.items() if key.startswith("tool_name_")] if out is not None else []
+        shown = []  # what the writer reads (nothing when the agent's own answer stands)
         if options or out is None or self.oracle & {"controller", "writer"}:  # multiple choice, the oracle agent
-            answer = self.writer(question=question, passages=passages[:self.max_passages], options=options).answer
+            shown = reader_context(calls[-1][1] if calls else [], passages, self.context_tokens, self.max_chars)
+            answer = self.writer(question=question, passages=shown, options=options).answer
         else:
             answer = (out.answer or "").strip()
         stop = ("agent_unparsed" if out is None else "finish" if tools and tools[-1] == "finish" else
@@ -192,7 +205,8 @@ class ReAct(dspy.Module):
         errors = tool_errors(out.trajectory) if out is not None else 0
         trace = {"iterations": len(calls), "queries": [q for q, _ in calls], "stop_reason": stop, "tools": tools,
                  "tool_errors": errors, "fallbacks": fallbacks,
-                 "parse_failures": fallbacks["answer"] + (stop == "invalid_step") + errors}
+                 "parse_failures": fallbacks["answer"] + (stop == "invalid_step") + errors,
+                 "context_tokens": self.context_tokens, "context_size": len(passages), "shown": len(shown)}
         return dspy.Prediction(answer=answer, passages=passages, retrieved=passages, trace=trace)
 
     def oracle_agent(self, question: str) -> dspy.Prediction:

@@ -8,10 +8,13 @@ some (``programs.coral.critics``); kept documents accumulate over rounds, (4) th
 the kept documents suffice, (5) if not, the planner gets the original question, the previous query and corpora and
 the reason, and must change the corpora and/or rewrite the query. After at most ``loops`` rounds the writer
 answers from the ``writer_docs`` kept documents with the highest ``s_tot``, and from no passages when nothing was
-kept. Oracle roles (``programs.shared.oracle``, no call): ``relevance`` keeps exactly the gold candidates,
-``sufficiency`` stops once every gold passage is kept, ``planner`` searches the culture's own corpus (the
-replanner then only rewrites the query), ``query`` rewrites the query as the oracle query from the kept documents
-(with ``planner``, or a fixed scope, the replanner is not asked), ``writer`` answers as the perfect reader.
+kept. Its prediction's ``passages`` are the writer's, its ``retrieved`` every candidate in order of first retrieval
+(what retrieval is scored on, as for every method), and its trace's ``kept`` the ids of the documents kept. Oracle
+roles (``programs.shared.oracle``, no call): ``relevance`` keeps exactly the gold candidates, ``sufficiency`` stops
+once every gold passage is kept, ``planner`` searches the corpora holding a gold passage not yet kept (else the
+culture's own corpus; the replanner then only rewrites the query), ``query`` rewrites the query as the oracle query
+from the kept documents (with ``planner``, or a fixed scope, the replanner is not asked), ``writer`` answers as the
+perfect reader.
 
 Variants (registry): ``coral_select`` keeps the original query and only re-selects corpora (``rewrite=False``);
 ``coral_fixed_{own,all,own_en}`` replace corpus selection by a fixed scope (C_own: the corpus of the culture's
@@ -119,6 +122,7 @@ class Trace:
     sufficiency: list[dict] = field(default_factory=list)
     stop_reason: str = ""
     evidence: list[dict] = field(default_factory=list)
+    kept: list[str] = field(default_factory=list)  # ids of every document kept, in first-kept order
     evidence_langs: list[str] = field(default_factory=list)
     unknown_corpora: int = 0
     replan_retries: int = 0
@@ -239,12 +243,14 @@ class CORAL(dspy.Module):
         asked = with_options(question, options)  # what the critic judges against
         kept: dict[str, Rated] = {}
         rated: dict[str, Rated] = {}  # every candidate scored so far; never scored twice
+        retrieved: list[Passage] = []  # every candidate, in order of first retrieval
         query, corpora = question, self.select(question, lang, trace, options)  # (1) corpus selection
         trace.stop_reason = "max_rounds" if corpora else "no_corpus_for_language"
         for round_no in range(1, self.loops + 1):
             if not corpora:
                 break
             candidates = self.retrieve(query, corpora)                              # (2) retrieval
+            retrieved = dedup([*retrieved, *candidates])
             new, keeps = self.keep_gate([p for p in candidates if p.id not in rated], candidates, asked, trace)  # (3)
             rated.update((r.passage.id, r) for r in new)
             kept = accumulate(kept, keeps)
@@ -266,7 +272,8 @@ class CORAL(dspy.Module):
         trace.calls["writer"] += 1
         trace.evidence = [{"id": p.id, "total": kept[p.id].total} for p in evidence]
         trace.evidence_langs = [languages[p.corpus] for p in evidence]
-        return dspy.Prediction(answer=out.answer, passages=evidence, trace=trace.as_dict())
+        trace.kept = list(kept)
+        return dspy.Prediction(answer=out.answer, passages=evidence, retrieved=retrieved, trace=trace.as_dict())
 
     # -- (1) and (5): planner -------------------------------------------------------------------------------
     def select(self, question: str, lang: str, trace: Trace, options: dict[str, str] | None = None) -> list[str]:
@@ -274,8 +281,8 @@ class CORAL(dspy.Module):
         planner's choice (it reads the question with its options) validated against the pool."""
         if self.scope != "dynamic":
             return scope_corpora(self.scope, self.search, own_language(lang))
-        if (culture := oracle_labels(self.oracle, "planner")) is not None:
-            return [self.culture_corpus(culture())]
+        if (gold_planner := oracle_labels(self.oracle, "planner")) is not None:
+            return self.oracle_corpora(gold_planner, [])
         languages = self.search.languages()
         if len(languages) == 1:
             return list(languages)
@@ -306,9 +313,9 @@ class CORAL(dspy.Module):
         if self.replanner is None or not (choose_corpora or self.rewrite):
             return None
         gold_query = oracle_labels(self.oracle, "query")
-        culture = oracle_labels(self.oracle, "planner")
-        if (gold_query is not None or not self.rewrite) and (culture is not None or not choose_corpora):  # no call
-            new_corpora = [self.culture_corpus(culture())] if culture is not None else corpora
+        gold_planner = oracle_labels(self.oracle, "planner")
+        if (gold_query is not None or not self.rewrite) and (gold_planner is not None or not choose_corpora):  # no call
+            new_corpora = self.oracle_corpora(gold_planner, held) if gold_planner is not None else corpora
             new_query = gold_query(list(held)) if gold_query is not None else query
             return None if same_plan(new_corpora, new_query, corpora, query) else (new_query, new_corpora)
         for attempt in range(2):
@@ -324,8 +331,8 @@ class CORAL(dspy.Module):
             if gold_query is not None:
                 new_query = gold_query(list(held))
             new_corpora = corpora
-            if culture is not None:
-                new_corpora = [self.culture_corpus(culture())]
+            if gold_planner is not None:
+                new_corpora = self.oracle_corpora(gold_planner, held)
             elif choose_corpora:
                 new_corpora, unknown = validate_corpora(out.corpora, languages, self.max_corpora)
                 trace.unknown_corpora += unknown
@@ -340,11 +347,16 @@ class CORAL(dspy.Module):
                 trace.repeated_plans += 1
         return None
 
-    def culture_corpus(self, lang: str) -> str:
-        """The corpus of the culture's language (the planner oracle's choice)."""
-        if (corpus := corpus_of(self.search, lang)) is None:
-            raise ValueError(f"--oracle planner: no corpus in the culture's language '{lang}'")
-        return corpus
+    def oracle_corpora(self, gold_planner, held: list[Passage]) -> list[str]:
+        """The planner oracle's corpora (``Gold.planner``: those holding a gold passage not among the ``held`` ones,
+        else the culture's), at most ``max_corpora``; each name a corpus of the pool or a language one holds."""
+        languages, chosen = self.search.languages(), []
+        for name in gold_planner(list(held)):
+            if (corpus := name if name in languages else corpus_of(self.search, name)) is None:
+                raise ValueError(f"--oracle planner: no corpus named or in the language '{name}' in the pool "
+                                 f"({', '.join(languages)})")
+            chosen.append(corpus)
+        return list(dict.fromkeys(chosen))[:self.max_corpora]
 
     def replan_inputs(self, question: str, query: str, corpora: list[str], reason: str,
                       options: dict[str, str] | None = None) -> dict:

@@ -4,8 +4,9 @@ can hide. Oracle rows are bounds, never results.
 
 Decision roles (:data:`DECISION_ROLES`): ``relevance`` (a passage is a gold passage), ``sufficiency`` (the passages
 held include every gold passage), ``controller`` (STOP once every gold passage has been retrieved), ``verdict`` (the
-answer judged is right by the task metric), ``planner`` (the corpus of the culture the question is about), ``gap``
-(the missing gold titles the question or a held passage names). Gold passages are paragraph ids where the data has
+answer judged is right by the task metric), ``planner`` (the corpora holding a gold passage not yet held -- a gold
+paragraph id names its corpus -- else the corpus of the culture the question is about), ``gap`` (the missing gold
+titles the question or a held passage names). Gold passages are paragraph ids where the data has
 them (MuSiQue's ``gold_ids``, XRAG's supporting article), else gold titles.
 
 Generative roles (:data:`GENERATIVE_ROLES`) write what a perfect reader of the program's own prompt would, never
@@ -110,7 +111,8 @@ class Gold:
     ``own``: the language of the culture the question is about where the data names one (BLEnD, CLIcK), which
     the fixed own-corpus scope searches; ``question``, ``answers`` (the gold answer first); ``hops``: the gold
     decomposition (MuSiQue); ``span``: the perfect reader needs an answer span in its context (single-hop data:
-    XRAG, open QA, BLEnD, CLIcK) rather than every gold passage."""
+    XRAG, open QA, BLEnD, CLIcK) rather than every gold passage; ``ids``: ``keys`` are paragraph ids
+    (``<corpus>:<id>``), each naming the corpus that holds it."""
 
     keys: frozenset[str] = frozenset()
     key: Callable[[Passage], str] = attrgetter("title")
@@ -122,6 +124,7 @@ class Gold:
     answers: tuple[str, ...] = ()
     hops: tuple[Hop, ...] = ()
     span: bool = False
+    ids: bool = False
 
     def missing(self, role: str) -> bool:
         """Whether this question gives no label for ``role``."""
@@ -141,8 +144,14 @@ class Gold:
     def verdict(self, answer: str) -> bool:
         return self.correct(answer)
 
-    def planner(self) -> str | None:
-        return self.culture
+    def planner(self, held: Iterable[Passage] = ()) -> tuple[str, ...]:
+        """The corpora a perfect planner who knew where the evidence lives names: those holding a gold passage none
+        of the ``held`` ones is (the corpus of each missing gold id; the culture's first, then by name), else -- gold
+        by title or culture only (BLEnD), or every gold passage held -- the culture's language, whose corpus it
+        names. Corpus names only, never a passage."""
+        keys = {self.key(p) for p in held}
+        missing = {k.partition(":")[0] for k in self.keys - keys} if self.ids else set()
+        return tuple(sorted(missing, key=lambda c: (c != self.culture, c))) or (self.culture,)
 
     def gap(self, held: Iterable[Passage]) -> tuple[str, ...]:
         """The gold titles none of the ``held`` passages has that the question or a held passage mentions (a title
