@@ -9,8 +9,8 @@ child run per arm, named by its oracle roles (``par2+oracle:query,writer``: the 
 per question, the leaderboard logged. Every arm answers the same seeded split (``--train/--dev/--test/--split/
 --seed``; default split: test) and differs from the others only in its oracle roles. The report (report.md, printed)
 is one table per method and dataset: each arm's evidence (All-Pass, Recall over its first k paragraphs and over
-everything it retrieved), answers (EM, F1, the judge's with ``--judge``), cost per question (LM calls -- the judge's
-included under ``--judge`` --, prompt tokens, seconds), the LM calls of this run by predictor (the check that only
+everything it retrieved), answers (EM, F1, the judge's with ``--judge``), cost per question (the program's LM calls,
+prompt tokens, seconds; the judge's calls are counted apart), the LM calls of this run by predictor (the check that only
 the role given back calls the LM), and the drop per role: all-oracle minus the arm, paired on the same questions
 (exact McNemar on EM and the judge, a paired t-test on F1; Holm over the ladder's rows, per metric). The report
 notes an arm whose role called no LM on these questions: identical to arm 0, or decided without the LM.
@@ -211,7 +211,7 @@ def report(results: list[suite.Result], calls: dict, title: str) -> str:
     parts = [f"# Attribution ladder: {title}",
              "drop = all-oracle minus the arm (per question, the same questions): positive = what the LM loses in "
              "the role given back. p: exact McNemar (EM, judge) or paired t (F1); Holm over the ladder's arms per "
-             "metric. LM calls/q include the judge's under --judge. Oracle rows are bounds, never results."]
+             "metric. LM calls/q are the program's (the judge's apart). Oracle rows are bounds, never results."]
     for key in dict.fromkeys((r.cell.program, r.cell.dataset) for r in results):
         ladder = [r for r in results if (r.cell.program, r.cell.dataset) == key]
         k = programs.run_k(key[0], None)
