@@ -65,7 +65,8 @@ def test_a_long_gold_passage_reaches_the_writer_whole_unless_a_cut_is_asked(name
         assert LONG[:300] in prompt and ANSWER_SENTENCE not in prompt
 
 
-@pytest.mark.parametrize("name", ["par2", "seal", "rag_cited", "self_rag", "crag", "cot"])
+@pytest.mark.parametrize("name", ["par2", "seal", "rag_cited", "self_rag", "crag", "cot", "ircot", "react", "flare",
+                                  "metarag"])
 def test_the_writer_is_told_the_questions_language_as_rags_is(name):
     told = f"[[ ## answer_language ## ]]\n{language_name('de')}"
     assert all(told in prompt for prompt in writer_prompts("rag", lang="de"))

@@ -87,7 +87,7 @@ class IRCoT(dspy.Module):
     """Interleaved retrieval and chain of thought: each new sentence is the next query (top ``k``); a thought step
     sees at most ``max_passages`` passages, newest first. The reader is PAR2's: its chain-of-thought writer over
     everything collected in the same order (the newest search's hits, then the rest in order of first retrieval), cut
-    to ``context_tokens`` estimated tokens of passage text from the end. ``lang`` is accepted and unused."""
+    to ``context_tokens`` estimated tokens of passage text from the end; ``lang`` goes to it."""
 
     ORACLE_ROLES = STEP_ROLES
 
@@ -125,7 +125,7 @@ class IRCoT(dspy.Module):
                 collected = dedup([*collected, *latest])
                 queries.append(sentence)
         shown = reader_context(latest, collected, self.context_tokens, self.max_chars)
-        answer = self.writer(question=question, passages=shown, options=options).answer
+        answer = self.writer(question=question, passages=shown, options=options, lang=lang).answer
         trace = {"iterations": len(thoughts), "queries": queries, "stop_reason": stop, "thoughts": thoughts,
                  "fallbacks": {"thought": failures}, "parse_failures": failures,
                  "context_tokens": self.context_tokens, "context_size": len(collected), "shown": len(shown)}
@@ -166,7 +166,8 @@ class ReAct(dspy.Module):
     """``dspy.ReAct`` with the search tool, at most ``loops`` agent steps (finishing is a step). When the agent's
     final answer cannot be parsed (or on multiple choice, or under the ``controller`` or ``writer`` oracle), the shared
     writer answers from the passages found, by IRCoT's reader rule (:func:`reader_context`: the last search's hits
-    first, within ``context_tokens``)."""
+    first, within ``context_tokens``), told ``lang`` (the agent's own answer is not: DSPy's ReAct signature has no
+    language field)."""
 
     ORACLE_ROLES = STEP_ROLES
 
@@ -197,7 +198,7 @@ class ReAct(dspy.Module):
         shown = []  # what the writer reads (nothing when the agent's own answer stands)
         if options or out is None or self.oracle & {"controller", "writer"}:  # multiple choice, the oracle agent
             shown = reader_context(calls[-1][1] if calls else [], passages, self.context_tokens, self.max_chars)
-            answer = self.writer(question=question, passages=shown, options=options).answer
+            answer = self.writer(question=question, passages=shown, options=options, lang=lang).answer
         else:
             answer = (out.answer or "").strip()
         stop = ("agent_unparsed" if out is None else "finish" if tools and tools[-1] == "finish" else

@@ -35,7 +35,7 @@ from programs.shared.evidence import lenient, search_excluding
 from programs.shared.gates import LabelGate, Ruling
 from programs.shared.oracle import check_roles, oracle
 from programs.shared.text import clip, content_words, jaccard
-from programs.shared.writer import Writer
+from programs.shared.writer import Writer, told_language
 from retrieval.corpus import Passage
 from retrieval.retriever import Retriever
 from signatures.critic import KnowsAnswer, PassagesSuffice, ReasoningLeads
@@ -57,8 +57,8 @@ def plan(internal: str | None, external: str | None, consistent: str | None) -> 
 
 
 class MetaRAG(dspy.Module):
-    """Draft, then monitor -> evaluate -> plan -> answer again, at most ``rounds`` times. ``lang`` goes to the
-    writer's draft."""
+    """Draft, then monitor -> evaluate -> plan -> answer again, at most ``rounds`` times. ``lang`` goes to every call
+    that writes an answer (the draft, the monitor's expert, the regeneration)."""
 
     ROLES = {"expert": "critic", "suffices": "critic", "follows": "critic", "rewrite": "planner"}
     ORACLE_ROLES = ("verdict", "sufficiency", "query", "writer")
@@ -101,7 +101,7 @@ class MetaRAG(dspy.Module):
         rounds, queries, stop = [], [question], "round_budget"
         for _ in range(0 if options else self.rounds):
             context = [p.format(self.max_chars) for p in held]
-            step = {"answer_in": answer, **self.monitor(question, context, answer)}                 # monitor
+            step = {"answer_in": answer, **self.monitor(question, context, answer, lang)}           # monitor
             rounds.append(step)
             if step["monitor"] != "unsatisfied":
                 stop = f"monitor_{step['monitor']}"
@@ -116,10 +116,10 @@ class MetaRAG(dspy.Module):
                 queries.append(step["query"])
                 context = [p.format(self.max_chars) for p in held]
             if "writer" in self.oracle:  # the perfect reader of what is held now
-                out = self.writer(question=question, passages=held)
+                out = self.writer(question=question, passages=held, lang=lang)
             else:
                 out = lenient(self.regenerate, passages=context, question=question,
-                              instruction=REGULATION[step["action"]])
+                              instruction=REGULATION[step["action"]], **told_language(self.regenerate, lang))
             step["regenerated"] = out is not None and bool(out.answer.strip())
             if step["regenerated"]:
                 answer, reasoning = out.answer.strip(), out.get("reasoning") or ""
@@ -134,14 +134,14 @@ class MetaRAG(dspy.Module):
                                                                                 for r in rounds)}
         return dspy.Prediction(answer=answer, passages=held, retrieved=held, trace=trace)
 
-    def monitor(self, question: str, context: list[str], answer: str) -> dict:
+    def monitor(self, question: str, context: list[str], answer: str, lang: str | None = None) -> dict:
         """``monitor``: satisfied, unsatisfied, unparsed (the expert's reply is unreadable: not acted on) or at_rest
         (the gate passes every answer, no call); with the expert's answer and the similarity."""
         if (right := oracle(self.oracle, "verdict")) is not None:
             return {"monitor": "satisfied" if right(answer) else "unsatisfied", "oracle": True}
         if self.monitor_gate.at_rest:
             return {"monitor": "at_rest"}
-        out = lenient(self.expert, passages=context, question=question)
+        out = lenient(self.expert, passages=context, question=question, **told_language(self.expert, lang))
         if out is None:
             return {"monitor": "unparsed"}
         similarity = jaccard(out.answer, answer)

@@ -61,6 +61,15 @@ def recorded_choices():
         _CHOICES.reset(token)
 
 
+def told_language(predictor: dspy.Module, lang: str | None) -> dict:
+    """The call arguments that ask ``predictor`` (a Predict, or a chain of thought's own Predict) for its answer in
+    ``lang``, the question's language where it is known; none otherwise."""
+    if not lang:
+        return {}
+    signature = getattr(predictor, "predict", predictor).signature
+    return {"signature": in_language(signature), "answer_language": language_name(lang)}
+
+
 class Writer(dspy.Module):
     """Final answer from the question (+ passages, + options for multiple choice).
 
@@ -91,10 +100,7 @@ class Writer(dspy.Module):
         if options:
             return self.choose(question, context, options)
         kwargs = {"passages": context} if self.use_passages else {}
-        if lang:  # the question's language is known: ask for the answer in it (a chain of thought's own Predict's)
-            signature = getattr(self.short, "predict", self.short).signature
-            kwargs.update(signature=in_language(signature), answer_language=language_name(lang))
-        out = self.short(question=question, **kwargs)
+        out = self.short(question=question, **kwargs, **told_language(self.short, lang))
         return dspy.Prediction(answer=out.answer.strip(), reasoning=getattr(out, "reasoning", None))
 
     def perfect_reader(self):
