@@ -11,7 +11,7 @@ import programs
 from evaluation.stats import bootstrap_ci
 from experiments.cli import compile_metric, evaluate_command, fail, interruptible, parser
 from experiments.sessions import session
-from experiments.compile_run import check_compile_flags, compile_and_score, compile_flags
+from experiments.compile_run import check_compile_flags, compile_and_score, compile_flags, teacher_flag
 from optimizers.compile import OPTIMIZERS
 from runtime import store
 
@@ -21,6 +21,7 @@ def main(argv=None) -> str:
     p = parser(__doc__.splitlines()[0])
     p.add_argument("--optimizer", default="bootstrap", choices=OPTIMIZERS)
     compile_flags(p)
+    teacher_flag(p)
     p.add_argument("--out", help="where to write the compiled program JSON (also logged to MLflow)")
     args = p.parse_args(argv)
     if not args.program:

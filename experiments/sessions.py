@@ -66,13 +66,13 @@ class Session:
         ``--oracle all`` (every role it has)."""
         return program_oracle(self.args.oracle, program_name)
 
-    def program_config(self, program_name: str) -> dict:
-        """:attr:`config` as program ``program_name`` takes it, its own ``--oracle`` roles only."""
+    def program_config(self, program_name: str, oracle: str | None = None) -> dict:
+        """:attr:`config` as program ``program_name`` takes it, its own ``--oracle`` roles only (``oracle``: roles
+        asked in place of ``--oracle``'s, e.g. ``all`` for an oracle teacher)."""
         config = self.config
-        if "oracle" in config:  # none of its roles: as a run without --oracle
-            config["oracle"] = self.oracle(program_name)
-            if not config["oracle"]:
-                del config["oracle"]
+        config.pop("oracle", None)
+        if roles := program_oracle(self.args.oracle if oracle is None else oracle, program_name):
+            config["oracle"] = roles  # none of its roles: as a run without --oracle
         return programs.accepted_config(program_name, config)
 
     @property
@@ -124,11 +124,12 @@ class Session:
         return sources.provenance(self.args.dataset, self.args.corpus, self.args.leave_question_out,
                                   self.args.max_docs)
 
-    def build(self, program_name: str) -> dspy.Module:
-        """The program with its role LMs and ``--mc-scoring`` (``pride`` calibrates it here, on train questions)."""
+    def build(self, program_name: str, oracle: str | None = None) -> dspy.Module:
+        """The program with its role LMs and ``--mc-scoring`` (``pride`` calibrates it here, on train questions);
+        ``oracle``: its oracle roles in place of ``--oracle``'s (:meth:`program_config`)."""
         if self.args.no_retrieval:
             program_name = "cot" if program_name == "cot" else "direct"
-        config = self.program_config(program_name)
+        config = self.program_config(program_name, oracle)
 
         def make(mc: MCScoring | None) -> dspy.Module:
             try:
