@@ -315,9 +315,9 @@ ORACLE_HINTS = {"relevance": "gold titles, gold_ids or a supporting paragraph", 
                 "plan": "gold passages", "writer": "reference answers"}
 
 
-def check_oracle(args: Settings, examples: list[dspy.Example]) -> None:
+def check_oracle(args: Settings, examples: list[dspy.Example], why: str = "") -> None:
     """``--oracle``: known roles, each one a decision of ``--program`` (outside a suite), and a gold label for it in
-    every example; else one line naming the problem."""
+    every example; else one line naming the problem (after ``why``: what asked for the roles, if not the flag)."""
     try:
         roles = parse_roles(args.oracle)
     except ValueError as err:
@@ -331,6 +331,6 @@ def check_oracle(args: Settings, examples: list[dspy.Example]) -> None:
     checked = (expand(roles, programs.oracle_roles(args.program)) if single else ()) if ALL in roles else roles
     for role in checked:
         if lacking := [ex.id for ex in examples if gold_of(ex).missing(role)]:
-            fail(f"--oracle {role} needs {ORACLE_HINTS[role]} in every question; {len(lacking)} of {len(examples)} "
-                 f"{args.dataset} questions have none (e.g. {lacking[0]})")
+            fail(f"{why}--oracle {role} needs {ORACLE_HINTS[role]} in every question; {len(lacking)} of "
+                 f"{len(examples)} {args.dataset} questions have none (e.g. {lacking[0]})")
     args.oracle = ",".join(roles)

@@ -11,9 +11,10 @@ import programs
 from evaluation.metrics import f1, gold_of
 from experiments import sessions
 from optimizers.compile import compile_program
+from programs.shared.gates import LabelGate
 from programs.shared.oracle import gold_labels, taught
 from programs.shared.writer import READ
-from retrieval.corpus import Corpus
+from retrieval.corpus import Corpus, Passage
 from retrieval.retriever import Retriever
 from runtime.roles import init_dspy
 from tests.dummies import routed
@@ -92,6 +93,18 @@ def test_an_answer_that_leaves_an_output_field_out_is_not_recorded():
                                                        {"decision": "STOP", "next_query": ""})]
 
 
+@pytest.mark.parametrize("outputs, recorded", [("enough", True), ("enough, reason", False)])
+def test_a_decision_oracle_is_recorded_as_its_gates_call_when_the_label_is_the_whole_answer(outputs, recorded):
+    predictor = dspy.Predict(f"question, evidence -> {outputs}")
+    gate = LabelGate(predictor, "enough", ("yes", "no"), "set", roles=frozenset({"sufficiency"}), role="sufficiency")
+    inputs = {"question": TWO_HOP.question, "evidence": ["Hagar was the spouse of Abraham."]}
+    held = [Passage("musique:00001", "Hagar (disambiguation)", "Hagar was the spouse of Abraham.")]
+    with gold_labels(gold_of(TWO_HOP)), dspy.context(trace=[]):
+        assert gate(inputs, gold=held).label == "no"  # hop 2's paragraph is not held
+        trace = list(dspy.settings.trace)
+    assert [(p, i, dict(o)) for p, i, o in trace] == ([(predictor, inputs, {"enough": "no"})] if recorded else [])
+
+
 @pytest.mark.parametrize("k, answers", [(2, 0), (4, 1)])
 def test_an_oracle_teacher_that_abstains_teaches_no_demo(search, k, answers):
     # rag_cited's one pass over the question's top 2 never holds hop 2's paragraph: the perfect reader abstains, and
@@ -132,3 +145,13 @@ def test_an_oracle_teacher_is_for_bootstrap(capsys):
         optimize.main(["--program", "rag", "--optimizer", "mipro", "--teacher", "oracle"])
     assert stop.value.code == 2
     assert "error: --teacher oracle is for --optimizer bootstrap (got mipro)" in capsys.readouterr().err
+
+
+def test_an_oracle_teacher_needs_every_roles_labels_in_train(scripted_lm, capsys):
+    # the bundled multi-hop questions name no culture's language: CORAL's planner oracle has no label for them
+    with pytest.raises(SystemExit) as stop:
+        optimize.main(["--program", "coral", "--dataset", "demo", "--train", "2", "--dev", "0", "--test", "1",
+                       "--teacher", "oracle"])
+    assert stop.value.code == 2
+    assert ("error: --teacher oracle builds the program with --oracle all: --oracle planner needs"
+            in capsys.readouterr().err)

@@ -90,8 +90,10 @@ class EvidenceWriter(Writer):
                 facts: list[str] = (), lang: str | None = None):
         if not options and (read := self.perfect_reader()) is not None:  # the writer oracle cites nothing
             answer = read(list(passages), None, self.max_chars)
-            taught(self.short, {"passages": numbered(list(passages), self.max_chars), "question": question,
-                                **({"facts": list(facts)} if self.with_facts else {})}, answer=with_citations(answer, passages))
+            shown = {"passages": numbered(list(passages), self.max_chars), "question": question,
+                     **({"facts": list(facts)} if self.with_facts else {}),
+                     **({"answer_language": language_name(lang)} if lang else {})}
+            taught(self.short, shown, answer=with_citations(answer, list(passages)))
             return dspy.Prediction(answer=answer, citations=[], cited_titles=[])
         if options:
             return super().forward(question, passages, options)

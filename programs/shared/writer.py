@@ -90,7 +90,7 @@ class Writer(dspy.Module):
                 lang: str | None = None):
         if (read := self.perfect_reader()) is not None:
             answer = read(list(passages) if self.use_passages else [], options, self.max_chars)
-            self.teach(question, passages, options, answer)
+            self.teach(question, passages, options, lang, answer)
             return dspy.Prediction(answer=answer, reasoning=None)
         context = [p.format(self.max_chars) for p in passages] if self.use_passages else []
         if options:
@@ -102,19 +102,19 @@ class Writer(dspy.Module):
         out = self.short(question=question, **kwargs)
         return dspy.Prediction(answer=out.answer.strip(), reasoning=getattr(out, "reasoning", None))
 
-    def teach(self, question: str, passages, options: dict[str, str] | None, answer: str, **outputs) -> None:
-        """The perfect reader's ``answer`` (and ``outputs``) recorded as the call of the predictor it stands in for
+    def teach(self, question: str, passages, options: dict[str, str] | None, lang: str | None, answer: str) -> None:
+        """The perfect reader's ``answer`` recorded as the call of the predictor it stands in for
         (:func:`~programs.shared.oracle.taught`), on the inputs that predictor would have read. A chain of thought's
         reasoning is the reader's own: the context states what the question needs (:data:`READ`), or it does
         not."""
         context = [p.format(self.max_chars) for p in passages] if self.use_passages else []
-        step, inputs = self.short, {"question": question, **({"passages": context} if self.use_passages else {})}
+        step, inputs = self.short, {"question": question, **({"passages": context} if self.use_passages else {}),
+                                    **({"answer_language": language_name(lang)} if lang else {})}
         if options:
             step, inputs = self.choice, {"passages": context, "question": question, "options": format_options(options)}
         predictor = getattr(step, "predict", step)
-        if "reasoning" in predictor.signature.output_fields:
-            outputs["reasoning"] = READ[answer != IDK]
-        taught(predictor, inputs, answer=answer, **outputs)
+        reasoning = {"reasoning": READ[answer != IDK]} if "reasoning" in predictor.signature.output_fields else {}
+        taught(predictor, inputs, answer=answer, **reasoning)
 
     def perfect_reader(self):
         """The writer oracle's answer (``Gold.writer``) when ``writer`` is among this writer's oracle roles, else
