@@ -12,8 +12,8 @@ from evaluation.loop import evaluate
 from evaluation.metrics import METRIC_NAMES
 from experiments.cli import fail
 from experiments.sessions import Session
-from programs.shared.oracle import ALL
 from optimizers.fitting import compile_fitted, compile_ledger, log_compiled
+from programs.shared.oracle import ALL
 
 
 def compile_flags(p) -> None:

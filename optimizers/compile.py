@@ -17,7 +17,7 @@ from dspy.utils.callback import BaseCallback
 
 from evaluation.loop import EndpointDown, endpoint_backoff, stopped
 from evaluation.metrics import UnreadableVerdict, gold_of
-from programs.shared.oracle import gold_labels
+from programs.shared.oracle import gold_labels, teaching
 from runtime.lm import TRANSIENT_ERRORS, UNREADABLE_ERRORS, ServerError, describe
 from runtime.metering import BudgetSpent, Limit, limited
 
@@ -68,11 +68,12 @@ def guarded(program: dspy.Module, labelled: list | None = None) -> dspy.Module:
     """``program``, its calls made through :func:`asked`: an unreadable reply fails the example as DSPy does, any
     other error stops the compile. Set as an instance attribute, so every copy an optimizer makes keeps it.
     ``labelled``: the examples whose gold labels (``programs.shared.oracle``) the call on an example's inputs runs
-    under, for a program built with oracle roles (an oracle teacher)."""
+    under, its oracle answers recorded as its predictors' calls (a teacher built with oracle roles)."""
     golds = {inputs_key(ex.inputs()): gold_of(ex) for ex in labelled or ()}
 
     def forward(self, *args, **kwargs):
-        with gold_labels(golds[inputs_key(kwargs)]) if labelled else nullcontext():
+        with (gold_labels(golds[inputs_key(kwargs)]) if labelled else nullcontext(),
+              teaching() if labelled else nullcontext()):
             return asked(lambda: type(self).forward(self, *args, **kwargs), dspy.Example(**kwargs),
                          f"the program {type(self).__name__} (compile)", UNREADABLE_ERRORS)
 

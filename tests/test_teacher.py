@@ -12,7 +12,7 @@ from evaluation.metrics import f1, gold_of
 from experiments import sessions
 from optimizers.compile import compile_program
 from programs.shared.gates import LabelGate
-from programs.shared.oracle import gold_labels, taught
+from programs.shared.oracle import gold_labels, taught, teaching
 from programs.shared.writer import READ
 from retrieval.corpus import Corpus, Passage
 from retrieval.retriever import Retriever
@@ -85,12 +85,21 @@ def test_the_student_is_no_oracle_and_asks_the_lm_with_the_oracle_demos(search):
 
 def test_an_answer_that_leaves_an_output_field_out_is_not_recorded():
     predictor = dspy.Predict("question -> decision, next_query")
-    with dspy.context(trace=[]):
+    with dspy.context(trace=[]), teaching():
         taught(predictor, {"question": "q"}, decision="STOP")
         taught(predictor, {"question": "q"}, decision="STOP", next_query="", extra="x")
         trace = list(dspy.settings.trace)
     assert [(p, i, dict(o)) for p, i, o in trace] == [(predictor, {"question": "q"},
                                                        {"decision": "STOP", "next_query": ""})]
+
+
+def test_an_oracle_evaluation_records_nothing(search):
+    # outside a teacher's call (an evaluation under --oracle all, DSPy's trace on by default) nothing is recorded
+    _, teacher = pair("par2", search)
+    init_dspy(NoCalls(), cache=False)
+    with gold_labels(gold_of(TWO_HOP)), dspy.context(trace=[]):
+        assert teacher(question=TWO_HOP.question).answer == "Keturah"
+        assert dspy.settings.trace == []
 
 
 @pytest.mark.parametrize("outputs, recorded", [("enough", True), ("enough, reason", False)])
@@ -99,7 +108,7 @@ def test_a_decision_oracle_is_recorded_as_its_gates_call_when_the_label_is_the_w
     gate = LabelGate(predictor, "enough", ("yes", "no"), "set", roles=frozenset({"sufficiency"}), role="sufficiency")
     inputs = {"question": TWO_HOP.question, "evidence": ["Hagar was the spouse of Abraham."]}
     held = [Passage("musique:00001", "Hagar (disambiguation)", "Hagar was the spouse of Abraham.")]
-    with gold_labels(gold_of(TWO_HOP)), dspy.context(trace=[]):
+    with gold_labels(gold_of(TWO_HOP)), dspy.context(trace=[]), teaching():
         assert gate(inputs, gold=held).label == "no"  # hop 2's paragraph is not held
         trace = list(dspy.settings.trace)
     assert [(p, i, dict(o)) for p, i, o in trace] == ([(predictor, inputs, {"enough": "no"})] if recorded else [])

@@ -45,6 +45,7 @@ from operator import attrgetter
 from typing import Callable, Iterable
 
 import dspy
+
 from programs.shared.text import IDK, mentions
 from retrieval.corpus import Passage
 from runtime.metering import count
@@ -251,15 +252,31 @@ def own_language(lang: str) -> str:
     return (gold.own if gold else None) or lang
 
 
+_TEACHING: ContextVar[bool] = ContextVar("teaching", default=False)
+
+
+@contextmanager
+def teaching():
+    """Within the block (a teacher's call in a compile), oracle answers are recorded by :func:`taught`."""
+    token = _TEACHING.set(True)
+    try:
+        yield
+    finally:
+        _TEACHING.reset(token)
+
+
 def taught(predictor: dspy.Predict, inputs: dict | Callable[[], dict], **outputs) -> None:
-    """Record an oracle answer ``outputs`` given in place of ``predictor``'s call on ``inputs`` (a dict, or what
-    makes it: read only when recorded) as that call in DSPy's trace, when one is kept (``dspy.settings.trace``:
-    what BootstrapFewShot makes demos of). Only the predictor's output fields are recorded, and only when the
-    answer fills them all: a demo that leaves a field out (a gate's label without the fields beside it) would teach
-    the student to leave it out."""
-    trace = dspy.settings.trace
-    fields = predictor.signature.output_fields
-    if trace is None or any(outputs.get(key) is None for key in fields):
+    """Within :func:`teaching`, record an oracle answer ``outputs`` given in place of ``predictor``'s call on
+    ``inputs`` (a dict, or what makes it: read only when recorded) as that call in DSPy's trace
+    (``dspy.settings.trace``: what BootstrapFewShot makes demos of), as DSPy records a call. Only the predictor's
+    output fields are recorded, and only when the answer fills them all: a demo that leaves a field out (a gate's
+    label without the fields beside it) would teach the student to leave it out. Outside a teacher's call nothing
+    is recorded, so an oracle evaluation runs as it did."""
+    trace, fields = dspy.settings.trace, predictor.signature.output_fields
+    if not _TEACHING.get() or trace is None or dspy.settings.max_trace_size <= 0 or any(
+            outputs.get(key) is None for key in fields):
         return
+    if len(trace) >= dspy.settings.max_trace_size:
+        trace.pop(0)
     trace.append((predictor, dict(inputs() if callable(inputs) else inputs),
                   dspy.Prediction(**{key: outputs[key] for key in fields})))
