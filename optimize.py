@@ -10,10 +10,12 @@ from __future__ import annotations
 import programs
 from evaluation.stats import bootstrap_ci
 from experiments.cli import compile_metric, evaluate_command, fail, interruptible, parser
-from experiments.sessions import session
-from experiments.compile_run import check_compile_flags, compile_and_score, compile_flags
+from experiments.sessions import check_oracle, session
+from experiments.compile_run import check_compile_flags, compile_and_score, compile_flags, teacher_flag
 from optimizers.compile import OPTIMIZERS
+from programs.shared.oracle import ALL
 from runtime import store
+from runtime.settings import Settings
 
 
 @interruptible
@@ -21,6 +23,7 @@ def main(argv=None) -> str:
     p = parser(__doc__.splitlines()[0])
     p.add_argument("--optimizer", default="bootstrap", choices=OPTIMIZERS)
     compile_flags(p)
+    teacher_flag(p)
     p.add_argument("--out", help="where to write the compiled program JSON (also logged to MLflow)")
     args = p.parse_args(argv)
     if not args.program:
@@ -30,6 +33,9 @@ def main(argv=None) -> str:
     if not s.splits.train or (args.optimizer != "bootstrap" and not s.splits.dev):
         fail(f"--optimizer {args.optimizer} needs --train" + ("" if args.optimizer == "bootstrap" else " and --dev")
              + " of at least 1 example")
+    if args.teacher == "oracle":  # the teacher reads every role's gold labels of the train questions
+        check_oracle(Settings(**{**vars(args), "oracle": ALL}), s.splits.train,
+                     "--teacher oracle builds the program with --oracle all: ")
     metric_name, metric = compile_metric(s.bundle.task, args.metric, s.judge)
     run = compile_and_score(s, metric_name, metric)
 

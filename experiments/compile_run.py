@@ -13,6 +13,7 @@ from evaluation.metrics import METRIC_NAMES
 from experiments.cli import fail
 from experiments.sessions import Session
 from optimizers.fitting import compile_fitted, compile_ledger, log_compiled
+from programs.shared.oracle import ALL
 
 
 def compile_flags(p) -> None:
@@ -30,10 +31,24 @@ def compile_flags(p) -> None:
                    help="drop each predictor's longest demos until its demos fit T estimated tokens (chars/4)")
 
 
+TEACHERS = ("self", "oracle")
+
+
+def teacher_flag(p) -> None:
+    """``--teacher``: whose runs on train BootstrapFewShot makes the demos of (optimize.py's)."""
+    p.add_argument("--teacher", default="self", choices=TEACHERS,
+                   help="bootstrap: make the demos from the program's own runs on train (self), or from the same "
+                        "program built with every oracle role (oracle: --oracle all, no LM call), whose gold "
+                        "sub-queries, plans and answers become the demos; the compiled program makes LM calls")
+
+
 def check_compile_flags(args) -> None:
     if args.oracle:
         fail("--oracle is for evaluation (evaluate.py, --suite): compiling reads no gold labels; compile without it "
              "and evaluate the compiled program with --oracle")
+    if getattr(args, "teacher", "self") == "oracle" and args.optimizer != "bootstrap":
+        fail(f"--teacher oracle is for --optimizer bootstrap (got {args.optimizer}): drop --teacher or compile with "
+             "bootstrap")
     for flag in ("compile_budget", "compile_minutes", "demo_tokens"):
         if getattr(args, flag) is not None and getattr(args, flag) <= 0:
             fail(f"--{flag.replace('_', '-')} must be positive (leave it out for no limit)")
@@ -70,9 +85,11 @@ def compile_and_score(s: Session, metric_name: str, metric) -> CompileRun:
     program = s.build(args.program)
     k = args.k if s.retriever else None
 
-    run_name = f"{args.program}-{args.dataset}-{args.optimizer}"
-    with tracking.run(args.experiment, run_name, tags={"entry": "optimize.py"}) as run:
-        tracking.log_params(s.params(args.program) | compile_params(args, args.optimizer, metric_name))
+    teacher = s.build(args.program, oracle=ALL) if args.teacher == "oracle" else None
+    params = compile_params(args, args.optimizer, metric_name) | {"teacher": args.teacher}
+    run_name = f"{args.program}-{args.dataset}-{args.optimizer}" + (f"-teacher={args.teacher}" if teacher else "")
+    with tracking.run(args.experiment, run_name, tags={"entry": "optimize.py", "teacher": args.teacher}) as run:
+        tracking.log_params(s.params(args.program) | params)
         stages, scores = {}, {}
         traces = tracking.question_traces(run.info.run_id, s.metrics, args.trace)
 
@@ -93,8 +110,7 @@ def compile_and_score(s: Session, metric_name: str, metric) -> CompileRun:
         stage("dev_before", program, s.splits.dev)
         stage("test_before", program, s.splits.test)
         compiled, _ = compile_fitted(s, program, args.optimizer, metric, s.roles.lm("planner"),
-                                     compile_ledger(s, args.program, program,
-                                                    compile_params(args, args.optimizer, metric_name)))
+                                     compile_ledger(s, args.program, program, params), teacher)
         tracking.tag_effective(compiled, args.program)  # its gates fitted on dev may rest
         stage("dev_after", compiled, s.splits.dev)
         stage("test_after", compiled, s.splits.test)
@@ -102,7 +118,8 @@ def compile_and_score(s: Session, metric_name: str, metric) -> CompileRun:
         out = Path(args.out) if args.out else Path(tempfile.mkdtemp()) / "program.json"
         log_compiled(s, compiled, out)
         prompts = tracking.register_prompts(compiled, args.program, {"optimizer": args.optimizer,
-                                                                     "dataset": args.dataset})
+                                                                     "dataset": args.dataset,
+                                                                     "teacher": args.teacher})
         example = next(ex for ex in (*s.splits.test, *s.splits.dev, *s.splits.train)).inputs().toDict()
         with tracking.untraced():  # MLflow answers the example with the logged model: not one of the run's questions
             model = serving.log_served(out, args.program, serving.serving_config(args, s.data, compiled), example,

@@ -66,13 +66,13 @@ class Session:
         ``--oracle all`` (every role it has)."""
         return program_oracle(self.args.oracle, program_name)
 
-    def program_config(self, program_name: str) -> dict:
-        """:attr:`config` as program ``program_name`` takes it, its own ``--oracle`` roles only."""
+    def program_config(self, program_name: str, oracle: str | None = None) -> dict:
+        """:attr:`config` as program ``program_name`` takes it, its own ``--oracle`` roles only (``oracle``: roles
+        asked in place of ``--oracle``'s, e.g. ``all`` for an oracle teacher)."""
         config = self.config
-        if "oracle" in config:  # none of its roles: as a run without --oracle
-            config["oracle"] = self.oracle(program_name)
-            if not config["oracle"]:
-                del config["oracle"]
+        config.pop("oracle", None)
+        if roles := program_oracle(self.args.oracle if oracle is None else oracle, program_name):
+            config["oracle"] = roles  # none of its roles: as a run without --oracle
         return programs.accepted_config(program_name, config)
 
     @property
@@ -124,11 +124,12 @@ class Session:
         return sources.provenance(self.args.dataset, self.args.corpus, self.args.leave_question_out,
                                   self.args.max_docs)
 
-    def build(self, program_name: str) -> dspy.Module:
-        """The program with its role LMs and ``--mc-scoring`` (``pride`` calibrates it here, on train questions)."""
+    def build(self, program_name: str, oracle: str | None = None) -> dspy.Module:
+        """The program with its role LMs and ``--mc-scoring`` (``pride`` calibrates it here, on train questions);
+        ``oracle``: its oracle roles in place of ``--oracle``'s (:meth:`program_config`)."""
         if self.args.no_retrieval:
             program_name = closed_book(program_name)
-        config = self.program_config(program_name)
+        config = self.program_config(program_name, oracle)
 
         def make(mc: MCScoring | None) -> dspy.Module:
             try:
@@ -323,9 +324,9 @@ ORACLE_HINTS = {"relevance": "gold titles, gold_ids or a supporting paragraph", 
                 "plan": "gold passages", "writer": "reference answers"}
 
 
-def check_oracle(args: Settings, examples: list[dspy.Example]) -> None:
+def check_oracle(args: Settings, examples: list[dspy.Example], why: str = "") -> None:
     """``--oracle``: known roles, each one a decision of ``--program`` (outside a suite), and a gold label for it in
-    every example; else one line naming the problem."""
+    every example; else one line naming the problem (after ``why``: what asked for the roles, if not the flag)."""
     try:
         roles = parse_roles(args.oracle)
     except ValueError as err:
@@ -339,6 +340,6 @@ def check_oracle(args: Settings, examples: list[dspy.Example]) -> None:
     checked = (expand(roles, programs.oracle_roles(args.program)) if single else ()) if ALL in roles else roles
     for role in checked:
         if lacking := [ex.id for ex in examples if gold_of(ex).missing(role)]:
-            fail(f"--oracle {role} needs {ORACLE_HINTS[role]} in every question; {len(lacking)} of {len(examples)} "
-                 f"{args.dataset} questions have none (e.g. {lacking[0]})")
+            fail(f"{why}--oracle {role} needs {ORACLE_HINTS[role]} in every question; {len(lacking)} of "
+                 f"{len(examples)} {args.dataset} questions have none (e.g. {lacking[0]})")
     args.oracle = ",".join(roles)

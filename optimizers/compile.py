@@ -16,7 +16,8 @@ from dspy.teleprompt.gepa.instruction_proposal import InstructionProposer
 from dspy.utils.callback import BaseCallback
 
 from evaluation.loop import EndpointDown, endpoint_backoff, stopped
-from evaluation.metrics import UnreadableVerdict
+from evaluation.metrics import UnreadableVerdict, gold_of
+from programs.shared.oracle import gold_labels, teaching
 from runtime.lm import TRANSIENT_ERRORS, UNREADABLE_ERRORS, ServerError, describe
 from runtime.metering import BudgetSpent, Limit, limited
 
@@ -63,15 +64,26 @@ def verdicts_only(metric):
     return wrapped
 
 
-def guarded(program: dspy.Module) -> dspy.Module:
+def guarded(program: dspy.Module, labelled: list | None = None) -> dspy.Module:
     """``program``, its calls made through :func:`asked`: an unreadable reply fails the example as DSPy does, any
-    other error stops the compile. Set as an instance attribute, so every copy an optimizer makes keeps it."""
+    other error stops the compile. Set as an instance attribute, so every copy an optimizer makes keeps it.
+    ``labelled``: the examples whose gold labels (``programs.shared.oracle``) the call on an example's inputs runs
+    under, its oracle answers recorded as its predictors' calls (a teacher built with oracle roles)."""
+    golds = {inputs_key(ex.inputs()): gold_of(ex) for ex in labelled or ()}
+
     def forward(self, *args, **kwargs):
-        return asked(lambda: type(self).forward(self, *args, **kwargs), dspy.Example(**kwargs),
-                     f"the program {type(self).__name__} (compile)", UNREADABLE_ERRORS)
+        with (gold_labels(golds[inputs_key(kwargs)]) if labelled else nullcontext(),
+              teaching() if labelled else nullcontext()):
+            return asked(lambda: type(self).forward(self, *args, **kwargs), dspy.Example(**kwargs),
+                         f"the program {type(self).__name__} (compile)", UNREADABLE_ERRORS)
 
     program.forward = types.MethodType(forward, program)
     return program
+
+
+def inputs_key(inputs) -> str:
+    """An example's inputs as one key: what finds its gold labels when a program is called on them."""
+    return json.dumps(dict(inputs), sort_keys=True, ensure_ascii=False, default=str)
 
 
 def feedback(gold, pred, score: float) -> str:
@@ -247,14 +259,23 @@ class Exercised(dspy.Module):
 
 def compile_program(program: dspy.Module, optimizer: str, trainset: list, devset: list, metric, *,
                     max_demos: int = 2, candidates: int = 4, budget: int | None = None, seed: int = 0,
-                    reflection_lm: dspy.LM | None = None, limit: Limit | None = None) -> dspy.Module:
+                    reflection_lm: dspy.LM | None = None, limit: Limit | None = None,
+                    teacher: dspy.Module | None = None) -> dspy.Module:
     """Compile ``program`` on ``trainset``; optimizers that search (all but ``bootstrap``) select on ``devset``.
 
     ``budget`` is MIPROv2's trial count or GEPA's metric-call budget; GEPA reflects with ``reflection_lm`` and
     MIPROv2 proposes its instructions with it (None: the configured LM), the program runs on its own LMs. Threads
     are 1: the embedded server serves one request at a time on 2 cores. A ``limit`` (LM calls, minutes) reached
     stops the compile: it keeps the demos bootstrapped so far (bootstrap) or the best candidate scored on the whole
-    devset so far (else the uncompiled program), says so in one line, and leaves ``limit.reached`` set."""
+    devset so far (else the uncompiled program), says so in one line, and leaves ``limit.reached`` set.
+
+    ``teacher`` (bootstrap only): the program whose runs on train the demos are made of (None: ``program`` itself),
+    of ``program``'s class with the same predictors, run under each train example's gold labels: one built with
+    oracle roles (``--teacher oracle``) records their answers as its predictors' calls
+    (``programs.shared.oracle.taught``), so ``program`` learns from the oracle's sub-queries, plans and answers on
+    the train questions whose answer the metric passes (an oracle writer that abstained passes none)."""
+    if teacher is not None and optimizer != "bootstrap":
+        raise ValueError(f"a teacher program is for --optimizer bootstrap, not {optimizer}")
     if optimizer not in OPTIMIZERS:
         raise ValueError(f"unknown optimizer '{optimizer}'; choose one of: {', '.join(OPTIMIZERS)}")
     metric = verdicts_only(metric)
@@ -265,7 +286,8 @@ def compile_program(program: dspy.Module, optimizer: str, trainset: list, devset
           stops()):
         if optimizer == "bootstrap":
             tp = _Bootstrap(metric=metric, **demos)
-            compiled = tp.compile(program, trainset=trainset)
+            compiled = tp.compile(program, trainset=trainset,
+                                  teacher=None if teacher is None else guarded(keeping_lms(teacher), trainset))
             if tp.stopped:
                 kept = f"the demos bootstrapped from {len(tp.bootstrapped)} of {len(trainset)} train examples so far"
         else:

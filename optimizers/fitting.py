@@ -27,7 +27,7 @@ from runtime.roles import assign_roles
 
 
 def compile_fitted(s, program: dspy.Module, optimizer: str, metric, proposer: dspy.LM,
-                   ledger: Path | None = None) -> tuple[dspy.Module, dict]:
+                   ledger: Path | None = None, teacher: dspy.Module | None = None) -> tuple[dspy.Module, dict]:
     """Compile ``program`` with ``optimizer`` as the compile flags say (its calls metered, within the compile
     budget; ``proposer``: MIPROv2's instruction proposer and GEPA's reflection LM), fit its demos to
     ``--demo-tokens`` and its gates to dev (:func:`fit_gates`: before the compile too, so the compile bootstraps,
@@ -36,7 +36,8 @@ def compile_fitted(s, program: dspy.Module, optimizer: str, metric, proposer: ds
     (empty: none) and the demo tokens of each predictor. ``ledger``: a file keyed by the compile's setting that
     keeps its cost across runs (:func:`carried`), so a compile re-run from the LM cache reports what it cost; under
     ``--no-cache`` the compile's own answers are kept beside it (:func:`answers_kept`), so a re-run resumes an
-    interrupted compile and reproduces a finished one there too."""
+    interrupted compile and reproduces a finished one there too. ``teacher``: bootstrap's teacher program
+    (``compile_program``; None: the program itself)."""
     args = s.args
     t0, limit = time.perf_counter(), Limit(args.compile_budget, args.compile_minutes)
     cost = None
@@ -48,7 +49,7 @@ def compile_fitted(s, program: dspy.Module, optimizer: str, metric, proposer: ds
         with tracking.untraced(), metered() as cost, answers_kept(kept, lms):  # counted, not traced
             compiled = compile_program(program, optimizer, s.splits.train, s.splits.dev, metric,
                                        max_demos=args.demos, candidates=args.candidates, budget=args.budget,
-                                       seed=args.seed, reflection_lm=proposer, limit=limit)
+                                       seed=args.seed, reflection_lm=proposer, limit=limit, teacher=teacher)
     except BaseException:
         if ledger and cost:
             carried(ledger, time.perf_counter() - t0, cost, finished=False)

@@ -38,7 +38,7 @@ from decoding.decisions import PARSE_ERRORS, REST, rest_note
 from programs.coral.critics import BatchCritic, EachCritic, KeepGate, Rated
 from programs.coral.mrag import DEFAULT_LANG, SCOPES, answer_writer, corpus_of, language_label, scope_corpora, with_options
 from programs.shared.gates import Asking, LabelGate, Ruling
-from programs.shared.oracle import check_roles, oracle as oracle_labels, own_language
+from programs.shared.oracle import check_roles, oracle as oracle_labels, own_language, taught
 from retrieval.corpus import Passage, dedup
 from retrieval.retriever import Retriever
 from runtime.language import LANGUAGE_NAMES
@@ -282,7 +282,12 @@ class CORAL(dspy.Module):
         if self.scope != "dynamic":
             return scope_corpora(self.scope, self.search, own_language(lang))
         if (gold_planner := oracle_labels(self.oracle, "planner")) is not None:
-            return self.oracle_corpora(gold_planner, [])
+            corpora = self.oracle_corpora(gold_planner, [])
+            taught(self.planner, lambda: {"question": with_options(question, options),
+                                          "question_language": language_label(lang),
+                                          "available": self.available(question, self.presented(question))},
+                   corpora=corpora)
+            return corpora
         languages = self.search.languages()
         if len(languages) == 1:
             return list(languages)
@@ -317,7 +322,11 @@ class CORAL(dspy.Module):
         if (gold_query is not None or not self.rewrite) and (gold_planner is not None or not choose_corpora):  # no call
             new_corpora = self.oracle_corpora(gold_planner, held) if gold_planner is not None else corpora
             new_query = gold_query(list(held)) if gold_query is not None else query
-            return None if same_plan(new_corpora, new_query, corpora, query) else (new_query, new_corpora)
+            if same_plan(new_corpora, new_query, corpora, query):
+                return None
+            taught(self.replanner, lambda: self.replan_inputs(question, query, corpora, reason, options),
+                   corpora=new_corpora, query=new_query)
+            return new_query, new_corpora
         for attempt in range(2):
             config = {"rollout_id": 1000 + ATTEMPT.get()} if attempt else {}  # a retry must not hit the cache
             trace.calls["planner"] += 1

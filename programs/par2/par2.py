@@ -36,7 +36,7 @@ from decoding.choice import MCScoring
 from decoding.decisions import REST, rest_note
 from programs.shared.evidence import retried, within_budget
 from programs.shared.gates import LabelGate
-from programs.shared.oracle import check_roles, oracle
+from programs.shared.oracle import check_roles, oracle, taught
 from programs.shared.text import APOSTROPHES, content_words, negated, normalize
 from programs.shared.writer import Writer
 from retrieval.corpus import Passage, dedup
@@ -230,7 +230,9 @@ class PAR2(dspy.Module):
 
     def _plan(self, question: str, run: _Run) -> list[SubQuery]:
         if (gold_query := oracle(self.oracle, "query")) is not None:
-            return [SubQuery(gold_query([]), "oracle query")]
+            plan = [SubQuery(gold_query([]), "oracle query")]
+            taught(self.planner, {"question": question, "count": self.subqueries}, searches=plan[0].query)
+            return plan
         plan, failed = retried(self.planner, lambda out: plan_lines(out.searches, self.subqueries),
                                question=question, count=self.subqueries)
         run.parse_failures += failed
@@ -255,10 +257,13 @@ class PAR2(dspy.Module):
         ruling = self.esc_gate(inputs, gold=run.context, answer=answer)
         gold_query = oracle(self.oracle, "query")
         if ruling.oracle and ruling.label == "CONTINUE" and gold_query is not None:
-            return "CONTINUE", gold_query(run.context)
+            query = gold_query(run.context)
+            taught(self.esc, inputs, decision="CONTINUE", next_query=query)
+            return "CONTINUE", query
         if ruling.oracle and ruling.label == "CONTINUE":
             ruling = self.esc_gate.written(inputs, label="CONTINUE")
         elif ruling.oracle:
+            taught(self.esc, inputs, decision="STOP", next_query="")
             return "STOP", ""
         run.steps[-1].update(ruling.trace("p_stop"))
         run.parse_failures += ruling.failures

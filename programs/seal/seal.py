@@ -29,7 +29,7 @@ from decoding.choice import MCScoring
 from decoding.decisions import rest_note
 from programs.shared.evidence import EvidenceWriter, lenient, search_excluding
 from programs.shared.gates import LabelGate
-from programs.shared.oracle import check_roles, oracle as oracle_labels
+from programs.shared.oracle import check_roles, oracle as oracle_labels, taught
 from programs.shared.text import clip, content_words, mentions, normalize, repeats, sentences, words
 from retrieval.corpus import Passage, dedup
 from retrieval.retriever import Retriever
@@ -380,6 +380,9 @@ class SEAL(dspy.Module):
     def _gap(self, question: str, facts: list[str], evidence: list[Passage], run: _Run) -> Gap:
         if (missing := oracle_labels(self.oracle, "gap")) is not None:  # the gold titles not held
             gap = Gap(missing(evidence))
+            if gap.entities:  # an empty gap specifies nothing: no demo of one
+                taught(self.gap, {"question": question, "facts": list(facts), "blocked": run.blocked()},
+                       missing_entities=list(gap.entities), missing_relations=[])
         else:
             out = lenient(self.gap, question=question, facts=facts, blocked=run.blocked())
             run.parse_failures += out is None
@@ -394,6 +397,9 @@ class SEAL(dspy.Module):
         proposals = []
         if (gold_query := oracle_labels(self.oracle, "query")) is not None:
             proposals.append(gold_query(held))
+            taught(self.micro_query, {"question": question, "missing_entities": list(gap.entities),
+                                      "missing_relations": list(gap.relations), "blocked": run.blocked()},
+                   query=clip(proposals[0], self.max_query_words))
         elif propose:
             out = lenient(self.micro_query, question=question, missing_entities=list(gap.entities),
                           missing_relations=list(gap.relations), blocked=run.blocked())

@@ -10,7 +10,8 @@ import dspy
 from dspy.utils.exceptions import AdapterParseError
 
 from decoding.choice import MCScoring
-from programs.shared.text import IDK, abstained, approx_tokens
+from programs.shared.oracle import taught
+from programs.shared.text import IDK, abstained, approx_tokens, mentions
 from programs.shared.writer import Writer
 from retrieval.corpus import Passage
 from retrieval.retriever import Retriever
@@ -24,6 +25,13 @@ def lenient(predictor: dspy.Module, **inputs) -> dspy.Prediction | None:
         return predictor(**inputs)
     except AdapterParseError:
         return None
+
+
+def with_citations(answer: str, passages: list[Passage]) -> str:
+    """``answer`` as the cited writer writes it: with the numbers of the ``passages`` that state it ("Lansing [2]");
+    an abstention, or an answer no passage states, as it is."""
+    numbers = [str(i) for i, p in enumerate(passages, 1) if answer != IDK and mentions(p.text, answer)]
+    return f"{answer} [{', '.join(numbers)}]" if numbers else answer
 
 
 def numbered(passages: list[Passage], max_chars: int | None) -> list[str]:
@@ -81,7 +89,12 @@ class EvidenceWriter(Writer):
     def forward(self, question: str, passages: list[Passage] = (), options: dict[str, str] | None = None,
                 facts: list[str] = (), lang: str | None = None):
         if not options and (read := self.perfect_reader()) is not None:  # the writer oracle cites nothing
-            return dspy.Prediction(answer=read(list(passages), None, self.max_chars), citations=[], cited_titles=[])
+            answer = read(list(passages), None, self.max_chars)
+            shown = {"passages": numbered(list(passages), self.max_chars), "question": question,
+                     **({"facts": list(facts)} if self.with_facts else {}),
+                     **({"answer_language": language_name(lang)} if lang else {})}
+            taught(self.short, shown, answer=with_citations(answer, list(passages)))
+            return dspy.Prediction(answer=answer, citations=[], cited_titles=[])
         if options:
             return super().forward(question, passages, options)
         passages = list(passages)

@@ -24,7 +24,7 @@ import mlflow
 from decoding.constrained import constrained_config
 from decoding.decisions import (AT_REST, ONE_CLASS, PARSE_ERRORS, REST, Gate, check_mode, decide, record,
                                 written_label)
-from programs.shared.oracle import oracle as oracle_labels
+from programs.shared.oracle import oracle as oracle_labels, taught
 
 #: The span type of a gate's decision in a trace (MLflow takes a type of one's own beside its ``SpanType``s).
 GATE_SPAN = "GATE"
@@ -205,6 +205,7 @@ class LabelGate(DecisionGate):
         if truth is not None:
             label = self.rest_label if truth else next(x for x in self.labels if x != self.rest_label)
             if truth or not self.oracle_asks:
+                taught(self.predictor, inputs, **{self.field: label})  # a label alone: only a one-field decision
                 return Ruling(label, oracle=True)
             ruling = self.ask(passages, answer, inputs)
             return ruling._replace(label=label if ruling.output is not None else None, decided=None)

@@ -28,6 +28,10 @@ The labels never travel in a program's inputs: the evaluation sets them around e
 the roles it was built with. ``gap`` reaches a prompt by design: its titles are the gap a micro-query is written
 from, so it tests the repair that follows a perfect gap specification.
 
+An oracle answer that stands in for a predictor's call is recorded as that call in DSPy's trace (:func:`taught`),
+so a program built with ``--oracle all`` can be BootstrapFewShot's teacher (``optimize.py --teacher oracle``): its
+gold sub-queries, plans, gaps and answers become the demos of the same predictors of the program that makes LM calls.
+
 One label is read without a role: the culture's language (``Gold.own``), which *defines* the fixed own-corpus
 scope C_own (:func:`own_language`) -- the CORAL paper's own-corpus rows, an oracle by its own account on BLEnD,
 whose questions are English while their culture is not.
@@ -40,6 +44,8 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from operator import attrgetter
 from typing import Callable, Iterable
+
+import dspy
 
 from programs.shared.text import IDK, mentions
 from retrieval.corpus import Passage
@@ -253,3 +259,33 @@ def own_language(lang: str) -> str:
     direct call, DSPy's compile, which set no labels)."""
     gold = _GOLD.get()
     return (gold.own if gold else None) or lang
+
+
+_TEACHING: ContextVar[bool] = ContextVar("teaching", default=False)
+
+
+@contextmanager
+def teaching():
+    """Within the block (a teacher's call in a compile), oracle answers are recorded by :func:`taught`."""
+    token = _TEACHING.set(True)
+    try:
+        yield
+    finally:
+        _TEACHING.reset(token)
+
+
+def taught(predictor: dspy.Predict, inputs: dict | Callable[[], dict], **outputs) -> None:
+    """Within :func:`teaching`, record an oracle answer ``outputs`` given in place of ``predictor``'s call on
+    ``inputs`` (a dict, or what makes it: read only when recorded) as that call in DSPy's trace
+    (``dspy.settings.trace``: what BootstrapFewShot makes demos of), as DSPy records a call. Only the predictor's
+    output fields are recorded, and only when the answer fills them all: a demo that leaves a field out (a gate's
+    label without the fields beside it) would teach the student to leave it out. Outside a teacher's call nothing
+    is recorded, so an oracle evaluation runs as it did."""
+    trace, fields = dspy.settings.trace, predictor.signature.output_fields
+    if not _TEACHING.get() or trace is None or dspy.settings.max_trace_size <= 0 or any(
+            outputs.get(key) is None for key in fields):
+        return
+    if len(trace) >= dspy.settings.max_trace_size:
+        trace.pop(0)
+    trace.append((predictor, dict(inputs() if callable(inputs) else inputs),
+                  dspy.Prediction(**{key: outputs[key] for key in fields})))

@@ -8,8 +8,8 @@ from contextvars import ContextVar
 import dspy
 
 from decoding.choice import TOP_LOGPROBS, MCScoring, letter_logprobs, normalized, warn_no_logprobs
-from programs.shared.oracle import oracle
-from programs.shared.text import mentions, normalize
+from programs.shared.oracle import oracle, taught
+from programs.shared.text import IDK, mentions, normalize
 from retrieval.corpus import Passage
 from runtime.language import language_name
 from signatures.writer import AnswerDirectly, AnswerFromPassages, ChooseOption, in_language
@@ -45,6 +45,10 @@ def parse_choice(raw: str, options: dict[str, str]) -> str:
             return m.group(1)
     return ""
 
+
+#: The writer oracle's reasoning (a chain of thought's), by whether the context shown supports an answer.
+READ = {True: "The passages state every fact the question needs, so the answer can be read off them.",
+        False: "The passages do not state every fact the question needs, so I cannot answer from them."}
 
 _CHOICES: ContextVar[list | None] = ContextVar("choices", default=None)
 
@@ -94,14 +98,29 @@ class Writer(dspy.Module):
     def forward(self, question: str, passages: list[Passage] = (), options: dict[str, str] | None = None,
                 lang: str | None = None):
         if (read := self.perfect_reader()) is not None:
-            return dspy.Prediction(answer=read(list(passages) if self.use_passages else [], options, self.max_chars),
-                                   reasoning=None)
+            answer = read(list(passages) if self.use_passages else [], options, self.max_chars)
+            self.teach(question, passages, options, lang, answer)
+            return dspy.Prediction(answer=answer, reasoning=None)
         context = [p.format(self.max_chars) for p in passages] if self.use_passages else []
         if options:
             return self.choose(question, context, options)
         kwargs = {"passages": context} if self.use_passages else {}
         out = self.short(question=question, **kwargs, **told_language(self.short, lang))
         return dspy.Prediction(answer=out.answer.strip(), reasoning=getattr(out, "reasoning", None))
+
+    def teach(self, question: str, passages, options: dict[str, str] | None, lang: str | None, answer: str) -> None:
+        """The perfect reader's ``answer`` recorded as the call of the predictor it stands in for
+        (:func:`~programs.shared.oracle.taught`), on the inputs that predictor would have read. A chain of thought's
+        reasoning is the reader's own: the context states what the question needs (:data:`READ`), or it does
+        not."""
+        context = [p.format(self.max_chars) for p in passages] if self.use_passages else []
+        step, inputs = self.short, {"question": question, **({"passages": context} if self.use_passages else {}),
+                                    **({"answer_language": language_name(lang)} if lang else {})}
+        if options:
+            step, inputs = self.choice, {"passages": context, "question": question, "options": format_options(options)}
+        predictor = getattr(step, "predict", step)
+        reasoning = {"reasoning": READ[answer != IDK]} if "reasoning" in predictor.signature.output_fields else {}
+        taught(predictor, inputs, answer=answer, **reasoning)
 
     def perfect_reader(self):
         """The writer oracle's answer (``Gold.writer``) when ``writer`` is among this writer's oracle roles, else
