@@ -296,7 +296,8 @@ def summarize(records: list[dict], metrics: dict, groups: tuple[str, ...] = ()) 
     summary.update(sorted(counts.items()))
     numeric = [*metrics, "title_precision", "title_recall", "title_f1", "recall_any", "all_pass", "ndcg",
                *ALL_RETRIEVED, "retrieved_n", "citation_precision", "lm_calls", "oracle_calls", "searches",
-               "prompt_tokens", "completion_tokens", "seconds", "lm_seconds", "prompt_tokens_computed", "judge_lm_calls"]
+               "prompt_tokens", "completion_tokens", "seconds", "lm_seconds", "prompt_tokens_computed",
+               "judge_lm_calls"]
     for key in numeric:
         values = [r[key] for r in records if r.get(key) is not None]
         if values:

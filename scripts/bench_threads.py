@@ -104,7 +104,8 @@ def main(argv=None) -> list[dict]:
             lm, where = ["--lm", args.lm] + (["--api-base", args.api_base] if args.api_base else []), args.lm
         else:
             server = stack.enter_context(FakeOpenAI(latency=args.latency))
-            lm, where = ["--lm", "openai/fake", "--api-base", server.api_base], f"fake server, {args.latency} s a request"
+            lm = ["--lm", "openai/fake", "--api-base", server.api_base]
+            where = f"fake server, {args.latency} s a request"
         for n in args.threads:
             out = Path(tmp) / f"{n}.json"
             child = [sys.executable, "-m", "scripts.bench_threads", "--program", args.program, "--dataset",
