@@ -100,6 +100,13 @@ class Session:
         does (no ``--judge``, or not an XRAG dataset)."""
         return judge_panel(self.args) if self.args.judge and self.bundle.task == "xrag" else []
 
+    @property
+    def judged_by(self) -> str:
+        """Who judges this run's answers, as report titles name it: the XRAG panel (``+``-joined), else the judge LM;
+        ``-`` without ``--judge``."""
+        a = self.args
+        return "+".join(self.judge_lms) or (a.judge_lm or a.lm if a.judge else "-")
+
     def model_ids(self) -> dict:
         """The models behind the answers and their scores, as checkpoints are keyed: :meth:`lm_ids` with each local
         model pinned by its file's sha256 (the one ``runtime.models.verify`` checks) and the XRAG judge panel."""

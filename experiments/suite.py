@@ -192,6 +192,16 @@ def log_leaderboard(results: list[Result], pairs: list[tuple], title: str) -> le
     return board
 
 
+def judged_by(args: Settings, sessions: dict[str, Session]) -> str:
+    """The judge a multi-dataset title names: each dataset's :attr:`Session.judged_by`, once when they agree (under
+    Ray no session is built here: each cell's run names its own)."""
+    if not sessions:
+        return "per cell run" if args.judge else "-"
+    named = {d: s.judged_by for d, s in sessions.items()}
+    return (next(iter(named.values())) if len(set(named.values())) == 1
+            else "; ".join(f"{d}: {j}" for d, j in named.items()))
+
+
 def _remote_cell(args: Settings, cell: Cell, parent_run_id: str, suite_name: str, hook=None) -> Result:
     """A Ray task: its own session (data, retriever, LMs) for the cell's dataset, then :func:`run_cell`."""
     args = copy.copy(args)
@@ -252,7 +262,7 @@ def run_suite(args: Settings, hook=None, custom: tuple[Entry, ...] | None = None
                 s = sessions[dataset] = hook(s) if hook else s
                 results += [run_cell(cell_session(s, c), c, parent.info.run_id, args.suite) for c in mine]
         board = log_leaderboard(results, pairs, f"suite {args.suite}, split {args.split} (seed {args.seed}), "
-                                                f"lm {args.lm}, judge {args.judge_lm or args.lm if args.judge else '-'}"
+                                                f"lm {args.lm}, judge {judged_by(args, sessions)}"
                                                 f", corpus {args.corpus or 'per dataset'}")
         extra = report(results, sessions) if report else ""
         if extra:

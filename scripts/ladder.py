@@ -206,8 +206,8 @@ def table(results: list[suite.Result], calls: dict) -> str:
     return "\n".join(lines) + ("\n\n" + "\n".join(notes) if notes else "")
 
 
-def report(results: list[suite.Result], calls: dict, title: str) -> str:
-    """One table per (method, dataset), arms in ladder order."""
+def report(results: list[suite.Result], calls: dict, title: str, judged: dict[str, str]) -> str:
+    """One table per (method, dataset), arms in ladder order; ``judged``: who judges each dataset's answers."""
     parts = [f"# Attribution ladder: {title}",
              "drop = all-oracle minus the arm (per question, the same questions): positive = what the LM loses in "
              "the role given back. p: exact McNemar (EM, judge) or paired t (F1); Holm over the ladder's arms per "
@@ -215,7 +215,7 @@ def report(results: list[suite.Result], calls: dict, title: str) -> str:
     for key in dict.fromkeys((r.cell.program, r.cell.dataset) for r in results):
         ladder = [r for r in results if (r.cell.program, r.cell.dataset) == key]
         k = programs.run_k(key[0], None)
-        parts.append(f"## {key[0]} on {key[1]} (k {k})\n\n" + table(ladder, calls))
+        parts.append(f"## {key[0]} on {key[1]} (k {k}, judge {judged[key[1]]})\n\n" + table(ladder, calls))
     return "\n\n".join(parts) + "\n"
 
 
@@ -246,8 +246,8 @@ def main(argv=None, hook=None) -> dict:
         cli.fail("no ladder to run: every program lacks an oracle role's label on its datasets (see the notes)")
     cli.check_args(args, list(dict.fromkeys(c.program for c in cells)))
     results, calls = [], {}
-    title = (f"split {args.split} (seed {args.seed}), lm {args.lm}, "
-             f"judge {args.judge_lm or args.lm if args.judge else '-'}")
+    title = f"split {args.split} (seed {args.seed}), lm {args.lm}"
+    sessions = {}  # by dataset
     with tracking.run(args.experiment, "ladder", tags={"entry": ENTRY}) as parent:
         tracking.log_params({"programs": args.programs, "datasets": list(dict.fromkeys(c.dataset for c in cells)),
                              "full": args.full, "lm": args.lm, "judge": args.judge, "split": args.split,
@@ -256,15 +256,15 @@ def main(argv=None, hook=None) -> dict:
             ds_args = copy.copy(args)
             ds_args.dataset = dataset
             s = session(ds_args, any(programs.spec(c.program).needs_search for c in cells))
-            s = hook(s) if hook else s
+            s = sessions[dataset] = hook(s) if hook else s
             for c in cells:
                 if c.dataset == dataset:
                     result, calls[c] = run_arm(s, c, parent.info.run_id)
                     results.append(result)
         pairs = [pair for c in cells if c.oracle == ALL for pair in suite.against(c, [
             o for o in cells if o.program == c.program])]
-        board = suite.log_leaderboard(results, pairs, f"ladder: {title}")
-        text = report(results, calls, title)
+        board = suite.log_leaderboard(results, pairs, f"ladder: {title}, judge {suite.judged_by(args, sessions)}")
+        text = report(results, calls, title, {d: s.judged_by for d, s in sessions.items()})
         mlflow.log_text(text, "report.md")
         mlflow.log_text(json.dumps({f"{c.label}@{c.dataset}": dict(n) for c, n in calls.items()}, indent=1),
                         "lm_calls_by_predictor.json")

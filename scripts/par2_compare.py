@@ -86,8 +86,7 @@ def main(argv=None) -> dict[str, dict]:
     s = session(args, needs_search=True)
     examples = getattr(s.splits, args.split)
     title = (f"PAR2-RAG comparison: {args.dataset} {args.split}, n={len(examples)}, seed={args.seed}, k={args.k}, "
-             f"lm={args.lm}, planner={args.planner_lm or args.lm}, judge="
-             f"{(args.judge_lm or args.lm) if s.judge else 'none'}")
+             f"lm={args.lm}, planner={args.planner_lm or args.lm}, judge={s.judged_by}")
     groups = {args.loops: [suite.cell(name, args.dataset, {"loops": args.loops}, args.oracle)
                            for name in args.programs]}
     for h in args.budgets:

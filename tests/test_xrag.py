@@ -353,6 +353,20 @@ def test_cli_evaluates_an_xrag_setting_with_a_panel_and_no_retrieval(xquad_dir, 
     assert "accuracy_by_lang/de" in summary and "char3_recall" in summary
 
 
+def test_a_runs_judge_is_named_as_the_panel_on_xrag_and_as_the_judge_lm_elsewhere(xquad_dir, monkeypatch):
+    """Report titles (suites, the ladder, par2_compare) name who judged from the session: an XRAG run is judged by the
+    panel, not by --judge-lm (the ladder's title named --lm under the panel)."""
+    monkeypatch.setattr(sessions, "make_lm", lambda name, *a, **k: DummyLM([]))
+    common = ["--program", "rag", "--no-retrieval", "--data-dir", str(xquad_dir), "--train", "0", "--dev", "1",
+              "--test", "0", "--lm", "openai/w"]
+
+    def judged(*flags):
+        return sessions.session(cli.parser("t").parse_args(common + list(flags)), needs_search=False).judged_by
+    assert judged("--dataset", "xrag_mono:de", "--judge", "--judge-lms", "a,b") == "a+b"
+    assert judged("--dataset", "demo", "--judge", "--judge-lms", "a,b", "--judge-lm", "openai/j") == "openai/j"
+    assert judged("--dataset", "xrag_mono:de") == "-"
+
+
 # ---------------------------------------------------------------- construction pipeline
 
 ART_A = {"id": "a", "title": "Glass Harbor", "text": "The harbor opened in 1902 with two piers.", "date": "2024-06-01",
