@@ -160,15 +160,16 @@ def gold_of(example) -> Gold:
     supporting article (XRAG: ``support_lang``), its gold titles, its culture's language alone (``own``: the
     own-corpus scope's), its question and answers, and its gold decomposition (``hops``: MuSiQue's). A perfect
     reader needs every gold passage where the data lists them for a multi-hop question (``gold_ids``,
-    ``gold_titles``), else an answer span (``span``). Gold paragraph ids (``ids``) name the corpora the planner
-    oracle reads."""
+    ``gold_titles``), else an answer span (``span``), which also labels passages where the example has no gold
+    passages (BLEnD, CLIcK: a multiple-choice example's ``options`` give the gold option's text). Gold paragraph ids
+    (``ids``) name the corpora the planner oracle reads."""
     keys, key = gold_passages(example)
     return Gold(frozenset(keys), key, lambda answer: correct(example, answer),
                 example.get("support_lang") or example.get("source_lang"), frozenset(example.get("gold_titles") or ()),
                 example.get("source_lang"), example.get("question") or "",
                 tuple(str(a) for a in example.get("answers") or [example.get("answer")] if a),
                 tuple(Hop(h["question"], h["answer"], h.get("key")) for h in example.get("hops") or ()),
-                not (example.get("gold_ids") or example.get("gold_titles")), key is not TITLE)
+                not (example.get("gold_ids") or example.get("gold_titles")), key is not TITLE, example.get("options"))
 
 
 def retrieval_record(example, retrieved, k: int) -> dict[str, float]:

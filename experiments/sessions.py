@@ -324,11 +324,11 @@ def oracle_suffix(roles: str) -> str:
     return f"+oracle:{roles}" if roles else ""
 
 
-ORACLE_HINTS = {"relevance": "gold titles, gold_ids or a supporting paragraph", "sufficiency": "gold passages",
-                "controller": "gold passages", "planner": "the culture's language (source_lang, or XRAG's "
-                                                          "support_lang)",
+PASSAGE_HINT = "gold passages (gold titles, gold_ids, a supporting paragraph) or, for a single-hop question, answers"
+ORACLE_HINTS = {"relevance": PASSAGE_HINT, "sufficiency": PASSAGE_HINT, "controller": PASSAGE_HINT,
+                "planner": "the culture's language (source_lang, or XRAG's support_lang)",
                 "verdict": "reference answers", "gap": "gold titles", "query": "the question",
-                "plan": "gold passages", "writer": "reference answers"}
+                "plan": PASSAGE_HINT, "writer": "reference answers"}
 
 
 def check_oracle(args: Settings, examples: list[dspy.Example], why: str = "") -> None:

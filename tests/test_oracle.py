@@ -5,23 +5,27 @@ from types import SimpleNamespace
 import dspy
 import pytest
 
+import data
 import programs
 from experiments import cli
 from experiments import sessions
 from evaluation import loop as evaluation
-from evaluation.metrics import exact_match, gold_of
+from evaluation.metrics import accuracy, exact_match, gold_of
 from experiments.suite import Entry, plan, parser as suite_parser
 from programs.coral.coral import CORAL, CORALConfig
 from programs.baselines.crag import CRAG
 from programs.shared.oracle import Gold, gold_labels
 from programs.shared.writer import oracle_writers
 from programs.par2.par2 import PAR2
-from retrieval.corpus import Corpus
+from retrieval.corpus import Corpus, Passage
 from retrieval.retriever import Retriever
 from programs.seal.seal import SEAL
 from programs.rag_critic.self_refine import SelfRefine
+from runtime.roles import init_dspy
+from scripts import ceiling
 from tests.dummies import routed
-from tests.test_coral import EN, ENOUGH, KO, PLAN, QUESTION, REPLAN, SINGLE, WRITE
+from tests.test_coral import EN, ENOUGH, KO, OPTIONS, PLAN, QUESTION, REPLAN, SINGLE, WRITE
+from tests.test_oracle_roles import NoCalls, sessions_config
 from tests.test_seal import (ANSWER, ASSESS, BERG_FACTS, FILM_FACTS, GAP, GAP_BERG, INSUFFICIENT, NO_FACTS, QUERY,
                              SUFFICIENT, Q, ScriptedSearch, extract)
 
@@ -129,6 +133,45 @@ def test_the_planner_oracle_names_the_corpora_of_the_gold_passages_not_yet_held(
     with gold_labels(gold):  # both corpora in round 1 where the planner may name them
         pred = coral()(question=QUESTION, lang="en")
     assert pred.trace["corpora"] == [["ko", "en"]] and pred.trace["stop_reason"] == "sufficient"
+
+
+# BLEnD-like short answer (issue 62 item 2): answers only, no gold ids or titles
+BLEND_LIKE = dspy.Example(id="b", question=QUESTION, lang="en", source_lang="ko", answer="seaweed soup",
+                          answers=["seaweed soup", "miyeokguk"]).with_inputs("question", "lang")
+HOLDS = Passage("ko:k1", "미역국", "Koreans eat seaweed soup miyeokguk on birthdays.")
+WORD_ONLY = Passage("ko:k3", "Seaweed", "Seaweed is farmed along the coast.")  # "seaweed", not "seaweed soup"
+
+
+def test_a_span_question_without_gold_passages_labels_relevance_and_sufficiency_by_the_writers_span_rule():
+    gold = gold_of(BLEND_LIKE)
+    assert not any(gold.missing(role) for role in ("relevance", "sufficiency", "controller"))
+    assert gold.relevance(HOLDS) and not gold.relevance(WORD_ONLY)
+    assert gold.sufficiency([WORD_ONLY, HOLDS]) and not gold.sufficiency([WORD_ONLY]) and not gold.sufficiency([])
+    assert gold.controller([HOLDS]) and gold.relevance(HOLDS) == (gold.writer([HOLDS]) == "seaweed soup")
+    mc = gold_of(dspy.Example(question=QUESTION, source_lang="ko", options=OPTIONS, answer="C", answers=["C"]))
+    assert mc.relevance(HOLDS) and not mc.relevance(Passage("en:e3", "Pho", "Pho is a Vietnamese soup."))
+    assert gold_of(dspy.Example(question=QUESTION, source_lang="ko")).missing("relevance")  # no answers: no label
+
+
+def test_gold_ids_win_over_the_answer_span():
+    stray = Passage("ko:k9", "Soups", "Koreans eat miyeokguk often.")  # holds the answer, not a supporting id
+    assert not gold_of(XRAG_MULTI).relevance(stray) and not gold_of(XRAG_MULTI).sufficiency([stray])
+    unsupported = XRAG_MULTI.copy(supporting=None)  # the same question without its supporting ids: the span rule
+    assert gold_of(unsupported).relevance(stray) and gold_of(unsupported).sufficiency([stray])
+
+
+def test_coral_all_oracle_runs_on_culture_questions_and_keeps_the_passage_holding_the_answer(embedder):
+    bundle = data.load("demo_culture")
+    assert ceiling.runs_on("coral", bundle.examples)  # the ceiling no longer skips CORAL there
+    example = next(ex for ex in bundle.examples if ex.id == "cu-en-01")  # C: "Roast turkey"
+    program = programs.build("coral", search=Retriever(bundle.corpora, embedder), **sessions_config("coral"))
+    lm = NoCalls()
+    init_dspy(lm, cache=False)
+    records, _ = evaluation.evaluate(program, [example], {"accuracy": accuracy}, retries=0)
+    texts = {f"{c.name}:{d['id']}": d["text"] for c in bundle.corpora for d in c.docs}
+    kept = [texts[p["id"]] for p in records[0]["passages"]]
+    assert not records[0]["failed"] and lm.prompts == [] and records[0]["answer"] == "C"
+    assert kept and all("roast turkey" in t.lower() for t in kept)
 
 
 def test_crag_under_oracle_relevance_keeps_exactly_the_gold_passages_it_retrieves():

@@ -7,7 +7,11 @@ held include every gold passage), ``controller`` (STOP once every gold passage h
 answer judged is right by the task metric), ``planner`` (the corpora holding a gold passage not yet held -- a gold
 paragraph id names its corpus -- else the corpus of the culture the question is about), ``gap`` (the missing gold
 titles the question or a held passage names). Gold passages are paragraph ids where the data has
-them (MuSiQue's ``gold_ids``, XRAG's supporting article), else gold titles.
+them (MuSiQue's ``gold_ids``, XRAG's supporting article), else gold titles. A span question without gold passages
+(BLEnD, CLIcK, open QA: answers only) is labelled by the oracle writer's span rule (:meth:`Gold.supports`):
+``relevance``, a passage holds a gold answer (multiple choice: the gold option's text); ``sufficiency`` and
+``controller``, one of the passages does. On BLEnD that is a loose bound: a question's own survey documents are
+left out, so a passage holds an answer word by sharing it with another question's answers.
 
 Generative roles (:data:`GENERATIVE_ROLES`) write what a perfect reader of the program's own prompt would, never
 reading a passage the program has not retrieved or held (the revealed-only rule): ``query`` (:meth:`Gold.query`:
@@ -41,7 +45,7 @@ from __future__ import annotations
 import re
 from contextlib import contextmanager
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import Callable, Iterable
 
@@ -118,7 +122,9 @@ class Gold:
     the fixed own-corpus scope searches; ``question``, ``answers`` (the gold answer first); ``hops``: the gold
     decomposition (MuSiQue); ``span``: the perfect reader needs an answer span in its context (single-hop data:
     XRAG, open QA, BLEnD, CLIcK) rather than every gold passage; ``ids``: ``keys`` are paragraph ids
-    (``<corpus>:<id>``), each naming the corpus that holds it."""
+    (``<corpus>:<id>``), each naming the corpus that holds it; ``options``: multiple choice's options (letter ->
+    text), whose gold text is the span :meth:`relevance` and :meth:`sufficiency` look for without gold passages
+    (:attr:`by_span`)."""
 
     keys: frozenset[str] = frozenset()
     key: Callable[[Passage], str] = attrgetter("title")
@@ -131,20 +137,30 @@ class Gold:
     hops: tuple[Hop, ...] = ()
     span: bool = False
     ids: bool = False
+    options: dict[str, str] | None = field(default=None, compare=False)
+
+    @property
+    def by_span(self) -> bool:
+        """Passages are labelled by answer span (:meth:`supports`): a span question without gold passages."""
+        return self.span and not self.keys
 
     def missing(self, role: str) -> bool:
         """Whether this question gives no label for ``role``."""
+        labelled = bool(self.keys) or (self.by_span and bool(self.spans(self.options)))
         return {"verdict": self.correct is None, "planner": self.culture is None, "gap": not self.titles,
-                "query": not self.question, "writer": not self.answers}.get(role, not self.keys)
+                "query": not self.question, "writer": not self.answers}.get(role, not labelled)
 
     def relevance(self, passage: Passage) -> bool:
-        return self.key(passage) in self.keys
+        """A gold passage; without gold passages (:attr:`by_span`), one that holds a gold answer."""
+        return self.supports([passage], self.options) if self.by_span else self.key(passage) in self.keys
 
     def sufficiency(self, passages: Iterable[Passage]) -> bool:
-        return self.keys <= {self.key(p) for p in passages}
+        """Every gold passage is among ``passages``; without gold passages (:attr:`by_span`), one holds a gold
+        answer."""
+        return self.supports(passages, self.options) if self.by_span else self.keys <= {self.key(p) for p in passages}
 
     def controller(self, retrieved: Iterable[Passage]) -> bool:
-        """STOP: every gold passage is among those retrieved so far."""
+        """STOP: every gold passage is among those retrieved so far (:meth:`sufficiency`)."""
         return self.sufficiency(retrieved)
 
     def verdict(self, answer: str) -> bool:
@@ -211,8 +227,11 @@ class Gold:
         passages = list(passages)
         if not self.span:
             return bool(self.keys) and self.sufficiency(passages)
-        answers = [options[a] for a in self.answers if a in options] if options else self.answers
-        return _said_any(answers, [p.format(max_chars) for p in passages])
+        return _said_any(self.spans(options), [p.format(max_chars) for p in passages])
+
+    def spans(self, options: dict[str, str] | None = None) -> tuple[str, ...]:
+        """The gold answers as a context holds them: for multiple choice (``options``), the gold option's text."""
+        return tuple(options[a] for a in self.answers if a in options) if options else self.answers
 
     def writer(self, passages: Iterable[Passage] = (), options: dict[str, str] | None = None,
                max_chars: int | None = None) -> str:
