@@ -448,12 +448,12 @@ class Recorded(NamedTuple):
     def gold(self, gold) -> bool | None:
         """The decision's gold label (see :data:`KINDS`) from one question's ``programs.shared.oracle.Gold`` -- the
         labels the oracle roles use: a passage is gold by paragraph id where the data has ids (MuSiQue, XRAG),
-        else by title, else (answers only: BLEnD, CLIcK) when it holds a gold answer; a set when it holds every
-        gold passage (answers only: one holds a gold answer); an answer by the task metric. None when the question
-        has no such label."""
+        else by title; a set when it holds every gold passage; an answer by the task metric. None when the question
+        has no gold passages: the oracle's answer-span labels there (``Gold.by_span``: BLEnD, CLIcK) are a loose
+        bound for a ceiling, never a label a gate is fitted on."""
         if self.gate.kind in ANSWER_KINDS:
             return gold.verdict(self.answer or "") == (self.gate.kind == "correct")
-        if gold.missing("relevance"):
+        if not gold.keys:
             return None
         return gold.relevance(self.passages[0]) if self.gate.kind == "passage" else gold.sufficiency(self.passages)
 

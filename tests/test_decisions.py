@@ -783,6 +783,11 @@ def test_answer_level_decisions_are_labelled_by_the_correctness_of_the_answer_th
     assert Recorded(flag, 0.9, None, (), "Paris").gold(gold) is True  # flagging a wrong answer
     assert Recorded(flag, 0.9, None, (), "Lyon").gold(gold) is False
     assert Recorded(Gate(), 0.9, 0.1, (Passage("t:1", "T", "x"),)).gold(gold) is None  # a passage, no gold passages
+    spans = Gold(answers=("rice",), span=True)  # BLEnD: answers only, which the oracle roles read by span
+    assert not spans.missing("relevance") and spans.relevance(Passage("t:2", "T", "fried rice"))
+    held = (Passage("t:2", "T", "fried rice"),)
+    assert Recorded(Gate(), 0.9, 0.1, held).gold(spans) is None  # the ceiling's loose bound is never a fitted label
+    assert Recorded(Gate("set", threshold=0.5), 0.9, 0.1, held).gold(spans) is None
     with pytest.raises(ValueError, match="unknown gate kind"):
         Gate("draft", threshold=0.5)
 
