@@ -17,6 +17,7 @@ from statistics import mean
 import dspy
 from tqdm.auto import tqdm
 
+from evaluation.callers import asking
 from evaluation.metrics import (ALL_RETRIEVED, UnreadableVerdict, citation_precision, gold_of, gold_passages, noted,
                                 retrieval_record)
 from programs.shared.oracle import gold_labels
@@ -141,7 +142,8 @@ def evaluate(program: dspy.Module, examples: list[dspy.Example], metrics: dict, 
     run is the checkpoint's only writer (:class:`Checkpoint`): another run holding it is ``runtime.files.Busy``, or
     with ``wait`` waited for.
     ``threads`` > 1 evaluates that many examples at once (for endpoints that serve concurrent requests); each
-    example's cost is metered on its own and the records come back in input order. ``traces`` (e.g.
+    example's cost is metered on its own (its LM calls also by the predictor that made them, ``lm_calls_by``:
+    ``evaluation.callers``) and the records come back in input order. ``traces`` (e.g.
     ``tracking.QuestionTraces``): called per example with the program, a context manager around its call and
     scoring that yields a function taking the finished record (only the questions this run asks: not those read
     back from the checkpoint).
@@ -159,7 +161,7 @@ def evaluate(program: dspy.Module, examples: list[dspy.Example], metrics: dict, 
     limit, streak = int(env_number("RAG_ENDPOINT_ERRORS", 5)), [0]
 
     def one(example: dspy.Example) -> dict:
-        with (traces(example, program) if traces else nullcontext(lambda rec: None)) as finish:
+        with asking(program), (traces(example, program) if traces else nullcontext(lambda rec: None)) as finish:
             with metered() as cost:
                 try:
                     pred, error, tries = _run(program, example, retries)

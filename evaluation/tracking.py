@@ -1,7 +1,6 @@
 """MLflow tracking in the project's sqlite store: ``mlflow ui --backend-store-uri sqlite:///mlruns/mlflow.db``."""
 from __future__ import annotations
 
-import contextvars
 import fcntl
 import hashlib
 import json
@@ -10,18 +9,15 @@ import subprocess
 import tempfile
 import warnings
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import parse_qsl, unquote, urlencode, urlparse, urlsplit, urlunsplit
 
-import dspy
 import mlflow
-from dspy.utils.callback import BaseCallback
 from mlflow.entities import AssessmentSource, AssessmentSourceType
 
-from runtime.lm import CALLER
+from evaluation.callers import Asked, asking
 from runtime.paths import PROJECT_ROOT
-from runtime.roles import role_of
 from runtime.store import mlruns, tracking_uri
 
 MAX_PARAM = 6000
@@ -189,11 +185,11 @@ RETRIEVAL_FEEDBACK = ("title_recall", "recall_all")
 class QuestionTraces:
     """One MLflow trace per evaluated question, linked to ``run_id`` (also from evaluation threads, where no run
     is active): a ``question`` span around the program call (DSPy autologging nests its module and LM spans in
-    it, :class:`Callers` names each LM call's predictor and role), tagged with the question id, whether it failed
-    and each metric's score, with the program's own trace (iterations, queries, kept/dropped passages, verdicts,
-    stop reason) as span attributes, so the UI's trace search can filter e.g. ``tags.em = '0'``. Each score is
-    also a feedback assessment on the trace (:meth:`assess`), logged with it when the question ends: a resumed run,
-    which does not ask its checkpoint's questions again, logs none for them."""
+    it, ``evaluation.callers.asking`` names each LM call's predictor and role), tagged with the question id,
+    whether it failed and each metric's score, with the program's own trace (iterations, queries, kept/dropped
+    passages, verdicts, stop reason) as span attributes, so the UI's trace search can filter e.g.
+    ``tags.em = '0'``. Each score is also a feedback assessment on the trace (:meth:`assess`), logged with it when
+    the question ends: a resumed run, which does not ask its checkpoint's questions again, logs none for them."""
 
     def __init__(self, run_id: str, metrics):
         self.run_id, self.metrics = run_id, tuple(metrics)
@@ -201,9 +197,7 @@ class QuestionTraces:
 
     @contextmanager
     def __call__(self, example, program=None):
-        asked = Asked(program, {id(p): name for name, p in program.named_predictors()} if program else {})
-        token = ASKED.set(asked)
-        try:
+        with asking(program) as asked:
             with mlflow.start_span(name="question", span_type="CHAIN", run_id=self.run_id,
                                    attributes={"question_id": example.id, "question": example.question}) as span:
                 span.set_inputs({"question": example.question})
@@ -219,8 +213,6 @@ class QuestionTraces:
                                                          if rec.get(m) is not None}})  # None: not scored
                     self.assess(span.trace_id, rec, asked)
                 yield finish
-        finally:
-            ASKED.reset(token)
 
     def assess(self, trace_id: str, rec: dict, asked: "Asked") -> None:
         """Each score of ``rec`` (its metrics, then :data:`RETRIEVAL_FEEDBACK`; None: not scored) as a feedback
@@ -236,74 +228,9 @@ class QuestionTraces:
                                 rationale=asked.rationale(rec) if name == "judge" else None)
 
 
-@dataclass
-class Asked:
-    """What one question's predictors were asked: the ``program``, its predictors' names by ``id``, whether a call
-    of the program is under way (``depth``), and the judges' models and replies (what the question's judge
-    feedback cites)."""
-
-    program: object
-    names: dict
-    depth: int = 0
-    judges: set = field(default_factory=set)
-    replies: list = field(default_factory=list)
-
-    def caller(self, predictor: dspy.Predict) -> dict:
-        """``predictor``'s name in the program and its role (``runtime.roles.role_of``); one the program does not
-        name (a reranker's) is a writer, one asked outside the program's call (a metric's) a judge, each named
-        by its signature."""
-        if (name := self.names.get(id(predictor))) is not None:
-            return {"predictor": name, "role": role_of(self.program, name)}
-        return {"predictor": predictor.signature.__name__, "role": "writer" if self.depth else "judge"}
-
-    def rationale(self, rec: dict) -> str:
-        """Why the judge feedback says what it says: the judges' replies and how the metrics decided."""
-        said = [*self.replies, *(f"{k}: {v}" for k, v in (rec.get("noted") or {}).items())]
-        return "; ".join(said) or "decided without asking a judge"
-
-
-ASKED: contextvars.ContextVar[Asked | None] = contextvars.ContextVar("asked", default=None)
-
-
-class Callers(BaseCallback):
-    """Inside a traced question (:data:`ASKED`), sets :data:`runtime.lm.CALLER` around each predictor's call, so
-    its LM calls' spans name the predictor and role (``runtime.lm.mark_span``), and keeps the judges' replies."""
-
-    def __init__(self):
-        self.open: dict[str, tuple] = {}  # call id -> what its end undoes
-
-    def on_module_start(self, call_id, instance, inputs):
-        if (asked := ASKED.get()) is None:
-            return
-        if instance is asked.program:
-            asked.depth += 1
-            self.open[call_id] = (asked, None, None)
-        elif isinstance(instance, dspy.Predict):
-            caller = asked.caller(instance)
-            if caller["role"] == "judge":
-                asked.judges.add(getattr(instance.lm or dspy.settings.lm, "model", "judge"))
-            self.open[call_id] = (asked, caller, CALLER.set(caller))
-
-    def on_module_end(self, call_id, outputs, exception=None):
-        if (opened := self.open.pop(call_id, None)) is None:
-            return
-        asked, caller, token = opened
-        if caller is None:
-            asked.depth -= 1
-            return
-        CALLER.reset(token)
-        if caller["role"] == "judge" and isinstance(outputs, dspy.Prediction):
-            asked.replies.append(f"{caller['predictor']} replied " + ", ".join(f"{k}={v}" for k, v in outputs.items()))
-
-
-CALLERS = Callers()
-
-
 def trace_dspy(on: bool) -> None:
-    """DSPy's autologging (module, adapter and LM spans) and :data:`CALLERS` on or off together."""
+    """DSPy's autologging (module, adapter and LM spans) on or off."""
     mlflow.dspy.autolog(disable=not on)
-    others = [c for c in dspy.settings.callbacks if c is not CALLERS]
-    dspy.settings.configure(callbacks=[CALLERS, *others] if on else others)
 
 
 def question_traces(run_id: str, metrics, enabled: bool) -> QuestionTraces | None:

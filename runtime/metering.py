@@ -1,6 +1,7 @@
-"""Cost accounting for LM work: calls and LM latency (a DSPy callback), prompt tokens sent and computed, completion
-tokens (DSPy usage tracking), wall seconds, retriever queries and the oracle role calls that stood in for LM calls;
-and LM budgets (:func:`limited`), enforced by the same callback.
+"""Cost accounting for LM work: calls (also by the predictor that made them: ``runtime.lm.CALLER``) and LM latency (a
+DSPy callback), prompt tokens sent and computed, completion tokens (DSPy usage tracking), wall seconds, retriever
+queries and the oracle role calls that stood in for LM calls; and LM budgets (:func:`limited`), enforced by the same
+callback.
 
 Each ``metered()`` block owns one :class:`Cost`, carried in DSPy's per-context settings, so blocks running at the
 same time in different threads (``evaluate(..., threads=N)``) each count only their own calls."""
@@ -9,14 +10,19 @@ from __future__ import annotations
 import threading
 import time
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 import dspy
 from dspy.utils.callback import BaseCallback
 
+from runtime.lm import CALLER
+
 _KEY = "cost_meters"  # DSPy settings key: the Costs of the enclosing metered() blocks, outermost first
 _LIMITS = "lm_limits"  # DSPy settings key: the Limits of the enclosing limited() blocks
 _LOCK = threading.Lock()  # a program's own threads (dspy.Parallel) share their caller's Costs
+#: Where :attr:`Cost.lm_calls_by` counts an LM call made while no predictor named its caller (``runtime.lm.CALLER``
+#: unset: a call outside an evaluated question's predictors, or outside any evaluated question).
+NO_PREDICTOR = "(no predictor)"
 
 
 @dataclass
@@ -29,6 +35,9 @@ class Cost:
     lm_seconds: float = 0.0  # sum of LM call latencies (cache hits included); seconds - lm_seconds = orchestration
     oracle_calls: int = 0  # oracle role labels read in place of an LM call (:func:`count`)
     searches: int = 0  # retriever queries (:func:`count`)
+    #: LM calls by the predictor that made them, as ``runtime.lm.CALLER`` names it (its name in the program; one
+    #: the program does not name, by its signature), else under :data:`NO_PREDICTOR`
+    lm_calls_by: dict[str, int] = field(default_factory=dict)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -61,19 +70,22 @@ class Limit:
 
 
 class CallMeter(BaseCallback):
-    """Adds every LM call made through DSPy (cache hits included), and its latency, to the enclosing Costs; refuses
-    a call past an enclosing :class:`Limit`."""
+    """Adds every LM call made through DSPy (cache hits included), by its predictor, and its latency, to the
+    enclosing Costs; refuses a call past an enclosing :class:`Limit`."""
 
     def __init__(self):
         self._started: dict[str, tuple[float, tuple[Cost, ...]]] = {}
 
     def on_lm_start(self, call_id, instance, inputs):
         meters = dspy.settings.get(_KEY) or ()
+        caller = CALLER.get()
+        by = NO_PREDICTOR if caller is None else caller["predictor"]
         with _LOCK:
             for limit in dspy.settings.get(_LIMITS) or ():
                 limit.take()
             for cost in meters:
                 cost.lm_calls += 1
+                cost.lm_calls_by[by] = cost.lm_calls_by.get(by, 0) + 1
             self._started[call_id] = (time.perf_counter(), meters)
 
     def on_lm_end(self, call_id, outputs, exception=None):

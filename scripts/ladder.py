@@ -10,23 +10,19 @@ per question, the leaderboard logged. Every arm answers the same seeded split (`
 --seed``; default split: test) and differs from the others only in its oracle roles. The report (report.md, printed)
 is one table per method and dataset: each arm's evidence (All-Pass, Recall over its first k paragraphs and over
 everything it retrieved), answers (EM, F1, the judge's with ``--judge``), cost per question (the program's LM calls,
-prompt tokens, seconds; the judge's calls are counted apart), the LM calls of this run by predictor (the check that only
-the role given back calls the LM), and the drop per role: all-oracle minus the arm, paired on the same questions
-(exact McNemar on EM and the judge, a paired t-test on F1; Holm over the ladder's rows, per metric). The report
-notes an arm whose role called no LM on these questions: identical to arm 0, or decided without the LM.
+prompt tokens, seconds; the judge's calls are counted apart), the program's LM calls by predictor as its records count
+them (the check that only the role given back calls the LM), and the drop per role: all-oracle minus the arm, paired
+on the same questions (exact McNemar on EM and the judge, a paired t-test on F1; Holm over the ladder's rows, per
+metric). The report notes an arm whose role called no LM on these questions: identical to arm 0, or decided without
+the LM.
 """
 from __future__ import annotations
 
 import copy
 import json
-import threading
 from collections import Counter
-from contextlib import contextmanager
-from contextvars import ContextVar
 
-import dspy
 import mlflow
-from dspy.utils.callback import BaseCallback
 
 import data as datasets
 import programs
@@ -48,7 +44,6 @@ COLUMNS = (("all_pass", "All-Pass@k", "{:.3f}"), ("title_recall", "R@k", "{:.3f}
            ("seconds", "s/q", "{:.1f}"))
 #: The answer metrics whose drop is tested (McNemar on correctness, a paired t-test on F1: ``leaderboard.paired``).
 DROPS = ("em", "f1", "judge", "accuracy")
-OUTSIDE = "(outside the program)"  # LM calls no predictor of the program made: the judge's
 
 
 def arms(program: str, dataset: str, full: bool) -> list[suite.Cell]:
@@ -75,80 +70,19 @@ def arm_session(s, cell: suite.Cell):
     return cs
 
 
-class PredictorCalls:
-    """The LM calls of one program by predictor (its name in the program, the innermost one running when the call
-    starts); calls made outside its predictors (the judge's) count under :data:`OUTSIDE`."""
-
-    def __init__(self, program: dspy.Module):
-        self.program = program  # kept alive while counted: predictors are told apart by id
-        self.names = {id(p): name for name, p in program.named_predictors()}
-        self.calls: Counter = Counter()
-        self._local, self._lock = threading.local(), threading.Lock()
-
-    def _stack(self) -> list:
-        if not hasattr(self._local, "stack"):
-            self._local.stack = []
-        return self._local.stack
-
-    def started(self, call_id, instance) -> None:
-        if id(instance) in self.names:
-            self._stack().append((call_id, self.names[id(instance)]))
-
-    def ended(self, call_id) -> None:
-        stack = self._stack()
-        if stack and stack[-1][0] == call_id:
-            stack.pop()
-
-    def lm_call(self) -> None:
-        stack = self._stack()
-        with self._lock:
-            self.calls[stack[-1][1] if stack else OUTSIDE] += 1
-
-
-_COUNTING: ContextVar[PredictorCalls | None] = ContextVar("ladder_predictor_calls", default=None)
-
-
-class _Dispatch(BaseCallback):
-    """DSPy's callbacks, passed to the :class:`PredictorCalls` of the arm running in this context (none outside)."""
-
-    def on_module_start(self, call_id, instance, inputs):
-        if meter := _COUNTING.get():
-            meter.started(call_id, instance)
-
-    def on_module_end(self, call_id, outputs, exception=None):
-        if meter := _COUNTING.get():
-            meter.ended(call_id)
-
-    def on_lm_start(self, call_id, instance, inputs):
-        if meter := _COUNTING.get():
-            meter.lm_call()
-
-
-DISPATCH = _Dispatch()
-
-
-@contextmanager
-def counting(program: dspy.Module):
-    """Within the block (and the threads it starts with its context), count ``program``'s LM calls by predictor:
-    yields the Counter."""
-    if DISPATCH not in dspy.settings.callbacks:
-        dspy.configure(callbacks=[*dspy.settings.callbacks, DISPATCH])
-    meter = PredictorCalls(program)
-    token = _COUNTING.set(meter)
-    try:
-        yield meter.calls
-    finally:
-        _COUNTING.reset(token)
-
-
 def run_arm(s, cell: suite.Cell, parent_run_id: str) -> tuple[suite.Result, Counter]:
-    """One arm into its child run, with the LM calls its questions asked in this run by predictor (those read back
-    from the checkpoint ask none)."""
-    cs = arm_session(s, cell)
-    program = cs.build(cell.program)
-    with counting(program) as calls:
-        result = suite.run_cell(cs, cell, parent_run_id, "ladder", program=program, entry=ENTRY)
-    return result, calls
+    """One arm into its child run, with the LM calls of its questions by predictor (:func:`predictor_calls`)."""
+    result = suite.run_cell(arm_session(s, cell), cell, parent_run_id, "ladder", entry=ENTRY)
+    return result, predictor_calls(result)
+
+
+def predictor_calls(result: suite.Result) -> Counter:
+    """The program's LM calls on ``result``'s questions by predictor, as each record counts them (``lm_calls_by``:
+    also those read back from the checkpoint); the judge's are not the program's."""
+    calls = Counter()
+    for rec in result.records:
+        calls.update(rec.get("lm_calls_by") or {})
+    return calls
 
 
 def drops(top: suite.Result, rows: list[suite.Result]) -> dict[tuple[str, str], dict]:
@@ -185,7 +119,7 @@ def table(results: list[suite.Result], calls: dict) -> str:
     shown = [c for c in COLUMNS if any(c[0] in r.summary for r in results)]
     metrics = [m for m in DROPS if any((r.cell.label, m) in tests for r in rest)]
     head = ["arm", "given back", "n", "failed", *(h for _, h, _ in shown),
-            *(f"drop {m} [p, Holm]" for m in metrics), "LM calls by predictor (this run)"]
+            *(f"drop {m} [p, Holm]" for m in metrics), "LM calls by predictor"]
     lines = ["| " + " | ".join(head) + " |", "|---" * len(head) + "|"]
     notes = []
     for r in results:
@@ -200,6 +134,9 @@ def table(results: list[suite.Result], calls: dict) -> str:
         lines.append("| " + " | ".join(cells) + " |")
         if r is not top and back != ALL and (note := idle_note(top, r)):
             notes.append(f"- {back}: {note}.")
+        if uncounted := sum("lm_calls_by" not in rec for rec in r.records):
+            notes.append(f"- {r.label}: {uncounted} record(s) read back from a checkpoint written before LM calls were "
+                         "counted by predictor: their calls are not in its LM calls by predictor.")
     ids = {frozenset(rec["id"] for rec in r.records) for r in results}
     if len(ids) > 1:
         notes.append("- the arms did not record the same questions: each drop is paired on those both scored (n).")

@@ -103,11 +103,10 @@ def async_traces(monkeypatch):
 
 
 def reset_mlflow():
-    """MLflow state a test leaves in the process. A traced run turns DSPy autologging (and ``tracking.CALLERS``) on
-    for the whole process (``tracking.question_traces``): left on, every later test's DSPy calls are traced too, and
-    MLflow's background threads export those traces into whatever store it last pointed at (an earlier test's) while
-    later tests run. Off, flushed, and no run left active: each test starts with no thread of an earlier one at
-    work."""
+    """MLflow state a test leaves in the process. A traced run turns DSPy autologging on for the whole process
+    (``tracking.question_traces``): left on, every later test's DSPy calls are traced too, and MLflow's background
+    threads export those traces into whatever store it last pointed at (an earlier test's) while later tests run.
+    Off, flushed, and no run left active: each test starts with no thread of an earlier one at work."""
     import mlflow
 
     from evaluation import tracking

@@ -74,6 +74,24 @@ def test_an_arm_calls_the_lm_only_in_the_predictors_of_the_role_given_back(run):
     assert "- sufficiency: no LM call on these questions" in run["report"]
 
 
+def test_a_resumed_ladder_counts_the_lm_calls_by_predictor_its_checkpoints_hold(embedder, monkeypatch):
+    import retrieval.retriever
+    monkeypatch.setattr(retrieval.retriever, "get_embedder", lambda name: embedder)
+    lms = []
+
+    def hooked(s):
+        s = hook(s)
+        lms.append(s.roles.writer)
+        return s
+    argv = ["--programs", "par2", "--datasets", "demo", "--train", "0", "--dev", "0", "--test", str(N),
+            "--lm", "openai/unused", "--no-cache", "--no-trace", "--experiment", "ladder-test"]
+    first = ladder.main(argv, hook=hooked)
+    second = ladder.main(argv, hook=hooked)
+    assert not lms[-1].history  # every question of the second run was read back from its arm's checkpoint
+    assert second["calls"] == first["calls"] and sum(map(len, first["calls"].values())) > 0
+    assert "read back from a checkpoint written before" not in second["report"]
+
+
 def test_every_arm_answers_the_same_questions_and_each_drop_is_paired_on_them(run):
     for program in PREDICTORS:
         results = [r for r in run["results"] if r.cell.program == program]
@@ -114,3 +132,15 @@ def test_a_drop_pairs_by_question_id_and_holm_runs_over_the_ladders_arms():
     assert "- query: no LM call on these questions, yet other answers" in text
     assert "- controller:" not in text  # it called the LM
     assert "did not record the same questions" in text
+
+
+def test_an_arm_notes_its_records_read_back_without_lm_calls_by_predictor():
+    top = fake("all", "all", {"q0": 1.0, "q1": 1.0})
+    arm = fake("c", "query,writer", {"q0": 1.0, "q1": 0.0}, lm_calls=1.0)
+    for rec in top.records:
+        rec["lm_calls_by"] = {}
+    arm.records[0]["lm_calls_by"] = {"esc": 1}  # q1's record was written before calls were counted by predictor
+    text = ladder.table([top, arm], {top.cell: ladder.predictor_calls(top), arm.cell: ladder.predictor_calls(arm)})
+    assert "| par2+oracle:query,writer | controller | 2 | 0 |" in text and text.count("| esc 1 |") == 1
+    assert "- par2+oracle:query,writer: 1 record(s) read back from a checkpoint written before" in text
+    assert "- par2+oracle:all:" not in text
