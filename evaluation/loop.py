@@ -114,8 +114,11 @@ def record(example: dspy.Example, pred, metrics: dict, k: int | None, groups: tu
         rec["noted"] = notes  # how the metrics decided (``metrics.note``), counted by :func:`summarize`
     passages = list(getattr(pred, "passages", None) or [])
     gold, key = gold_passages(example)  # paragraph ids where the data has them (MuSiQue, XRAG), else titles
-    if k is not None and gold:  # scored on everything retrieved, where the program says
-        rec.update(retrieval_record(example, list(getattr(pred, "retrieved", None) or passages), k))
+    retrieved = list(getattr(pred, "retrieved", None) or passages)  # everything retrieved, where the program says
+    if k is not None and gold:
+        rec.update(retrieval_record(example, retrieved, k))
+    elif k is not None:  # no gold passages to score (BLEnD, CLIcK, open QA): the cost is still counted
+        rec["retrieved_n"] = len({p.id for p in retrieved})
     rec["passages"] = [{"id": p.id, "title": p.title, "score": round(p.score, 4)} for p in passages]
     cited = getattr(pred, "citations", None)
     if cited is not None:  # an answer with cited passage ids (the evidence writer)

@@ -151,6 +151,19 @@ def test_records_score_retrieval_and_citations_by_paragraph_id_where_the_data_ha
     assert rec["title_recall"] == 1.0 and rec["citation_precision"] == 0.0
 
 
+def test_a_question_without_gold_passages_still_counts_the_passages_retrieved():
+    """BLEnD's questions have answers and no gold passages: nothing to score recall against, but what a program read
+    is its cost (the ceiling's passages/q), counted by paragraph id over everything it retrieved."""
+    from evaluation.loop import record
+    from retrieval.corpus import Passage
+
+    shown = [Passage("kb:1", "Food", "rice"), Passage("kb:2", "Food", "bread")]
+    pred = dspy.Prediction(answer="rice", passages=shown[:1], retrieved=[*shown, shown[0]])
+    rec = record(dspy.Example(id="b", question="?", answer="rice", answers=["rice"]), pred, {}, k=1)
+    assert rec["retrieved_n"] == 2 and "title_recall" not in rec
+    assert "retrieved_n" not in record(dspy.Example(id="b", question="?", answer="rice", answers=["rice"]), pred, {}, k=None)
+
+
 class Raising(dspy.Module):
     """Raises ``error`` on the questions in ``on`` (every question when None), else answers "yes"; records the retry
     attempt (``ATTEMPT``) of each call."""
