@@ -84,7 +84,8 @@ def asking(program):
     if (asked := dspy.settings.get(_KEY)) is not None and asked.program is program:
         yield asked
         return
-    asked = Asked(program, {id(p): name for name, p in program.named_predictors()} if program else {})
+    named = getattr(program, "named_predictors", None)  # a plain function evaluated as a program names none
+    asked = Asked(program, {id(p): name for name, p in named()} if named else {})
     callbacks = dspy.settings.get("callbacks") or []
     with dspy.context(**{_KEY: asked}, callbacks=callbacks if CALLERS in callbacks else [CALLERS, *callbacks]):
         yield asked

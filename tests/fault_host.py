@@ -29,8 +29,8 @@ class FaultHost(LlamaServer):
 
 
 #: Record fields that depend on how the answer was reached (calls, timing, retries), not on the answer.
-VOLATILE = {"lm_calls", "judge_lm_calls", "oracle_calls", "searches", "prompt_tokens", "prompt_tokens_computed",
-            "completion_tokens", "seconds", "lm_seconds", "tries", "error"}
+VOLATILE = {"lm_calls", "lm_calls_by", "judge_lm_calls", "oracle_calls", "searches", "prompt_tokens",
+            "prompt_tokens_computed", "completion_tokens", "seconds", "lm_seconds", "tries", "error"}
 
 
 def comparable(record: dict) -> dict:
