@@ -18,6 +18,7 @@ from dspy.utils.callback import BaseCallback
 from evaluation.loop import EndpointDown, endpoint_backoff, stopped
 from evaluation.metrics import UnreadableVerdict, gold_of
 from programs.shared.oracle import gold_labels, teaching
+from programs.shared.text import FORMAT_ECHO, unechoed
 from runtime.lm import TRANSIENT_ERRORS, UNREADABLE_ERRORS, ServerError, describe
 from runtime.metering import BudgetSpent, Limit, limited
 
@@ -366,6 +367,21 @@ def demo_tokens(demos: list) -> int:
     """Estimated prompt tokens of ``demos``: the characters of their field values / 4 (no tokenizer needed; about
     right for English text under Qwen's tokenizer)."""
     return sum(len(str(value)) for demo in demos for key, value in demo.items() if key != "augmented") // 4
+
+
+def unecho_demos(program: dspy.Module) -> dict[str, int]:
+    """Remove DSPy's format text that a teacher's reply copied (:func:`~programs.shared.text.unechoed`) from each
+    demo's values, so a bootstrapped demo does not teach the student to echo it (the 0.5B's CORAL replanner queries
+    ending in '# note: the value you produce must adhere to the JSON schema'). Returns per predictor the demos
+    changed (only predictors with one)."""
+    changed = {}
+    for name, predictor in program.named_predictors():
+        for demo in predictor.demos:
+            echoed = [k for k, v in demo.items() if k != "augmented" and isinstance(v, str) and FORMAT_ECHO.search(v)]
+            for key in echoed:
+                demo[key] = unechoed(demo[key])
+            changed[name] = changed.get(name, 0) + bool(echoed)
+    return {name: n for name, n in changed.items() if n}
 
 
 def fit_demos(program: dspy.Module, max_tokens: int | None) -> dict[str, tuple[int, int]]:

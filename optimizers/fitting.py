@@ -20,7 +20,7 @@ from decoding.decisions import describe
 from evaluation import tracking
 from optimizers import compile as compile_module
 from optimizers.calibration import calibrate_decisions
-from optimizers.compile import compile_program, fit_demos
+from optimizers.compile import compile_program, fit_demos, unecho_demos
 from runtime.files import locked, write_whole
 from runtime.metering import Limit, metered
 from runtime.roles import assign_roles
@@ -61,6 +61,8 @@ def compile_fitted(s, program: dspy.Module, optimizer: str, metric, proposer: ds
     spent["budget_exhausted"] = float(bool(limit.reached))
     tracking.log_metrics(spent, "compile")
     assign_roles(compiled, s.roles)  # as a loaded program runs (MIPROv2's and GEPA's copies hold copied LMs)
+    for name, n in unecho_demos(compiled).items():
+        print(f"{name}: removed DSPy's echoed format text from {n} demo(s)", file=sys.stderr)
     demos = fit_demos(compiled, args.demo_tokens)
     for name, (tokens, dropped) in demos.items():
         mlflow.log_metric(f"demo_tokens_{name}", tokens)

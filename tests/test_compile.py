@@ -11,8 +11,8 @@ from dspy.utils.dummies import DummyLM
 
 import programs
 from fake_openai import FakeOpenAI
-from optimizers.compile import (OPTIMIZERS, compile_program, feedback, fit_demos, instruction_fault, verdicts_only,
-                                with_feedback)
+from optimizers.compile import (OPTIMIZERS, compile_program, feedback, fit_demos, instruction_fault, unecho_demos,
+                                verdicts_only, with_feedback)
 from evaluation.loop import QuestionError
 from evaluation.metrics import UnreadableVerdict, exact_match
 from retrieval.corpus import Passage
@@ -556,3 +556,15 @@ def test_gepa_keeps_the_instruction_where_the_reflection_wrote_none(dummy, capsy
 
     assert reflect.history and instructions(compiled) == instructions(program)
     assert "proposed instruction refused (too short to instruct): \"I don't know\"" in capsys.readouterr().err
+
+
+def test_a_bootstrapped_demo_loses_the_format_text_its_teacher_echoed():
+    """A self-taught CORAL replanner demo ended in DSPy's type note and its student echoed it in 9 test queries."""
+    program = programs.build("direct")
+    echoed = dspy.Example(question="capital of Peru", augmented=True,
+                          answer='Lima # note: the value you produce must adhere to the JSON schema: {"type": "string"}')
+    clean = dspy.Example(question="capital of Chile", answer="Santiago", augmented=True)
+    program.writer.short.demos = [echoed, clean]
+    assert unecho_demos(program) == {"writer.short": 1}
+    assert [d.answer for d in program.writer.short.demos] == ["Lima", "Santiago"]
+    assert program.writer.short.demos[0].question == "capital of Peru" and unecho_demos(program) == {}

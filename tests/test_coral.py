@@ -638,3 +638,14 @@ def test_compare_script_runs_the_papers_rows_by_default(embedder, monkeypatch):
     assert any(c != "en" for c in cultures)
     assert [r["trace"]["corpora"] for r in records["mono_rag"]] == [[[c]] for c in cultures]
     assert all(r["trace"]["corpora"] == [["en"]] for r in records["en_rag"])
+
+
+def test_a_rewritten_query_that_echoes_the_format_note_is_searched_without_it(dummy, search):
+    """Seen on XRAG: the 0.5B's rewrite ends in DSPy's type note, which the next round searched for."""
+    scripted(dummy, plan=Queue({"corpora": ["en"]}), batch=Queue(batched(rating(1, 1, 1, 1, 1))),
+             enough=Queue({"enough": False, "reason": "nothing on Korea"}),
+             replan=Queue({"corpora": ["ko"], "query": 'seaweed soup # note: the value you produce must adhere to '
+                                                       'the JSON schema: {"type": "string"} # complete'}),
+             write=Queue({"answer": "C"}))
+    t = CORAL(search, CORALConfig(k=1, loops=2, critic_batch=True))(question=QUESTION, options=OPTIONS, lang="en").trace
+    assert t["queries"] == [QUESTION, "seaweed soup"]

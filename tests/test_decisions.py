@@ -852,3 +852,12 @@ def test_only_an_unreadable_reply_reads_as_an_unreadable_decision():
     assert decide(Unreadable(JudgeRelevance), {"relevant": YES_NO}, question="Q?", passage="P.").output is None
     assert LabelGate(Unreadable(JudgeRelevance), "relevant", YES_NO, "passage")(
         {"question": "Q?", "passage": "P."}) == Ruling(None, failures=1)
+
+
+def test_self_rags_next_query_is_searched_without_the_echoed_format_note():
+    from programs.baselines.self_rag import SelfRAG
+
+    critique = dspy.Prediction(next_query='Ana Berg birthplace # note: the value you produce must adhere to the JSON '
+                                          'schema: {"type": "string"}')
+    program = SelfRAG(ScriptedSearch({Q: ["Blue Fox"]}), k=1, loops=2)
+    assert program._next_query(Q, "Lyon", critique, [Q]) == "Ana Berg birthplace"

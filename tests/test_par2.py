@@ -438,3 +438,14 @@ def test_compare_script_runs_programs_and_budgets_in_one_run(monkeypatch, capsys
     assert {"demo_par2_L3_vs_ircot_L3_mcnemar_p", "ircot_L3_vs_par2_L3_ttest_recall_p"} <= metrics.keys()
     children = mlflow.search_runs(filter_string=f"tags.mlflow.parentRunId = '{run_id}'", output_format="list")
     assert len(children) == 5 and all("test_recall_any" in c.data.metrics for c in children)
+
+
+def test_an_esc_query_that_echoes_the_format_note_is_searched_without_it():
+    """The 0.5B copies DSPy's type note after a field's value; the words of the note are not a search."""
+    routed({PLAN: TWO_SEARCHES, ESC: Queue({"decision": "CONTINUE", "next_query": 'Ana Berg # note: the value you '
+                                            'produce must adhere to the JSON schema: {"type": "string"}'},
+                                           {"decision": "STOP", "next_query": ""}),
+            ANSWER: said("Lyon")})
+    search = ScriptedSearch(ROUTES)
+    build("par2_chain", search, k=2, loops=5)(question=Q)
+    assert search.calls == [Q, "Ana Berg"]

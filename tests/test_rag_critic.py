@@ -243,6 +243,17 @@ def test_executor_runs_steps_in_order_and_resolves_references():
     assert all(s["ok"] for s in out.steps)
 
 
+def test_a_rewritten_query_is_searched_without_the_format_text_the_lm_echoed():
+    search = ScriptedSearch({"Ana Berg birthplace": ("Ana Berg",)})
+    routed({REWRITE: {"queries": "Ana Berg birthplace # note: the value you produce must adhere "
+                                 "to the JSON schema: {\"type\": \"string\"}\nBlue Fox director"},
+            INSTRUCTED: {"answer": "Lyon"}})
+    plan, _ = parse_plan("qs = RewriteQuery(query=question, instruction='expand')\n"
+                         "found = Retrieval(query=qs, topk=2)\n"
+                         "a = GenerateAnswer(query=question, docs=found, additional_instruction='Name a city.')")
+    PlanExecutor(search)(plan=plan, question=Q, passages=[P["Blue Fox"], P["Red Owl"]])
+    assert [q for q, _ in search.calls] == ["Ana Berg birthplace", "Blue Fox director"]
+
 def test_executor_edits_evidence_adds_a_final_answer_and_logs_bad_indices():
     lm = routed({REFINE: {"rewritten": "Blue Fox was directed by Ana Berg."}, INSTRUCTED: {"answer": "Ana Berg"}})
     plan, _ = parse_plan("RefineDoc(question, 1, 'delete')\nRefineDoc(question, 0, 'summarize')\n"

@@ -1,7 +1,7 @@
 """Refusal detection and query-repeat checks (programs/shared/text.py)."""
 import pytest
 
-from programs.shared.text import abstained, repeats
+from programs.shared.text import abstained, clip, repeats, unechoed
 
 
 @pytest.mark.parametrize("answer", ["I don't know", "I don’t know", "i dont know.", "I DO NOT KNOW", "",
@@ -22,3 +22,25 @@ def test_repeats_by_content_word_overlap():
     assert repeats("Ana Berg birthplace", ["ana berg birthplace?"])
     assert not repeats("Ana Berg birthplace", ["Blue Fox director"])
     assert repeats("", []) and repeats("the of a", [])  # nothing to search for
+
+
+NOTE = ' # note: the value you produce must adhere to the JSON schema: {"type": "string"} # complete'
+
+
+@pytest.mark.parametrize("text, clean", [
+    ('"Black Death and new epidemics"' + NOTE, '"Black Death and new epidemics"'),  # the 0.5B's CORAL replan query
+    ("Fresno ethnic groups# NOTE: The value you produce must be one of: a; b", "Fresno ethnic groups"),
+    ("seaweed soup[[ ## completed ## ]]", "seaweed soup"),
+    ("[[ ## query ## ]]\nseaweed soup\n\n[[ ## completed ## ]]", "seaweed soup"),
+    ("first line" + NOTE + "\nsecond line", "first line  \nsecond line"),  # only the note's own line is cut
+    ("C# notes for beginners", "C# notes for beginners"),  # a '#' that is not the format's note stays
+    ("# note: bring a towel", "# note: bring a towel"),
+    ("what the value you produce means", "what the value you produce means"),
+    ("", ""), (None, "")])
+def test_echoed_format_text_is_removed_and_nothing_else(text, clean):
+    assert unechoed(text) == clean
+
+
+def test_clip_removes_the_echo_before_counting_words():
+    assert clip("Amazon rainforest drought 2010" + NOTE, 4) == "Amazon rainforest drought 2010"
+    assert clip("Amazon [[ ## completed ## ]] rainforest", 2) == "Amazon rainforest"

@@ -23,7 +23,7 @@ from decoding.decisions import decide, record, rest_note
 from programs.shared.evidence import EvidenceWriter, lenient, search_excluding
 from programs.shared.gates import DecisionGate
 from programs.shared.oracle import check_roles, oracle
-from programs.shared.text import abstained, normalize, repeats
+from programs.shared.text import abstained, normalize, repeats, unechoed
 from retrieval.corpus import Passage
 from retrieval.retriever import Retriever
 from signatures.critic import CritiqueDraft
@@ -175,7 +175,7 @@ class SelfRAG(dspy.Module):
         """The critic's query; when it gave none or it repeats an earlier query (content-word Jaccard at or above
         ``stuck_jaccard``), the question conditioned on the draft (not on a refusal), unless exactly that query was
         issued before; None when neither is left. (Repeats still fetch new passages: held ones are blocked.)"""
-        proposal = (critique.next_query if critique else "").strip()
+        proposal = unechoed(critique.next_query if critique else "")
         if not repeats(proposal, queries, self.stuck_jaccard):
             return proposal
         fallback = f"{question} {answer}"

@@ -39,6 +39,7 @@ from programs.coral.critics import BatchCritic, EachCritic, KeepGate, Rated
 from programs.coral.mrag import DEFAULT_LANG, SCOPES, answer_writer, corpus_of, language_label, scope_corpora, with_options
 from programs.shared.gates import Asking, LabelGate, Ruling
 from programs.shared.oracle import check_roles, oracle as oracle_labels, own_language, taught
+from programs.shared.text import unechoed
 from retrieval.corpus import Passage, dedup
 from retrieval.retriever import Retriever
 from runtime.language import LANGUAGE_NAMES
@@ -336,7 +337,7 @@ class CORAL(dspy.Module):
             except PARSE_ERRORS:
                 trace.parse_failures += 1
                 continue
-            new_query = (getattr(out, "query", "") or "").strip() if self.rewrite else ""
+            new_query = unechoed(getattr(out, "query", "")) if self.rewrite else ""
             if gold_query is not None:
                 new_query = gold_query(list(held))
             new_corpora = corpora

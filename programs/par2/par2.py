@@ -37,7 +37,7 @@ from decoding.decisions import REST, rest_note
 from programs.shared.evidence import retried, within_budget
 from programs.shared.gates import LabelGate
 from programs.shared.oracle import check_roles, oracle, taught
-from programs.shared.text import APOSTROPHES, content_words, negated, normalize
+from programs.shared.text import APOSTROPHES, content_words, negated, normalize, unechoed
 from programs.shared.writer import Writer
 from retrieval.corpus import Passage, dedup
 from retrieval.rerank import get_reranker
@@ -272,4 +272,4 @@ class PAR2(dspy.Module):
             return "STOP", ""
         if ruling.label == "CONTINUE" and gold_query is not None:
             return "CONTINUE", gold_query(run.context)
-        return ruling.label, " ".join((ruling.output.get("next_query") or "").split())
+        return ruling.label, " ".join(unechoed(ruling.output.get("next_query")).split())

@@ -18,6 +18,7 @@ from decoding.choice import MCScoring
 from programs.shared.evidence import lenient
 from programs.rag_critic.plan import GenerateAnswer, Plan, Ref, Step
 from programs.shared.oracle import oracle
+from programs.shared.text import unechoed
 from programs.shared.writer import Writer
 from retrieval.corpus import Passage, dedup
 from retrieval.retriever import Retriever
@@ -104,7 +105,8 @@ class PlanExecutor(dspy.Module):
 
     def _queries(self, run: _Run, value) -> list[str]:
         value = self._lookup(run, value) if isinstance(value, Ref) else value
-        queries = [q for q in (value if isinstance(value, list) else [value]) if isinstance(q, str) and q.strip()]
+        queries = [unechoed(q) for q in (value if isinstance(value, list) else [value]) if isinstance(q, str)]
+        queries = [q for q in queries if q]
         if not queries:
             raise StepError("empty query")
         return queries

@@ -88,6 +88,17 @@ def sentences(text: str) -> list[str]:
     return [s for s in re.split(r"(?<=[.!?])\s+", " ".join((text or "").split())) if s]
 
 
+#: What a small LM copies from DSPy's chat format into a field's value: a field marker (``[[ ## completed ## ]]``)
+#: and the type note the format writes after a field (``# note: the value you produce must ...``, to the line's end).
+FORMAT_ECHO = re.compile(r"\[\[\s*##[^\]\n]*##\s*\]\]|#\s*note\s*:\s*the value you produce\b[^\n]*", re.I)
+
+
+def unechoed(text: str) -> str:
+    """``text`` without :data:`FORMAT_ECHO` (a query that carries it searches for the format's words)."""
+    return FORMAT_ECHO.sub(" ", text or "").strip()
+
+
 def clip(query: str, max_words: int) -> str:
-    """``query`` on one line, cut to its first ``max_words`` words (the words themselves are kept as written)."""
-    return " ".join((query or "").split()[:max_words])
+    """``query`` without echoed format text (:func:`unechoed`), on one line, cut to its first ``max_words`` words (the
+    words themselves are kept as written)."""
+    return " ".join(unechoed(query).split()[:max_words])
