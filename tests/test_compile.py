@@ -559,10 +559,11 @@ def test_gepa_keeps_the_instruction_where_the_reflection_wrote_none(dummy, capsy
 
 
 def test_a_bootstrapped_demo_loses_the_format_text_its_teacher_echoed():
-    """A self-taught CORAL replanner demo ended in DSPy's type note and its student echoed it in 9 test queries."""
+    """A self-taught CORAL replanner demo ended in DSPy's type note; its student echoed it in 5 of 11 rewrites
+    (uncompiled: 2)."""
     program = programs.build("direct")
-    echoed = dspy.Example(question="capital of Peru", augmented=True,
-                          answer='Lima # note: the value you produce must adhere to the JSON schema: {"type": "string"}')
+    note = ' # note: the value you produce must adhere to the JSON schema: {"type": "string"}'
+    echoed = dspy.Example(question="capital of Peru", answer="Lima" + note, augmented=True)
     clean = dspy.Example(question="capital of Chile", answer="Santiago", augmented=True)
     program.writer.short.demos = [echoed, clean]
     assert unecho_demos(program) == {"writer.short": 1}
