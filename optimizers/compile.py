@@ -380,8 +380,9 @@ def unecho_demos(program: dspy.Module) -> dict[str, int]:
             echoed = [k for k, v in demo.items() if k != "augmented" and isinstance(v, str) and FORMAT_ECHO.search(v)]
             for key in echoed:
                 demo[key] = unechoed(demo[key])
-            changed[name] = changed.get(name, 0) + bool(echoed)
-    return {name: n for name, n in changed.items() if n}
+            if echoed:
+                changed[name] = changed.get(name, 0) + 1
+    return changed
 
 
 def fit_demos(program: dspy.Module, max_tokens: int | None) -> dict[str, tuple[int, int]]:

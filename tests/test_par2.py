@@ -317,7 +317,9 @@ def test_ircot_searches_each_thought_until_one_states_the_answer():
     ("The U.S. President in 1931 was Hoover. Next.", "The U.S. President in 1931 was Hoover."),
     ("Dr. Ana Berg directed it. She was born in Lyon.", "Dr. Ana Berg directed it."),
     ("J. R. R. Tolkien wrote it! Then more.", "J. R. R. Tolkien wrote it!"),
-    ("So the answer is: U.S.", "So the answer is: U.S."), ("No period here", "No period here")])
+    ("So the answer is: U.S.", "So the answer is: U.S."), ("No period here", "No period here"),
+    ('Ana Berg was born in Lyon # note: the value you produce must adhere to the JSON schema: {"type": "string"}',
+     "Ana Berg was born in Lyon")])
 def test_ircot_thoughts_are_not_cut_at_abbreviations(text, sentence):
     assert first_sentence(text) == sentence
 
@@ -449,3 +451,12 @@ def test_an_esc_query_that_echoes_the_format_note_is_searched_without_it():
     search = ScriptedSearch(ROUTES)
     build("par2_chain", search, k=2, loops=5)(question=Q)
     assert search.calls == [Q, "Ana Berg"]
+
+
+def test_the_react_search_tool_searches_without_the_format_note_the_agent_echoed():
+    from programs.baselines.iterative import SearchTool
+
+    search = ScriptedSearch(ROUTES)
+    SearchTool(search, k=1, max_chars=None)('Ana Berg # note: the value you produce must adhere to the JSON schema: '
+                                            '{"type": "string"}')
+    assert search.calls == ["Ana Berg"]

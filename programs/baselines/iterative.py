@@ -29,7 +29,7 @@ import dspy
 from decoding.choice import MCScoring
 from programs.shared.evidence import lenient, within_budget
 from programs.shared.oracle import check_roles, oracle
-from programs.shared.text import content_words
+from programs.shared.text import content_words, unechoed
 from programs.shared.writer import Writer
 from retrieval.corpus import Passage, dedup
 from retrieval.retriever import Retriever
@@ -61,8 +61,8 @@ ABBREVIATION = re.compile(r"(?:\b[A-Za-z]|\b(?:Mr|Mrs|Ms|Dr|Prof|St|Mt|Ft|Jr|Sr|
 
 def first_sentence(text: str) -> str:
     """The first sentence of ``text`` on one line (a model asked for one sentence may write more); a period after
-    an initial or a common abbreviation does not end it."""
-    text = " ".join((text or "").split())
+    an initial or a common abbreviation does not end it. Echoed format text is not part of it (:func:`unechoed`)."""
+    text = " ".join(unechoed(text).split())
     for end in re.finditer(r"[.!?](?=\s|$)", text):
         head = text[:end.end()]
         if end.end() == len(text) or not (end.group() == "." and ABBREVIATION.search(head)):
@@ -146,9 +146,10 @@ class SearchTool:
         calls = _CALLS.get()
         if (gold_query := oracle(self.roles, "query")) is not None:  # whatever the agent wrote
             query = gold_query([p for _, hits in calls or () for p in hits])
-        hits = self.search.search(str(query), self.k)
+        query = unechoed(str(query))
+        hits = self.search.search(query, self.k)
         if calls is not None:
-            calls.append((str(query), hits))
+            calls.append((query, hits))
         return "\n".join(p.format(self.max_chars) for p in hits) or "no results"
 
     def __deepcopy__(self, memo):
