@@ -1,4 +1,4 @@
-"""Refusal detection and query-repeat checks (programs/shared/text.py)."""
+"""Refusal detection, query-repeat checks and echoed format text (programs/shared/text.py)."""
 import pytest
 
 from programs.shared.text import abstained, clip, repeats, unechoed
@@ -30,6 +30,8 @@ NOTE = ' # note: the value you produce must adhere to the JSON schema: {"type": 
 @pytest.mark.parametrize("text, clean", [
     ('"Black Death and new epidemics"' + NOTE, '"Black Death and new epidemics"'),  # the 0.5B's CORAL replan query
     ("Fresno ethnic groups# NOTE: The value you produce must be one of: a; b", "Fresno ethnic groups"),
+    ("Tesla patents  #note:the value you produce must adhere to the JSON schema: {\u201ctype\u201d: \u201cstring\u201d}",
+     "Tesla patents"),
     ("seaweed soup[[ ## completed ## ]]", "seaweed soup"),
     ("[[ ## query ## ]]\nseaweed soup\n\n[[ ## completed ## ]]", "seaweed soup"),
     ("first line" + NOTE + "\nsecond line", "first line  \nsecond line"),  # only the note's own line is cut
