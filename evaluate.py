@@ -33,7 +33,7 @@ def main(argv=None) -> dict:
         as_compiled(args, artifact, set(given))
     s = session(args, programs.spec(args.program).needs_search)
     run_id, run_name, summary = evaluate_program(s, artifact, given)
-    print(f"\nrun {run_id} ({run_name})")
+    print(f"\nrun {run_id} ({run_name}): {summary['answered']} answered of {summary['n']} asked")
     print("  " + "  ".join(f"{k}={v:.3f}" if isinstance(v, float) else f"{k}={v}" for k, v in summary.items()))
     return summary
 

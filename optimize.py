@@ -8,7 +8,8 @@ evaluates the compiled program on dev and test, saves it as DSPy JSON state and 
 from __future__ import annotations
 
 import programs
-from evaluation.stats import bootstrap_ci
+from evaluation.leaderboard import answered
+from evaluation.stats import bootstrap_ci, paired_scores
 from experiments.cli import compile_metric, evaluate_command, fail, interruptible, parser
 from experiments.sessions import check_oracle, session
 from experiments.compile_run import check_compile_flags, compile_and_score, compile_flags, teacher_flag
@@ -41,14 +42,14 @@ def main(argv=None) -> str:
 
     print(f"\nrun {run.run_id} ({run.name})")
     for name, summary in run.stages.items():
-        scores = run.scores[name]
-        mean, low, high = bootstrap_ci(scores)
+        mean, low, high = bootstrap_ci([r[metric_name] for r in run.records[name] if r[metric_name] is not None])
         others = "  ".join(f"{m}={summary.get(m, 0):.3f}" for m in s.metrics if m != metric_name)
-        print(f"  {name:12s} {metric_name}={mean:.3f} [95% CI {low:.2f}-{high:.2f}, n={len(scores)}]  {others}"
+        print(f"  {name:12s} {metric_name}={mean:.3f} [95% CI {low:.2f}-{high:.2f}, {answered(summary)} answered]"
+              f"  {others}"
               f"  failed={summary['failed_examples']}  lm_calls/q={summary.get('lm_calls', 0):.2f}"
               f"  prompt_tokens/q={summary.get('prompt_tokens', 0):.0f}  s/q={summary.get('seconds', 0):.2f}")
-    if "test_before" in run.scores:
-        print(verdict(run.scores["test_before"], run.scores["test_after"], metric_name, args))
+    if "test_before" in run.records:
+        print(verdict(run.records["test_before"], run.records["test_after"], metric_name, args))
     print(f"prompt versions: {', '.join(run.prompts)}")
     print(f"compiled program: {run.stored} (MLflow run {run.run_id}, artifact {run.artifact})")
     print(f"load it with programs.load_compiled({run.run_id!r}) or {evaluate_command(run.run_id, args)}")
@@ -58,16 +59,18 @@ def main(argv=None) -> str:
     return run.run_id
 
 
-def verdict(before: list[float], after: list[float], metric: str, args) -> str:
-    """What the test slice can say about compiled vs uncompiled: the paired difference with its bootstrap CI, and
-    in plain words whether the slice is big enough to tell them apart, with the command for a real comparison."""
-    diff, low, high = bootstrap_ci(list(zip(after, before)))
-    line = (f"compiled - uncompiled on the same {len(after)} test questions: {metric} {diff:+.3f} "
+def verdict(before: list[dict], after: list[dict], metric: str, args) -> str:
+    """What the test slice can say about compiled vs uncompiled (their records): the difference paired by question
+    (on those both scored) with its bootstrap CI, and in plain words whether the slice is big enough to tell them
+    apart, with the command for a real comparison."""
+    pairs = list(paired_scores(after, before, metric).values())
+    diff, low, high = bootstrap_ci(pairs)
+    line = (f"compiled - uncompiled on the same {len(pairs)} test questions: {metric} {diff:+.3f} "
             f"(95% CI {low:+.2f} to {high:+.2f})")
     if low <= 0 <= high:
         benchmark = {"demo": "hotpotqa", "demo_culture": "blend"}.get(args.dataset, args.dataset)
         line += (f"; the interval includes 0, so this slice cannot tell them apart. For a comparison: python "
-                 f"optimize.py --program {args.program} --dataset {benchmark} --test {max(50, 2 * len(after))}")
+                 f"optimize.py --program {args.program} --dataset {benchmark} --test {max(50, 2 * len(pairs))}")
     return line
 
 

@@ -10,8 +10,7 @@ from dataclasses import dataclass, field
 import mlflow
 
 from evaluation import plots
-from evaluation.loop import per_question
-from evaluation.stats import bootstrap_ci, holm, mcnemar_exact, paired_t
+from evaluation.stats import bootstrap_ci, holm, mcnemar_exact, paired_scores, paired_t
 
 QUALITY = (("judge", "judge"), ("em", "EM"), ("f1", "F1"), ("accuracy", "acc"), ("circular_accuracy", "circ acc"))
 RETRIEVAL = (("title_recall", "R@k"), ("title_precision", "P@k"), ("all_pass", "all-pass"), ("ndcg", "nDCG"),
@@ -48,6 +47,14 @@ def fmt(value, spec: str = "{:.3f}") -> str:
     return str(value) if isinstance(value, (int, str)) else spec.format(value)
 
 
+def answered(summary: dict) -> str:
+    """How many questions a run answered of those it asked ("6 of 6"); a run that left some unanswered (retryable:
+    not scored, its means are over the answered ones) says so: "4 of 6, incomplete"."""
+    n = summary.get("n", 0)
+    done = summary.get("answered", n - summary.get("retryable_examples", 0))
+    return f"{done} of {n}" + (", incomplete" if done < n else "")
+
+
 def overhead(summary: dict) -> float | None:
     """Share of the wall time per question spent outside LM calls (retrieval, parsing, Python)."""
     if summary.get("seconds") and summary.get("lm_seconds") is not None:
@@ -61,12 +68,12 @@ def cell_table(results: list) -> str:
     retrieval = [(k, h) for k, h in RETRIEVAL if any(k in s for s in summaries)]
     cost = [(k, h, f) for k, h, f in COST + COMPILE
             if any(k in s for s in summaries) and (k != "oracle_calls" or any(s.get(k) for s in summaries))]
-    head = ["program", "n", *(h for _, h in quality), *(h for _, h in retrieval), *(h for _, h, _ in cost),
+    head = ["program", "answered", *(h for _, h in quality), *(h for _, h in retrieval), *(h for _, h, _ in cost),
             "orchestration", "failed"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in results:
         s = r.summary
-        cells = [r.label, str(s.get("n", 0)), *(fmt(s.get(k)) for k, _ in quality),
+        cells = [r.label, answered(s), *(fmt(s.get(k)) for k, _ in quality),
                  *(fmt(s.get(k)) for k, _ in retrieval), *(fmt(s.get(k), f) for k, _, f in cost),
                  fmt(overhead(s), "{:.0%}"), str(s.get("failed_examples", 0))]
         lines.append("| " + " | ".join(cells) + " |")
@@ -83,20 +90,20 @@ def paired(method, baseline, metric: str | None = None) -> dict:
     correctness metric; per question, the worst circular copy), its 95% bootstrap CI, and a test -- exact McNemar
     on per-question correctness, or for a graded metric (F1) a paired t-test, with the questions each side wins."""
     metric = metric or primary(method.summary)
-    a, b = per_question(method.records, metric), per_question(baseline.records, metric)
-    ids = [q for q in a if q in b]
-    diffs = [a[q] - b[q] for q in ids]
+    pairs = list(paired_scores(method.records, baseline.records, metric).values())
+    a, b = [x for x, _ in pairs], [y for _, y in pairs]
+    diffs = [x - y for x, y in pairs]
     if metric in GRADED:
         only_a, only_b = sum(d > 0 for d in diffs), sum(d < 0 for d in diffs)
-        test, p = "paired t", paired_t([a[q] for q in ids], [b[q] for q in ids])
+        test, p = "paired t", paired_t(a, b)
     else:
-        only_a, only_b, p = mcnemar_exact([a[q] >= 1.0 for q in ids], [b[q] >= 1.0 for q in ids])
+        only_a, only_b, p = mcnemar_exact([x >= 1.0 for x in a], [y >= 1.0 for y in b])
         test = "McNemar"
     _, low, high = bootstrap_ci(diffs)
     return {"dataset": method.cell.dataset, "method": method.cell.label, "baseline": baseline.cell.label,
             "method_label": method.label, "baseline_label": baseline.label,
-            "metric": metric, "n": len(ids), "method_mean": sum(a[q] for q in ids) / len(ids) if ids else math.nan,
-            "baseline_mean": sum(b[q] for q in ids) / len(ids) if ids else math.nan,
+            "metric": metric, "n": len(pairs), "method_mean": sum(a) / len(a) if a else math.nan,
+            "baseline_mean": sum(b) / len(b) if b else math.nan,
             "diff": sum(diffs) / len(diffs) if diffs else math.nan, "ci_low": low, "ci_high": high,
             "only_method": only_a, "only_baseline": only_b, "test": test, "p": p,
             p_name(metric): p}

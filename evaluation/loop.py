@@ -85,13 +85,20 @@ def stopped(example: dspy.Example, where: str, err: BaseException) -> QuestionEr
                          "questions are in the checkpoint): fix the cause and run the same command again")
 
 
-def record(example: dspy.Example, pred, metrics: dict, k: int | None, groups: tuple[str, ...] = ()) -> dict:
-    """The record of ``pred`` (None: the program failed, every metric scores 0). A metric that could not be
-    computed, on a transient error (``retryable`` is set) or an unreadable judge verdict, is None, with its error
-    in ``metric_errors``; any other metric error is raised as :class:`QuestionError`. What the metrics noted about
-    how they decided (``evaluation.metrics.note``) is in ``noted``."""
+#: What a record scores besides its metrics: retrieval against the gold passages, and the citations' precision.
+SCORES = ("title_precision", "title_recall", "title_f1", "recall_any", "all_pass", "ndcg", *ALL_RETRIEVED,
+          "retrieved_n", "citation_precision")
+
+
+def record(example: dspy.Example, pred, metrics: dict, k: int | None, groups: tuple[str, ...] = (),
+           retryable: bool = False) -> dict:
+    """The record of ``pred`` (None: the program failed, every metric scores 0; ``retryable``: it never answered).
+    A metric that could not be computed, on a transient error (``retryable`` is set) or an unreadable judge verdict,
+    is None, with its error in ``metric_errors``; any other metric error is raised as :class:`QuestionError`. A
+    ``retryable`` record is unanswered: its every metric and :data:`SCORES` entry is None. What the metrics noted
+    about how they decided (``evaluation.metrics.note``) is in ``noted``."""
     rec = {"id": example.id, "question": example.question, "gold": example.answer,
-           "answer": getattr(pred, "answer", None), "failed": pred is None}
+           "answer": getattr(pred, "answer", None), "failed": pred is None} | ({"retryable": True} if retryable else {})
     rec.update({g: example.get(g) for g in groups})
     if example.get("base_id"):
         rec["base_id"] = example.base_id  # a circular multiple-choice copy (``data.circular``)
@@ -127,6 +134,8 @@ def record(example: dspy.Example, pred, metrics: dict, k: int | None, groups: tu
             keys = {p.id: key(p) for p in passages}
             rec["citation_precision"] = citation_precision(gold, [keys.get(i) for i in cited])
     rec["trace"] = getattr(pred, "trace", None)
+    if rec.get("retryable"):  # unanswered (or not scored yet): no score of any kind, asked again next run
+        rec |= dict.fromkeys(key for key in (*metrics, *SCORES) if key in rec)
     return rec
 
 
@@ -173,12 +182,10 @@ def evaluate(program: dspy.Module, examples: list[dspy.Example], metrics: dict, 
                 except Exception as err:
                     raise stopped(example, f"the program {type(program).__name__} ({desc})", err) from err
             with metered() as scoring:  # the judge's LM calls are the evaluation's cost, not the program's
-                rec = record(example, pred, metrics, k, groups)
+                rec = record(example, pred, metrics, k, groups, isinstance(error, TRANSIENT_ERRORS))
             rec |= {"error": None if error is None else describe(error), "tries": tries}
             if error is not None:
                 rec["error_class"] = type(error).__name__
-                if isinstance(error, TRANSIENT_ERRORS):  # never answered: no score, asked again next run
-                    rec |= dict.fromkeys(metrics) | {"retryable": True}
             rec |= cost.as_dict() | {"judge_lm_calls": scoring.lm_calls}
             finish(rec)
         with write:
@@ -285,24 +292,25 @@ TRACE_COUNTS = ("iterations", "at_rest", "unparsed_verdicts")
 
 
 def summarize(records: list[dict], metrics: dict, groups: tuple[str, ...] = ()) -> dict:
-    """What the records say, counted from them (so a resumed run reports what its checkpoint holds): ``n``,
-    ``failed_examples``, ``retryable_examples``, ``failed_by_class/<error class>``, per metric the records it could
-    not score ``<metric>_errors_by_class/<error class>``, per field the metrics noted ``<field>/<value>`` (e.g.
-    ``verdict_by/exact``), the means (of the records that have a value), the circular, group and tier breakdowns."""
+    """What the records say, counted from them (so a resumed run reports what its checkpoint holds): ``n`` (asked),
+    ``answered`` (not retryable), ``failed_examples``, ``retryable_examples``, ``failed_by_class/<error class>``, per
+    metric the records it could not score ``<metric>_errors_by_class/<error class>``, per field the metrics noted
+    ``<field>/<value>`` (e.g. ``verdict_by/exact``), the means (of the records that have a value: answered ones), the
+    circular, group and tier breakdowns."""
     if not records:
-        return {"n": 0}
-    summary = {"n": len(records), "failed_examples": sum(r["failed"] for r in records)}
-    if retry := sum(bool(r.get("retryable")) for r in records):
+        return {"n": 0, "answered": 0}
+    retry = sum(bool(r.get("retryable")) for r in records)
+    summary = {"n": len(records), "answered": len(records) - retry,
+               "failed_examples": sum(r["failed"] for r in records)}
+    if retry:
         summary["retryable_examples"] = retry
     counts = Counter(f"failed_by_class/{r['error_class']}" for r in records if r["failed"] and r.get("error_class"))
     counts.update(f"{name}_errors_by_class/{error.split(':')[0]}" for r in records
                   for name, error in (r.get("metric_errors") or {}).items())
     counts.update(f"{field}/{value}" for r in records for field, value in (r.get("noted") or {}).items())
     summary.update(sorted(counts.items()))
-    numeric = [*metrics, "title_precision", "title_recall", "title_f1", "recall_any", "all_pass", "ndcg",
-               *ALL_RETRIEVED, "retrieved_n", "citation_precision", "lm_calls", "oracle_calls", "searches",
-               "prompt_tokens", "completion_tokens", "seconds", "lm_seconds", "prompt_tokens_computed",
-               "judge_lm_calls"]
+    numeric = [*metrics, *SCORES, "lm_calls", "oracle_calls", "searches", "prompt_tokens", "completion_tokens",
+               "seconds", "lm_seconds", "prompt_tokens_computed", "judge_lm_calls"]
     for key in numeric:
         values = [r[key] for r in records if r.get(key) is not None]
         if values:
@@ -341,9 +349,9 @@ def language_means(records: list[dict], metrics: dict) -> dict:
 
 def per_question(records: list[dict], metric: str) -> dict[str, float]:
     """Each question's ``metric`` score: the worst over its circular copies (same ``base_id``), else its own; a
-    question with a copy not scored (None: retryable, or the metric could not be computed) is left out."""
+    question with a copy not scored (None or missing: retryable, or the metric could not be computed) is left out."""
     scores: dict[str, float | None] = {}
     for r in records:
-        key, value = r.get("base_id", r["id"]), r.get(metric, 0.0)
+        key, value = r.get("base_id", r["id"]), r.get(metric)
         scores[key] = None if value is None or scores.get(key, 0.0) is None else min(scores.get(key, value), value)
     return {key: value for key, value in scores.items() if value is not None}

@@ -1,5 +1,5 @@
-"""Paired significance tests for two programs evaluated on the same questions (scipy), a paired bootstrap CI of
-a mean difference, and Holm-Bonferroni correction across many tests."""
+"""Two runs' scores paired by question id, paired significance tests for two programs evaluated on the same
+questions (scipy), a paired bootstrap CI of a mean difference, and Holm-Bonferroni correction across many tests."""
 from __future__ import annotations
 
 import math
@@ -7,6 +7,15 @@ from collections.abc import Sequence
 
 import numpy as np
 from scipy.stats import binomtest, bootstrap, ttest_rel
+
+from evaluation.loop import per_question
+
+
+def paired_scores(a: list[dict], b: list[dict], metric: str) -> dict[str, tuple[float, float]]:
+    """Two runs' ``metric`` scores paired by question id (:func:`per_question`), ``{id: (a's, b's)}`` in ``a``'s
+    order: only the questions both scored, so a difference never pairs one question's score with another's."""
+    x, y = per_question(a, metric), per_question(b, metric)
+    return {q: (x[q], y[q]) for q in x if q in y}
 
 
 def mcnemar_exact(a: list[bool], b: list[bool]) -> tuple[int, int, float]:

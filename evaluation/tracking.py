@@ -9,6 +9,7 @@ import subprocess
 import tempfile
 import warnings
 from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import parse_qsl, unquote, urlencode, urlparse, urlsplit, urlunsplit
@@ -21,6 +22,10 @@ from runtime.paths import PROJECT_ROOT
 from runtime.store import mlruns, tracking_uri
 
 MAX_PARAM = 6000
+#: What each open run (by id) left unanswered (:func:`unanswered`), tagged when it ends (:func:`run`).
+_LEFT: dict[str, list[str]] = {}
+#: The incomplete top-level runs of the command running (:func:`incomplete_runs`).
+_INCOMPLETE: ContextVar[list[str] | None] = ContextVar("incomplete_runs", default=None)
 
 
 def git_commit() -> str:
@@ -51,7 +56,9 @@ def setup(experiment: str) -> None:
 @contextmanager
 def run(experiment: str, run_name: str, tags: dict | None = None, **start):
     """An MLflow run, ended FINISHED, FAILED on an error, or KILLED on Ctrl-C / SIGTERM (see ``sessions.session``);
-    ``start``: more ``mlflow.start_run`` arguments (``parent_run_id``, ``nested`` for a suite's child run)."""
+    ``start``: more ``mlflow.start_run`` arguments (``parent_run_id``, ``nested`` for a suite's child run). A run
+    that left questions unanswered (:func:`unanswered`, or a child run that did) ends FAILED with the tag
+    ``incomplete`` saying what it left, and its parent with it; a top-level one is listed by :func:`incomplete_runs`."""
     setup(experiment)
     with mlflow.start_run(run_name=run_name, tags={"git_commit": git_commit(), **(tags or {})}, **start) as active:
         try:
@@ -59,8 +66,35 @@ def run(experiment: str, run_name: str, tags: dict | None = None, **start):
         except KeyboardInterrupt:
             mlflow.end_run("KILLED")
             raise
+        else:
+            if left := _LEFT.pop(active.info.run_id, None):
+                mlflow.set_tag("incomplete", "; ".join(left))
+                mlflow.end_run("FAILED")
+                if start.get("parent_run_id"):
+                    _LEFT.setdefault(start["parent_run_id"], []).append(f"{run_name} " + "; ".join(left))
+                elif (found := _INCOMPLETE.get()) is not None:
+                    found.append(f"run {active.info.run_id} ({run_name}): " + "; ".join(left))
         finally:
             mlflow.flush_trace_async_logging()  # the run's question traces are in the store when it ends
+
+
+def unanswered(summary: dict, what: str) -> None:
+    """Note what an evaluation in the active run (``what``: its split, a suite's cell) left unanswered, if anything
+    (``summary``: ``evaluation.loop.summarize``'s): the run ends incomplete (:func:`run`)."""
+    n = summary.get("n", 0)
+    if (done := summary.get("answered", n)) < n:
+        _LEFT.setdefault(mlflow.active_run().info.run_id, []).append(f"{what}: {done} answered of {n} asked")
+
+
+@contextmanager
+def incomplete_runs():
+    """The top-level runs started in the block that ended incomplete (:func:`run`), each as
+    ``run <id> (<name>): <what it left unanswered>``; the CLIs exit with their own code when there are any."""
+    token = _INCOMPLETE.set(found := [])
+    try:
+        yield found
+    finally:
+        _INCOMPLETE.reset(token)
 
 
 def tag_effective(program, name: str) -> str:
@@ -109,8 +143,10 @@ def log_evaluation(stage: str, records: list[dict], summary: dict, metrics, data
     """Everything one evaluated split leaves in the active run: metrics ``<stage>_<name>``, the per-question
     records (``predictions/<stage>.jsonl``), the same as a table the artifact viewer shows
     (``predictions/<stage>_table.json``: question, gold, answer, scores, cost, failed) and the examples as an
-    MLflow dataset input, so the runs list shows and filters by the data each run saw."""
+    MLflow dataset input, so the runs list shows and filters by the data each run saw. A split with questions left
+    unanswered ends the run incomplete (:func:`unanswered`)."""
     log_metrics(summary, stage)
+    unanswered(summary, stage)
     log_jsonl(f"predictions/{stage}.jsonl", records)
     columns = [c for c in TABLE_COLUMNS[:5] + tuple(metrics) + TABLE_COLUMNS[5:] if any(c in r for r in records)]
     if records:

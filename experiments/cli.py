@@ -12,6 +12,7 @@ import threading
 import programs
 from data import settings as data_settings
 from decoding.choice import MODES
+from evaluation import tracking
 from evaluation.loop import RunStopped
 from evaluation.metrics import ANSWER_METRICS
 from programs import registry
@@ -136,15 +137,22 @@ def on_sigterm(signum, frame):
 on_sigterm.pending = False
 
 
+#: The exit code of a run that finished with questions left unanswered (retryable: transient errors).
+INCOMPLETE = 6
+
+
 def interruptible(main):
     """Wrap an entry point: on Ctrl-C / SIGTERM print how to resume and exit 130 / 143 without a traceback; a run
     that cannot go on (:class:`RunStopped`: an endpoint that keeps failing, exit 3; an error on a question that
     asking again cannot fix, exit 4) is one line, and so are an embedded LM server gone for good
     (``runtime.lm.ServerError``, exit 5: the line names its log, whose tail says why) and a checkpoint another run is
-    writing (``runtime.files.Busy``, exit 75: EX_TEMPFAIL, try again later)."""
+    writing (``runtime.files.Busy``, exit 75: EX_TEMPFAIL, try again later). A run that finished with questions
+    left unanswered (``tracking.incomplete_runs``: its MLflow run ended FAILED, tagged ``incomplete``) says so in one
+    line and exits :data:`INCOMPLETE`."""
     def run(argv=None):
         try:
-            return main(argv)
+            with tracking.incomplete_runs() as left:
+                result = main(argv)
         except (RunStopped, Busy, ServerError) as err:
             print(f"error: {str(err).splitlines()[0].removesuffix(':')}", file=sys.stderr)
             raise SystemExit(75 if isinstance(err, Busy) else 5 if isinstance(err, ServerError) else err.code) from None
@@ -152,6 +160,11 @@ def interruptible(main):
             print("\ninterrupted: finished questions are in the checkpoint; run the same command again to resume",
                   file=sys.stderr)
             raise SystemExit(143 if isinstance(err, Terminated) else 130) from None
+        if left:
+            print(f"incomplete: {'; '.join(left)}; the unanswered questions have no score: run the same command "
+                  "again to ask them", file=sys.stderr)
+            raise SystemExit(INCOMPLETE)
+        return result
     return run
 
 

@@ -62,13 +62,13 @@ def compile_params(args, optimizer: str, metric_name: str) -> dict:
 
 @dataclass
 class CompileRun:
-    """What :func:`compile_and_score` logged: its MLflow run, each stage's summary and compile-metric scores, the
+    """What :func:`compile_and_score` logged: its MLflow run, each stage's summary and records, the
     prompt versions it registered, where the compiled program is stored (``artifact`` in the run) and the MLflow
     Model serving it (``model``: ``runs:/<run id>/model``, registered as ``registered`` version ``version``)."""
     run_id: str
     name: str
     stages: dict
-    scores: dict
+    records: dict
     prompts: list
     stored: str
     artifact: str
@@ -90,7 +90,7 @@ def compile_and_score(s: Session, metric_name: str, metric) -> CompileRun:
     run_name = f"{args.program}-{args.dataset}-{args.optimizer}" + (f"-teacher={args.teacher}" if teacher else "")
     with tracking.run(args.experiment, run_name, tags={"entry": "optimize.py", "teacher": args.teacher}) as run:
         tracking.log_params(s.params(args.program) | params)
-        stages, scores = {}, {}
+        stages, scored = {}, {}
         traces = tracking.question_traces(run.info.run_id, s.metrics, args.trace)
 
         def stage(name, prog, examples):
@@ -103,7 +103,7 @@ def compile_and_score(s: Session, metric_name: str, metric) -> CompileRun:
                                         wait=args.wait_for_checkpoint)
             tracking.log_evaluation(name, records, summary, s.metrics, s.eval_data(name.split("_")[0], examples))
             stages[name] = summary
-            scores[name] = [r[metric_name] for r in records if r[metric_name] is not None]  # None: not scored
+            scored[name] = records
             return summary
 
         s.eval_data("train", s.splits.train).log()  # what compile learns from
@@ -127,6 +127,6 @@ def compile_and_score(s: Session, metric_name: str, metric) -> CompileRun:
         stored = tracking.artifact_path(out.name)
         if not args.out:
             shutil.rmtree(out.parent)  # the lasting copy is the run's artifact
-    return CompileRun(run.info.run_id, run_name, stages, scores, prompts, stored, out.name,
+    return CompileRun(run.info.run_id, run_name, stages, scored, prompts, stored, out.name,
                       f"runs:/{run.info.run_id}/model", serving.model_name(args.program),
                       str(model.registered_model_version))

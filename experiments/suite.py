@@ -253,6 +253,8 @@ def run_suite(args: Settings, hook=None, custom: tuple[Entry, ...] | None = None
                              **args.of(cli.SETTINGS)})  # the suite's settings as declared (a cell's: its run)
         if args.ray:
             results = _ray_results(args, cells, parent.info.run_id, hook)
+            for r in results:  # the cells' runs ended in the workers' processes: their parent is incomplete here
+                tracking.unanswered(r.summary, f"{r.cell.label}-{r.cell.dataset}")
         else:
             for dataset in dict.fromkeys(c.dataset for c in cells):
                 mine = [c for c in cells if c.dataset == dataset]

@@ -21,7 +21,7 @@ import mlflow
 import data as datasets
 import programs
 from evaluation import tracking
-from evaluation.leaderboard import fmt
+from evaluation.leaderboard import answered, fmt
 from evaluation.metrics import gold_of
 from experiments import cli, suite
 from experiments.sessions import session
@@ -39,13 +39,13 @@ COLUMNS = (("title_recall", "R@k"), ("all_pass", "All-Pass@k"), ("title_precisio
 def report(results: list[suite.Result], pairs: list[tuple]) -> str:
     """One row per (method, dataset): each column as ``method / rag`` at the method's k."""
     by_cell = {r.cell: r for r in results}
-    lines = ["| method | dataset | k | n | " + " | ".join(h for _, h in COLUMNS) + " |",
+    lines = ["| method | dataset | k | answered | " + " | ".join(h for _, h in COLUMNS) + " |",
              "|---" * (len(COLUMNS) + 4) + "|"]
     for dataset, method, base in pairs:
         m, b = by_cell[method].summary, by_cell[base].summary
         k = programs.run_k(method.program, None)
         cells = [f"{fmt(m.get(key))} / {fmt(b.get(key))}" for key, _ in COLUMNS]
-        lines.append(f"| {method.program} | {dataset} | {k} | {m.get('n', 0)} | " + " | ".join(cells) + " |")
+        lines.append(f"| {method.program} | {dataset} | {k} | {answered(m)} | " + " | ".join(cells) + " |")
     return ("Each cell: method (`--oracle all`) / rag (oracle writer) at the method's k. Bounds, never results.\n\n"
             + "\n".join(lines))
 

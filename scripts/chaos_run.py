@@ -122,11 +122,11 @@ def cut_write(checkpoint: Path, at: int, marker: Path) -> None:
 
 
 def child(args: argparse.Namespace) -> int:
-    """One evaluation process: resume ``--checkpoint``; exit 0 done, 3 endpoint down, 4 a question's error, 75 the
-    checkpoint is busy, 143 on SIGTERM."""
+    """One evaluation process: resume ``--checkpoint``; exit 0 done, 3 endpoint down, 4 a question's error, 6 questions
+    left unanswered (retryable), 75 the checkpoint is busy, 143 on SIGTERM (as ``evaluate.py`` exits)."""
     import programs
     from data import demo
-    from experiments.cli import on_sigterm
+    from experiments.cli import INCOMPLETE, on_sigterm
     from evaluation.loop import RunStopped, evaluate
     from evaluation.metrics import Judge, exact_match, f1
     from retrieval.retriever import Retriever
@@ -151,8 +151,9 @@ def child(args: argparse.Namespace) -> int:
             cut_write(checkpoint, args.cut, checkpoint.with_name("cutting"))
         program = programs.build(args.program, search=retriever, k=3)
         metrics = {"em": exact_match, "f1": f1, "judge": Judge(lm, with_question=True)}
-        evaluate(program, questions(args.n), metrics, k=3, retries=1, checkpoint=checkpoint, desc=args.program,
-                 wait=args.wait)
+        records, _ = evaluate(program, questions(args.n), metrics, k=3, retries=1, checkpoint=checkpoint,
+                              desc=args.program, wait=args.wait)
+        code = INCOMPLETE if any(r.get("retryable") for r in records) else 0
     except (RunStopped, Busy) as err:
         print(f"error: {err}", file=sys.stderr)
         code = 75 if isinstance(err, Busy) else err.code
@@ -250,7 +251,7 @@ class Phase:
             self.end()
             self.exits.append(code)
             self.restarts += child.restarts()
-            expected = {0, 3} | ({4} if "store_bug" in self.pending else set()) | ({143} if "sigterm" not in
+            expected = {0, 3, 6} | ({4} if "store_bug" in self.pending else set()) | ({143} if "sigterm" not in
                                                                                    self.pending else set())
             if code not in expected:
                 sys.exit(f"evaluation exited {code}:\n{child.stderr()[-3000:]}")

@@ -32,6 +32,7 @@ import mlflow  # noqa: E402
 import programs  # noqa: E402
 from experiments import suite  # noqa: E402
 from evaluation import tracking  # noqa: E402
+from evaluation.leaderboard import answered  # noqa: E402
 from experiments.cli import compile_metric, interruptible  # noqa: E402
 from experiments.sessions import session  # noqa: E402
 from optimizers.compile import compile_program  # noqa: E402
@@ -98,10 +99,10 @@ def table(rows: dict[str, dict], metric: str) -> str:
     tiers = [t for t in TIERS if any(f"{metric}_by_tier/{t}" in r for r in rows.values())]
     lang_means = [t for t in tiers if any(f"{metric}_by_tier_langmean/{t}" in r for r in rows.values())]
     circular = [f"circular_{metric}"] if any(f"circular_{metric}" in r for r in rows.values()) else []
-    head = ["program", "n", metric, *circular, *tiers, *(f"{t} (lang mean)" for t in lang_means), "rounds"]
+    head = ["program", "answered", metric, *circular, *tiers, *(f"{t} (lang mean)" for t in lang_means), "rounds"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for name, r in rows.items():
-        cells = [name, str(r.get("n", 0)), f"{r.get(metric, 0):.3f}", *(f"{r[c]:.3f}" for c in circular)]
+        cells = [name, answered(r), f"{r.get(metric, 0):.3f}", *(f"{r[c]:.3f}" for c in circular)]
         cells += [f"{r[f'{metric}_by_tier/{t}']:.3f}" if f"{metric}_by_tier/{t}" in r else "" for t in tiers]
         cells += [f"{r[f'{metric}_by_tier_langmean/{t}']:.3f}" if f"{metric}_by_tier_langmean/{t}" in r else ""
                   for t in lang_means]

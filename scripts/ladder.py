@@ -27,7 +27,7 @@ import mlflow
 import data as datasets
 import programs
 from evaluation import tracking
-from evaluation.leaderboard import fmt, paired
+from evaluation.leaderboard import answered, fmt, paired
 from evaluation.stats import holm
 from experiments import cli, suite
 from experiments.sessions import session
@@ -118,13 +118,13 @@ def table(results: list[suite.Result], calls: dict) -> str:
     tests = drops(top, rest)
     shown = [c for c in COLUMNS if any(c[0] in r.summary for r in results)]
     metrics = [m for m in DROPS if any((r.cell.label, m) in tests for r in rest)]
-    head = ["arm", "given back", "n", "failed", *(h for _, h, _ in shown),
+    head = ["arm", "given back", "answered", "failed", *(h for _, h, _ in shown),
             *(f"drop {m} [p, Holm]" for m in metrics), "LM calls by predictor"]
     lines = ["| " + " | ".join(head) + " |", "|---" * len(head) + "|"]
     notes = []
     for r in results:
         back = given_back(r.cell)
-        cells = [r.label, back or "- (every role oracle)", str(r.summary.get("n", 0)),
+        cells = [r.label, back or "- (every role oracle)", answered(r.summary),
                  str(r.summary.get("failed_examples", 0)), *(fmt(r.summary.get(k), f) for k, _, f in shown)]
         for m in metrics:
             t = tests.get((r.cell.label, m))

@@ -26,8 +26,8 @@ from experiments.cli import compile_metric, interruptible
 from experiments.sessions import session
 from optimizers.compile import compile_program
 from programs.registry import PAR2_H
-from evaluation.leaderboard import fmt
-from evaluation.stats import paired_t
+from evaluation.leaderboard import answered, fmt
+from evaluation.stats import paired_scores, paired_t
 from runtime.metering import metered
 
 REFERENCE = "par2"
@@ -55,20 +55,18 @@ def paired(results: list, reference=None) -> tuple[str, dict]:
     """PAR2's retrieval measures and fallbacks of every result and, with a ``reference`` result, a paired t-test
     on Recall@k against it on the same questions. Returns the markdown table and the p-values as metrics."""
     vs = reference.cell.label if reference else "-"
-    lines = ["| program | n | " + " | ".join(label for _, label in COLUMNS) + f" | Recall@k paired t p vs {vs} |",
-             "|---" * (len(COLUMNS) + 3) + "|"]
+    lines = ["| program | answered | " + " | ".join(label for _, label in COLUMNS)
+             + f" | Recall@k paired t p vs {vs} |", "|---" * (len(COLUMNS) + 3) + "|"]
     metrics = {}
-    ref = {r["id"]: r for r in reference.records} if reference else {}
     for result in results:
-        mine = {r["id"]: r for r in result.records}
         special = {"fallbacks": fallbacks, "continued": continued}
         values = [special[key](result.records) if key in special else result.summary.get(key) for key, _ in COLUMNS]
         p = math.nan
         if reference and result is not reference:
-            ids = [i for i in ref if i in mine]
-            p = paired_t(*([d[i].get("recall_any", 0.0) for i in ids] for d in (ref, mine)))
+            pairs = paired_scores(reference.records, result.records, "recall_any").values()
+            p = paired_t([a for a, _ in pairs], [b for _, b in pairs])
             metrics[f"{result.cell.label}_vs_{vs}_ttest_recall_p"] = p
-        lines.append(f"| {result.label} | {result.summary.get('n', 0)} | " + " | ".join(map(fmt, values))
+        lines.append(f"| {result.label} | {answered(result.summary)} | " + " | ".join(map(fmt, values))
                      + f" | {fmt(p)} |")
     return "\n".join(lines), {k: v for k, v in metrics.items() if not math.isnan(v)}
 

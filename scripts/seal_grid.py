@@ -28,7 +28,7 @@ from data import corpora as sources
 from experiments import suite
 from experiments.cli import interruptible
 from evaluation.leaderboard import fmt
-from evaluation.stats import bootstrap_ci, holm, paired_t
+from evaluation.stats import bootstrap_ci, holm, paired_scores, paired_t
 
 PROGRAMS = ("seal", "self_rag", "crag", "rag_cited")
 LEDGER = "seal_ledger"  # seal with ledger_to_writer: its own row
@@ -59,15 +59,13 @@ def comparisons(results: list) -> list[dict]:
             config = dict(ref.cell.config)
             if config["k"] != mine["k"] or ("loops" in mine and mine["loops"] != config["loops"]):
                 continue
-            a_by, b_by = ({r["id"]: r for r in x.records} for x in (ref, other))
-            ids = [i for i in a_by if i in b_by]
             for metric, label in PAIRED.items():
-                a = [float(a_by[i].get(metric) or 0.0) for i in ids]
-                b = [float(b_by[i].get(metric) or 0.0) for i in ids]
-                diff, low, high = bootstrap_ci(list(zip(a, b)))
+                pairs = list(paired_scores(ref.records, other.records, metric).values())
+                a, b = [x for x, _ in pairs], [y for _, y in pairs]
+                diff, low, high = bootstrap_ci(pairs)
                 out.append({"k": config["k"], "L": config["loops"], "vs": other.cell.program, "metric": label,
-                            "n": len(ids), "seal": sum(a) / len(ids) if ids else math.nan,
-                            "other": sum(b) / len(ids) if ids else math.nan, "diff": diff, "low": low,
+                            "n": len(pairs), "seal": sum(a) / len(a) if a else math.nan,
+                            "other": sum(b) / len(b) if b else math.nan, "diff": diff, "low": low,
                             "high": high, "p": paired_t(a, b)})
     for row, adjusted in zip(out, holm([r["p"] for r in out])):
         row["p_holm"] = adjusted

@@ -327,7 +327,8 @@ def test_compare_script_prints_one_table_and_logs_one_run(embedder, monkeypatch,
     assert list(rows) == ["direct", "mono_rag", "coral", "coral_compiled"] and rows["coral"]["n"] == 6
     assert rows["coral"]["n_by_source_lang/ko"] == 1 and rows["coral"]["iterations"] == 1.0
     out = capsys.readouterr().out
-    assert "| program | n | accuracy |" in out and "| coral_compiled | 6 |" in out and "only method right" in out
+    assert "| program | answered | accuracy |" in out and "| coral_compiled | 6 of 6 |" in out
+    assert "only method right" in out
     runs = mlflow.search_runs(experiment_names=["agentic-rag"], output_format="list")
     parent = next(r for r in runs if "mlflow.parentRunId" not in r.data.tags)
     children = {r.data.tags["cell"]: r for r in runs if r != parent}
@@ -347,7 +348,7 @@ def test_compare_script_circular_mode_scores_a_letter_bias_zero(monkeypatch, cap
                          "--test", "3", "--circular"])
     assert rows["direct"]["n"] == 12 and rows["direct"]["accuracy"] == 0.25 and rows["direct"]["circular_accuracy"] == 0
     out = capsys.readouterr().out
-    assert "| program | n | accuracy | circular_accuracy |" in out
+    assert "| program | answered | accuracy | circular_accuracy |" in out
     assert "| direct | 1.000 (3) | 0.000 (3) | 0.000 (3) | 0.000 (3) | 1.000 | 12 / 0 / 0 / 0 |" in out  # by gold
 
 

@@ -289,3 +289,41 @@ def test_means_leave_out_what_was_not_scored():
     s = summarize(records, {"em": None}, ("lang",))
     assert s["em"] == 0.5 and s["em_by_lang/ko"] == 1.0 and s["n_by_lang/ko"] == 2
     assert per_question(records, "em") == {"r": 0.0} and s["circular_em"] == 0.0  # q's worst copy is unknown
+
+
+def test_an_unanswered_question_has_no_score_of_any_kind(monkeypatch):
+    """Issue 73: a question left retryable kept title_recall, all_pass and ndcg at 0 (a flaky endpoint's run logged
+    title_recall 0.667 where the undisturbed run has 1.000), and one whose judge was unreachable kept its EM, so
+    each mean had its own denominator. Unanswered (retryable) questions have no score; the means are over the
+    answered ones, and the summary says how many those are."""
+    from dspy.utils.exceptions import LMTransportError
+
+    from retrieval.corpus import Passage
+
+    monkeypatch.setenv("RAG_ENDPOINT_BACKOFF", "0")
+    examples = [dspy.Example(id=f"q{i}", question=f"question {i}", answer="yes", answers=["yes"],
+                             gold_titles=[f"T{i}"]).with_inputs("question") for i in range(4)]
+
+    class Cited(dspy.Module):  # retrieves and cites each question's gold passage; q1's endpoint is down
+        def forward(self, question):
+            if question == "question 1":
+                raise ConnectionRefusedError(111, "Connection refused")
+            gold = Passage(f"kb:{question[-1]}", f"T{question[-1]}", "text")
+            return dspy.Prediction(answer="no" if question == "question 2" else "yes", passages=[gold],
+                                   citations=[gold.id])
+
+    def judge(example, pred, trace=None):  # q2's judge is unreachable
+        if example.id == "q2":
+            raise LMTransportError("connection refused")
+        return 1.0
+
+    with pytest.warns(RuntimeWarning, match="2 question.* ended on transient errors"):
+        records, summary = evaluate(Cited(), examples, {"em": exact_match, "judge": judge}, k=2, retries=0)
+    for rec in (records[1], records[2]):
+        scores = {key: rec[key] for key in ("em", "judge", "title_precision", "title_recall", "title_f1", "recall_any",
+                                            "all_pass", "ndcg", "recall_all", "recall_any_all", "all_pass_all",
+                                            "ndcg_all", "retrieved_n", "citation_precision") if key in rec}
+        assert rec["retryable"] and "title_recall" in scores and set(scores.values()) == {None}, scores
+    assert (summary["n"], summary["answered"], summary["retryable_examples"]) == (4, 2, 2)
+    for key in ("em", "judge", "title_recall", "all_pass", "ndcg", "recall_all", "citation_precision"):
+        assert summary[key] == 1.0, key  # the two answered questions, each fully right

@@ -328,3 +328,57 @@ def test_a_milvus_outage_is_a_transient_error_and_any_other_milvus_error_is_not(
     index.client = Down(MilvusException(1100, "collection not loaded"))
     with pytest.raises(MilvusException):
         index.search_vectors(np.ones((1, 4)), 1)
+
+
+def test_a_run_that_leaves_questions_unanswered_says_so_and_ends_incomplete(tmp_path, monkeypatch, capsys, embedder):
+    """Issue 73: against an endpoint that goes down, ``evaluate.py`` logged the unanswered questions' retrieval
+    metrics as 0 (title_recall 0.667 where the undisturbed run has 1.000) and ended exit 0, its run FINISHED. Now
+    they have no score, the summary says how many were answered of those asked, the run ends FAILED tagged
+    ``incomplete`` and the command exits 6; the same command again, with the endpoint back, asks just those."""
+    import evaluate
+    from experiments import sessions
+    from retrieval.retriever import Retriever
+
+    monkeypatch.setenv("RAG_ENDPOINT_BACKOFF", "0")
+    monkeypatch.setattr(sessions, "Retriever", lambda corpora, *a, **kw: Retriever(corpora, embedder))
+    port, log = _free_port(), tmp_path / "requests.jsonl"
+    argv = ["--program", "rag", "--dataset", "demo", "--dev", "6", "--retries", "0", "--lm", "openai/fault",
+            "--api-base", f"http://127.0.0.1:{port}/v1", "--no-cache", "--experiment", "faults"]
+
+    def serve(*flags):
+        proc = subprocess.Popen([sys.executable, str(FAULT_SERVER), "--port", str(port), "--log", str(log), *flags],
+                                stderr=subprocess.DEVNULL)
+        while not _reachable(port):
+            assert proc.poll() is None, "the fault server did not start"
+            time.sleep(0.05)
+        return proc
+
+    down = serve("--outage", "3:1000")  # the endpoint is down from the 3rd request on
+    try:
+        with pytest.raises(SystemExit) as stop, pytest.warns(RuntimeWarning, match="transient errors"):
+            evaluate.main(argv)
+    finally:
+        down.kill()
+        down.wait()
+    out, err = capsys.readouterr()
+    assert stop.value.code == 6 and ": 2 answered of 6 asked" in out
+    assert err.strip().splitlines()[-1].startswith("incomplete: run ") and "dev: 2 answered of 6 asked" in err
+    (run,) = mlflow.search_runs(experiment_names=["faults"], output_format="list")
+    assert run.info.status == "FAILED" and run.data.tags["incomplete"] == "dev: 2 answered of 6 asked"
+    assert (run.data.metrics["dev_n"], run.data.metrics["dev_answered"]) == (6, 2)
+    records = _checkpoint_lines(Path(os.environ["RAG_PROJECT_CACHE"]), "dev")
+    answered = [r for r in records if not r.get("retryable")]
+    assert len(answered) == 2 and all(r["title_recall"] is None and r["all_pass"] is None and r["ndcg"] is None
+                                      for r in records if r.get("retryable"))
+    for key in ("title_recall", "all_pass", "ndcg"):  # over the answered questions only
+        assert run.data.metrics[f"dev_{key}"] == pytest.approx(sum(r[key] for r in answered) / 2)
+
+    back = serve()
+    try:
+        summary = evaluate.main(argv)  # the endpoint is back: the 4 unanswered questions are asked, exit 0
+    finally:
+        back.kill()
+        back.wait()
+    assert (summary["n"], summary["answered"]) == (6, 6)
+    runs = mlflow.search_runs(experiment_names=["faults"], output_format="list")
+    assert sorted(r.info.status for r in runs) == ["FAILED", "FINISHED"]

@@ -414,8 +414,8 @@ def test_paired_recall_test_against_par2():
     text, metrics = paired([ref, other], ref)
     # differences: four 0s and four 1s (mean 0.5, sd 0.535): t = 2.65 on 7 df, two-sided p = 0.033
     assert metrics["rag_vs_par2_ttest_recall_p"] == pytest.approx(0.0331, abs=1e-3)
-    assert "| rag | 8 | 0.500 | - | - | - | - | - | - | 1.000 | 0 | 0.033 |" in text  # one ESC fallback per question
-    assert "| par2 | 8 | 1.000 | - | - | - | - | - | - | 0.000 | 0 | - |" in text
+    assert "| rag | 8 of 8 | 0.500 | - | - | - | - | - | - | 1.000 | 0 | 0.033 |" in text  # one ESC fallback per question
+    assert "| par2 | 8 of 8 | 1.000 | - | - | - | - | - | - | 0.000 | 0 | - |" in text
 
 
 def test_compare_script_runs_programs_and_budgets_in_one_run(monkeypatch, capsys, embedder):

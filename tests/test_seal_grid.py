@@ -93,3 +93,12 @@ def test_the_grid_runs_on_the_dataset_asked_for(monkeypatch):
     monkeypatch.setattr(grid.suite, "run_suite", fake)
     grid.main(["--dataset", "musique", "--ks", "3", "--budgets", "0", "1"])
     assert seen == {"dataset": "musique", "entry": ("musique",)}
+
+
+def test_an_unanswered_question_is_left_out_of_the_pairs_not_scored_zero():
+    """Issue 73: a question one arm left unanswered (None) was paired as 0 with the other arm's score."""
+    unanswered = {"id": "q0", "title_precision": None, "title_recall": None, "title_f1": None, "retryable": True}
+    results = [result("seal", {"k": 3, "loops": 0}, [unanswered] + [rec(i, 1.0) for i in range(1, 6)]),
+               result("rag_cited", {"k": 3}, [rec(i, 1.0) for i in range(6)])]
+    rows = comparisons(results)
+    assert {(r["n"], r["seal"], r["diff"]) for r in rows} == {(5, 1.0, 0.0)}  # the 5 questions both scored

@@ -33,3 +33,26 @@ def test_bootstrap_ci_of_paired_differences():
     assert all(math.isnan(x) for x in bootstrap_ci([]))
     with pytest.raises(ValueError, match="pairs"):
         bootstrap_ci([(1, 2, 3)])
+
+
+def test_two_runs_are_paired_by_question_id_on_the_questions_both_scored():
+    from evaluation.stats import paired_scores
+
+    a = [{"id": "q1", "f1": 1.0}, {"id": "q2", "f1": None, "retryable": True}, {"id": "q3", "f1": 0.5},
+         {"id": "q4", "f1": 0.0}]
+    b = [{"id": "q3", "f1": 0.5}, {"id": "q1", "f1": 0.0}, {"id": "q2", "f1": 1.0}, {"id": "q5", "f1": 1.0}]
+    assert paired_scores(a, b, "f1") == {"q1": (1.0, 0.0), "q3": (0.5, 0.5)}  # in a's order, ids both scored
+    copies = [{"id": "c1", "base_id": "q", "em": 1.0}, {"id": "c2", "base_id": "q", "em": 0.0}]
+    assert paired_scores(copies, [{"id": "q", "em": 1.0}], "em") == {"q": (0.0, 1.0)}  # the worst circular copy
+
+
+def test_the_compile_verdict_pairs_the_stages_by_question():
+    """Issue 73: optimize.py dropped each stage's unscored questions before zipping the two, so it paired different
+    questions: "+0.500 on the same 3 test questions" where the difference on the 2 both scored is 0."""
+    import optimize
+    from runtime.settings import Settings
+
+    before = [{"id": "q1", "f1": None, "retryable": True}, {"id": "q2", "f1": 1.0}, {"id": "q3", "f1": 0.0}]
+    after = [{"id": "q1", "f1": 1.0}, {"id": "q2", "f1": 1.0}, {"id": "q3", "f1": 0.0}]
+    line = optimize.verdict(before, after, "f1", Settings(dataset="demo", program="rag"))
+    assert line.startswith("compiled - uncompiled on the same 2 test questions: f1 +0.000 (95% CI +0.00 to +0.00)")
