@@ -188,7 +188,7 @@ def test_optimize_says_when_its_test_slice_cannot_tell_compiled_from_uncompiled(
     monkeypatch.setattr(sessions, "make_lm", lambda *a, **k: lm)
     optimize.main(["--program", "direct", "--dataset", "demo", "--train", "2", "--dev", "0", "--test", "3"])
     out = capsys.readouterr().out
-    assert "test_before  f1=0.000 [95% CI 0.00-0.00, n=3]" in out
+    assert "test_before  f1=0.000 [95% CI 0.00-0.00, 3 of 3 answered]" in out
     assert "compiled - uncompiled on the same 3 test questions: f1 +0.000 (95% CI +0.00 to +0.00)" in out
     assert "cannot tell them apart. For a comparison: python optimize.py --program direct --dataset hotpotqa" in out
 

@@ -141,6 +141,6 @@ def test_an_arm_notes_its_records_read_back_without_lm_calls_by_predictor():
         rec["lm_calls_by"] = {}
     arm.records[0]["lm_calls_by"] = {"esc": 1}  # q1's record was written before calls were counted by predictor
     text = ladder.table([top, arm], {top.cell: ladder.predictor_calls(top), arm.cell: ladder.predictor_calls(arm)})
-    assert "| par2+oracle:query,writer | controller | 2 | 0 |" in text and text.count("| esc 1 |") == 1
+    assert "| par2+oracle:query,writer | controller | 2 of 2 | 0 |" in text and text.count("| esc 1 |") == 1
     assert "- par2+oracle:query,writer: 1 record(s) read back from a checkpoint written before" in text
     assert "- par2+oracle:all:" not in text

@@ -71,7 +71,7 @@ def test_grid_runs_every_arm_in_the_pool_and_logs_one_run(pool_dir, embedder, mo
     assert summaries["rag_cited_k2"]["em"] == 0.5  # 1 of 2 golds is Lyon
     assert all(s["failed_examples"] == 0 for s in summaries.values())
     out = capsys.readouterr().out
-    assert "corpus multihop_pool" in out and "| seal vs | metric |" in out and "| crag_k2_L1 | 2 |" in out
+    assert "corpus multihop_pool" in out and "| seal vs | metric |" in out and "| crag_k2_L1 | 2 of 2 |" in out
     runs = mlflow.search_runs(experiment_names=["seal-grid"], output_format="list")
     parent = next(r for r in runs if "mlflow.parentRunId" not in r.data.tags)
     assert len(runs) == 1 + 9 and {r.data.tags["mlflow.parentRunId"] for r in runs if r != parent} == {

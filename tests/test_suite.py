@@ -134,7 +134,7 @@ def test_an_oracle_row_is_logged_under_a_name_mlflow_accepts():
     oracle = suite.Result(replace(oracle.cell, oracle="relevance"), oracle.run_id, oracle.summary, oracle.records)
     base = fake("rag", "d", [True] * 7 + [False] * 3)
     board = leaderboard.report([oracle, base], [("d", oracle.cell, base.cell)], "t")
-    assert "| crag+oracle:relevance | 10 |" in board.markdown  # the table keeps the label as the run names it
+    assert "| crag+oracle:relevance | 10 of 10 |" in board.markdown  # the table keeps the label as the run names it
     assert "d_crag.oracle:relevance_vs_rag_diff" in board.metrics
     tracking.setup("oracle-row")  # its artifacts in the test's store (set_experiment would put them in ./mlruns)
     with mlflow.start_run():
@@ -155,7 +155,7 @@ def test_a_row_whose_gate_rested_is_named_by_what_its_program_ran_as():
     assert mlflow.get_run(run.info.run_id).data.tags["effective_program"] == shown
     method, base = replace(fake("par2", "d", [True, False, True]), effective=shown), fake("rag", "d", [True] * 3)
     board = leaderboard.report([method, base], [("d", method.cell, base.cell)], "t")
-    assert f"| {shown} | 3 |" in board.markdown and f"| d | {shown} | rag | judge |" in board.markdown
+    assert f"| {shown} | 3 of 3 |" in board.markdown and f"| d | {shown} | rag | judge |" in board.markdown
     assert "d_par2_vs_rag_diff" in board.metrics
 
 
