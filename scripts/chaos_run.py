@@ -122,8 +122,8 @@ def cut_write(checkpoint: Path, at: int, marker: Path) -> None:
 
 
 def child(args: argparse.Namespace) -> int:
-    """One evaluation process: resume ``--checkpoint``; exit 0 done, 3 endpoint down, 4 a question's error, 6 questions
-    left unanswered (retryable), 75 the checkpoint is busy, 143 on SIGTERM (as ``evaluate.py`` exits)."""
+    """One evaluation process: resume ``--checkpoint``; exit 0 done, 3 endpoint down, 4 a question's error, 6
+    questions left unanswered (retryable), 75 the checkpoint is busy, 143 on SIGTERM (as ``evaluate.py`` exits)."""
     import programs
     from data import demo
     from experiments.cli import INCOMPLETE, on_sigterm
@@ -252,7 +252,7 @@ class Phase:
             self.exits.append(code)
             self.restarts += child.restarts()
             expected = {0, 3, 6} | ({4} if "store_bug" in self.pending else set()) | ({143} if "sigterm" not in
-                                                                                   self.pending else set())
+                                                                                      self.pending else set())
             if code not in expected:
                 sys.exit(f"evaluation exited {code}:\n{child.stderr()[-3000:]}")
             if code == 4:
