@@ -6,7 +6,7 @@
 from __future__ import annotations
 
 import programs
-from experiments.cli import as_compiled, fail, given_flags, interruptible
+from experiments.cli import as_compiled, check_applies, evaluate_run, fail, given_flags, interruptible
 from experiments.sessions import session
 from experiments.eval_run import evaluate_program, parser
 from experiments.suite import run_suite
@@ -16,18 +16,20 @@ from experiments.suite import run_suite
 def main(argv=None) -> dict:
     p = parser(__doc__.splitlines()[0])
     args = p.parse_args(argv)
+    flags = given_flags(p, argv)
+    check_applies(flags, evaluate_run(args))
     if args.suite:
         args.split = args.split or "test"
         return run_suite(args)
     args.split = args.split or "dev"
-    if bool(args.program) == bool(args.compiled):
-        fail(f"give exactly one of --program ({', '.join(programs.names())}) or --compiled PATH|RUN_ID")
+    if not (args.program or args.compiled):
+        fail(f"give one of --program ({', '.join(programs.names())}) or --compiled PATH|RUN_ID")
     artifact, given = None, {}
     if args.compiled:  # checked, then run as compiled: its settings, and its paths only where the flags name them
-        given = {key: getattr(args, key) for key in given_flags(p, argv)}
+        given = {key: getattr(args, key) for key in flags}
         try:
             artifact = programs.read_artifact(args.compiled)
-            programs.check_artifact(artifact, given)
+            programs.check_compiled(artifact, given)
         except (FileNotFoundError, ValueError) as err:
             fail(str(err))
         as_compiled(args, artifact, set(given))

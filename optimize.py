@@ -10,7 +10,8 @@ from __future__ import annotations
 import programs
 from evaluation.leaderboard import answered
 from evaluation.stats import bootstrap_ci, paired_scores
-from experiments.cli import compile_metric, evaluate_command, fail, interruptible, parser
+from experiments.cli import (COMPILE, check_applies, compile_metric, evaluate_command, fail, given_flags, interruptible,
+                             parser)
 from experiments.sessions import check_oracle, session
 from experiments.compile_run import check_compile_flags, compile_and_score, compile_flags, teacher_flag
 from optimizers.compile import OPTIMIZERS
@@ -27,6 +28,7 @@ def main(argv=None) -> str:
     teacher_flag(p)
     p.add_argument("--out", help="where to write the compiled program JSON (also logged to MLflow)")
     args = p.parse_args(argv)
+    check_applies(given_flags(p, argv), COMPILE[args.optimizer])
     if not args.program:
         fail(f"--program is required; choose one of: {', '.join(programs.names())}")
     check_compile_flags(args)

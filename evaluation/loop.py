@@ -275,15 +275,25 @@ def load_checkpoint(path: Path) -> dict[str, dict]:
     for line in filter(bytes.strip, raw.split(b"\n")):
         try:
             rec = json.loads(line.decode("utf-8"))
+        except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
+            rec = None
+        if is_record(rec):
             done[rec["id"]] = rec
-        except (ValueError, TypeError, KeyError):  # UnicodeDecodeError is a ValueError
+        else:
             bad += 1
     if bad:
-        warnings.warn(f"checkpoint {path}: skipped {bad} unreadable line(s) (an interrupted write, or not UTF-8); "
-                      "those questions run again", RuntimeWarning, stacklevel=3)
+        warnings.warn(f"checkpoint {path}: skipped {bad} unreadable line(s) (an interrupted write, not UTF-8, or not "
+                      "a record this loop writes); those questions run again", RuntimeWarning, stacklevel=3)
     if bad or (raw and not raw.endswith(b"\n")):
         write_whole(path, "".join(json.dumps(r, ensure_ascii=False, default=str) + "\n" for r in done.values()))
     return done
+
+
+def is_record(rec) -> bool:
+    """Whether ``rec`` (a parsed checkpoint line) has what resuming reads: an ``id``, a boolean ``failed`` and the
+    integer ``tries``."""
+    return (isinstance(rec, dict) and isinstance(rec.get("id"), (str, int)) and isinstance(rec.get("failed"), bool)
+            and isinstance(rec.get("tries"), int))
 
 
 #: Per-question counts a program's trace may hold, averaged over the questions that have them: rounds, decisions a

@@ -5,9 +5,11 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import errno
 import shlex
 import sys
 import threading
+import urllib.parse
 
 import programs
 from data import settings as data_settings
@@ -15,6 +17,7 @@ from decoding.choice import MODES
 from evaluation import tracking
 from evaluation.loop import RunStopped
 from evaluation.metrics import ANSWER_METRICS
+from optimizers.compile import OPTIMIZERS
 from programs import registry
 from retrieval import settings as retrieval_settings
 from runtime.files import Busy
@@ -48,9 +51,29 @@ def flag_type(setting: Setting):
     return parse
 
 
-def at_least(low: int):
-    """argparse type: an integer >= ``low``."""
-    return flag_type(Setting("", int, low=low))
+def at_least(low: float, kind: type = int):
+    """argparse type: a (finite) number of ``kind`` >= ``low``."""
+    return flag_type(Setting("", kind, low=low))
+
+
+def named(text: str) -> str:
+    """argparse type: a name that is not blank."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(f"must name something (got {text!r})")
+    return text
+
+
+def endpoint(text: str) -> str:
+    """argparse type of ``--api-base``: an http(s) URL with a host (and a port, if any, that can be one). A malformed
+    one failed every request as a connection error, retried as transient."""
+    url = urllib.parse.urlsplit(text)
+    try:
+        ok = url.scheme in ("http", "https") and bool(url.hostname) and url.port != 0
+    except ValueError:  # a port that is no number or out of range
+        ok = False
+    if not ok:
+        raise argparse.ArgumentTypeError(f"must be an http(s) URL such as http://127.0.0.1:8000/v1 (got {text!r})")
+    return text
 
 
 def add_flags(p: argparse.ArgumentParser, settings) -> None:
@@ -74,7 +97,8 @@ def parser(description: str) -> argparse.ArgumentParser:
     p.add_argument("--data-dir", help="benchmark data folder (default: $RAG_DATA_DIR)")
     add_flags(p, SETTINGS)
     p.add_argument("--lm", default="local:qwen-0.5b", help="local:qwen-0.5b | local:qwen-1.5b | DSPy/LiteLLM model")
-    p.add_argument("--api-base", help="OpenAI-compatible base URL for --lm (vLLM, llama.cpp, Ollama, ...)")
+    p.add_argument("--api-base", type=endpoint,
+                   help="OpenAI-compatible base URL for --lm (vLLM, llama.cpp, Ollama, ...)")
     for role in ("planner", "critic", "judge"):
         p.add_argument(f"--{role}-lm", help=f"LM for the {role} role (default: --lm)")
     p.add_argument("--judge", action="store_true", help="also score answers with the LLM judge (--judge-lm)")
@@ -106,7 +130,7 @@ def parser(description: str) -> argparse.ArgumentParser:
     p.add_argument("--threads", type=at_least(1), default=1,
                    help="examples evaluated at once (for endpoints that serve concurrent requests; the embedded "
                         "server answers one at a time)")
-    p.add_argument("--experiment", default="agentic-rag", help="MLflow experiment")
+    p.add_argument("--experiment", type=named, default="agentic-rag", help="MLflow experiment")
     p.add_argument("--trace", action=argparse.BooleanOptionalAction, default=True,
                    help="one MLflow trace per evaluated question (its DSPy calls, score and the method's decisions); "
                         "--no-trace turns it off")
@@ -145,17 +169,25 @@ def interruptible(main):
     """Wrap an entry point: on Ctrl-C / SIGTERM print how to resume and exit 130 / 143 without a traceback; a run
     that cannot go on (:class:`RunStopped`: an endpoint that keeps failing, exit 3; an error on a question that
     asking again cannot fix, exit 4) is one line, and so are an embedded LM server gone for good
-    (``runtime.lm.ServerError``, exit 5: the line names its log, whose tail says why) and a checkpoint another run is
-    writing (``runtime.files.Busy``, exit 75: EX_TEMPFAIL, try again later). A run that finished with questions
-    left unanswered (``tracking.incomplete_runs``: its MLflow run ended FAILED, tagged ``incomplete``) says so in one
-    line and exits :data:`INCOMPLETE`."""
+    (``runtime.lm.ServerError``, exit 5: the line names its log, whose tail says why), an endpoint that refuses the
+    key (``runtime.lm.EndpointRefused``, exit 4), a full disk (exit 74: EX_IOERR; what was written stays) and a
+    checkpoint another run is writing (``runtime.files.Busy``, exit 75: EX_TEMPFAIL, try again later). A run that
+    finished with questions left unanswered (``tracking.incomplete_runs``: its MLflow run ended FAILED, tagged
+    ``incomplete``) says so in one line and exits :data:`INCOMPLETE`."""
     def run(argv=None):
         try:
             with tracking.incomplete_runs() as left:
                 result = main(argv)
         except (RunStopped, Busy, ServerError) as err:
             print(f"error: {str(err).splitlines()[0].removesuffix(':')}", file=sys.stderr)
-            raise SystemExit(75 if isinstance(err, Busy) else 5 if isinstance(err, ServerError) else err.code) from None
+            raise SystemExit(75 if isinstance(err, Busy) else err.code) from None
+        except OSError as err:
+            if err.errno not in (errno.ENOSPC, errno.EDQUOT):
+                raise
+            print(f"error: no space left on the device{f' writing {err.filename}' if err.filename else ''}: "
+                  "free some and run the same command again; finished questions are in the checkpoint",
+                  file=sys.stderr)
+            raise SystemExit(74) from None  # EX_IOERR
         except KeyboardInterrupt as err:
             print("\ninterrupted: finished questions are in the checkpoint; run the same command again to resume",
                   file=sys.stderr)
@@ -173,6 +205,52 @@ def given_flags(p: argparse.ArgumentParser, argv: list[str] | None) -> set[str]:
     unset = object()
     args = p.parse_args(argv, namespace=Settings(**dict.fromkeys(vars(p.parse_args([])), unset)))
     return {key for key, value in vars(args).items() if value is not unset}
+
+
+#: The runs of the two commands: what evaluate.py runs (a program, a compiled program, a suite, a suite on Ray) and
+#: optimize.py's compile with each optimizer.
+PROGRAM, COMPILED, SUITE, RAY = ("evaluate.py --program", "evaluate.py --compiled", "evaluate.py --suite",
+                                 "evaluate.py --suite --ray")
+COMPILE = {name: f"optimize.py --optimizer {name}" for name in OPTIMIZERS}
+EVALUATE = (PROGRAM, COMPILED, SUITE, RAY)
+
+#: The runs each flag applies to, for the flags that do not apply to every run of the command whose parser has them
+#: (the rest do). A flag given for any other run is refused (:func:`check_applies`): it would change nothing, or
+#: the run would log a setting it did not run with (``--no-retrieval`` on a compiled program rebuilds its retriever).
+APPLIES: dict[str, tuple[str, ...]] = {
+    "program": (PROGRAM, *COMPILE.values()),
+    "compiled": (COMPILED,),
+    "no_retrieval": (PROGRAM, SUITE, RAY, *COMPILE.values()),
+    "threads": EVALUATE,
+    "error_profile": (PROGRAM, COMPILED),
+    "datasets": (SUITE, RAY),
+    "methods": (SUITE, RAY),
+    "ray": (RAY,),
+    "ray_cpus": (RAY,),
+    "teacher": (COMPILE["bootstrap"],),
+    "candidates": (COMPILE["random_search"], COMPILE["mipro"]),
+    "budget": (COMPILE["mipro"], COMPILE["gepa"]),
+}
+
+
+def evaluate_run(args: Settings) -> str:
+    """What evaluate.py's ``args`` run (:data:`EVALUATE`)."""
+    return (RAY if args.ray else SUITE) if args.suite else COMPILED if args.compiled else PROGRAM
+
+
+def check_applies(given: set[str], run: str) -> None:
+    """Refuse in one line a flag of ``given`` (:func:`given_flags`) that :data:`APPLIES` says ``run`` does not take."""
+    for name, runs in APPLIES.items():
+        if name in given and run not in runs:
+            fail(f"--{name.replace('_', '-')} does not apply to {run} (only to {said(runs)}): leave it out")
+
+
+def said(runs: tuple[str, ...]) -> str:
+    """``runs`` as a user names them: ``optimize.py`` for every optimizer's compile, ``evaluate.py --suite`` for a
+    suite with or without ``--ray``."""
+    every = set(COMPILE.values()) <= set(runs)
+    return ", ".join([r for r in runs if not (r == RAY and SUITE in runs or every and r in COMPILE.values())]
+                     + ["optimize.py"] * every)
 
 
 def as_compiled(args: Settings, artifact: dict, given: set[str]) -> None:

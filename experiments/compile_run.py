@@ -10,7 +10,7 @@ from pathlib import Path
 from evaluation import serving, tracking
 from evaluation.loop import evaluate
 from evaluation.metrics import METRIC_NAMES
-from experiments.cli import fail
+from experiments.cli import at_least, fail
 from experiments.sessions import Session
 from optimizers.fitting import compile_fitted, compile_ledger, log_compiled
 from programs.shared.oracle import ALL
@@ -20,12 +20,12 @@ def compile_flags(p) -> None:
     """The flags that say how a program is compiled (also scripts/optimizer_table.py's)."""
     p.add_argument("--metric", choices=METRIC_NAMES,
                    help="compile metric (default: f1, or accuracy for MCQ; judge needs --judge)")
-    p.add_argument("--demos", type=int, default=2, help="max bootstrapped and labeled demos per predictor")
-    p.add_argument("--candidates", type=int, default=4, help="candidate programs (random_search, mipro)")
-    p.add_argument("--budget", type=int, help="mipro trials / gepa metric calls")
+    p.add_argument("--demos", type=at_least(0), default=2, help="max bootstrapped and labeled demos per predictor")
+    p.add_argument("--candidates", type=at_least(1), default=4, help="candidate programs (random_search, mipro)")
+    p.add_argument("--budget", type=at_least(1), help="mipro trials / gepa metric calls")
     p.add_argument("--compile-budget", type=int, metavar="N",
                    help="stop the compile at N LM calls (cache hits included) and keep the best program so far")
-    p.add_argument("--compile-minutes", type=float, metavar="M",
+    p.add_argument("--compile-minutes", type=at_least(0, float), metavar="M",
                    help="stop the compile after M minutes and keep the best program so far")
     p.add_argument("--demo-tokens", type=int, metavar="T",
                    help="drop each predictor's longest demos until its demos fit T estimated tokens (chars/4)")
@@ -46,9 +46,6 @@ def check_compile_flags(args) -> None:
     if args.oracle:
         fail("--oracle is for evaluation (evaluate.py, --suite): compiling reads no gold labels; compile without it "
              "and evaluate the compiled program with --oracle")
-    if getattr(args, "teacher", "self") == "oracle" and args.optimizer != "bootstrap":
-        fail(f"--teacher oracle is for --optimizer bootstrap (got {args.optimizer}): drop --teacher or compile with "
-             "bootstrap")
     for flag in ("compile_budget", "compile_minutes", "demo_tokens"):
         if getattr(args, flag) is not None and getattr(args, flag) <= 0:
             fail(f"--{flag.replace('_', '-')} must be positive (leave it out for no limit)")

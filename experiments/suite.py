@@ -288,4 +288,4 @@ def add_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--methods", nargs="+", help="suite: only these methods (with their baselines)")
     p.add_argument("--ray", nargs="?", const="local", metavar="ADDRESS",
                    help="suite: run cells as Ray tasks (local ray.init(), or a cluster address); pip install '.[ray]'")
-    p.add_argument("--ray-cpus", type=float, default=1, help="CPUs Ray reserves per cell")
+    p.add_argument("--ray-cpus", type=cli.at_least(0, float), default=1, help="CPUs Ray reserves per cell")

@@ -25,17 +25,36 @@ ARTIFACT_FORMAT = "agentic-rag-dspy/1"
 DATA = {s.name: s for s in (*data_settings.SETTINGS, *retrieval_settings.SETTINGS)}
 
 
+#: How deeply a compiled program's JSON may nest: its own structure is 4 levels (state, predictor, demos, demo), a
+#: demo's field values a few more.
+MAX_DEPTH = 32
+
+
+def nesting(value) -> int:
+    """How many levels of lists and objects ``value`` (parsed JSON) nests, counted without recursion."""
+    deepest, todo = 0, [(value, 1)]
+    while todo:
+        value, level = todo.pop()
+        items = value.values() if isinstance(value, dict) else value if isinstance(value, list) else None
+        if items is not None:
+            deepest = max(deepest, level)
+            todo.extend((item, level + 1) for item in items)
+    return deepest
+
+
 def check_artifact(artifact: dict, given: dict | None = None) -> None:
     """Refuse (ValueError, one line) an artifact whose program, ``config`` or ``data`` is not what optimize.py
-    writes: an unknown program, a key it does not take, a value of the wrong type, out of range or naming an unknown
-    choice (as the settings' declarations say), or a value pointing outside the project (``Setting.external``) that
-    ``given`` (the settings the caller vouches for: the command line's) does not hold too. Its ``state`` is checked by
-    :func:`load_compiled` against the program's predictors."""
+    writes: nested deeper than :data:`MAX_DEPTH`, an unknown program, a key it does not take, a value of the wrong
+    type, out of range or naming an unknown choice (as the settings' declarations say), or a value pointing outside
+    the project (``Setting.external``) that ``given`` (the settings the caller vouches for: the command line's) does
+    not hold too. Its ``state`` is checked by :func:`check_compiled`."""
     source, name, given = artifact.get("source", "the compiled program"), artifact.get("program"), given or {}
 
     def refuse(problem: str):
         raise ValueError(f"{source}: {problem}; not loaded: recompile it with optimize.py")
 
+    if nesting(artifact) > MAX_DEPTH:  # what reads it recurses
+        refuse(f"it nests deeper than a compiled program does (at most {MAX_DEPTH} levels)")
     if not isinstance(name, str) or name not in REGISTRY:
         refuse(f"unknown program {name!r} (this checkout has: {', '.join(names())})")
     program = spec(name)
@@ -138,6 +157,9 @@ def read_artifact(path_or_run_id: str) -> dict:
     except (ValueError, UnicodeDecodeError) as err:
         raise ValueError(f"{path} is not valid JSON ({err}); it is damaged or not a compiled program: recompile "
                          "it with optimize.py") from None
+    except RecursionError:  # deeper than the parser goes
+        raise ValueError(f"{path} nests deeper than a compiled program does (at most {MAX_DEPTH} levels); it is "
+                         "damaged or crafted: recompile it with optimize.py") from None
     if not isinstance(artifact, dict) or artifact.get("format") != ARTIFACT_FORMAT:
         found = artifact.get("format") if isinstance(artifact, dict) else type(artifact).__name__
         raise ValueError(f"{path} is not a compiled program of this project (format {found!r}, "
@@ -151,14 +173,14 @@ def read_artifact(path_or_run_id: str) -> dict:
 def load_compiled(path_or_run_id: str | dict, search=None, data_dir=None, roles=None, oracle: str = "",
                   mc: MCScoring | None = None, given: dict | None = None) -> dspy.Module:
     """A ready module from a compiled artifact: a JSON path, an MLflow run id of this project's store, or the
-    artifact dict itself, checked first (:func:`check_artifact`; ``given``: the settings the caller vouches for).
+    artifact dict itself, checked first (:func:`check_compiled`; ``given``: the settings the caller vouches for).
 
     Without ``search`` the retriever is rebuilt from the recorded dataset corpora (cached index, no re-embedding).
     With ``roles`` (``runtime.roles.Roles``) the predictors are bound to their LMs; otherwise the default LM
     configured with ``dspy.configure`` is used. ``oracle``: the program's oracle roles (``programs.shared.oracle``); ``mc``:
     its multiple-choice scoring (:func:`build`)."""
     artifact = path_or_run_id if isinstance(path_or_run_id, dict) else read_artifact(path_or_run_id)
-    check_artifact(artifact, given)
+    check_compiled(artifact, given)
     name, data = artifact["program"], artifact["data"]
     if spec(name).needs_search and search is None:
         bundle = corpora.load(data["dataset"], data_dir, data.get("corpus"), data.get("leave_question_out", True),
@@ -166,24 +188,42 @@ def load_compiled(path_or_run_id: str | dict, search=None, data_dir=None, roles=
         options = {s.name: data[s.name] for s in retrieval_settings.OPTIONS if s.name in data}
         search = Retriever(bundle.corpora, embedder=data["embedder"], index_type=data["index"], **options)
     program = build(name, search=search, mc=mc, **{**artifact["config"], **({"oracle": oracle} if oracle else {})})
-    source = artifact.get("source", "the compiled program")
+    load_state(program, artifact)
+    if roles is not None:
+        assign_roles(program, roles)
+    return program
+
+
+class NoSearch:
+    """The retriever of a program built only to check a compiled program's state (:func:`check_compiled`): its
+    predictors do not depend on it, and it is never called."""
+
+
+def check_compiled(artifact: dict, given: dict | None = None) -> None:
+    """Everything :func:`load_compiled` checks (:func:`check_artifact`, the program's version, the state's keys and
+    values), before anything is built: the state is loaded into the program built with no retriever or LM."""
+    check_artifact(artifact, given)
+    name = artifact["program"]
+    load_state(build(name, search=NoSearch() if spec(name).needs_search else None, **artifact["config"]), artifact)
+
+
+def load_state(program: dspy.Module, artifact: dict) -> None:
+    """Load ``artifact``'s state into ``program`` (built from it), refusing in one line (ValueError) a state saved by
+    another version of the program, holding a key a compiled program does not hold, or not fitting it."""
+    name, source = artifact["program"], artifact.get("source", "the compiled program")
     saved, current = artifact.get("program_version"), program_version(program)
     if saved and saved != current:
         raise ValueError(f"{source} holds {name} version {saved}, but this checkout builds {name} version "
                          f"{current} (its predictors or fields changed); recompile: python optimize.py --program {name}")
-    unexpected = strays(artifact, artifact_schema(name, program))
-    if unexpected:
+    if unexpected := strays(artifact, artifact_schema(name, program)):
         more = f" (and {len(unexpected) - 1} more)" if len(unexpected) > 1 else ""
         raise ValueError(f"{source}: unexpected key {unexpected[0]}{more} in a compiled program, which holds only "
                          "demos, instructions, field texts, config and data (a stray key could redirect LM calls); "
                          "not loaded: recompile it with optimize.py")
     # an artifact saved before its program's gates always existed (``--decisions generate``) holds none: unfitted
-    state = {**{name: gate.dump_state() for name, gate in gates(program).items()}, **artifact["state"]}
+    state = {**{gate: g.dump_state() for gate, g in gates(program).items()}, **artifact["state"]}
     try:
         program.load_state(state)
     except (KeyError, TypeError, ValueError, AttributeError) as err:
         raise ValueError(f"{source}: its saved state does not fit {name} ({type(err).__name__}: {err}); "
                          f"recompile: python optimize.py --program {name}") from None
-    if roles is not None:
-        assign_roles(program, roles)
-    return program

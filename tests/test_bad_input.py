@@ -9,6 +9,7 @@ import pytest
 from dspy.utils.dummies import DummyLM
 
 import evaluate
+import programs
 from experiments import cli, suite
 from experiments import sessions
 from runtime import store
@@ -187,6 +188,14 @@ def test_a_click_record_without_its_fields_names_file_and_record(tmp_path, capsy
     ("crag", ["--oracle", "controller"], "--oracle controller: crag has no such decision"),
     ("direct", ["--dataset", "demo_culture", "--mc-scoring", "pride", "--mc-calibration", "99"],
      "--mc-scoring pride calibrates on --mc-calibration train questions: give 1..12"),
+    ("rag", ["--retriever", "hybrid", "--rrf-k", "nan"], "--rrf-k must be a finite number (got nan)"),
+    ("rag", ["--retriever", "hybrid", "--rrf-k", "Infinity"], "--rrf-k must be a finite number (got inf)"),
+    ("rag", ["--experiment", ""], "--experiment must name something (got '')"),
+    ("rag", ["--embedder", "st:/nonexistent"], "--embedder st:/nonexistent: no such folder; give st:<the folder of a "
+                                               "sentence-transformers model> or st:<a Hugging Face model id>"),
+    ("rag", ["--lm", "openai/x", "--api-base", "localhost:8000/v1"],
+     "--api-base must be an http(s) URL such as http://127.0.0.1:8000/v1 (got 'localhost:8000/v1')"),
+    ("rag", ["--lm", "openai/x", "--api-base", "http://127.0.0.1:99999/v1"], "--api-base must be an http(s) URL"),
 ])
 def test_a_bad_flag_is_one_line_and_exit_2_before_any_lm_or_corpus_is_made(program, flags, message, monkeypatch,
                                                                           capsys):
@@ -214,3 +223,84 @@ def test_an_empty_jsonl_corpus_file_is_refused_by_name(tmp_path, capsys):
     line = one_line_error(DIRECT + ["--corpus", f"jsonl:{tmp_path}"], capsys)
     assert line == f"error: {tmp_path / 'de.jsonl'} holds no documents: give it one {{\"id\", \"title\", \"text\"}} " \
                    "object per line, or remove it from the folder"
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--demos", "-1"], "--demos must be >= 0 (got -1)"),
+    (["--optimizer", "random_search", "--candidates", "-2"], "--candidates must be >= 1 (got -2)"),
+    (["--optimizer", "mipro", "--budget", "-5"], "--budget must be >= 1 (got -5)"),
+    (["--compile-minutes", "nan"], "--compile-minutes must be a finite number (got nan)"),
+])
+def test_a_bad_compile_flag_is_one_line_and_exit_2_before_anything_is_built(flags, message, monkeypatch, capsys):
+    import optimize
+
+    started = []
+    monkeypatch.setattr(sessions, "make_lm", lambda *a, **k: started.append("lm"))
+    monkeypatch.setattr(sessions, "Retriever", lambda *a, **k: started.append("retriever"))
+    with pytest.raises(SystemExit) as stop:
+        optimize.main(["--program", "direct", "--dataset", "demo", *flags])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert stop.value.code == 2 and err == [f"error: {message}"] and not started, (err, started)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--compiled", "COMPILED", "--no-retrieval"], "--no-retrieval does not apply to evaluate.py --compiled (only to "
+                                                   "evaluate.py --program, evaluate.py --suite, optimize.py)"),
+    (["--suite", "direct,rag", "--compiled", "COMPILED"],
+     "--compiled does not apply to evaluate.py --suite (only to evaluate.py --compiled)"),
+    (["--program", "rag", "--compiled", "COMPILED"],
+     "--program does not apply to evaluate.py --compiled (only to evaluate.py --program, optimize.py)"),
+    (["--program", "rag", "--ray"],
+     "--ray does not apply to evaluate.py --program (only to evaluate.py --suite --ray)"),
+    (["--program", "rag", "--ray-cpus", "2"],
+     "--ray-cpus does not apply to evaluate.py --program (only to evaluate.py --suite --ray)"),
+    (["--suite", "direct,rag", "--ray-cpus", "2"],
+     "--ray-cpus does not apply to evaluate.py --suite (only to evaluate.py --suite --ray)"),
+    (["--compiled", "COMPILED", "--datasets", "demo"],
+     "--datasets does not apply to evaluate.py --compiled (only to evaluate.py --suite)"),
+    (["--suite", "direct,rag", "--error-profile"],
+     "--error-profile does not apply to evaluate.py --suite (only to evaluate.py --program, evaluate.py --compiled)"),
+    (["optimize.py", "--program", "rag", "--threads", "2"], "--threads does not apply to optimize.py --optimizer "
+     "bootstrap (only to evaluate.py --program, evaluate.py --compiled, evaluate.py --suite)"),
+    (["optimize.py", "--program", "rag", "--candidates", "8"], "--candidates does not apply to optimize.py --optimizer "
+     "bootstrap (only to optimize.py --optimizer random_search, optimize.py --optimizer mipro)"),
+    (["optimize.py", "--program", "rag", "--optimizer", "gepa", "--teacher", "self"], "--teacher does not apply to "
+     "optimize.py --optimizer gepa (only to optimize.py --optimizer bootstrap)"),
+])
+def test_a_flag_that_cannot_apply_to_the_run_is_refused_before_anything_is_built(argv, message, tmp_path, monkeypatch,
+                                                                                   capsys):
+    """A run is what its name says: a flag the run would ignore, or that it would log without running it (a compiled
+    program rebuilds its retriever under --no-retrieval, logged as direct), is one line (``cli.APPLIES``)."""
+    import optimize
+    from programs.artifact import NoSearch
+
+    started = []
+    monkeypatch.setattr(sessions, "make_lm", lambda *a, **k: started.append("lm"))
+    monkeypatch.setattr(sessions, "Retriever", lambda *a, **k: started.append("retriever"))
+    compiled = tmp_path / "program.json"
+    programs.save_compiled(programs.build("rag", search=NoSearch()), compiled, "rag", {}, {"dataset": "demo"})
+    main, argv = (optimize.main, argv[1:]) if argv[0] == "optimize.py" else (evaluate.main, argv)
+    with pytest.raises(SystemExit) as stop:
+        main([str(compiled) if a == "COMPILED" else a for a in argv] + ["--dataset", "demo"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert stop.value.code == 2 and err == [f"error: {message}: leave it out"] and not started, (err, started)
+
+
+@pytest.mark.parametrize("status", [401, 403])
+def test_an_endpoint_that_refuses_the_key_stops_the_run_at_once_recording_nothing(status, tmp_path, monkeypatch,
+                                                                                   capsys):
+    """A refused key is the run's configuration, not a passing fault: it was retried as transient and the run ended
+    "retryable", exit 0."""
+    monkeypatch.setenv("RAG_ENDPOINT_BACKOFF", "0.01")
+    with FakeOpenAI(refuse=status) as server:
+        with pytest.raises(SystemExit) as stop:
+            evaluate.main(["--program", "direct", "--dataset", "demo", "--train", "0", "--dev", "3", "--test", "0",
+                           "--lm", "openai/fake", "--api-base", server.api_base, "--no-cache"])
+        asked = server.requests
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert stop.value.code == 4 and line.startswith(f"error: {server.api_base} refused the request for openai/fake "
+                                                    "(LMAuthError: "), line
+    assert line.endswith("set RAG_API_KEY to the key it expects, or check --api-base; nothing was recorded for the "
+                         "question it asked"), line
+    assert asked <= 2  # the first question's call (and DSPy's JSON-adapter fallback), never asked again
+    assert not any(path.read_text() for path in (tmp_path / "cache" / "evals").glob("*.jsonl"))

@@ -2,6 +2,7 @@
 
 The fault server runs as the "llama.cpp server" of a ``LlamaServer`` (same host, leases, restarts), and logs every
 chat request, so the tests count calls at the server. DSPy's cache is off throughout."""
+import errno
 import json
 import os
 import signal
@@ -382,3 +383,52 @@ def test_a_run_that_leaves_questions_unanswered_says_so_and_ends_incomplete(tmp_
     assert (summary["n"], summary["answered"]) == (6, 6)
     runs = mlflow.search_runs(experiment_names=["faults"], output_format="list")
     assert sorted(r.info.status for r in runs) == ["FAILED", "FINISHED"]
+
+
+class FullDisk:
+    """A checkpoint opened on a disk that fills up: ``writes`` records fit, the next is cut halfway with
+    OSError(ENOSPC), as ``write`` on a full file system ends."""
+
+    def __init__(self, path, writes: int):
+        self.fh, self.writes = open(path, "ab"), writes
+
+    def write(self, text: str) -> int:
+        data = text.encode()
+        self.writes -= 1
+        self.fh.write(data if self.writes >= 0 else data[:len(data) // 2])
+        self.fh.flush()
+        if self.writes < 0:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return len(text)
+
+    def __getattr__(self, name):
+        return getattr(self.fh, name)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.fh.close()
+
+
+def test_a_full_disk_stops_the_run_in_one_line_and_the_rerun_resumes_what_was_written(monkeypatch, capsys):
+    from dspy.utils.dummies import DummyLM
+
+    import evaluate
+    from evaluation import loop
+    from experiments import sessions
+
+    lm = DummyLM({"question": {"answer": "yes"}})
+    monkeypatch.setattr(sessions, "make_lm", lambda *a, **k: lm)
+    argv = ["--program", "direct", "--dataset", "demo", "--train", "0", "--dev", "4", "--test", "0"]
+    monkeypatch.setattr(loop, "open", lambda path, *a, **k: FullDisk(path, writes=2), raising=False)
+    with pytest.raises(SystemExit) as stop:
+        evaluate.main(argv)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert stop.value.code == 74 and err[-1] == ("error: no space left on the device: free some and run the same "
+                                                 "command again; finished questions are in the checkpoint"), err
+    assert not any("Traceback" in line for line in err) and len(lm.history) == 3
+    monkeypatch.delattr(loop, "open")  # space freed
+    with pytest.warns(RuntimeWarning, match="skipped 1 unreadable line"):  # the line the disk cut
+        summary = evaluate.main(argv)
+    assert summary["n"] == 4 and len(lm.history) == 5  # the 2 written resumed, the cut one and the last asked

@@ -112,6 +112,24 @@ def test_a_checkpoint_line_that_is_not_utf8_is_asked_again_and_a_line_separator_
     assert [r["question"] for r in records] == ["question 0", "question 1", "question\u2028two"]
 
 
+@pytest.mark.parametrize("line", ['{"id": "q1"}', '{"id": "q1", "failed": "no", "tries": 1}',
+                                  '{"id": "q1", "failed": false}', "[" * 200_000 + "]" * 200_000])
+def test_a_checkpoint_line_that_is_no_record_is_asked_again(dummy, tmp_path, line):
+    """A line that parses but is not a record (no ``failed``, a ``failed`` that is no boolean, no ``tries``, nesting
+    deeper than the parser goes) is a damaged line: skipped with the warning, its question asked again, the file
+    rewritten without it. It was a KeyError, TypeError or RecursionError on every run of that key."""
+    lm = dummy({"question": {"answer": "yes"}})
+    ckpt = tmp_path / "dev.jsonl"
+    program = dspy.Predict("question -> answer")
+    run_eval(program, EXAMPLES, {"em": exact_match}, checkpoint=ckpt)
+    lines = ckpt.read_text().splitlines()
+    ckpt.write_text("\n".join([lines[0], line, lines[2]]) + "\n")
+    with pytest.warns(RuntimeWarning, match=r"skipped 1 unreadable line\(s\)"):
+        records, summary = run_eval(program, EXAMPLES, {"em": exact_match}, checkpoint=ckpt)
+    assert len(lm.history) == 4 and summary["em"] == 1.0  # only q1 asked again
+    assert [json.loads(rec)["id"] for rec in ckpt.read_text().splitlines()] == ["q0", "q2", "q1"]
+
+
 # Each thing a result depends on, changed alone, starts a new checkpoint.
 
 def key_of(argv, **change) -> str:
