@@ -13,6 +13,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from contextlib import ExitStack, nullcontext
 from pathlib import Path
 from statistics import mean
+from typing import Callable
 
 import dspy
 from tqdm.auto import tqdm
@@ -166,7 +167,7 @@ def evaluate(program: dspy.Module, examples: list[dspy.Example], metrics: dict, 
     program's alone; the judge's calls are ``judge_lm_calls``), for each
     example field in ``groups`` (e.g. ``lang``) ``<metric>_by_<field>/<value>``, and for circular copies
     (``data.circular``) ``circular_<metric>``: per question the worst score over its copies."""
-    sink = Checkpoint(checkpoint, wait) if checkpoint else None
+    sink = Checkpoint(checkpoint, wait, is_record) if checkpoint else None
     done = {i: r for i, r in (sink.done if sink else {}).items()  # a failure tried fewer times than now is asked again
             if not r.get("retryable") and not (r["failed"] and (retry_failed or r["tries"] < retries + 1))}
     write = threading.Lock()
@@ -245,10 +246,10 @@ class Checkpoint:
     the same key is refused (or waits) instead of asking the same questions and rewriting the file under this one's
     appends; its finished records (:attr:`done`) read under the lock, and each new record synced to disk."""
 
-    def __init__(self, path: Path, wait: bool = False):
+    def __init__(self, path: Path, wait: bool = False, readable: Callable[[dict], bool] | None = None):
         with ExitStack() as held:
             held.enter_context(locked(path, wait, "let it finish, or pass --wait-for-checkpoint to wait for it"))
-            self.done = load_checkpoint(path)
+            self.done = load_checkpoint(path, readable)
             self.sink = held.enter_context(open(path, "a", encoding="utf-8"))
             sync_folder(path.parent)  # the file's name, if this created it
             self._held = held.pop_all()
@@ -262,11 +263,12 @@ class Checkpoint:
         self._held.close()
 
 
-def load_checkpoint(path: Path) -> dict[str, dict]:
+def load_checkpoint(path: Path, readable: Callable[[dict], bool] | None = None) -> dict[str, dict]:
     """The finished records of a checkpoint by id. A line that does not parse (a kill mid-write, bytes that are not
-    UTF-8) is dropped with a warning, and the file is rewritten without it, so its question runs again and later
-    appends stay whole. Lines are split at newline bytes only and decoded strictly: an answer holding U+2028 stays
-    one record, and no damaged text is read back as an answer. A writer holds the file's lock (:class:`Checkpoint`)
+    UTF-8) or is no record (an object with an ``id`` that is ``readable``) is dropped with a warning, and the file is
+    rewritten without it, so its question runs again and later appends stay whole. Lines are split at newline bytes
+    only and decoded strictly: an answer holding U+2028 stays one record, and no damaged text is read back as an
+    answer. A writer holds the file's lock (:class:`Checkpoint`)
     while this runs: the rewrite renames a new file over it."""
     if not path.exists():
         return {}
@@ -277,7 +279,7 @@ def load_checkpoint(path: Path) -> dict[str, dict]:
             rec = json.loads(line.decode("utf-8"))
         except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
             rec = None
-        if is_record(rec):
+        if isinstance(rec, dict) and isinstance(rec.get("id"), (str, int)) and (readable is None or readable(rec)):
             done[rec["id"]] = rec
         else:
             bad += 1
@@ -289,11 +291,10 @@ def load_checkpoint(path: Path) -> dict[str, dict]:
     return done
 
 
-def is_record(rec) -> bool:
-    """Whether ``rec`` (a parsed checkpoint line) has what resuming reads: an ``id``, a boolean ``failed`` and the
-    integer ``tries``."""
-    return (isinstance(rec, dict) and isinstance(rec.get("id"), (str, int)) and isinstance(rec.get("failed"), bool)
-            and isinstance(rec.get("tries"), int))
+def is_record(rec: dict) -> bool:
+    """Whether ``rec`` (a checkpoint line's object with an id) has what resuming an evaluation reads: a boolean
+    ``failed`` and the integer ``tries``."""
+    return isinstance(rec.get("failed"), bool) and isinstance(rec.get("tries"), int)
 
 
 #: Per-question counts a program's trace may hold, averaged over the questions that have them: rounds, decisions a

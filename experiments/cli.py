@@ -228,6 +228,7 @@ APPLIES: dict[str, tuple[str, ...]] = {
     "ray": (RAY,),
     "ray_cpus": (RAY,),
     "teacher": (COMPILE["bootstrap"],),
+    "demos": (COMPILE["bootstrap"], COMPILE["random_search"], COMPILE["mipro"]),  # GEPA writes instructions only
     "candidates": (COMPILE["random_search"], COMPILE["mipro"]),
     "budget": (COMPILE["mipro"], COMPILE["gepa"]),
 }

@@ -266,6 +266,9 @@ def test_a_bad_compile_flag_is_one_line_and_exit_2_before_anything_is_built(flag
      "bootstrap (only to optimize.py --optimizer random_search, optimize.py --optimizer mipro)"),
     (["optimize.py", "--program", "rag", "--optimizer", "gepa", "--teacher", "self"], "--teacher does not apply to "
      "optimize.py --optimizer gepa (only to optimize.py --optimizer bootstrap)"),
+    (["optimize.py", "--program", "rag", "--optimizer", "gepa", "--demos", "3"], "--demos does not apply to "
+     "optimize.py --optimizer gepa (only to optimize.py --optimizer bootstrap, optimize.py --optimizer random_search, "
+     "optimize.py --optimizer mipro)"),
 ])
 def test_a_flag_that_cannot_apply_to_the_run_is_refused_before_anything_is_built(argv, message, tmp_path, monkeypatch,
                                                                                    capsys):
