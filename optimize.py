@@ -8,6 +8,7 @@ evaluates the compiled program on dev and test, saves it as DSPy JSON state and 
 from __future__ import annotations
 
 import programs
+from evaluation import serving
 from evaluation.leaderboard import answered
 from evaluation.stats import bootstrap_ci, paired_scores
 from experiments.cli import (COMPILE, check_applies, compile_metric, evaluate_command, fail, given_flags, interruptible,
@@ -55,8 +56,10 @@ def main(argv=None) -> str:
     print(f"prompt versions: {', '.join(run.prompts)}")
     print(f"compiled program: {run.stored} (MLflow run {run.run_id}, artifact {run.artifact})")
     print(f"load it with programs.load_compiled({run.run_id!r}) or {evaluate_command(run.run_id, args)}")
+    allow = ",".join(serving.outside(s.data).values())  # what a served model may open only when its server allows
     print(f"served model: {run.model} (registered {run.registered} version {run.version}): "
-          f"mlflow.pyfunc.load_model({run.model!r}) or mlflow models serve -m {run.model} --env-manager local")
+          f"mlflow.pyfunc.load_model({run.model!r}) or mlflow models serve -m {run.model} --env-manager local"
+          + (f", with {serving.ALLOW}={allow} in its environment" if allow else ""))
     print(f"browse runs: mlflow ui --backend-store-uri {store.tracking_uri()}  (then open http://127.0.0.1:5000)")
     return run.run_id
 

@@ -15,7 +15,7 @@ from typing import Callable
 import dspy
 
 from retrieval.corpus import Corpus
-from runtime.files import read_json, read_jsonl, utf8_text
+from runtime.files import read_json, read_jsonl, utf8_text, write_whole
 
 
 @dataclass
@@ -71,22 +71,32 @@ def require_file(root: Path | None, *candidates: str) -> Path:
 
 
 def load_records(files: list[Path]):
-    """The rows of JSON/JSONL (or parquet) release files through HF ``datasets``, Arrow-cached in the project. A
-    JSON file it cannot read is read again with :func:`read_jsonl` / :func:`read_json` to name the bad line; JSON
-    files are checked to be UTF-8 first (Arrow would load other bytes and fail later, on reading the row)."""
+    """The rows of JSON/JSONL (or parquet) release files through HF ``datasets``, Arrow-cached in the project by the
+    files' content: ``datasets`` keys its cache by path and mtime, so it reads a content-addressed copy of the bytes
+    hashed here (a file replaced with its mtime kept is new data, never the old file's cached rows). A JSON file it
+    cannot read is read again with :func:`read_jsonl` / :func:`read_json` to name the bad line; JSON files are
+    checked to be UTF-8 first (Arrow would load other bytes and fail later, on reading the row)."""
     from datasets import load_dataset
 
     from runtime.paths import project_cache
 
     kind = "parquet" if files[0].suffix == ".parquet" else "json"
-    for path in files if kind == "json" else ():
-        utf8_text(path)
+    contents = [path.read_bytes() for path in files]
+    digest = hashlib.sha256()
+    for path, raw in zip(files, contents):
+        if kind == "json":
+            utf8_text(path, raw)
+        digest.update(f"{path.name}\0{len(raw)}\0".encode() + raw)
+    cache = project_cache() / "hf" / digest.hexdigest()[:24]
+    copies = [cache / "files" / f"{i}-{path.name}" for i, path in enumerate(files)]
+    for copy, raw in zip(copies, contents):
+        if not copy.exists():
+            write_whole(copy, raw)
     quiet = logging.getLogger("datasets")  # its error log of a failed read (a traceback) is said below in one line
     level = quiet.level
     quiet.setLevel(logging.CRITICAL)
     try:
-        return load_dataset(kind, data_files=[str(f) for f in files], split="train",
-                            cache_dir=str(project_cache() / "hf"))
+        return load_dataset(kind, data_files=[str(c) for c in copies], split="train", cache_dir=str(cache))
     except Exception as err:
         if kind == "json":
             for path in files:

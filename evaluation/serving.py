@@ -3,10 +3,11 @@
 The model holds the compiled ``program.json`` as its one artifact and, as its ``model_config``, the LMs it was
 compiled with and how it picks a multiple-choice letter. Loading it (:meth:`ServedProgram.load_context`) checks the
 artifact as ``evaluate.py --compiled`` does, rebuilds the retriever its ``data`` names from this checkout's corpora
-(benchmark files from ``RAG_DATA_DIR``) and binds the LMs: a ``local:`` model through the embedded server on
-127.0.0.1, any other through the endpoint in ``RAG_API_BASE`` (key in ``RAG_API_KEY``) when it was compiled against
-an ``--api-base``. It answers rows of ``question`` (optionally ``options``, ``lang``) with ``answer`` and the ids of
-the ``passages`` it read."""
+(benchmark files from ``RAG_DATA_DIR``; a corpus folder, Milvus server or model outside the project only when
+``RAG_SERVE_ALLOW`` names it: the serving process decides what a model opens, never the model) and binds the LMs:
+a ``local:`` model through the embedded server on 127.0.0.1, any other through the endpoint in ``RAG_API_BASE``
+(key in ``RAG_API_KEY``) when it was compiled against an ``--api-base``. It answers rows of ``question`` (optionally
+``options``, ``lang``) with ``answer`` and the ids of the ``passages`` it read."""
 from __future__ import annotations
 
 import math
@@ -32,6 +33,10 @@ MODEL_CODE = Path(__file__).with_name("served_model.py")
 #: The OpenAI-compatible endpoint of a model compiled against ``--api-base`` (it is not recorded: ports and hosts
 #: change, and a URL may carry a key).
 API_BASE = "RAG_API_BASE"
+#: The settings pointing outside the project (``Setting.external``: a corpus folder, a Milvus server, a model to load)
+#: that a served model may use, comma-separated, each as the compile's command line gave it: the serving process's
+#: environment decides what a model opens, never the model's own config.
+ALLOW = "RAG_SERVE_ALLOW"
 #: The LM roles a served program binds (the judge scores answers; a served program writes them).
 LM_ROLES = ("lm", "planner_lm", "critic_lm")
 SIGNATURE = ModelSignature(
@@ -49,16 +54,31 @@ def model_name(program: str) -> str:
     return f"agentic-rag.{program}"
 
 
-def serving_config(args, data: dict, compiled) -> dict:
+def serving_config(args, compiled) -> dict:
     """The ``model_config`` of a compile's model (under ``served``: MLflow logs it as the run's params
     ``served/...``, beside the run's own): its LMs (``--lm``, ``--planner-lm``, ``--critic-lm``), whether
-    they answer at an ``--api-base``, how the ``compiled`` program's writers pick a multiple-choice letter, and the
-    settings of its ``data`` pointing outside the project (its command line named them; ``check_artifact`` uses them
-    only when vouched for, and loading an MLflow model runs the code it was logged with anyway)."""
+    they answer at an ``--api-base``, and how the ``compiled`` program's writers pick a multiple-choice letter."""
     scoring = (mc_state(compiled) or [{"mode": "generate", "prior": None}])[0]  # one scoring for all its writers
     return {"served": {**{role: getattr(args, role) for role in LM_ROLES}, "api_base": bool(args.api_base),
-                       "mc_scoring": scoring["mode"], "mc_prior": scoring["prior"],
-                       "vouched": {k: v for k, v in data.items() if DATA[k].points_outside(v)}}}
+                       "mc_scoring": scoring["mode"], "mc_prior": scoring["prior"]}}
+
+
+def outside(data: dict) -> dict:
+    """The settings of an artifact's ``data`` that point outside the project (``Setting.external``)."""
+    return {key: value for key, value in data.items() if key in DATA and DATA[key].points_outside(value)}
+
+
+def allowed(data: dict) -> dict:
+    """:func:`outside` settings of ``data``, each of which :data:`ALLOW` in this process's environment must name;
+    any other is refused before anything is opened or connected to (whatever the model's config says)."""
+    listed = {value.strip() for value in os.environ.get(ALLOW, "").split(",")}
+    wanted = outside(data)
+    for key, value in wanted.items():
+        if value not in listed:
+            raise ServingError(f"the served model's {key} {value!r} points outside the project, which a served model "
+                               f"opens only when the serving process allows it: to trust it, set {ALLOW}={value} "
+                               "(comma-separated values)")
+    return wanted
 
 
 def roles(config: dict) -> Roles:
@@ -82,10 +102,11 @@ class ServedProgram(mlflow.pyfunc.PythonModel):
         config = (context.model_config or {}).get("served", {})
         try:
             artifact = read_artifact(context.artifacts["program"])
+            given = allowed(artifact["data"]) if isinstance(artifact["data"], dict) else {}  # else check_artifact's
             bound = roles(config)
             init_dspy(bound.writer)
             mc = config.get("mc_scoring", "generate")
-            self.program = load_compiled(artifact, roles=bound, given=config.get("vouched") or {},
+            self.program = load_compiled(artifact, roles=bound, given=given,
                                          mc=MCScoring(mc, prior=config.get("mc_prior")) if mc != "generate" else None)
         except (FileNotFoundError, ValueError, KeyError) as err:  # a damaged artifact, missing data, a bad LM name
             problem = str(err).strip("'\"")  # a KeyError's message comes quoted
@@ -116,27 +137,28 @@ def requirements() -> list[str]:
 
 
 @contextmanager
-def endpoint(api_base: str | None):
-    """``RAG_API_BASE`` set to ``api_base`` (when given) for a block, as it was after."""
-    before = os.environ.get(API_BASE)
-    if api_base:
-        os.environ[API_BASE] = api_base
+def environment(values: dict[str, str]):
+    """The environment variables ``values`` (those not empty) set for a block, as they were after."""
+    before = {name: os.environ.get(name) for name in values}
+    os.environ.update({name: value for name, value in values.items() if value})
     try:
         yield
     finally:
-        if before is None:
-            os.environ.pop(API_BASE, None)
-        else:
-            os.environ[API_BASE] = before
+        for name, value in before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 def log_served(program_json: Path, program: str, config: dict, example: dict, prompts: list[str],
-               api_base: str | None = None):
+               api_base: str | None = None, data: dict | None = None):
     """Log the compiled ``program_json`` to the active run as the model ``model`` from code, registered as
     :func:`model_name`, linked to its ``prompts`` (``prompts:/name/version``), with ``example`` as its input
     example. MLflow loads the logged model once and answers the example to check it (a failure is its warning):
-    with ``api_base``, the compile's endpoint."""
-    with endpoint(api_base):
+    with ``api_base``, the compile's endpoint, and the settings of its ``data`` outside the project allowed (the
+    compile's own command line named them)."""
+    with environment({API_BASE: api_base or "", ALLOW: ",".join(outside(data or {}).values())}):
         return mlflow.pyfunc.log_model(name="model", python_model=str(MODEL_CODE),
                                        artifacts={"program": str(program_json)}, model_config=config,
                                        signature=SIGNATURE, input_example=[example], pip_requirements=requirements(),

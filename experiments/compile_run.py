@@ -119,8 +119,8 @@ def compile_and_score(s: Session, metric_name: str, metric) -> CompileRun:
                                                                      "teacher": args.teacher})
         example = next(ex for ex in (*s.splits.test, *s.splits.dev, *s.splits.train)).inputs().toDict()
         with tracking.untraced():  # MLflow answers the example with the logged model: not one of the run's questions
-            model = serving.log_served(out, args.program, serving.serving_config(args, s.data, compiled), example,
-                                       [f"prompts:/{p}" for p in prompts], args.api_base)
+            model = serving.log_served(out, args.program, serving.serving_config(args, compiled), example,
+                                       [f"prompts:/{p}" for p in prompts], args.api_base, s.data)
         stored = tracking.artifact_path(out.name)
         if not args.out:
             shutil.rmtree(out.parent)  # the lasting copy is the run's artifact

@@ -229,8 +229,8 @@ def pinned(lm: str) -> str:
 #: The code that writes and scores the answers a checkpoint holds (with ``evaluation.record``, which turns a
 #: prediction into the record): a change to any of it starts new checkpoints.
 ANSWER_CODE = ("programs", "decoding", "retrieval", "signatures", "evaluation/metrics.py", "evaluation/task_metrics.py",
-               "evaluation/xlingual.py", "runtime/caps.py", "runtime/language.py", "runtime/lm.py",
-               "runtime/llama_serve.py", "runtime/roles.py")
+               "evaluation/xlingual.py", "runtime/caps.py", "runtime/embedders.py", "runtime/language.py",
+               "runtime/lm.py", "runtime/llama_serve.py", "runtime/roles.py")
 #: Files under ANSWER_CODE that build datasets and answer nothing (the XRAG construction pipeline's signatures).
 NOT_ANSWER_CODE = ("signatures/construct.py",)
 

@@ -18,12 +18,16 @@ from dspy.clients.cache import Cache
 import programs
 from decoding.decisions import describe
 from evaluation import tracking
-from optimizers import compile as compile_module
+from optimizers import calibration, compile as compile_module
 from optimizers.calibration import calibrate_decisions
 from optimizers.compile import compile_program, fit_demos, unecho_demos
 from runtime.files import locked, write_whole
 from runtime.metering import Limit, metered
 from runtime.roles import assign_roles
+
+#: The code a compile runs beyond the answer code its checkpoints are keyed by: the optimizers, the gate fitting and
+#: this module.
+COMPILE_CODE = (compile_module, calibration, sys.modules[__name__])
 
 
 def compile_fitted(s, program: dspy.Module, optimizer: str, metric, proposer: dspy.LM,
@@ -121,11 +125,14 @@ def answers_kept(where: Path | None, lms: list[dspy.LM]):
 
 def compile_ledger(s, label: str, program: dspy.Module, params: dict) -> Path:
     """Where the cost of compiling ``program`` (as ``label``, with compile ``params``) is kept across runs: beside
-    its checkpoints, keyed like them, by the compile's settings and by the compile's own code (optimizers/compile.py:
-    a changed optimizer is another compile, not a resumable one)."""
+    its checkpoints, keyed like them (the program, its settings, the models, the answer code), and by what else made
+    the compile: the train and dev questions it learns and fits from, the seed, its settings and its own code (the
+    optimizers' modules: a changed optimizer is another compile, not a resumable one)."""
     base = s.checkpoint("compile", label, program)
-    code = hashlib.sha256(inspect.getsource(compile_module).encode()).hexdigest()
-    setting = hashlib.sha256(json.dumps(params | {"code": code}, sort_keys=True, default=str).encode()).hexdigest()[:12]
+    code = hashlib.sha256("".join(inspect.getsource(m) for m in COMPILE_CODE).encode()).hexdigest()
+    ids = s.splits.ids()
+    made = params | {"code": code, "seed": s.args.seed, "train": ids["train"], "dev": ids["dev"]}
+    setting = hashlib.sha256(json.dumps(made, sort_keys=True, default=str).encode()).hexdigest()[:12]
     return base.with_name(f"{base.stem}-{setting}.json")
 
 

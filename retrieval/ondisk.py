@@ -178,6 +178,9 @@ def mismatch(manifest: dict, index: faiss.Index, embedder: Embedder) -> str:
     if dim != index.d:
         return f"the index holds {index.d}-d vectors but embedder {embedder.id} gives {dim}-d ones; {fix}"
     if manifest.get("embedder") and manifest["embedder"] != embedder.id:
+        if manifest["embedder"].split("+")[0] == embedder.model_id:  # the same model, other runtime/embedders.py
+            return (f"the index was built with embedder {manifest['embedder']}, whose code (runtime/embedders.py) "
+                    f"differs from this checkout's ({embedder.id}); rebuild it with python -m scripts.build_index")
         return f"the index was built with embedder {manifest['embedder']}, not {embedder.id}; {fix}"
     return ""
 

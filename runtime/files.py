@@ -39,9 +39,10 @@ def read_jsonl(path: Path, required: tuple[str, ...] = ()) -> Iterator[dict]:
             yield row
 
 
-def utf8_text(path: Path) -> str:
-    """The text of a UTF-8 file; other bytes are a one-line ``ValueError`` naming the file and line."""
-    raw = Path(path).read_bytes()
+def utf8_text(path: Path, raw: bytes | None = None) -> str:
+    """The text of a UTF-8 file (``raw``: its bytes, when already read); other bytes are a one-line ``ValueError``
+    naming the file and line."""
+    raw = Path(path).read_bytes() if raw is None else raw
     try:
         return raw.decode("utf-8-sig")
     except UnicodeDecodeError as err:
@@ -60,14 +61,15 @@ def read_json(path: Path):
                          "damaged: fix it or fetch it again") from None
 
 
-def write_whole(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` (UTF-8, parent folders made) through a temporary file of its own in the same
-    folder, synced to disk and renamed over it (the folder synced too), so an interrupted write or a crash leaves the
-    old file or the new one, never half a file, and concurrent writers never share a temporary file."""
+def write_whole(path: Path, text: str | bytes) -> None:
+    """Write ``text`` to ``path`` (UTF-8, or bytes as they are; parent folders made) through a temporary file of its
+    own in the same folder, synced to disk and renamed over it (the folder synced too), so an interrupted write or a
+    crash leaves the old file or the new one, never half a file, and concurrent writers never share a temporary
+    file."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")  # created new ("x"), with the usual permissions
     try:
-        with open(tmp, "x", encoding="utf-8") as fh:
+        with open(tmp, "xb") if isinstance(text, bytes) else open(tmp, "x", encoding="utf-8") as fh:
             fh.write(text)
             fh.flush()
             os.fsync(fh.fileno())

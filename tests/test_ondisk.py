@@ -102,6 +102,23 @@ def test_embedder_mismatch_is_one_clear_line(tmp_path):
         Retriever([corpus], other)
 
 
+def test_an_index_built_by_other_embedder_code_is_refused_with_a_rebuild(tmp_path):
+    """The same model with another runtime/embedders.py (normalisation, pooling) makes other vectors: its id differs
+    (``Embedder.id``), and the line says to rebuild rather than to pass an --embedder already passed."""
+    from runtime.embedders import Embedder
+
+    coded = type("Coded", (HashEmbedder,), {"id": Embedder.id, "model_id": "hash-test"})()
+    build_index(write_jsonl(tmp_path / "c.jsonl", DOCS), tmp_path / "built", coded, progress=False)
+    manifest = json.loads((tmp_path / "built" / "manifest.json").read_text())
+    assert manifest["embedder"] == coded.id != "hash-test"
+    (tmp_path / "built" / "manifest.json").write_text(json.dumps(manifest | {"embedder": "hash-test+0ldc0de0"}))
+    (corpus,) = open_corpus(tmp_path / "built")
+    with pytest.raises(ValueError, match=r"built with embedder hash-test\+0ldc0de0, whose code \(runtime/embedders"
+                                         r"\.py\) differs from this checkout's .*rebuild it with python -m "
+                                         r"scripts\.build_index$"):
+        Retriever([corpus], coded)
+
+
 def test_unrecognised_folder_names_both_layouts(tmp_path):
     with pytest.raises(FileNotFoundError, match=r"manifest\.json .*FlashRAG layout"):
         open_corpus(tmp_path)

@@ -2,6 +2,7 @@
 usage): one row per optimizer plus uncompiled, each paired with uncompiled, its compile cost in its row, one child run
 per cell holding its compiled program (which evaluate.py --compiled reproduces), and a re-run that asks nothing."""
 import json
+from types import SimpleNamespace
 
 import dspy
 import mlflow
@@ -235,9 +236,27 @@ def test_the_table_needs_its_splits(table, capsys, monkeypatch):
     assert stop.value.code == 2 and "--dev (for mipro)" in capsys.readouterr().err
 
 
+def ledger_session(tmp_path, train=("q1", "q2"), dev=("q3",), seed=13):
+    """A session as :func:`fitting.compile_ledger` reads it: its checkpoint (one file whatever the split: checkpoints
+    are keyed by the program, not by the questions), its split and its seed."""
+    ids = {"train": list(train), "dev": list(dev), "test": ["q9"]}
+    return SimpleNamespace(checkpoint=lambda *key: tmp_path / "compile-abc.jsonl", args=SimpleNamespace(seed=seed),
+                           splits=SimpleNamespace(ids=lambda: ids))
+
+
+def test_a_compile_ledger_is_keyed_by_the_questions_and_the_seed_that_made_it(tmp_path):
+    """A compile on other train or dev questions, or with another seed, is another compile: it does not report the
+    earlier one's seconds and calls (nor resume its kept answers)."""
+    ledger = fitting.compile_ledger(ledger_session(tmp_path), "rag_k2_mipro", None, {"optimizer": "mipro"})
+    assert ledger == fitting.compile_ledger(ledger_session(tmp_path), "rag_k2_mipro", None, {"optimizer": "mipro"})
+    for other in (ledger_session(tmp_path, train=("q1", "q4")), ledger_session(tmp_path, dev=("q4",)),
+                  ledger_session(tmp_path, seed=14)):
+        assert fitting.compile_ledger(other, "rag_k2_mipro", None, {"optimizer": "mipro"}) != ledger
+
+
 def test_a_compile_ledger_is_keyed_by_the_compile_code(tmp_path, monkeypatch):
     """A changed optimizer (optimizers/compile.py) is another compile: its cost and kept answers start anew."""
-    s = type("Session", (), {"checkpoint": lambda self, *key: tmp_path / "compile-abc.jsonl"})()
+    s = ledger_session(tmp_path)
     ledger = fitting.compile_ledger(s, "rag_k2_mipro", None, {"optimizer": "mipro"})
     assert ledger == fitting.compile_ledger(s, "rag_k2_mipro", None, {"optimizer": "mipro"})
     assert ledger != fitting.compile_ledger(s, "rag_k2_mipro", None, {"optimizer": "gepa"})

@@ -169,15 +169,16 @@ def test_the_local_servers_prompt_cache_is_keyed(counted, monkeypatch):
     assert key_of(["--lm", "local:qwen-0.5b"]) != before
 
 
-def test_the_role_binding_code_is_keyed(counted, tmp_path, monkeypatch):
-    for entry in sessions.ANSWER_CODE:  # a copy of the answer code, then runtime/roles.py edited in it
+@pytest.mark.parametrize("edited", ["runtime/roles.py", "runtime/embedders.py"])  # role binding, vectors' code
+def test_the_role_binding_and_embedder_code_is_keyed(counted, tmp_path, monkeypatch, edited):
+    for entry in sessions.ANSWER_CODE:  # a copy of the answer code, then the ``edited`` file edited in it
         source, target = sessions.PROJECT_ROOT / entry, tmp_path / entry
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copytree(source, target) if source.is_dir() else shutil.copy(source, target)
     monkeypatch.setattr(sessions, "PROJECT_ROOT", tmp_path)
     sessions.code_version.cache_clear()
     before = key_of([])
-    (tmp_path / "runtime" / "roles.py").write_text("# another adapter and role binding\n")
+    (tmp_path / edited).write_text("# another adapter and role binding, another normalisation or pooling\n")
     sessions.code_version.cache_clear()
     assert key_of([]) != before
     sessions.code_version.cache_clear()

