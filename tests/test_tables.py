@@ -102,7 +102,8 @@ def test_a_table_runs_renders_and_goes_stale_when_its_program_changes(tiny, docs
     index = (docs / "results.md").read_text()
     assert "[tiny](results/tables/tiny.md)" in index and index.endswith("hand text\n")
     real = stamp.program_code
-    monkeypatch.setattr(stamp, "program_code", lambda name, root=PROJECT_ROOT: real(name, root) + ("x" * (name == "direct")))
+    monkeypatch.setattr(stamp, "program_code",
+                        lambda name, root=PROJECT_ROOT: real(name, root) + "x" * (name == "direct"))
     assert tables.check(write=True, data=True)["tiny"].startswith("**stale since ")
     assert "direct's code differ" in (docs / "results" / "tables" / "tiny.md").read_text()
 

@@ -8,6 +8,7 @@ from experiments import cli, suite
 from experiments.cli import fail, interruptible
 from experiments.tables import render, run, stamp
 from experiments.tables.declared import TABLES, Table
+from experiments.tables.export import export
 
 USAGE = ("usage: python -m experiments.tables list | run NAME [--lm ... --api-base ... --threads N --ray ... "
          "--estimate --price-in USD --price-out USD --yes] | render NAME | check [--write] [--no-data] [--strict] | "
@@ -25,7 +26,7 @@ def listing() -> str:
     lines = ["| table | kind | datasets (test questions) | arms | cells | questions asked | LM | status |",
              "|" + "---|" * 8]
     for t in TABLES.values():
-        cells = suite.plan(t.entries)[0]
+        cells = suite.plan(t.entries)[0] * max(1, len(t.variants))
         asked = sum(t.sizes[c.dataset] for c in cells)
         lines.append(f"| {t.name} | {t.kind} | {', '.join(f'{d} {n}' for d, n in t.sizes.items())} | "
                      f"{len(t.programs)} | {len(cells)} | {asked} | {t.lm} | "
@@ -43,7 +44,7 @@ def check(write: bool, data: bool) -> dict[str, str]:
         if write:
             render.set_status(t, out[t.name])
     if write:
-        render.write_index(data=None)
+        render.write_index(states=out)
     return out
 
 
@@ -72,8 +73,6 @@ def main(argv=None):
     elif command == "export":
         name = rest[0] if rest else None
         out = Path(rest[rest.index("--out") + 1]) if "--out" in rest[:-1] else Path("exports") / str(name)
-        from experiments.tables.export import export
-
         return export(table(name), out)
     else:
         fail(USAGE.removeprefix("usage: "))

@@ -26,6 +26,7 @@ class Table:
     settings: dict = field(default_factory=dict)  # flag name (``experiments.cli.SETTINGS``) -> value
     lm: str = LOCAL_LM
     kind: str = "suite"  # "suite": run here; "compile": scripts/optimizer_table.py runs its cells
+    variants: tuple[str, ...] = ()  # a compile table's arms per program (uncompiled, each optimizer)
     note: str = ""  # what a reader must know: the size the LM time allowed, a default it relies on
 
     @property
@@ -89,7 +90,7 @@ TABLES: dict[str, Table] = {t.name: t for t in (
                      "paired on held-out test questions",
           (Entry("rag", (), ("hotpotqa",)), Entry("seal", (), ("hotpotqa",)), Entry("par2", (), ("musique",))),
           {"hotpotqa": 98, "musique": 84}, settings={"train": 50, "dev": 50},
-          kind="compile",
+          kind="compile", variants=("uncompiled", "bootstrap", "bootstrap (oracle teacher)", "mipro"),
           note="train 50 / dev 50 / test the rest of the shared file; run by scripts/optimizer_table.py per program "
                "(the oracle-teacher cell: optimize.py --teacher oracle)"),
 )}

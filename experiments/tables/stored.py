@@ -92,12 +92,10 @@ def measured(cell: Cell, lm: str) -> tuple[dict, str]:
     runs = search(f"params.program = '{cell.program}' and attributes.status = 'FINISHED'")
     if not len(runs):
         return DEFAULT_COST, "default (no stored run)"
-    split = runs.get("params.split")
     for same in ((runs.get("params.dataset") == cell.dataset) & (runs.get("params.lm") == lm),
                  runs.get("params.dataset") == cell.dataset, runs["run_id"].notna()):
         for _, run in runs[same].iterrows():
-            prefix = f"metrics.{run.get('params.split') or 'test'}_" if split is not None else "metrics.test_"
-            cost = {k: run.get(prefix + k) for k in COST}
+            cost = {k: run.get(f"metrics.{run.get('params.split') or 'test'}_{k}") for k in COST}
             if all(isinstance(v, float) and not math.isnan(v) for v in cost.values()):
                 return cost, f"run {run.run_id[:8]} ({run.get('params.dataset')}, {run.get('params.lm')})"
     return DEFAULT_COST, "default (no stored run metered it)"
