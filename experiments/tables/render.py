@@ -37,17 +37,15 @@ def made_by(table: Table, rows: list[stored.Row]) -> dict:
         "data": (r.params.get("data_fingerprint") or "")[:12], "settings": r.stamp.get("settings", "unstamped"),
         "lm": r.params.get("lm", "")} for r in rows}
 
-    def one(values):
-        return values[0] if len(set(values)) == 1 else "mixed"
-    by = {r.result.cell.program: [] for r in rows}
-    for r, c in zip(rows, cells.values()):
-        by[r.result.cell.program].append(c["code"])
-    data = {}
-    for r, c in zip(rows, cells.values()):
-        data.setdefault(r.result.cell.dataset, []).append(c["data"])
-    return {"table": table.name, "commit": one([c["commit"] for c in cells.values()]),
-            "settings": one([c["settings"] for c in cells.values()]),
-            "programs": {p: one(v) for p, v in by.items()}, "data": {d: one(v) for d, v in data.items()},
+    def shared(key: str, group) -> dict:
+        """Per group of cells (``group(cell)``), the one value of ``key`` they share, else ``mixed``."""
+        values: dict = {}
+        for r, c in zip(rows, cells.values()):
+            values.setdefault(group(r.result.cell), set()).add(c[key])
+        return {g: v.pop() if len(v) == 1 else "mixed" for g, v in values.items()}
+    return {"table": table.name, "commit": shared("commit", lambda c: "")[""],
+            "settings": shared("settings", lambda c: "")[""], "programs": shared("code", lambda c: c.program),
+            "data": shared("data", lambda c: c.dataset), "declared_cells": len(plan(table.entries)[0]),
             "commands": list(dict.fromkeys(r.stamp.get("command", "") for r in rows if r.stamp.get("command"))),
             "cells": cells}
 
@@ -58,7 +56,9 @@ def status(table: Table, made: dict | None, data: dict | None = None) -> str:
         return "not rendered"
     if problems := stamp.differences(table, made, stamp.current(table), data):
         return f"**stale since {stamp.stale_since(table, made)}**: {', '.join(problems)} differ from today's"
-    return f"current (measured on {made['commit'][:12]})"
+    part = (f"; {len(made['cells'])} of {made['declared_cells']} cells run"
+            if len(made["cells"]) < made.get("declared_cells", 0) else "")
+    return f"current (measured on {made['commit'][:12]}){part}"
 
 
 def load_stamp(table: Table, docs: Path | None = None) -> dict | None:

@@ -93,7 +93,8 @@ def differences(table: Table, stamp: dict, now: dict, data: dict | None = None) 
     out = []
     if stamp.get("settings") != now["settings"]:
         out.append("its declaration")
-    out += [f"{p}'s code" for p in table.programs if stamp.get("programs", {}).get(p) != now["programs"][p]]
+    ran = stamp.get("programs", {})
+    out += [f"{p}'s code" for p in table.programs if p in ran and ran[p] != now["programs"][p]]
     out += [f"{d} data" for d, fp in (data or {}).items() if d in stamp.get("data", {}) and stamp["data"][d] != fp]
     return out
 
