@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -14,6 +15,7 @@ from experiments.suite import Cell, Result, plan
 from experiments.tables.declared import Table
 
 STAMP = "table_stamp.json"  # the artifact of a table run's parent: what code ran (``run.stamp``)
+COUNTS = ("n", "failed_examples", "retryable_examples", "n_questions")  # summary keys that count questions
 
 
 def suite_tag(table: Table) -> str:
@@ -55,6 +57,7 @@ def rows(table: Table) -> list[Row]:
         split = params.get("split", "test")
         summary = {k[len(f"metrics.{split}_"):]: v for k, v in run.items()
                    if k.startswith(f"metrics.{split}_") and not (isinstance(v, float) and math.isnan(v))}
+        summary |= {k: int(summary[k]) for k in COUNTS if k in summary}  # MLflow keeps every metric as a float
         records = read_jsonl(run.run_id, f"predictions/{split}.jsonl")
         shown = run.get("tags.effective_program") or ""
         out.append(Row(Result(cell, run.run_id, summary, records, shown if shown != cell.label else ""), params,
@@ -63,6 +66,7 @@ def rows(table: Table) -> list[Row]:
 
 
 def _download(run_id: str, name: str) -> Path | None:
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     try:
         return Path(mlflow.artifacts.download_artifacts(run_id=run_id, artifact_path=name))
     except (OSError, mlflow.exceptions.MlflowException):
