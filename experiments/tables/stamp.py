@@ -99,12 +99,13 @@ def differences(table: Table, stamp: dict, now: dict, data: dict | None = None) 
     return out
 
 
-def git(*args: str) -> str:
+def git(*args: str) -> str | None:
+    """git's output in the project, None when it fails (no git, an unknown commit)."""
     try:
         return subprocess.run(["git", *args], cwd=PROJECT_ROOT, capture_output=True, text=True, check=True
                               ).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
-        return ""
+        return None
 
 
 def stale_since(table: Table, stamp: dict, root: Path = PROJECT_ROOT) -> str:
@@ -115,8 +116,11 @@ def stale_since(table: Table, stamp: dict, root: Path = PROJECT_ROOT) -> str:
              for p in closure([programs.spec(name).cls.__module__, *SCORING], root)}
     files |= {"experiments/tables/declared.py", "programs/registry.py"}
     if made and root == PROJECT_ROOT:
-        if first := git("log", "--reverse", "--format=%h", f"{made}..HEAD", "--", *sorted(files)).split("\n")[0]:
-            return first
+        log = git("log", "--reverse", "--format=%h", f"{made}..HEAD", "--", *sorted(files))
+        if log is None:
+            return f"after {made[:12]} (a commit this checkout does not have)"
+        if log:
+            return log.split("\n")[0]
     return "uncommitted changes"
 
 
