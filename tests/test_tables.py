@@ -129,7 +129,7 @@ def test_a_run_on_a_remote_lm_is_estimated_and_asks_above_the_threshold(tiny, do
         asked = server.requests
         assert asked > 0
         capsys.readouterr()
-        tables.main(base + ["--estimate", "--price-in", "1", "--price-out", "2"])
+        tables.main(base + ["--estimate", "--price-in", "1", "--price-out", "2", "--ask-above-calls", "1"])
         assert server.requests == asked
     out = capsys.readouterr().out
     direct = next(line for line in out.splitlines() if line.startswith("| direct |"))

@@ -73,8 +73,11 @@ def estimate(table: Table, args) -> dict:
             n = table.sizes[dataset]
             cost, source = stored.measured(cell, args.lm)
             rows.append((cell.label, dataset, n, cost, source))
-            for key in total:
-                total[key] += n * cost[key]
+            if table.judge:  # a judge call a question (exact matches take none: an upper bound)
+                rows.append((f"{cell.label}: judge", dataset, n, stored.JUDGE_COST, "default (a call a question)"))
+    for _, _, n, cost, _ in rows:
+        for key in total:
+            total[key] += n * cost[key]
     priced = args.price_in is not None and args.price_out is not None
     usd = (total["prompt_tokens"] * args.price_in + total["completion_tokens"] * args.price_out) / 1e6 if priced \
         else None
@@ -85,7 +88,8 @@ def estimate(table: Table, args) -> dict:
         lines.append(f"| {label} | {dataset} | {n} | {cost['lm_calls']:.1f} | {cost['prompt_tokens']:.0f} | "
                      f"{cost['completion_tokens']:.0f} | {n * cost['lm_calls']:.0f} | {n * cost['prompt_tokens']:.0f}"
                      f" | {n * cost['completion_tokens']:.0f} | {source} |")
-    lines.append(f"| total | | {sum(r[2] for r in rows)} | | | | {total['lm_calls']:.0f} | "
+    asked = sum(n for label, _, n, _, _ in rows if not label.endswith(": judge"))
+    lines.append(f"| total | | {asked} | | | | {total['lm_calls']:.0f} | "
                  f"{total['prompt_tokens']:.0f} | {total['completion_tokens']:.0f} | |")
     lines.append(f"cost: ${fmt(usd, '{:.2f}')} at ${args.price_in}/M prompt, ${args.price_out}/M completion tokens"
                  if priced else "cost: give --price-in and --price-out (USD per million tokens) to price it")
@@ -120,10 +124,11 @@ def run(table: Table, args, given: set[str], argv: list[str], hook=None) -> list
     settle(table, args, given)
     local = args.lm.startswith(LOCAL_PREFIX) and all(
         (getattr(args, f"{r}_lm") or args.lm).startswith(LOCAL_PREFIX) for r in ("planner", "critic", "judge"))
-    if args.estimate or not local:
+    if args.estimate:
+        estimate(table, args)
+        return []
+    if not local:
         confirm(table, args, estimate(table, args))
-        if args.estimate:
-            return []
     made = stamp.current(table) | {"table": table.name, "command": command(argv)}
     out = []
     for dataset, entries in parts(table, args.datasets):

@@ -87,6 +87,8 @@ def read_jsonl(run_id: str, name: str) -> list[dict]:
 COST = ("lm_calls", "prompt_tokens", "completion_tokens")
 #: Per question, where no run of a program is stored: said in the estimate.
 DEFAULT_COST = {"lm_calls": 4.0, "prompt_tokens": 3000.0, "completion_tokens": 150.0}
+#: Per question, the LLM judge's call (a short prompt: question, references, answer).
+JUDGE_COST = {"lm_calls": 1.0, "prompt_tokens": 250.0, "completion_tokens": 10.0}
 
 
 def measured(cell: Cell, lm: str) -> tuple[dict, str]:
