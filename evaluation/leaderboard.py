@@ -17,7 +17,8 @@ RETRIEVAL = (("title_recall", "R@k"), ("title_precision", "P@k"), ("all_pass", "
              ("citation_precision", "cite P"))
 COST = (("iterations", "iters/q", "{:.2f}"), ("lm_calls", "LM calls/q", "{:.1f}"),
         ("oracle_calls", "oracle calls/q", "{:.1f}"),  # the LM calls oracle roles stood in for: shown when any
-        ("prompt_tokens", "prompt tok/q", "{:.0f}"), ("completion_tokens", "compl tok/q", "{:.0f}"),
+        ("prompt_tokens", "prompt tok/q", "{:.0f}"), ("prompt_tokens_computed", "computed tok/q", "{:.0f}"),
+        ("completion_tokens", "compl tok/q", "{:.0f}"),
         ("seconds", "s/q", "{:.1f}"), ("lm_seconds", "LM s/q", "{:.1f}"))
 #: What compiling a cell's program cost (its summary's ``compile_*`` keys, set by scripts/optimizer_table.py): shown
 #: only when some cell has them. Demo tokens: estimated prompt tokens of each predictor's demos.

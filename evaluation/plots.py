@@ -27,15 +27,21 @@ def interval(result, metric: str) -> tuple[float, float]:
     return (0.0, 0.0) if math.isnan(low) else (max(0.0, y - low), max(0.0, high - y))
 
 
-def frontier(dataset: str, results: list):
-    """Primary metric against seconds and against tokens per question: one labelled point per cell, with the 95%
-    bootstrap CI of the metric over questions as a vertical bar (at n=30 most differences sit inside it)."""
+#: The cost axes of :func:`frontier`: (label, cost per question from a summary).
+TIME_AND_TOKENS = (("seconds per question", lambda s: s.get("seconds", 0.0)),
+                   ("tokens per question", lambda s: s.get("prompt_tokens", 0.0) + s.get("completion_tokens", 0.0)))
+CALLS_AND_PROMPT = (("LM calls per question", lambda s: s.get("lm_calls", 0.0)),
+                    ("prompt tokens per question", lambda s: s.get("prompt_tokens", 0.0)))
+
+
+def frontier(dataset: str, results: list, costs=TIME_AND_TOKENS):
+    """Primary metric against each of two ``costs`` per question (default: seconds, tokens): one labelled point per
+    cell, with the 95% bootstrap CI of the metric over questions as a vertical bar (at n=30 most differences sit
+    inside it)."""
     metric = _metric([r.summary for r in results])
     bars = [interval(r, metric) for r in results]  # one bootstrap per cell, drawn on both axes
     fig, axes = plt.subplots(1, 2, figsize=(10, 4), sharey=True)
-    for ax, (xlabel, cost) in zip(axes, (("seconds per question", lambda s: s.get("seconds", 0.0)),
-                                         ("tokens per question", lambda s: s.get("prompt_tokens", 0.0) +
-                                          s.get("completion_tokens", 0.0)))):
+    for ax, (xlabel, cost) in zip(axes, costs):
         for r, (below, above) in zip(results, bars):
             x, y = cost(r.summary), r.summary.get(metric, 0.0)
             ax.errorbar(x, y, yerr=[[below], [above]], fmt="o", capsize=3)

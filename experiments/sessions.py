@@ -228,8 +228,9 @@ def pinned(lm: str) -> str:
 
 #: The code that writes and scores the answers a checkpoint holds (with ``evaluation.record``, which turns a
 #: prediction into the record): a change to any of it starts new checkpoints.
-ANSWER_CODE = ("programs", "decoding", "retrieval", "signatures", "evaluation/metrics.py", "evaluation/task_metrics.py",
-               "evaluation/xlingual.py", "runtime/caps.py", "runtime/embedders.py", "runtime/language.py",
+ANSWER_CODE = ("programs", "decoding", "retrieval", "signatures", "evaluation/metrics.py", "evaluation/official.py",
+               "evaluation/task_metrics.py", "evaluation/xlingual.py", "runtime/caps.py", "runtime/embedders.py",
+               "runtime/language.py",
                "runtime/lm.py", "runtime/llama_serve.py", "runtime/roles.py")
 #: Files under ANSWER_CODE that build datasets and answer nothing (the XRAG construction pipeline's signatures).
 NOT_ANSWER_CODE = ("signatures/construct.py",)
@@ -309,7 +310,7 @@ def session(args: Settings, needs_search: bool, no_lm: bool = False) -> Session:
             judge = JudgePanel([make_lm(m, args.api_base, cache=not args.no_cache) for m in judge_panel(args)])
         except ValueError as err:
             fail(str(err))
-    return Session(args, bundle, splits, roles, retriever, answer_metrics(bundle.task, judge), judge)
+    return Session(args, bundle, splits, roles, retriever, answer_metrics(bundle.task, judge, args.dataset), judge)
 
 
 def program_oracle(text: str, program_name: str) -> str:

@@ -1,0 +1,152 @@
+"""Tables: declared once, run through the suite, rendered from their runs, stamped and checked against today's code,
+estimated before a paid run, exported in the official prediction formats; each dataset's F1 by its official rules."""
+import json
+import shutil
+
+import dspy
+import pytest
+
+from evaluation.metrics import f1
+from evaluation.official import f1_metric, hotpot_f1
+from evaluation.task_metrics import answer_metrics
+from experiments import suite
+from experiments.sessions import ANSWER_CODE
+from experiments.tables import __main__ as tables, export, render, stamp, stored
+from experiments.tables.declared import TABLES, Table
+from runtime.paths import PROJECT_ROOT
+from tests.fake_openai import FakeOpenAI
+from tests.test_suite import make_hook
+
+SENTENCE = "Yes, both Alvin Lee and Chad Gray were lead vocalists for bands."
+
+
+def scored(metric, answer, gold):
+    return metric(dspy.Example(answer=gold[0], answers=gold), dspy.Prediction(answer=answer))
+
+
+def test_hotpotqa_and_2wiki_f1_give_no_partial_credit_against_yes_no_and_noanswer():
+    assert scored(f1, SENTENCE, ["yes"]) == pytest.approx(0.154, abs=1e-3)  # SQuAD's rule: partial credit
+    assert hotpot_f1(SENTENCE, ["yes"]) == 0.0
+    assert hotpot_f1("No.", ["no"]) == 1.0 and hotpot_f1("yes", ["no"]) == 0.0
+    assert hotpot_f1("yes", ["Paris"]) == 0.0 and hotpot_f1("noanswer", ["noanswer"]) == 1.0
+    assert hotpot_f1("Paris, France", ["Paris"]) == pytest.approx(2 / 3)
+    for dataset in ("hotpotqa", "2wiki"):
+        assert scored(answer_metrics("short", None, dataset)["f1"], SENTENCE, ["yes"]) == 0.0
+    assert scored(f1_metric("musique"), SENTENCE, ["yes"]) == pytest.approx(0.154, abs=1e-3)  # MuSiQue: SQuAD's
+    assert scored(f1_metric("hotpotqa"), "Paris", ["London", "Paris"]) == 1.0
+
+
+def answer_code_copy(tmp_path):
+    root = tmp_path / "code"
+    for entry in ANSWER_CODE:
+        source, copy = PROJECT_ROOT / entry, root / entry
+        if source.is_dir():
+            shutil.copytree(source, copy, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            copy.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(source, copy)
+    return root
+
+
+def stale_after(root, path: str) -> set[str]:
+    before = {name: stamp.current(t, root) for name, t in TABLES.items()}
+    with open(root / path, "a", encoding="utf-8") as fh:
+        fh.write("\n# changed\n")
+    return {name for name, t in TABLES.items() if stamp.differences(t, before[name], stamp.current(t, root))}
+
+
+def test_changing_a_program_stales_the_tables_that_run_it_and_only_those(tmp_path):
+    root = answer_code_copy(tmp_path)
+    assert stale_after(root, "programs/seal/seal.py") == {"seal", "compile"}
+    assert stale_after(root, "programs/baselines/self_rag.py") == {"seal"}
+    assert stale_after(root, "programs/par2/par2.py") == {"par2", "compile"}
+    assert stale_after(root, "evaluation/metrics.py") == set(TABLES)  # the scoring every answer goes through
+
+
+def test_check_lists_every_table_without_an_lm(capsys):
+    states = tables.main(["check", "--no-data"])
+    assert list(states) == list(TABLES) and all(states.values())
+    assert capsys.readouterr().out.count("\n") == len(TABLES)
+
+
+@pytest.fixture
+def tiny(monkeypatch):
+    table = Table("tiny", "test: rag vs direct", (suite.Entry("rag", ("direct",), ("demo",)),), {"demo": 2},
+                  settings={"retriever": "bm25"})
+    monkeypatch.setitem(TABLES, "tiny", table)
+    return table
+
+
+@pytest.fixture
+def docs(tmp_path, monkeypatch):
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    (folder / "results.md").write_text("# Results\n\n<!-- tables:begin -->\n<!-- tables:end -->\n\nhand text\n")
+    monkeypatch.setattr(render, "DOCS", folder)
+    return folder
+
+
+def test_a_table_runs_renders_and_goes_stale_when_its_program_changes(tiny, docs, monkeypatch, capsys):
+    flags = ["--lm", "openai/unused", "--no-cache", "--experiment", "tables"]
+    p = tables.run.parser()
+    tables.run.run(tiny, p.parse_args(flags), tables.cli.given_flags(p, flags), ["run", "tiny", *flags],
+                   hook=make_hook())
+    text = render.render(tiny, docs)
+    rows = stored.rows(tiny)
+    assert [r.result.cell.label for r in rows] == ["rag", "direct"] and all(r.result.summary["n"] == 2 for r in rows)
+    assert "current (measured on" in text and "McNemar" in text and "LM calls/q" in text
+    assert all(r.result.run_id[:8] in text for r in rows) and "python -m experiments.tables run tiny" in text
+    assert (docs / "results" / "tables" / "tiny-demo.png").exists()
+    made = json.loads((docs / "results" / "tables" / "tiny.json").read_text())
+    assert made["programs"] == stamp.current(tiny)["programs"] and made["data"]["demo"]
+    index = (docs / "results.md").read_text()
+    assert "[tiny](results/tables/tiny.md)" in index and index.endswith("hand text\n")
+    real = stamp.program_code
+    monkeypatch.setattr(stamp, "program_code",
+                        lambda name, root=PROJECT_ROOT: real(name, root) + "x" * (name == "direct"))
+    assert tables.check(write=True, data=True)["tiny"].startswith("**stale since ")
+    assert "direct's code differ" in (docs / "results" / "tables" / "tiny.md").read_text()
+
+
+def test_a_flag_that_changes_a_declared_setting_is_refused(tiny, capsys):
+    with pytest.raises(SystemExit) as stop:
+        tables.main(["run", "tiny", "--retriever", "dense"])
+    assert stop.value.code == 2
+    assert "--retriever dense: table tiny runs with retriever bm25" in capsys.readouterr().err
+
+
+def test_a_run_on_a_remote_lm_is_estimated_and_asks_above_the_threshold(tiny, docs, capsys):
+    with FakeOpenAI() as server:
+        base = ["run", "tiny", "--lm", "openai/fake", "--api-base", server.api_base, "--no-cache",
+                "--experiment", "tables"]
+        with pytest.raises(SystemExit) as stop:
+            tables.main(base + ["--ask-above-calls", "1"])
+        assert stop.value.code == 2 and server.requests == 0
+        err = capsys.readouterr()
+        assert "| rag | demo | 2 | 4.0 | 3000 | 150 | 8 | 6000 | 300 | default (no stored run) |" in err.out
+        assert "estimated at 16 LM calls, above --ask-above-calls 1: pass --yes to run it" in err.err
+        tables.main(base + ["--ask-above-calls", "1", "--yes"])
+        asked = server.requests
+        assert asked > 0
+        capsys.readouterr()
+        tables.main(base + ["--estimate", "--price-in", "1", "--price-out", "2", "--ask-above-calls", "1"])
+        assert server.requests == asked
+    out = capsys.readouterr().out
+    direct = next(line for line in out.splitlines() if line.startswith("| direct |"))
+    assert "| direct | demo | 2 | 1.0 |" in direct and "measured from" not in direct and "(demo, openai/fake)" in direct
+    assert "cost: $0.0" in out
+
+
+def test_export_writes_the_official_prediction_formats(monkeypatch):
+    raw = [{"_id": "q1", "context": [["A", ["s0", "s1"]], ["B", ["s0"]]]}]
+    monkeypatch.setattr(export, "_raw", lambda files: raw)
+    records = [{"id": "q1", "answer": "yes", "passages": [{"id": "1", "title": "A"}, {"id": "2", "title": "B"}],
+                "citations": ["1"]}]
+    assert export.hotpot_format(records, export.hotpotqa.FILES) == {"answer": {"q1": "yes"},
+                                                                     "sp": {"q1": [["A", 0], ["A", 1]]}}
+    paragraphs = [{"idx": 0, "title": "A", "paragraph_text": "a", "is_supporting": False},
+                  {"idx": 1, "title": "B", "paragraph_text": "b", "is_supporting": True}]
+    monkeypatch.setattr(export, "_raw", lambda files: [{"id": "m1", "paragraphs": paragraphs}])
+    line = json.loads(export.musique_format([{"id": "m1", "answer": "x",
+                                               "passages": [{"id": "musique:00001", "title": "B"}]}]))
+    assert line == {"id": "m1", "predicted_answer": "x", "predicted_support_idxs": [1], "predicted_answerable": True}
