@@ -230,8 +230,7 @@ def pinned(lm: str) -> str:
 #: prediction into the record): a change to any of it starts new checkpoints.
 ANSWER_CODE = ("programs", "decoding", "retrieval", "signatures", "evaluation/metrics.py", "evaluation/official.py",
                "evaluation/task_metrics.py", "evaluation/xlingual.py", "runtime/caps.py", "runtime/embedders.py",
-               "runtime/language.py",
-               "runtime/lm.py", "runtime/llama_serve.py", "runtime/roles.py")
+               "runtime/language.py", "runtime/lm.py", "runtime/llama_serve.py", "runtime/roles.py")
 #: Files under ANSWER_CODE that build datasets and answer nothing (the XRAG construction pipeline's signatures).
 NOT_ANSWER_CODE = ("signatures/construct.py",)
 
