@@ -484,6 +484,18 @@ def server_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k.lower() not in names}
 
 
+def engine() -> str:
+    """The embedded server's engine as it was built: llama-cpp-python's version and the instruction sets its
+    llama.cpp uses (``llama_print_system_info``), e.g. ``llama-cpp-python-0.3.36[AVX,AVX2,...,AVX512,...]``. Other
+    kernels can decide a near-tie otherwise (docs/results/infrastructure.md), so checkpoints are keyed by it."""
+    import llama_cpp
+
+    info = llama_cpp.llama_print_system_info().decode(errors="replace")
+    sets = [name.split(":")[-1].strip() for name, _, on in (part.partition("=") for part in info.split("|"))
+            if on.strip() == "1"]
+    return f"llama-cpp-python-{llama_cpp.__version__}[{','.join(sets)}]"
+
+
 def prompt_cache_mb() -> int:
     """Megabytes of the embedded server's prompt cache (``RAG_PROMPT_CACHE_MB``, default 1024; 0: off)."""
     return max(0, int(env_number("RAG_PROMPT_CACHE_MB", 1024)))
