@@ -43,7 +43,7 @@ from mlflow.entities import SpanType
 from mlflow.tracing.constant import SpanAttributeKey, TokenUsageKey
 from pydantic import ValidationError
 
-from runtime import models
+from runtime import models, spent
 from runtime.paths import server_dir
 from runtime.server_host import is_process, live_leases, pid_alive, start_time
 
@@ -446,9 +446,11 @@ class ProjectLM(dspy.LM):
                     raise
 
     def update_history(self, entry):
-        """Record the call (DSPy's history) and, inside a trace, mark its span (:func:`mark_span`)."""
+        """Record the call (DSPy's history), inside a trace mark its span (:func:`mark_span`), and add the time its
+        server reports to the process's (``runtime.spent``)."""
         super().update_history(entry)
         mark_span(entry)
+        spent.add_lm(entry.get("usage"))
 
 
 #: MLflow's span types of an LM call (DSPy's autologging picks one by the LM's ``model_type``).
