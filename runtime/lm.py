@@ -174,8 +174,8 @@ def _serves(port: int, alias: str) -> bool | None:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=2) as resp:
             listed = json.loads(resp.read()).get("data")
         return any(isinstance(m, dict) and m.get("id") == alias for m in listed)
-    except urllib.error.HTTPError:  # an HTTP error status: a reply, but not our server's
-        return False
+    except urllib.error.HTTPError as err:  # an HTTP error status: a reply, but not our server's -- unless it says it
+        return None if err.code == 503 else False  # is still loading its model (llama.cpp's llama-server does)
     except OSError:  # refused, reset, timed out: nothing serves there (yet)
         return None
     except (ValueError, AttributeError, TypeError, http.client.HTTPException):  # not JSON, not a model list, not HTTP
