@@ -72,7 +72,8 @@ def in_words(args, records: dict[str, list[dict]], metric: str, train: int) -> s
     return (f"In words: {args.program} answered the same {len(records['test_after'])} test questions of "
             f"{args.dataset} with {args.lm} before compiling ({metric} {mean('test_before'):.2f}) and after "
             f"({mean('test_after'):.2f}); compiling ({args.optimizer}) tuned its prompts on {train} training "
-            "questions. The runs, their prompts and traces and the compiled program are in MLflow (the mlflow ui command above).")
+            "questions. The runs, their prompts and traces and the compiled program are in MLflow (the mlflow ui "
+            "command above).")
 
 
 def verdict(before: list[dict], after: list[dict], metric: str, args) -> str:

@@ -226,7 +226,8 @@ def sq(args, engines, model: str) -> None:
             subprocess.run(child, env=os.environ | {"RAG_SHARED_SERVER": "0"}, check=True)
             results[name] = json.loads(out.read_text())
     base = engines[0][0]
-    print(f"\n{model}, {args.sq_n} demo dev questions per program (after one warm-up question), greedy, DSPy cache off, prompt cache "
+    print(f"\n{model}, {args.sq_n} demo dev questions per program (after one warm-up question), greedy, DSPy cache "
+          "off, prompt cache "
           f"{prompt_cache_mb()} MB\n")
     print(f"| program | engine | s/q | vs {base} | prompt tok/q sent | computed | failed | answers as {base}'s |")
     print("|---|---|---|---|---|---|---|---|")
