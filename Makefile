@@ -12,8 +12,14 @@ MODELS   ?= qwen-0.5b
 LLAMA    := 0.3.36
 TORCH    := 2.13.0
 TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
-LLAMA_OK := $(CACHE)/wheels/llama-cpp-python-$(LLAMA).ok
-export CMAKE_ARGS := -DLLAVA_BUILD=OFF -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON
+# llama.cpp's instruction sets: those this machine compiles and runs (probed: scripts/llama_flags.py), never those
+# the CPU merely lists (GGML_NATIVE=ON crashed on a VM that hides some); the wheel is cached by version and sets.
+LLAMA_PROBE := $(shell $(PYTHON) -m scripts.llama_flags)
+LLAMA_CPU := $(firstword $(LLAMA_PROBE))
+LLAMA_BUILD := llama-cpp-python-$(LLAMA)-$(LLAMA_CPU)
+LLAMA_WHEELS := $(CACHE)/wheels/$(LLAMA_BUILD)
+LLAMA_OK := $(LLAMA_WHEELS)/.ok
+export CMAKE_ARGS := -DLLAVA_BUILD=OFF $(wordlist 2,$(words $(LLAMA_PROBE)),$(LLAMA_PROBE))
 export RAG_CACHE_DIR := $(CACHE)
 export LITELLM_LOCAL_MODEL_COST_MAP := True
 export HF_HUB_OFFLINE := 1
@@ -38,13 +44,21 @@ $(VENV)/.deps: pyproject.toml Makefile | $(PY)
 
 # llama-cpp-python compiles from source (~6 min on 2 cores): build the wheel once into the cache, reuse it after.
 $(LLAMA_OK): | $(PY)
-	mkdir -p $(CACHE)/wheels
-	$(PY) -m pip wheel -q --no-deps --no-binary llama-cpp-python -w $(CACHE)/wheels llama-cpp-python==$(LLAMA)
+	@test -n "$(LLAMA_CPU)" || { echo "error: no instruction sets probed: run $(PYTHON) -m scripts.llama_flags" \
+	  "to see why" >&2; exit 1; }
+	mkdir -p $(LLAMA_WHEELS)
+	$(PY) -m pip wheel -q --no-deps --no-binary llama-cpp-python -w $(LLAMA_WHEELS) llama-cpp-python==$(LLAMA)
 	touch $@
 
+# .llama names the build installed; another one (a new version, or a machine that runs other instruction sets)
+# replaces it.
+ifneq ($(shell cat $(VENV)/.llama 2>/dev/null),$(LLAMA_BUILD))
+.PHONY: $(VENV)/.llama
+endif
 $(VENV)/.llama: $(LLAMA_OK) | $(PY)
-	$(PY) -m pip install -q --find-links $(CACHE)/wheels "llama-cpp-python[server]==$(LLAMA)"
-	touch $@
+	$(PY) -m pip install -q --force-reinstall --no-deps --no-index --find-links $(LLAMA_WHEELS) llama-cpp-python==$(LLAMA)
+	$(PY) -m pip install -q --find-links $(LLAMA_WHEELS) "llama-cpp-python[server]==$(LLAMA)"
+	echo $(LLAMA_BUILD) > $@
 
 models: $(VENV)/.deps
 	$(PY) -m runtime.models fetch $(MODELS)

@@ -17,7 +17,7 @@ from experiments.sessions import check_oracle, session
 from experiments.compile_run import check_compile_flags, compile_and_score, compile_flags, teacher_flag
 from optimizers.compile import OPTIMIZERS
 from programs.shared.oracle import ALL
-from runtime import store
+from runtime import spent, store
 from runtime.settings import Settings
 
 
@@ -61,7 +61,22 @@ def main(argv=None) -> str:
           f"mlflow.pyfunc.load_model({run.model!r}) or mlflow models serve -m {run.model} --env-manager local"
           + (f", with {serving.ALLOW}={allow} in its environment" if allow else ""))
     print(f"browse runs: mlflow ui --backend-store-uri {store.tracking_uri()}  (then open http://127.0.0.1:5000)")
+    print(spent.line())
+    if "test_before" in run.records:
+        print(in_words(args, run.records, metric_name, len(s.splits.train)))
     return run.run_id
+
+
+def in_words(args, records: dict[str, list[dict]], metric: str, train: int) -> str:
+    """The run in plain words: what was asked of whom, before and after compiling, and where it all is."""
+    def mean(stage: str) -> float:
+        scores = [r[metric] for r in records[stage] if r[metric] is not None]
+        return sum(scores) / len(scores) if scores else float("nan")
+    return (f"In words: {args.program} answered the same {len(records['test_after'])} test questions of "
+            f"{args.dataset} with {args.lm} before compiling ({metric} {mean('test_before'):.2f}) and after "
+            f"({mean('test_after'):.2f}); compiling ({args.optimizer}) tuned its prompts on {train} training "
+            "questions. The runs, their prompts and traces and the compiled program are in MLflow (the mlflow ui "
+            "command above).")
 
 
 def verdict(before: list[dict], after: list[dict], metric: str, args) -> str:

@@ -31,7 +31,7 @@ from retrieval import settings as retrieval_settings
 from retrieval.retriever import Retriever
 from runtime import models
 from runtime.files import write_whole
-from runtime.lm import LOCAL_PREFIX, make_lm, prompt_cache_mb
+from runtime.lm import LOCAL_PREFIX, engine, make_lm, prompt_cache_mb
 from runtime.paths import PROJECT_ROOT, project_cache
 from runtime.roles import Roles, assign_roles, init_dspy
 from runtime.settings import Settings
@@ -219,11 +219,12 @@ def judge_panel(args: Settings) -> list[str]:
 
 
 def pinned(lm: str) -> str:
-    """``lm`` with a local model's sha256 and its server's prompt cache (resuming another prefix can move a near
-    tie: docs/results/infrastructure.md): ``local:qwen-0.5b@sha256:...+cache1024MB``; any other LM as it is named."""
+    """``lm`` with a local model's sha256, its server's prompt cache and its engine build (resuming another prefix,
+    or other kernels, can move a near tie: docs/results/infrastructure.md):
+    ``local:qwen-0.5b@sha256:...+cache1024MB+llama-cpp-python-0.3.36[AVX,...]``; any other LM as it is named."""
     if not lm.startswith(LOCAL_PREFIX):
         return lm
-    return f"{lm}@sha256:{models.spec(lm[len(LOCAL_PREFIX):]).sha256}+cache{prompt_cache_mb()}MB"
+    return f"{lm}@sha256:{models.spec(lm[len(LOCAL_PREFIX):]).sha256}+cache{prompt_cache_mb()}MB+{engine()}"
 
 
 #: The code that writes and scores the answers a checkpoint holds (with ``evaluation.record``, which turns a

@@ -20,6 +20,7 @@ from retrieval.corpus import Corpus, Passage
 from retrieval.rerank import get_reranker
 from runtime.embedders import Embedder, get_embedder
 from runtime.metering import count
+from runtime.spent import retrieving
 
 
 def __getattr__(name: str):
@@ -128,17 +129,20 @@ class Retriever:
         """``search()``, its result per query; inside a trace, one RETRIEVER span per query around it (a batch's
         spans share its time): inputs the query, ``k`` and the corpora, outputs the query's ``passages`` as MLflow
         documents (text; id, title, score, corpus), attributes the first stage and reranker. Outside a trace
-        nothing more is built. Every query is metered (``runtime.metering``: ``searches``)."""
+        nothing more is built. Every query is metered (``runtime.metering``: ``searches``) and its time counted as
+        retrieval's (``runtime.spent``)."""
         count("searches", len(queries))
         parent = mlflow.get_current_active_span()
         if parent is None:
-            return search()
+            with retrieving():
+                return search()
         setup = {"retriever": self.config.method, "rerank": self.config.rerank, "depth": self._depth(k)}
         spans = [mlflow.start_span_no_context(name, SpanType.RETRIEVER, parent,
                                               inputs={"query": q, "k": k, "corpora": corpora}, attributes=setup)
                  for q in queries]
         try:
-            found = search()
+            with retrieving():
+                found = search()
         except BaseException as err:
             for span in spans:
                 span.add_event(SpanEvent.from_exception(err))

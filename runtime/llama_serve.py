@@ -16,7 +16,8 @@ Second, llama-cpp-python computes and keeps the vocabulary logits of every promp
 output projection and a copy of n_prompt x 151,936 floats it never reads. Here a request decodes with every row
 kept only when it asks for logprobs (:func:`keep_logits_when_asked`); the others keep the last position's logits
 only, as a model loaded without ``logits_all`` does. Third, every completion reports the prompt prefix it resumed
-from, as OpenAI's ``usage.prompt_tokens_details.cached_tokens`` (:func:`report_cached_tokens`); fourth, the prompt
+from, as OpenAI's ``usage.prompt_tokens_details.cached_tokens`` (:func:`report_cached_tokens`), and the seconds its
+prompt and its generated tokens took (:func:`report_timings`); fourth, the prompt
 cache (``--cache true``, ``runtime.lm.prompt_cache``) keeps its states without vocabulary logits
 (:func:`cache_without_logits`). Only the server process runs patched: the project's LM clients never import this
 module."""
@@ -93,6 +94,41 @@ def report_cached_tokens() -> None:
     Llama.eval, Llama.create_completion = counting, create_completion
 
 
+def report_timings() -> None:
+    """Every completion's usage says how long llama.cpp computed its prompt and its generated tokens, in
+    milliseconds, as llama.cpp's own server names them (``usage.timings.prompt_ms`` / ``predicted_ms``): the change in
+    the context's performance counters over the request (prompt batches and single-token evaluations)."""
+    from typing_extensions import NotRequired, TypedDict
+
+    import llama_cpp
+    from llama_cpp import llama_types
+    from llama_cpp.llama import Llama
+
+    class Timings(TypedDict):
+        prompt_ms: float
+        predicted_ms: float
+
+    usage = llama_types.CompletionUsage  # as in report_cached_tokens: the response model passes named keys only
+    usage.__annotations__["timings"] = NotRequired[Timings]
+    usage.__optional_keys__ = usage.__optional_keys__ | {"timings"}
+    create = Llama.create_completion
+
+    def counters(self) -> tuple[float, float]:
+        perf = llama_cpp.llama_perf_context(self.ctx)
+        return perf.t_p_eval_ms, perf.t_eval_ms
+
+    def create_completion(self, *args, **kwargs):
+        before = counters(self)
+        out = create(self, *args, **kwargs)
+        if isinstance(out, dict):  # not a stream
+            after = counters(self)
+            out["usage"]["timings"] = {"prompt_ms": round(after[0] - before[0], 3),
+                                       "predicted_ms": round(after[1] - before[1], 3)}
+        return out
+
+    Llama.create_completion = create_completion
+
+
 def cache_without_logits() -> None:
     """The prompt cache's states without their vocabulary logits. ``Llama.save_state`` copies the logits of every
     evaluated token (n_tokens x 151,936 floats: 0.6 MB a token, 1.2 GB for a 2,000-token prompt, uncounted by the
@@ -120,6 +156,7 @@ def patch() -> None:
     select_top_logprobs()
     keep_logits_when_asked()
     report_cached_tokens()
+    report_timings()
     cache_without_logits()
 
 

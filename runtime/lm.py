@@ -43,7 +43,7 @@ from mlflow.entities import SpanType
 from mlflow.tracing.constant import SpanAttributeKey, TokenUsageKey
 from pydantic import ValidationError
 
-from runtime import models
+from runtime import models, spent
 from runtime.paths import server_dir
 from runtime.server_host import is_process, live_leases, pid_alive, start_time
 
@@ -174,8 +174,8 @@ def _serves(port: int, alias: str) -> bool | None:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=2) as resp:
             listed = json.loads(resp.read()).get("data")
         return any(isinstance(m, dict) and m.get("id") == alias for m in listed)
-    except urllib.error.HTTPError:  # an HTTP error status: a reply, but not our server's
-        return False
+    except urllib.error.HTTPError as err:  # an HTTP error status: a reply, but not our server's -- unless it says it
+        return None if err.code == 503 else False  # is still loading its model (llama.cpp's llama-server does)
     except OSError:  # refused, reset, timed out: nothing serves there (yet)
         return None
     except (ValueError, AttributeError, TypeError, http.client.HTTPException):  # not JSON, not a model list, not HTTP
@@ -446,9 +446,11 @@ class ProjectLM(dspy.LM):
                     raise
 
     def update_history(self, entry):
-        """Record the call (DSPy's history) and, inside a trace, mark its span (:func:`mark_span`)."""
+        """Record the call (DSPy's history), inside a trace mark its span (:func:`mark_span`), and add the time its
+        server reports to the process's (``runtime.spent``)."""
         super().update_history(entry)
         mark_span(entry)
+        spent.add_lm(entry.get("usage"))
 
 
 #: MLflow's span types of an LM call (DSPy's autologging picks one by the LM's ``model_type``).
@@ -482,6 +484,18 @@ def server_env() -> dict[str, str]:
         return dict(os.environ)
     names = {n.lower() for n in (*ModelSettings.model_fields, *ServerSettings.model_fields)}
     return {k: v for k, v in os.environ.items() if k.lower() not in names}
+
+
+def engine() -> str:
+    """The embedded server's engine as it was built: llama-cpp-python's version and the instruction sets its
+    llama.cpp uses (``llama_print_system_info``), e.g. ``llama-cpp-python-0.3.36[AVX,AVX2,...,AVX512,...]``. Other
+    kernels can decide a near-tie otherwise (docs/results/infrastructure.md), so checkpoints are keyed by it."""
+    import llama_cpp
+
+    info = llama_cpp.llama_print_system_info().decode(errors="replace")
+    sets = [name.split(":")[-1].strip() for name, _, on in (part.partition("=") for part in info.split("|"))
+            if on.strip() == "1"]
+    return f"llama-cpp-python-{llama_cpp.__version__}[{','.join(sets)}]"
 
 
 def prompt_cache_mb() -> int:

@@ -6,7 +6,8 @@ It reads the output fields DSPy's ChatAdapter asks for and fills each with a val
 ``Literal``'s options or ``True``/``False`` picked by a hash of the prompt, ``1`` for numbers, ``[]`` for lists,
 otherwise a short text derived from the prompt. The same prompt always gets the same reply, and usage is reported
 (prompt characters / 4, completion characters / 4; with ``cached`` that many of the prompt's reported cached, as
-OpenAI's ``usage.prompt_tokens_details``), so runs can be compared record for record.
+OpenAI's ``usage.prompt_tokens_details``; with ``timings`` those as ``usage.timings``), so runs can be compared record
+for record.
 
 ``with FakeOpenAI(latency=0.2) as server: dspy.LM("openai/fake", api_base=server.api_base, api_key="x")``"""
 from __future__ import annotations
@@ -52,8 +53,10 @@ def reply(messages: list[dict]) -> str:
 class FakeOpenAI:
     """``/v1/chat/completions`` and ``/v1/models`` on 127.0.0.1 (free port), each request held ``latency`` s."""
 
-    def __init__(self, latency: float = 0.0, context: int | None = None, cached: int = 0, refuse: int = 0):
+    def __init__(self, latency: float = 0.0, context: int | None = None, cached: int = 0, refuse: int = 0,
+                 timings: dict | None = None):
         self.latency, self.requests, self.context, self.cached, self.refuse = latency, 0, context, cached, refuse
+        self.timings = timings  # reported in every reply's usage, as the embedded server does
         self.keys: list[str | None] = []  # each chat request's Authorization header
         lock = threading.Lock()
         outer = self
@@ -99,7 +102,8 @@ class FakeOpenAI:
                             "usage": {"prompt_tokens": prompt, "completion_tokens": len(text) // 4,
                                       "total_tokens": prompt + len(text) // 4,
                                       **({"prompt_tokens_details": {"cached_tokens": min(outer.cached, prompt)}}
-                                         if outer.cached else {})}})
+                                         if outer.cached else {}),
+                                      **({"timings": outer.timings} if outer.timings else {})}})
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.httpd.daemon_threads = True

@@ -1,4 +1,5 @@
 import json
+import re
 
 import dspy
 import pytest
@@ -467,6 +468,24 @@ def test_closed_set_outputs_use_a_grammar_only_where_the_endpoint_takes_one(dumm
     assert any("## relevance ##" in g and '"5"' in g for g in constrained)  # the per-document critic
     assert any('## enough ##' in g and '("True" | "False")' in g for g in constrained)  # sufficiency
     assert all(h["kwargs"]["extra_body"]["max_tokens"] == 512 for h in lm.history if h["kwargs"].get("extra_body"))
+
+
+def test_a_critic_reply_under_its_grammar_fits_the_calls_output_cap(dummy, search):
+    """make demo printed "LM reply reached this call's output cap (max_tokens=96)": the critic's grammar allowed a
+    160-character critique line, the call a fixed 96 tokens. Now the call has its signature's cap, and the critique
+    under the grammar at most as many characters as its field's token cap."""
+    from runtime.caps import field_cap, output_cap
+    from signatures.critic import RateDocument
+
+    lm = scripted(dummy, plan=Queue({"corpora": ["ko"]}), single=Queue(rating(0, 4, 4, 4, 4)),
+                  enough=Queue({"enough": True, "reason": "ok"}), write=Queue({"answer": "A"}))
+    lm.server = object()  # what make_lm sets on the embedded llama.cpp LM: grammars on
+    CORAL(search, CORALConfig(k=1, loops=1))(question=QUESTION, options=OPTIONS, lang="en")
+    (critic,) = [h for h in lm.history if "## relevance ##" in (h["kwargs"].get("extra_body") or {}).get("grammar", "")]
+    grammar = critic["kwargs"]["extra_body"]["grammar"]
+    longest = re.search(r'"\[\[ ## critique ## \]\]\\n" \[\^\\n\]\{1,(\d+)\}', grammar)
+    assert critic["kwargs"]["max_tokens"] == output_cap(RateDocument)
+    assert int(longest[1]) <= field_cap("critique", RateDocument.output_fields["critique"])
 
 
 def test_planner_diagnostics_count_culture_recall_and_list_position():

@@ -66,7 +66,8 @@ def foreign(kind: str):
         with socket.create_server(("127.0.0.1", 0)) as sock:
             yield sock.getsockname()[1]
         return
-    status, body = {"other model": (200, b'{"data": [{"id": "gpt-4o"}]}'), "404": (404, b"not found")}[kind]
+    status, body = {"other model": (200, b'{"data": [{"id": "gpt-4o"}]}'), "404": (404, b"not found"),
+                    "loading": (503, b'{"error": {"code": 503, "message": "Loading model"}}')}[kind]
 
     class Handler(http.server.BaseHTTPRequestHandler):
         def do_GET(self):
@@ -84,6 +85,13 @@ def foreign(kind: str):
     finally:
         httpd.shutdown()
         httpd.server_close()
+
+
+def test_a_server_still_loading_its_model_is_waited_for_not_taken_for_another_process():
+    """llama.cpp's llama-server binds its port first and answers 503 "Loading model" until the model is in memory:
+    not yet ready (None), where any other error status is someone else's server (False)."""
+    with foreign("loading") as loading, foreign("404") as other:
+        assert lm_mod._serves(loading, "m") is None and lm_mod._serves(other, "m") is False
 
 
 @pytest.mark.parametrize("kind", ["other model", "404", "silent"])

@@ -169,6 +169,15 @@ def test_the_local_servers_prompt_cache_is_keyed(counted, monkeypatch):
     assert key_of(["--lm", "local:qwen-0.5b"]) != before
 
 
+def test_the_local_servers_engine_build_is_keyed(counted, monkeypatch):
+    """The same llama-cpp-python built for other instruction sets (AVX2 only, AVX-512) runs other kernels."""
+    llama_cpp = pytest.importorskip("llama_cpp")
+    monkeypatch.setattr(llama_cpp, "llama_print_system_info", lambda: b"CPU : AVX = 1 | AVX2 = 1 | AVX512 = 0 | ")
+    before = key_of(["--lm", "local:qwen-0.5b"])
+    monkeypatch.setattr(llama_cpp, "llama_print_system_info", lambda: b"CPU : AVX = 1 | AVX2 = 1 | AVX512 = 1 | ")
+    assert key_of(["--lm", "local:qwen-0.5b"]) != before
+
+
 @pytest.mark.parametrize("edited", ["runtime/roles.py", "runtime/embedders.py"])  # role binding, vectors' code
 def test_the_role_binding_and_embedder_code_is_keyed(counted, tmp_path, monkeypatch, edited):
     for entry in sessions.ANSWER_CODE:  # a copy of the answer code, then the ``edited`` file edited in it

@@ -11,11 +11,15 @@ from decoding.constrained import constrained_config, one_of
 from decoding.decisions import PARSE_ERRORS, SCALE, record, relative
 from programs.shared.gates import Asking, DecisionGate, sorted_passages
 from retrieval.corpus import Passage
+from runtime.caps import field_cap
+from signatures.critic import RateDocument
 
 SCALES = ("relevance", "usefulness", "specificity", "compatibility")
 SCORE = one_of(list("012345"))  # one critic scale under a grammar
-#: Completion cap of a one-document critic call: four scores and a critique of a few words fit in ~60 tokens.
-CRITIC_TOKENS = 96
+#: The critique under a grammar: one line of at most as many characters as its field's token cap, so a reply under
+#: the grammar fits the call's cap (the signature's: ``runtime.caps``) however its text tokenises. The 0.5B used to
+#: fill the general 160-character line and ran into a 96-token cap of this call.
+CRITIQUE = r"[^\n]{1,%d}" % field_cap("critique", RateDocument.output_fields["critique"])
 MAX_TOTAL = 12.5  # s_tot of a candidate scoring 5 on every scale
 
 
@@ -78,7 +82,7 @@ class EachCritic:
 
     def rate_one(self, passage: Passage, asked: str, trace) -> Rated:
         trace.calls["critic"] += 1
-        config = {"max_tokens": CRITIC_TOKENS, **constrained_config(self.predictor, dict.fromkeys(SCALES, SCORE))}
+        config = constrained_config(self.predictor, {**dict.fromkeys(SCALES, SCORE), "critique": CRITIQUE})
         out, values = self.asking.scales(self.predictor, SCALES, SCALE, config, question=asked,
                                          document=passage.format(self.chars))
         if values is None:
