@@ -26,7 +26,8 @@ from decoding.choice import MCScoring
 from decoding.decisions import YES_NO, decide, record, relative, rest_note
 from programs.shared.evidence import EvidenceWriter, lenient, search_excluding
 from programs.shared.gates import Asking, DecisionGate, sorted_passages
-from programs.shared.oracle import check_roles, oracle
+from programs.shared.oracle import check_roles
+from programs.shared.steps import RoleStep
 from programs.shared.text import clip, content_words, repeats, sentences
 from retrieval.corpus import Passage
 from retrieval.retriever import Retriever
@@ -138,6 +139,8 @@ class CRAG(dspy.Module):
         self.max_query_words, self.stuck_jaccard = max_query_words, stuck_jaccard
         self.grade = grade
         self.rewrite = dspy.Predict(RewriteQuery)
+        self.rewrite_step = RoleStep(self.rewrite, "query", self.oracle,
+                                     demo=lambda query: {"query": clip(query, max_query_words)})
         self.writer = EvidenceWriter(max_chars, mc=mc)
 
     def resting(self) -> str | None:
@@ -158,12 +161,9 @@ class CRAG(dspy.Module):
                 break
             if loop == self.loops:
                 break
-            if (gold_query := oracle(self.oracle, "query")) is not None:
-                query = clip(gold_query(passages), self.max_query_words)
-            else:
-                out = lenient(self.rewrite, question=question, earlier_queries=list(queries))
-                failures += out is None
-                query = clip(out.query if out else "", self.max_query_words)
+            reply = self.rewrite_step({"question": question, "earlier_queries": list(queries)}, passages)
+            failures += reply.failures
+            query = clip(reply.value or "", self.max_query_words)
             if repeats(query, queries, self.stuck_jaccard):
                 stop = "stuck"
                 break

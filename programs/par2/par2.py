@@ -34,9 +34,10 @@ import dspy
 
 from decoding.choice import MCScoring
 from decoding.decisions import REST, rest_note
-from programs.shared.evidence import retried, within_budget
+from programs.shared.evidence import within_budget
 from programs.shared.gates import LabelGate
-from programs.shared.oracle import check_roles, oracle, taught
+from programs.shared.oracle import check_roles, taught
+from programs.shared.steps import RoleStep
 from programs.shared.text import APOSTROPHES, content_words, negated, normalize, unechoed
 from programs.shared.writer import Writer
 from retrieval.corpus import Passage, dedup
@@ -178,7 +179,13 @@ class PAR2(dspy.Module):
         self.use_anchor, self.use_chain = anchor, chain
         self.reranker = get_reranker(search_rerank, search)
         self.planner = dspy.Predict(PlanSearches)
+        self.plan_step = RoleStep(self.planner, "query", self.oracle, "searches", tries=2,
+                                  read=lambda out: plan_lines(out.searches, subqueries),
+                                  given=lambda query: [SubQuery(query, "oracle query")],
+                                  demo=lambda plan: {"searches": plan[0].query})  # the oracle's plan: its one query
         self.esc = dspy.Predict(DecideNextStep)
+        self.next_query = RoleStep(self.esc, "query", self.oracle, "next_query",
+                                   demo=lambda query: {"decision": "CONTINUE", "next_query": query})
         self.esc_gate = LabelGate(self.esc, "decision", ("STOP", "CONTINUE"), "correct", decisions, self.oracle,
                                   "controller", parse=controller_reply, tries=2)
         self.writer = Writer(use_passages=True, reasoning=True, max_chars=max_chars, mc=mc)
@@ -229,12 +236,8 @@ class PAR2(dspy.Module):
                                trace=run.trace(stop, self.context_tokens))
 
     def _plan(self, question: str, run: _Run) -> list[SubQuery]:
-        if (gold_query := oracle(self.oracle, "query")) is not None:
-            plan = [SubQuery(gold_query([]), "oracle query")]
-            taught(self.planner, {"question": question, "count": self.subqueries}, searches=plan[0].query)
-            return plan
-        plan, failed = retried(self.planner, lambda out: plan_lines(out.searches, self.subqueries),
-                               question=question, count=self.subqueries)
+        """The planner's sub-queries (the query oracle's one query from nothing held), asked twice at most."""
+        plan, failed, _ = self.plan_step({"question": question, "count": self.subqueries})
         run.parse_failures += failed
         if plan is None:
             run.fallbacks["plan"] += 1
@@ -252,24 +255,22 @@ class PAR2(dspy.Module):
     def _decide(self, question: str, shown: list[Passage], response: str, answer: str,
                 run: _Run) -> tuple[str, str]:
         """The controller's (action, query) (:attr:`esc_gate`); an unreadable reply means STOP. Under the controller
-        oracle a CONTINUE asks the controller only for its query."""
+        oracle a CONTINUE asks the controller only for its query; a CONTINUE's query is the query step's (the query
+        oracle's from C_t)."""
         inputs = {"question": question, "draft_answer": response, "passages": [p.format(self.max_chars) for p in shown]}
         ruling = self.esc_gate(inputs, gold=run.context, answer=answer)
-        gold_query = oracle(self.oracle, "query")
-        if ruling.oracle and ruling.label == "CONTINUE" and gold_query is not None:
-            query = gold_query(run.context)
-            taught(self.esc, inputs, decision="CONTINUE", next_query=query)
-            return "CONTINUE", query
-        if ruling.oracle and ruling.label == "CONTINUE":
-            ruling = self.esc_gate.written(inputs, label="CONTINUE")
-        elif ruling.oracle:
+        if ruling.oracle and ruling.label == "STOP":
             taught(self.esc, inputs, decision="STOP", next_query="")
             return "STOP", ""
+        if ruling.oracle:  # CONTINUE: the query oracle's, or the controller's reply to a CONTINUE
+            reply = self.next_query(inputs, run.context, ask=lambda: self.esc_gate.written(inputs, label="CONTINUE"))
+            if reply.oracle:
+                return "CONTINUE", reply.value
+            ruling = reply.value
         run.steps[-1].update(ruling.trace("p_stop"))
         run.parse_failures += ruling.failures
         if ruling.label is None:
             run.fallbacks["esc"] += 1
             return "STOP", ""
-        if ruling.label == "CONTINUE" and gold_query is not None:
-            return "CONTINUE", gold_query(run.context)
-        return ruling.label, " ".join(unechoed(ruling.output.get("next_query")).split())
+        query = " ".join(unechoed(ruling.output.get("next_query")).split())
+        return ruling.label, self.next_query.over(lambda: query, run.context) if ruling.label == "CONTINUE" else query

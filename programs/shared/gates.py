@@ -24,7 +24,7 @@ import mlflow
 from decoding.constrained import constrained_config
 from decoding.decisions import (AT_REST, ONE_CLASS, PARSE_ERRORS, REST, Gate, check_mode, decide, record,
                                 written_label)
-from programs.shared.oracle import oracle as oracle_labels, taught
+from programs.shared.oracle import labelling, taught
 
 #: The span type of a gate's decision in a trace (MLflow takes a type of one's own beside its ``SpanType``s).
 GATE_SPAN = "GATE"
@@ -120,8 +120,8 @@ class DecisionGate(Gate):
 
     def gold(self, *about) -> bool | None:
         """The oracle's answer about ``about`` (the passages held, the answer judged), None without the oracle."""
-        labelling = oracle_labels(self.roles, self.role) if self.role else None
-        return None if labelling is None else bool(labelling(*about))
+        label = labelling(self.roles, self.role) if self.role else None
+        return None if label is None else bool(label(*about))
 
 
 def sorted_passages(span, passages: Sequence, kept: set[str]) -> None:
