@@ -126,7 +126,7 @@ class CRAG(dspy.Module):
     ROLES = {"grade": "critic", "grade_relevance": "critic", "rewrite": "planner"}
     ORACLE_ROLES = ("relevance", "query", "writer")
 
-    def __init__(self, search: Retriever, k: int = 3, loops: int = 1, max_chars: int | None = None,
+    def __init__(self, search: Retriever, k: int = 3, loops: int = 3, max_chars: int | None = None,
                  max_query_words: int = 12, stuck_jaccard: float = 0.7, decisions: str = "generate",
                  oracle: str = "", mc: MCScoring | None = None):
         super().__init__()
