@@ -25,7 +25,7 @@ import dspy
 from decoding.choice import MCScoring
 from decoding.decisions import YES_NO, decide, record, relative, rest_note
 from programs.shared.evidence import EvidenceWriter, lenient, search_excluding
-from programs.shared.gates import Asking, DecisionGate, sorted_passages
+from programs.shared.gates import DecisionGate, Decisions, sorted_passages
 from programs.shared.oracle import check_roles
 from programs.shared.steps import RoleStep
 from programs.shared.text import clip, content_words, repeats, sentences
@@ -67,9 +67,9 @@ class GradeGate(DecisionGate):
     retrieval score first, and not asked when a fit gave the LM no weight. The relevance oracle grades a gold
     passage correct and any other incorrect, without a call."""
 
-    def __init__(self, grade: dspy.Predict, relevance: dspy.Predict | None, chars: int, asking: Asking,
-                 roles: frozenset[str] = frozenset()):
-        super().__init__("passage", asking, roles, "relevance", **THRESHOLDS)
+    def __init__(self, grade: dspy.Predict, relevance: dspy.Predict | None, chars: int,
+                 decisions: str | Decisions = "generate", roles: frozenset[str] = frozenset()):
+        super().__init__("passage", decisions, roles, "relevance", **THRESHOLDS)
         self.grade, self.relevance, self.chars = grade, relevance, chars
 
     def __call__(self, question: str, passages: list[Passage], grades: dict[str, str]) -> int:
@@ -131,10 +131,9 @@ class CRAG(dspy.Module):
                  oracle: str = "", mc: MCScoring | None = None):
         super().__init__()
         self.oracle = check_roles(oracle, self.ORACLE_ROLES, "crag")
-        asking = Asking(decisions)
-        self.grade_relevance = asking.predictor(JudgeRelevance)  # scored grades only
+        self.grade_relevance = Decisions(decisions).predictor(JudgeRelevance)  # scored grades only
         grade = dspy.Predict(GradeRetrieval)
-        self.grade_gate = GradeGate(grade, self.grade_relevance, max_chars, asking, self.oracle)
+        self.grade_gate = GradeGate(grade, self.grade_relevance, max_chars, decisions, self.oracle)
         self.search, self.k, self.loops, self.max_chars = search, k, loops, max_chars
         self.max_query_words, self.stuck_jaccard = max_query_words, stuck_jaccard
         self.grade = grade

@@ -76,11 +76,14 @@ class MetaRAG(dspy.Module):
         self.expert = dspy.Predict(AnswerFromPassages)
         self.monitor_gate = Gate("correct", threshold=monitor_threshold)
         self.knows = dspy.Predict(KnowsAnswer)
-        self.knows_gate = LabelGate(self.knows, "known", YES_NO, "correct", decisions, roles, "verdict")
+        self.knows_gate = LabelGate(self.knows, "known", YES_NO, kind="correct", decisions=decisions,
+                                    roles=roles, role="verdict")
         self.suffices = dspy.Predict(PassagesSuffice)
-        self.suffices_gate = LabelGate(self.suffices, "enough", YES_NO, "set", decisions, roles, "sufficiency")
+        self.suffices_gate = LabelGate(self.suffices, "enough", YES_NO, kind="set", decisions=decisions,
+                                       roles=roles, role="sufficiency")
         self.follows = dspy.Predict(ReasoningLeads)
-        self.follows_gate = LabelGate(self.follows, "follows", YES_NO, "correct", decisions, roles, "verdict")
+        self.follows_gate = LabelGate(self.follows, "follows", YES_NO, kind="correct", decisions=decisions,
+                                      roles=roles, role="verdict")
         self.rewrite = dspy.Predict(QueryForMissing)
         self.rewrite_step = RoleStep(self.rewrite, "query", roles, given=lambda query: clip(query, MAX_QUERY_WORDS),
                                      read=lambda out: clip(out.query, MAX_QUERY_WORDS) if content_words(out.query)

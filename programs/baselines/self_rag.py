@@ -76,9 +76,9 @@ class AcceptGate(DecisionGate):
     thresholds, recorded for calibration as their minimum, labelled by the draft's correctness. Under the verdict
     oracle, no call: the critique of :func:`oracle_critique`, accepted exactly when the answer is right."""
 
-    def __init__(self, critic: dspy.Predict, min_usefulness: int, mode: str = "generate",
+    def __init__(self, critic: dspy.Predict, min_usefulness: int, decisions: str = "generate",
                  roles: frozenset[str] = frozenset()):
-        super().__init__("correct", mode, roles, "verdict", relevant=0.5, support=0.5)
+        super().__init__("correct", decisions, roles, "verdict", relevant=0.5, support=0.5)
         self.critic, self.min_usefulness = critic, min_usefulness
 
     def __call__(self, inputs: dict, answer: str) -> tuple[dspy.Prediction | None, dict | None]:

@@ -37,8 +37,9 @@ from decoding.choice import MCScoring
 from decoding.constrained import BOOL, constrained_config, name_list
 from decoding.decisions import PARSE_ERRORS, REST, rest_note
 from programs.coral.critics import BatchCritic, EachCritic, KeepGate, Rated
-from programs.coral.mrag import DEFAULT_LANG, SCOPES, answer_writer, corpus_of, language_label, scope_corpora, with_options
-from programs.shared.gates import Asking, LabelGate, Ruling
+from programs.coral.mrag import (DEFAULT_LANG, SCOPES, answer_writer, corpus_of, language_label, scope_corpora,
+                                 with_options)
+from programs.shared.gates import LabelGate, Ruling
 from programs.shared.oracle import check_roles, own_language, taught
 from programs.shared.steps import RoleStep
 from programs.shared.text import unechoed
@@ -234,12 +235,12 @@ class CORAL(dspy.Module):
         self.critic_each = dspy.Predict(RateDocument, temperature=t)
         self.sufficiency = dspy.Predict(CheckSufficiency, temperature=t)
         self.writer = answer_writer(c.max_chars, c.writer_temperature, mc)
-        asking = Asking(decisions)
-        each = EachCritic(self.critic_each, asking, self.critic_chars)
+        each = EachCritic(self.critic_each, decisions, self.critic_chars)
         critic = BatchCritic(self.critic, each, self.critic_chars, c.critic_chunk) if c.critic_batch else each
-        self.keep_gate = KeepGate(critic, c.min_each, c.min_total, asking, self.oracle)
-        self.sufficiency_gate = LabelGate(self.sufficiency, "enough", ("True", "False"), "set", asking,
-                                          self.oracle, "sufficiency", grammar={"enough": BOOL})
+        self.keep_gate = KeepGate(critic, c.min_each, c.min_total, decisions, self.oracle)
+        self.sufficiency_gate = LabelGate(self.sufficiency, "enough", ("True", "False"), kind="set",
+                                          decisions=decisions, roles=self.oracle, role="sufficiency",
+                                          grammar={"enough": BOOL})
 
     @classmethod
     def oracle_roles(cls, scope: str = "dynamic", rewrite: bool = True, **_) -> tuple[str, ...]:

@@ -155,16 +155,31 @@ class _Run:
 
 
 class PAR2(dspy.Module):
-    """PAR2-RAG with m = ``subqueries``, k = ``k`` passages per search after reranking, H = ``loops`` (the paper's
-    defaults: m = H = k = 5). The writer and the ESC see the whole context C_t up to ``context_tokens`` tokens of
-    passage text (see :meth:`_Run.ranked` for what a cut drops). Each step response r_t is the writer's reasoning
-    with its answer, which the ESC judges; the short answer is what is scored. ``lang`` (the question's language,
-    passed by multilingual datasets) asks the writer for the answer in it, as ``rag`` does."""
+    """PAR2-RAG: a Coverage Anchor of planned sub-queries, then an Iterative Chain of draft and controller (ESC)
+    steps (the paper's defaults: m = H = k = 5). Each step response r_t is the writer's reasoning with its answer,
+    which the ESC judges; the short answer is what is scored. ``lang`` (the question's language, passed by
+    multilingual datasets) asks the writer for the answer in it, as ``rag`` does.
+
+    Args:
+        search: the retriever.
+        k: passages per search after reranking.
+        loops: H, the chain's steps at most.
+        subqueries: m, the sub-queries the planner writes.
+        search_rerank, search_depth: the program's own reranker over each search's ``search_depth`` candidates
+            (``none``: the top ``k`` as retrieved).
+        context_tokens: the estimated tokens of passage text the writer and the ESC see of C_t (see
+            :meth:`_Run.ranked` for what a cut drops).
+        max_chars: each passage shown to the LM cut after this many characters (None: whole).
+        anchor, chain: run the Coverage Anchor and the Iterative Chain (the ablations leave one out).
+        decisions: how the controller's gate is asked (``--decisions``).
+        oracle: the oracle roles (``--oracle``; see the module).
+        mc: how the writer picks multiple-choice letters.
+    """
 
     ROLES = {"planner": "planner", "esc": "critic"}
     ORACLE_ROLES = ("controller", "query", "writer")
 
-    def __init__(self, search: Retriever, k: int = 5, loops: int = 5, subqueries: int = 5,
+    def __init__(self, search: Retriever, *, k: int = 5, loops: int = 5, subqueries: int = 5,
                  search_rerank: str = "none", search_depth: int = 20, context_tokens: int = 3000,
                  max_chars: int | None = None, anchor: bool = True, chain: bool = True, decisions: str = "generate",
                  oracle: str = "", mc: MCScoring | None = None):
@@ -186,8 +201,8 @@ class PAR2(dspy.Module):
         self.esc = dspy.Predict(DecideNextStep)
         self.next_query = RoleStep(self.esc, "query", self.oracle, "next_query",
                                    demo=lambda query: {"decision": "CONTINUE", "next_query": query})
-        self.esc_gate = LabelGate(self.esc, "decision", ("STOP", "CONTINUE"), "correct", decisions, self.oracle,
-                                  "controller", parse=controller_reply, tries=2)
+        self.esc_gate = LabelGate(self.esc, "decision", ("STOP", "CONTINUE"), kind="correct", decisions=decisions,
+                                  roles=self.oracle, role="controller", parse=controller_reply, tries=2)
         self.writer = Writer(use_passages=True, reasoning=True, max_chars=max_chars, mc=mc)
 
     def resting(self) -> str | None:

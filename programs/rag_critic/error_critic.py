@@ -126,8 +126,9 @@ class ErrorCritic(dspy.Module):
         self.judge = dspy.Predict(CheckAnswer)
         self.label = dspy.Predict(PickErrorLabels)
         self.planned = Role("plan", self.oracle)  # the plan oracle reads no labels
-        self.verdict_gate = LabelGate(self.judge, "judgement", (ERROR, CORRECT), "error", decisions, self.oracle,
-                                      "verdict", parse=verdict_of("judgement"), oracle_asks=not self.planned.from_gold)
+        self.verdict_gate = LabelGate(self.judge, "judgement", (ERROR, CORRECT), kind="error", decisions=decisions,
+                                      roles=self.oracle, role="verdict", parse=verdict_of("judgement"),
+                                      oracle_asks=not self.planned.from_gold)
 
     def forward(self, question: str, passages: list[Passage], prediction: str, reasoning: str = "") -> Critique:
         inputs = {"question": question,

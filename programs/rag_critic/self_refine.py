@@ -41,8 +41,9 @@ class SelfRefine(dspy.Module):
         self.feedback = dspy.Predict(GiveFeedback)
         self.revise = dspy.Predict(ReviseAnswer)
         self.reader = Role("writer", self.oracle)  # a perfect reader needs no feedback
-        self.stop_gate = LabelGate(self.feedback, "verdict", (CORRECT, ERROR), "correct", decisions, self.oracle,
-                                   "verdict", parse=verdict_of("verdict"), oracle_asks=not self.reader.from_gold)
+        self.stop_gate = LabelGate(self.feedback, "verdict", (CORRECT, ERROR), kind="correct", decisions=decisions,
+                                   roles=self.oracle, role="verdict", parse=verdict_of("verdict"),
+                                   oracle_asks=not self.reader.from_gold)
 
     def resting(self) -> str | None:
         """What Self-Refine runs as while its stop gate decides whatever the probability (see

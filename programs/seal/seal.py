@@ -261,17 +261,32 @@ class _Run:
 
 
 class SEAL(dspy.Module):
-    """SEAL-RAG with retrieval depth ``k`` and at most ``loops`` repairs (``loops=0``: one pass, no repair).
+    """SEAL-RAG: search at fixed depth, extract verified facts, assess sufficiency, repair the gap with one
+    micro-query per loop. ``lang`` (the question's language, passed by multilingual datasets) asks the writer for
+    the answer in it, as ``rag`` does.
 
-    ``ledger_to_writer`` also shows the final writer the verified facts (off by default, so the writer sees what
-    every baseline's writer sees: the final k passages; then passages that only the writer would read are not
-    extracted, and ``loops=0`` is exactly ``rag_cited``). ``lang`` (the question's language, passed by
-    multilingual datasets) asks the writer for the answer in it, as ``rag`` does."""
+    Args:
+        search: the retriever.
+        k: passages per search, and the fixed number held.
+        loops: gap repairs at most (0: one pass, no repair).
+        max_chars: each passage shown to the LM cut after this many characters (None: whole).
+        max_triples: facts kept per passage read.
+        max_facts: facts shown to the assessment, gap and (``ledger_to_writer``) the writer.
+        min_coverage, min_answerability: the assessment's criteria (:func:`failed_criteria`).
+        stuck_jaccard: a query this close (content-word Jaccard) to an earlier one is stuck: a pivot replaces it.
+        max_query_words: a micro-query's words at most.
+        ledger_to_writer: also show the final writer the verified facts (off: the writer sees what every
+            baseline's writer sees, the final k passages; passages only the writer would read are not extracted,
+            and ``loops=0`` is exactly ``rag_cited``).
+        decisions: how the sufficiency gate is asked (``--decisions``).
+        oracle: the oracle roles (``--oracle``; see the module).
+        mc: how the writer picks multiple-choice letters.
+    """
 
     ROLES = {"extract": "critic", "assess": "critic", "gap": "planner", "micro_query": "planner"}
     ORACLE_ROLES = ("relevance", "sufficiency", "gap", "query", "writer")
 
-    def __init__(self, search: Retriever, k: int = 3, loops: int = 3, max_chars: int | None = None,
+    def __init__(self, search: Retriever, *, k: int = 3, loops: int = 3, max_chars: int | None = None,
                  max_triples: int = 10, max_facts: int = 30, min_coverage: float = 0.75, min_answerability: float = 0.7,
                  stuck_jaccard: float = 0.7, max_query_words: int = 12, ledger_to_writer: bool = False,
                  decisions: str = "generate", oracle: str = "", mc: MCScoring | None = None):
@@ -283,8 +298,8 @@ class SEAL(dspy.Module):
         self.stuck_jaccard, self.max_query_words = stuck_jaccard, max_query_words
         self.extract = dspy.Predict(ExtractFacts)
         self.assess = dspy.Predict(AssessSufficiency)
-        self.assess_gate = LabelGate(self.assess, "sufficient", ("True", "False"), "set", decisions, self.oracle,
-                                     "sufficiency", rests=False)
+        self.assess_gate = LabelGate(self.assess, "sufficient", ("True", "False"), kind="set", decisions=decisions,
+                                     roles=self.oracle, role="sufficiency", rests=False)
         self.gap = dspy.Predict(SpecifyGap)
         self.gap_step = RoleStep(self.gap, "gap", self.oracle, given=Gap, demo=gap_demo,
                                  read=lambda out: Gap(_clean(out.missing_entities), _clean(out.missing_relations)))
