@@ -22,7 +22,7 @@ from programs.par2.par2 import PAR2
 from programs.rag_critic.rag_critic import RAGCritic
 from programs.rag_critic.self_refine import SelfRefine
 from programs.seal.seal import SEAL
-from programs.shared.oracle import ALL, ROLES
+from programs.shared.oracle import ALL, ROLES, parse_roles
 from programs.shared.writer import oracle_writers
 from retrieval.settings import RERANK
 from runtime.settings import Setting
@@ -61,7 +61,7 @@ ORACLE = Setting("oracle", str, "", "replace a role's decisions by the question'
                  "held), plan (search the oracle query while a gold passage is missing, else regenerate), writer "
                  "(the gold answer when the context supports it, else I don't know), all (every role the program "
                  "has); programs without the role run as usual; runs are marked "
-                 "+oracle:ROLE", choices=(*ROLES, ALL), omit_default=True)
+                 "+oracle:ROLE", check=parse_roles, choices=(*ROLES, ALL), omit_default=True)
 SETTINGS = (K, LOOPS, SUBQUERIES, CONTEXT_TOKENS, SEARCH_RERANK, SEARCH_DEPTH, ROUNDS, MAX_CHARS, LEDGER_TO_WRITER,
             DECISIONS, ORACLE)
 
