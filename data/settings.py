@@ -14,9 +14,9 @@ SPLIT_SIZES = {"demo": (8, 6, 6), "demo_culture": (12, 15, 15), "hotpotqa": (20,
 OTHER_SIZES = (20, 30, 50)
 
 DATASET = Setting("dataset", str, None, "default: the program's demo set (demo, or demo_culture for multilingual "
-                  "programs)", among=tuple(datasets.names()))
+                  "programs)", choices=tuple(datasets.names()))
 CORPUS = Setting("corpus", str, None, "retrieval corpora (default per dataset: blend_kb for blend/blend_short/click, "
-                 "else bundled)", check=corpora.known, choices=", ".join(corpora.SOURCES),
+                 "else bundled)", check=corpora.known, choices=tuple(corpora.SOURCES),
                  external=lambda v: v.startswith(corpora.PREFIXED))
 SOURCE = (
     CORPUS,

@@ -84,11 +84,11 @@ def add_flags(p: argparse.ArgumentParser, settings) -> None:
                if s.default is None and not s.none_ok and s in registry.SETTINGS else "")
         if s.kind is bool:
             p.add_argument(s.flag, action=argparse.BooleanOptionalAction, default=s.default, help=s.help)
-        elif s.among:
-            p.add_argument(s.flag, default=s.default, choices=s.among, help=s.help + own)
+        elif s.choices and s.check is None:
+            p.add_argument(s.flag, default=s.default, choices=s.choices, help=s.help + own)
         else:
             p.add_argument(s.flag, type=flag_type(s), default=s.default, help=s.help + own,
-                           metavar=s.choices.replace(", ", "|") or None)
+                           metavar="|".join(s.choices) or None)
 
 
 def parser(description: str) -> argparse.ArgumentParser:

@@ -50,10 +50,11 @@ class Session:
 
     @property
     def config(self) -> dict:
-        """The settings the run passes to programs (``registry.SETTINGS``); a sparse one is left out at its default.
+        """The settings the run passes to programs (``registry.SETTINGS``); an ``omit_default`` one is left out at it.
         ``max_chars`` None is whole passages."""
         values = self.args.of(registry.SETTINGS)
-        return {s.name: values[s.name] for s in registry.SETTINGS if not (s.sparse and values[s.name] == s.default)}
+        return {s.name: values[s.name] for s in registry.SETTINGS
+                if not (s.omit_default and values[s.name] == s.default)}
 
     @property
     def data(self) -> dict:

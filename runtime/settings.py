@@ -12,24 +12,27 @@ from typing import Any, Callable, Iterable
 @dataclass(frozen=True)
 class Setting:
     """One setting. ``kind``: int, float, str or bool; a number is finite. ``low``/``high``: an inclusive range for a
-    number (None: open).
-    ``among``: the values a string may take (a closed list); else ``check``, a function that returns False or raises
-    ValueError (its message is the problem) on a value it does not accept, with ``choices`` naming what it accepts.
-    ``none_ok``: None is a value (e.g. whole passages), not a flag left out. ``external``: whether a value points
-    outside the project (a path, a server, a model to download). ``sparse``: left out of a run's settings at its
-    default (a setting added after checkpoints were keyed without it, so those keys still hold)."""
+    number (None: open). ``choices``: the values a string takes, as spelled (a tuple); they are the closed list it may
+    take, unless ``check`` is given, a function that returns False or raises ValueError (its message is the problem)
+    on a value it does not accept (then ``choices`` only names them: ``cross:<model>``). ``none_ok``: None is a value
+    (e.g. whole passages), not a flag left out. ``external``: whether a value points outside the project (a path, a
+    server, a model to download). ``omit_default``: left out of a run's settings (and checkpoint key) at its default
+    (a setting added after checkpoints were keyed without it, so those keys still hold)."""
     name: str
     kind: type
     default: Any = None
     help: str = ""
     low: float | None = None
     high: float | None = None
-    among: tuple = ()
+    choices: tuple[str, ...] = ()
     check: Callable[[Any], Any] | None = None
-    choices: str = ""
     none_ok: bool = False
     external: Callable[[Any], bool] | None = None
-    sparse: bool = False
+    omit_default: bool = False
+
+    def __post_init__(self):
+        if isinstance(self.choices, str):
+            raise TypeError(f"Setting {self.name!r}: choices is a tuple of values, not {self.choices!r}")
 
     @property
     def flag(self) -> str:
@@ -60,12 +63,12 @@ class Setting:
             return ""
         if not isinstance(value, self.kind):
             return f"must be a {self.kind.__name__} (got {value!r})"
-        if self.among and value not in self.among:
-            return f"must be one of {', '.join(self.among)} (got {value!r})"
+        if self.check is None and self.choices and value not in self.choices:
+            return f"must be one of {', '.join(self.choices)} (got {value!r})"
         if self.check is not None:
             try:
                 if self.check(value) is False:
-                    return f"must be one of {self.choices} (got {value!r})"
+                    return f"must be one of {', '.join(self.choices)} (got {value!r})"
             except ValueError as err:
                 return str(err)
         return ""

@@ -7,7 +7,7 @@ import retrieval.retriever
 from evaluation.metrics import gold_of
 from experiments import suite
 from experiments.sessions import session
-from programs.shared.oracle import gold_labels, oracle
+from programs.shared.oracle import gold_labels, labelling
 from retrieval.corpus import Corpus
 from retrieval.retriever import Retriever
 from runtime.metering import metered
@@ -17,7 +17,7 @@ from tests.test_oracle_roles import DOCS, TWO_HOP
 def test_each_oracle_labelling_call_and_each_search_is_metered(embedder):
     search = Retriever([Corpus("musique", DOCS, "en")], embedder)
     with metered() as cost, gold_labels(gold_of(TWO_HOP)):
-        done = oracle(frozenset({"controller"}), "controller")  # taking the labelling is not a call
+        done = labelling(frozenset({"controller"}), "controller")  # taking the labelling is not a call
         done([])
         done(search.search("Hagar", 2))
         search.search_many(["Keturah", "Sarah"], 1)

@@ -843,14 +843,14 @@ def test_only_an_unreadable_reply_reads_as_an_unreadable_decision():
     with pytest.raises(ContextOverflow):
         decide(judge, {"relevant": YES_NO}, question="Q?", passage="TOO LONG")
     with pytest.raises(ContextOverflow):
-        LabelGate(judge, "relevant", YES_NO, "passage")({"question": "Q?", "passage": "TOO LONG"})
+        LabelGate(judge, "relevant", YES_NO, kind="passage")({"question": "Q?", "passage": "TOO LONG"})
 
     class Unreadable(dspy.Predict):
         def __call__(self, **kwargs):
             raise unreadable()
 
     assert decide(Unreadable(JudgeRelevance), {"relevant": YES_NO}, question="Q?", passage="P.").output is None
-    assert LabelGate(Unreadable(JudgeRelevance), "relevant", YES_NO, "passage")(
+    assert LabelGate(Unreadable(JudgeRelevance), "relevant", YES_NO, kind="passage")(
         {"question": "Q?", "passage": "P."}) == Ruling(None, failures=1)
 
 

@@ -11,7 +11,7 @@ import programs
 from evaluation.metrics import gold_of
 from experiments import cli, sessions
 from programs.rag_critic.plan import oracle_plan
-from programs.shared.oracle import ALL, Gold, Hop, check_roles, gold_labels, oracle, parse_roles
+from programs.shared.oracle import ALL, Gold, Hop, check_roles, gold_labels, labelling, parse_roles
 from programs.shared.text import IDK
 from retrieval.corpus import Corpus, Passage
 from retrieval.retriever import Retriever
@@ -115,8 +115,8 @@ def test_a_run_names_its_oracle_all_and_only_roles_it_has():
 def test_the_generative_roles_need_their_labels():
     with gold_labels(Gold(question="?")):
         with pytest.raises(ValueError, match="--oracle writer: no gold label"):
-            oracle(frozenset({"writer"}), "writer")
-        assert oracle(frozenset({"query"}), "query")([]) == "?"
+            labelling(frozenset({"writer"}), "writer")
+        assert labelling(frozenset({"query"}), "query")([]) == "?"
 
 
 def test_musique_loader_carries_the_decomposition_as_gold_keys(tmp_path):

@@ -47,6 +47,24 @@ def test_each_declared_setting_is_a_constructor_argument_and_a_flag():
     assert {s.flag for s in cli.SETTINGS} <= flags
 
 
+def test_each_constructor_default_is_its_declared_default():
+    """A program built directly (``programs.build`` without a setting) runs what the command line runs: each
+    constructor default (or its ``Config`` field's) of a setting ``registry.TAKES`` declares is the declared one."""
+    import dataclasses
+    import inspect
+
+    from programs import registry
+
+    def defaults(cls) -> dict:
+        config = getattr(cls, "Config", None)
+        own = {f.name: f.default for f in dataclasses.fields(config)} if config else {}
+        return {**own, **{n: p.default for n, p in inspect.signature(cls.__init__).parameters.items()}}
+
+    wrong = {f"{cls.__name__}.{s.name}": (defaults(cls)[s.name], s.default)
+             for cls, taken in registry.TAKES.items() for s in taken if defaults(cls)[s.name] != s.default}
+    assert wrong == {}
+
+
 def test_rag_retrieves_k_and_answers_from_them(dummy, retriever):
     lm = dummy([{"answer": "Paris"}])
     pred = programs.build("rag", search=retriever, k=1)(question="capital of France")

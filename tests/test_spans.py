@@ -205,7 +205,7 @@ def test_crags_grader_names_the_passages_it_kept_and_dropped():
 
 
 def test_a_gate_at_rest_says_so_on_its_span():
-    gate = LabelGate(dspy.Predict(AssessSufficiency), "sufficient", ("True", "False"), "set", "logprob")
+    gate = LabelGate(dspy.Predict(AssessSufficiency), "sufficient", ("True", "False"), kind="set", decisions="logprob")
     gate.thresholds = {"threshold": 0.0}  # every probability passes: the set is always enough, asked of no one
     trace, _ = _traced(lambda: gate({"question": Q, "facts": ["Ana Berg | born in | Lyon"]}))
     span, = _spans(trace, GATE_SPAN)
@@ -226,5 +226,5 @@ def test_outside_a_trace_nothing_is_built(monkeypatch, embedder):
     assert retriever.search(Q, 1)[0].title == "Blue Fox"
     assert retriever.search_many([Q, "owl"], 1)[1][0].title == "Red Owl"
     assert list(retriever.search_each(Q, 1)) == ["toy"]
-    gate = LabelGate(dspy.Predict(AssessSufficiency), "sufficient", ("True", "False"), "set")
+    gate = LabelGate(dspy.Predict(AssessSufficiency), "sufficient", ("True", "False"), kind="set")
     assert gate({"question": Q, "facts": ["Ana Berg | born in | Lyon"]}).label == "True" and lm.history

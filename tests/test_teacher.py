@@ -105,7 +105,8 @@ def test_an_oracle_evaluation_records_nothing(search):
 @pytest.mark.parametrize("outputs, recorded", [("enough", True), ("enough, reason", False)])
 def test_a_decision_oracle_is_recorded_as_its_gates_call_when_the_label_is_the_whole_answer(outputs, recorded):
     predictor = dspy.Predict(f"question, evidence -> {outputs}")
-    gate = LabelGate(predictor, "enough", ("yes", "no"), "set", roles=frozenset({"sufficiency"}), role="sufficiency")
+    gate = LabelGate(predictor, "enough", ("yes", "no"), kind="set", roles=frozenset({"sufficiency"}),
+                     role="sufficiency")
     inputs = {"question": TWO_HOP.question, "evidence": ["Hagar was the spouse of Abraham."]}
     held = [Passage("musique:00001", "Hagar (disambiguation)", "Hagar was the spouse of Abraham.")]
     with gold_labels(gold_of(TWO_HOP)), dspy.context(trace=[]), teaching():

@@ -25,8 +25,9 @@ import dspy
 from decoding.choice import MCScoring
 from decoding.decisions import YES_NO, decide, record, relative, rest_note
 from programs.shared.evidence import EvidenceWriter, lenient, search_excluding
-from programs.shared.gates import Asking, DecisionGate, sorted_passages
-from programs.shared.oracle import check_roles, oracle
+from programs.shared.gates import DecisionGate, Decisions, sorted_passages
+from programs.shared.oracle import check_roles
+from programs.shared.steps import RoleStep
 from programs.shared.text import clip, content_words, repeats, sentences
 from retrieval.corpus import Passage
 from retrieval.retriever import Retriever
@@ -66,9 +67,9 @@ class GradeGate(DecisionGate):
     retrieval score first, and not asked when a fit gave the LM no weight. The relevance oracle grades a gold
     passage correct and any other incorrect, without a call."""
 
-    def __init__(self, grade: dspy.Predict, relevance: dspy.Predict | None, chars: int, asking: Asking,
-                 roles: frozenset[str] = frozenset()):
-        super().__init__("passage", asking, roles, "relevance", **THRESHOLDS)
+    def __init__(self, grade: dspy.Predict, relevance: dspy.Predict | None, chars: int,
+                 decisions: str | Decisions = "generate", roles: frozenset[str] = frozenset()):
+        super().__init__("passage", decisions, roles, "relevance", **THRESHOLDS)
         self.grade, self.relevance, self.chars = grade, relevance, chars
 
     def __call__(self, question: str, passages: list[Passage], grades: dict[str, str]) -> int:
@@ -125,19 +126,20 @@ class CRAG(dspy.Module):
     ROLES = {"grade": "critic", "grade_relevance": "critic", "rewrite": "planner"}
     ORACLE_ROLES = ("relevance", "query", "writer")
 
-    def __init__(self, search: Retriever, k: int = 3, loops: int = 1, max_chars: int | None = None,
+    def __init__(self, search: Retriever, k: int = 3, loops: int = 3, max_chars: int | None = None,
                  max_query_words: int = 12, stuck_jaccard: float = 0.7, decisions: str = "generate",
                  oracle: str = "", mc: MCScoring | None = None):
         super().__init__()
         self.oracle = check_roles(oracle, self.ORACLE_ROLES, "crag")
-        asking = Asking(decisions)
-        self.grade_relevance = asking.predictor(JudgeRelevance)  # scored grades only
+        self.grade_relevance = Decisions(decisions).predictor(JudgeRelevance)  # scored grades only
         grade = dspy.Predict(GradeRetrieval)
-        self.grade_gate = GradeGate(grade, self.grade_relevance, max_chars, asking, self.oracle)
+        self.grade_gate = GradeGate(grade, self.grade_relevance, max_chars, decisions, self.oracle)
         self.search, self.k, self.loops, self.max_chars = search, k, loops, max_chars
         self.max_query_words, self.stuck_jaccard = max_query_words, stuck_jaccard
         self.grade = grade
         self.rewrite = dspy.Predict(RewriteQuery)
+        self.rewrite_step = RoleStep(self.rewrite, "query", self.oracle,
+                                     demo=lambda query: {"query": clip(query, max_query_words)})
         self.writer = EvidenceWriter(max_chars, mc=mc)
 
     def resting(self) -> str | None:
@@ -158,12 +160,9 @@ class CRAG(dspy.Module):
                 break
             if loop == self.loops:
                 break
-            if (gold_query := oracle(self.oracle, "query")) is not None:
-                query = clip(gold_query(passages), self.max_query_words)
-            else:
-                out = lenient(self.rewrite, question=question, earlier_queries=list(queries))
-                failures += out is None
-                query = clip(out.query if out else "", self.max_query_words)
+            reply = self.rewrite_step({"question": question, "earlier_queries": list(queries)}, passages)
+            failures += reply.failures
+            query = clip(reply.value or "", self.max_query_words)
             if repeats(query, queries, self.stuck_jaccard):
                 stop = "stuck"
                 break

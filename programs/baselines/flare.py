@@ -22,7 +22,7 @@ import dspy
 
 from decoding.choice import MCScoring
 from decoding.tokens import field_tokens, spelling
-from programs.baselines.iterative import ANSWERED, STEP_ROLES, first_sentence, oracle_step, reader_context
+from programs.baselines.iterative import ANSWERED, STEP_ROLES, OracleThought, first_sentence, reader_context
 from programs.shared.evidence import lenient
 from programs.shared.oracle import check_roles
 from programs.shared.text import content_words
@@ -59,6 +59,7 @@ class FLARE(dspy.Module):
         self.search, self.k, self.loops, self.max_chars = search, k, loops, max_chars
         self.theta, self.beta, self.context_tokens = theta, beta, context_tokens
         self.step = dspy.Predict(NextThought)
+        self.oracle_thought = OracleThought(self.oracle)
         self.writer = Writer(use_passages=True, reasoning=True, max_chars=max_chars, mc=mc)
 
     def forward(self, question: str, options: dict[str, str] | None = None,
@@ -67,7 +68,7 @@ class FLARE(dspy.Module):
         retrieved, queries, sentences, steps = list(held), [question], [], []
         stop, fallbacks = "sentence_budget", 0
         for _ in range(self.loops):
-            if (sentence := oracle_step(self.oracle, retrieved)) is not None:  # no call
+            if (sentence := self.oracle_thought(retrieved)) is not None:  # no call
                 if not ANSWERED.search(sentence):
                     held = self.search.search(sentence, self.k)
                     retrieved = dedup([*retrieved, *held])

@@ -10,7 +10,7 @@ budgets default to PAR2's (``programs.registry``: H = ``loops``, ``context_token
 method only. Their final reader, and FLARE's, reads by one rule (:func:`reader_context`): everything found, the
 newest search's hits first, cut to ``context_tokens``.
 
-Oracle roles (``programs.shared.oracle``; FLARE's sentence step takes the same, :func:`oracle_step`): ``controller``
+Oracle roles (``programs.shared.oracle``; FLARE's sentence step takes the same, :class:`OracleThought`): ``controller``
 -- the step that states the answer ("So the answer is ...") and so ends the loop comes once every gold passage has
 been retrieved; ``query`` -- every other step, and so its search, is the oracle query from what was retrieved;
 ``writer`` -- the reader is the perfect reader. ReAct under ``controller`` runs an oracle tool chooser instead of
@@ -28,7 +28,8 @@ import dspy
 
 from decoding.choice import MCScoring
 from programs.shared.evidence import lenient, within_budget
-from programs.shared.oracle import check_roles, oracle
+from programs.shared.oracle import check_roles
+from programs.shared.steps import Role
 from programs.shared.text import content_words, unechoed
 from programs.shared.writer import Writer
 from retrieval.corpus import Passage, dedup
@@ -43,15 +44,16 @@ ORACLE_ANSWERED = "So the answer is in the passages retrieved."
 STEP_ROLES = ("controller", "query", "writer")
 
 
-def oracle_step(roles: frozenset[str], retrieved: list[Passage]) -> str | None:
-    """A reasoning step's sentence under the oracle, no call: :data:`ORACLE_ANSWERED` once the controller oracle
-    says every gold passage is among those ``retrieved``, else the query oracle's next query; None when the roles
+class OracleThought:
+    """A reasoning step's sentence under the oracle ``roles``, no call: :data:`ORACLE_ANSWERED` once the controller
+    oracle says every gold passage is among those retrieved, else the query oracle's next query; None when the roles
     leave the step to the LM."""
-    if (done := oracle(roles, "controller")) is not None and done(retrieved):
-        return ORACLE_ANSWERED
-    if (gold_query := oracle(roles, "query")) is not None:
-        return gold_query(retrieved)
-    return None
+
+    def __init__(self, roles: frozenset[str]):
+        self.stop, self.query = Role("controller", roles), Role("query", roles)
+
+    def __call__(self, retrieved: list[Passage]) -> str | None:
+        return ORACLE_ANSWERED if self.stop.gold(retrieved) else self.query.gold(retrieved)
 
 
 #: A period after one of these ends an abbreviation, not a sentence ("U.S. President", "Dr. Berg", "St. Louis").
@@ -99,6 +101,7 @@ class IRCoT(dspy.Module):
         self.search, self.k, self.loops = search, k, loops
         self.max_passages, self.context_tokens, self.max_chars = max_passages, context_tokens, max_chars
         self.step = dspy.Predict(NextThought)
+        self.oracle_thought = OracleThought(self.oracle)
         self.writer = Writer(use_passages=True, reasoning=True, max_chars=max_chars, mc=mc)  # PAR2's writer
 
     def forward(self, question: str, options: dict[str, str] | None = None,
@@ -108,7 +111,7 @@ class IRCoT(dspy.Module):
         stop, failures = "loop_budget", 0
         for t in range(self.loops):
             shown = newest_first(latest, collected, self.max_passages)
-            if (sentence := oracle_step(self.oracle, collected)) is None:
+            if (sentence := self.oracle_thought(collected)) is None:
                 out = lenient(self.step, passages=[p.format(self.max_chars) for p in shown], question=question,
                               thoughts=" ".join(thoughts))
                 sentence = first_sentence(out.next_sentence) if out is not None else ""
@@ -140,12 +143,11 @@ class SearchTool:
     running question (a context variable, so concurrent questions keep their own record)."""
 
     def __init__(self, search: Retriever, k: int, max_chars: int, roles: frozenset[str] = frozenset()):
-        self.search, self.k, self.max_chars, self.roles = search, k, max_chars, roles
+        self.search, self.k, self.max_chars, self.query = search, k, max_chars, Role("query", roles)
 
     def __call__(self, query: str) -> str:
         calls = _CALLS.get()
-        if (gold_query := oracle(self.roles, "query")) is not None:  # whatever the agent wrote
-            query = gold_query([p for _, hits in calls or () for p in hits])
+        query = self.query.over(lambda: query, [p for _, hits in calls or () for p in hits])  # whatever the agent wrote
         query = unechoed(str(query))
         hits = self.search.search(query, self.k)
         if calls is not None:
@@ -178,6 +180,7 @@ class ReAct(dspy.Module):
         self.oracle = check_roles(oracle, self.ORACLE_ROLES, "react")
         self.loops, self.context_tokens, self.max_chars = loops, context_tokens, max_chars
         self.tool = SearchTool(search, k, max_chars, self.oracle)
+        self.stop, self.reader = Role("controller", self.oracle), Role("writer", self.oracle)
         tool = dspy.Tool(self.tool, name="search", desc=SEARCH_TOOL)
         self.agent = dspy.ReAct(AnswerWithSearch, tools=[tool], max_iters=loops)
         step = self.agent.react  # DSPy's own step signature: its free-text fields capped like ours (runtime.caps)
@@ -190,14 +193,14 @@ class ReAct(dspy.Module):
         calls: list = []
         token = _CALLS.set(calls)
         try:
-            out = self.oracle_agent(question) if "controller" in self.oracle else lenient(self.agent, question=question)
+            out = self.oracle_agent(question) if self.stop.from_gold else lenient(self.agent, question=question)
         finally:
             _CALLS.reset(token)
         passages = dedup([p for _, hits in calls for p in hits])
         fallbacks = {"answer": int(out is None)}
         tools = [v for key, v in out.trajectory.items() if key.startswith("tool_name_")] if out is not None else []
         shown = []  # what the writer reads (nothing when the agent's own answer stands)
-        if options or out is None or self.oracle & {"controller", "writer"}:  # multiple choice, the oracle agent
+        if options or out is None or self.stop.from_gold or self.reader.from_gold:  # multiple choice, the oracle agent
             shown = reader_context(calls[-1][1] if calls else [], passages, self.context_tokens, self.max_chars)
             answer = self.writer(question=question, passages=shown, options=options, lang=lang).answer
         else:
@@ -215,10 +218,10 @@ class ReAct(dspy.Module):
         """The agent's tool choice under the controller oracle, no call: search (the tool's query: the question, or
         the query oracle's) until every gold passage has been found or ``loops`` - 1 searches are spent, then
         finish; the writer answers from what was found."""
-        done, trajectory = oracle(self.oracle, "controller"), {}
+        trajectory = {}
         for i in range(self.loops):
             found = [p for _, hits in _CALLS.get() for p in hits]
-            if done(found) or i == self.loops - 1:
+            if self.stop.gold(found) or i == self.loops - 1:
                 trajectory |= {f"tool_name_{i}": "finish", f"observation_{i}": "Completed."}
                 break
             trajectory |= {f"tool_name_{i}": "search", f"observation_{i}": self.tool(question)}

@@ -33,7 +33,8 @@ from decoding.choice import MCScoring
 from decoding.decisions import REST, YES_NO, Gate, record, rest_note
 from programs.shared.evidence import lenient, search_excluding
 from programs.shared.gates import LabelGate, Ruling
-from programs.shared.oracle import check_roles, oracle
+from programs.shared.oracle import check_roles
+from programs.shared.steps import Role, RoleStep
 from programs.shared.text import clip, content_words, jaccard
 from programs.shared.writer import Writer, told_language
 from retrieval.corpus import Passage
@@ -75,12 +76,19 @@ class MetaRAG(dspy.Module):
         self.expert = dspy.Predict(AnswerFromPassages)
         self.monitor_gate = Gate("correct", threshold=monitor_threshold)
         self.knows = dspy.Predict(KnowsAnswer)
-        self.knows_gate = LabelGate(self.knows, "known", YES_NO, "correct", decisions, roles, "verdict")
+        self.knows_gate = LabelGate(self.knows, "known", YES_NO, kind="correct", decisions=decisions,
+                                    roles=roles, role="verdict")
         self.suffices = dspy.Predict(PassagesSuffice)
-        self.suffices_gate = LabelGate(self.suffices, "enough", YES_NO, "set", decisions, roles, "sufficiency")
+        self.suffices_gate = LabelGate(self.suffices, "enough", YES_NO, kind="set", decisions=decisions,
+                                       roles=roles, role="sufficiency")
         self.follows = dspy.Predict(ReasoningLeads)
-        self.follows_gate = LabelGate(self.follows, "follows", YES_NO, "correct", decisions, roles, "verdict")
+        self.follows_gate = LabelGate(self.follows, "follows", YES_NO, kind="correct", decisions=decisions,
+                                      roles=roles, role="verdict")
         self.rewrite = dspy.Predict(QueryForMissing)
+        self.rewrite_step = RoleStep(self.rewrite, "query", roles, given=lambda query: clip(query, MAX_QUERY_WORDS),
+                                     read=lambda out: clip(out.query, MAX_QUERY_WORDS) if content_words(out.query)
+                                     else None)  # no query read: the question is searched
+        self.verdict, self.reader = Role("verdict", roles), Role("writer", roles)  # the monitor's; the regeneration's
         self.regenerate = dspy.ChainOfThought(AnswerWithInstruction)
 
     def resting(self) -> str | None:
@@ -115,7 +123,7 @@ class MetaRAG(dspy.Module):
                 held, step["added"] = held + new, [p.id for p in new]
                 queries.append(step["query"])
                 context = [p.format(self.max_chars) for p in held]
-            if "writer" in self.oracle:  # the perfect reader of what is held now
+            if self.reader.from_gold:  # the perfect reader of what is held now
                 out = self.writer(question=question, passages=held, lang=lang)
             else:
                 out = lenient(self.regenerate, passages=context, question=question,
@@ -137,8 +145,8 @@ class MetaRAG(dspy.Module):
     def monitor(self, question: str, context: list[str], answer: str, lang: str | None = None) -> dict:
         """``monitor``: satisfied, unsatisfied, unparsed (the expert's reply is unreadable: not acted on) or at_rest
         (the gate passes every answer, no call); with the expert's answer and the similarity."""
-        if (right := oracle(self.oracle, "verdict")) is not None:
-            return {"monitor": "satisfied" if right(answer) else "unsatisfied", "oracle": True}
+        if self.verdict.from_gold:
+            return {"monitor": "satisfied" if self.verdict.gold(answer) else "unsatisfied", "oracle": True}
         if self.monitor_gate.at_rest:
             return {"monitor": "at_rest"}
         out = lenient(self.expert, passages=context, question=question, **told_language(self.expert, lang))
@@ -165,9 +173,6 @@ class MetaRAG(dspy.Module):
                     held: list[Passage]) -> tuple[str, list[Passage]]:
         """A query for what is missing (the question when the reply gives none; the query oracle's from the passages
         ``held``) and its top ``k`` not held yet."""
-        if (gold_query := oracle(self.oracle, "query")) is not None:
-            query = clip(gold_query(held), MAX_QUERY_WORDS)
-        else:
-            out = lenient(self.rewrite, question=question, passages=context, answer=answer)
-            query = clip(out.query, MAX_QUERY_WORDS) if out is not None and content_words(out.query) else question
+        query = self.rewrite_step({"question": question, "passages": context, "answer": answer}, held).value
+        query = question if query is None else query
         return query, search_excluding(self.search, query, self.k, {p.id for p in held})

@@ -22,7 +22,8 @@ from decoding.choice import MCScoring
 from decoding.decisions import decide, record, rest_note
 from programs.shared.evidence import EvidenceWriter, lenient, search_excluding
 from programs.shared.gates import DecisionGate
-from programs.shared.oracle import check_roles, oracle
+from programs.shared.oracle import check_roles
+from programs.shared.steps import RoleStep
 from programs.shared.text import abstained, normalize, repeats, unechoed
 from retrieval.corpus import Passage
 from retrieval.retriever import Retriever
@@ -72,14 +73,18 @@ class AcceptGate(DecisionGate):
     accepted when relevant, fully supported and useful enough. Scored (``fused`` alike: there is no per-passage
     decision to fuse), as Self-RAG reads its reflection tokens: P(relevant), P(fully supported) + 0.5 P(partially),
     expected usefulness (:func:`reflection`); accepted when P(relevant) and P(fully supported) reach the gate's
-    thresholds, recorded for calibration as their minimum, labelled by the draft's correctness."""
+    thresholds, recorded for calibration as their minimum, labelled by the draft's correctness. Under the verdict
+    oracle, no call: the critique of :func:`oracle_critique`, accepted exactly when the answer is right."""
 
-    def __init__(self, critic: dspy.Predict, min_usefulness: int, mode: str = "generate"):
-        super().__init__("correct", mode, relevant=0.5, support=0.5)
+    def __init__(self, critic: dspy.Predict, min_usefulness: int, decisions: str = "generate",
+                 roles: frozenset[str] = frozenset()):
+        super().__init__("correct", decisions, roles, "verdict", relevant=0.5, support=0.5)
         self.critic, self.min_usefulness = critic, min_usefulness
 
     def __call__(self, inputs: dict, answer: str) -> tuple[dspy.Prediction | None, dict | None]:
-        """The critic's output and its critique of ``answer`` (None when unreadable)."""
+        """The critic's output (None without a call) and its critique of ``answer`` (None when unreadable)."""
+        if self.from_gold:
+            return None, oracle_critique(self.gold(answer))
         return self.asked(inputs, answer)
 
     def written(self, inputs: dict, answer: str) -> tuple:
@@ -95,6 +100,8 @@ class AcceptGate(DecisionGate):
 
     def accepts(self, draft: "Draft") -> bool:
         c = draft.critique
+        if c and "oracle" in c:
+            return c["oracle"]
         if not c or abstained(draft.answer):
             return False
         if c.get("scored"):
@@ -121,7 +128,8 @@ class SelfRAG(dspy.Module):
         self.stuck_jaccard = stuck_jaccard
         self.writer = EvidenceWriter(max_chars, mc=mc)
         self.critic = dspy.Predict(CritiqueDraft)
-        self.critic_gate = AcceptGate(self.critic, min_usefulness, decisions)
+        self.critic_gate = AcceptGate(self.critic, min_usefulness, decisions, self.oracle)
+        self.query_step = RoleStep(self.critic, "query", self.oracle, "next_query")
 
     def resting(self) -> str | None:
         """What Self-RAG runs as while its acceptance gate decides whatever the probability (see
@@ -140,21 +148,16 @@ class SelfRAG(dspy.Module):
                 drafts.append(Draft(answer, passages, citations=cited))
                 break
             inputs = {"question": question, "passages": [p.format(self.max_chars) for p in passages], "draft": answer}
-            if (right := oracle(self.oracle, "verdict")) is not None:                   # critique
-                out, critique = None, oracle_critique(right(answer))
-            else:
-                out, critique = self.critic_gate(inputs, answer)
+            out, critique = self.critic_gate(inputs, answer)                            # critique
             failures += critique is None
             drafts.append(Draft(answer, passages, critique, cited))
-            if critique["oracle"] if right is not None else self.critic_gate.accepts(drafts[-1]):
+            if self.critic_gate.accepts(drafts[-1]):
                 stop = "accepted"
                 break
             if loop == self.loops:
                 break
-            if (gold_query := oracle(self.oracle, "query")) is not None:  # a repeat still fetches new passages
-                query = gold_query(passages)
-            else:
-                query = self._next_query(question, answer, out, queries)
+            query = self.query_step(inputs, passages,  # the oracle's: a repeat still fetches new passages
+                                    ask=lambda: self._next_query(question, answer, out, queries)).value
             if query is None:
                 stop = "stuck"
                 break

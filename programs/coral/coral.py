@@ -28,6 +28,7 @@ import random
 import re
 from collections import Counter
 from dataclasses import dataclass, field
+from functools import partial
 from typing import NamedTuple
 
 import dspy
@@ -36,9 +37,11 @@ from decoding.choice import MCScoring
 from decoding.constrained import BOOL, constrained_config, name_list
 from decoding.decisions import PARSE_ERRORS, REST, rest_note
 from programs.coral.critics import BatchCritic, EachCritic, KeepGate, Rated
-from programs.coral.mrag import DEFAULT_LANG, SCOPES, answer_writer, corpus_of, language_label, scope_corpora, with_options
-from programs.shared.gates import Asking, LabelGate, Ruling
-from programs.shared.oracle import check_roles, oracle as oracle_labels, own_language, taught
+from programs.coral.mrag import (DEFAULT_LANG, SCOPES, answer_writer, corpus_of, language_label, scope_corpora,
+                                 with_options)
+from programs.shared.gates import LabelGate, Ruling
+from programs.shared.oracle import check_roles, own_language, taught
+from programs.shared.steps import RoleStep
 from programs.shared.text import unechoed
 from retrieval.corpus import Passage, dedup
 from retrieval.retriever import Retriever
@@ -186,6 +189,18 @@ class CORALConfig:
             raise ValueError("loops, max_corpora and critic_chunk must be at least 1")
 
 
+def named_corpora(search: Retriever, names, limit: int) -> list[str]:
+    """The planner oracle's corpora (``Gold.planner``: those holding a gold passage not among the ones held, else the
+    culture's), at most ``limit``; each of ``names`` a corpus of the pool or a language one holds."""
+    languages, chosen = search.languages(), []
+    for name in names:
+        if (corpus := name if name in languages else corpus_of(search, name)) is None:
+            raise ValueError(f"--oracle planner: no corpus named or in the language '{name}' in the pool "
+                             f"({', '.join(languages)})")
+        chosen.append(corpus)
+    return list(dict.fromkeys(chosen))[:limit]
+
+
 class CORAL(dspy.Module):
     """Planner-critic retrieval loop over language corpora (see the module docstring and :class:`CORALConfig`).
     After two identical plans in a row the loop stops with the evidence kept (``repeated_plans``). On the
@@ -212,16 +227,20 @@ class CORAL(dspy.Module):
         replan = {(True, True): ReplanSearch, (True, False): ReselectCorpora, (False, True): RewriteQuery}
         step = replan.get((c.scope == "dynamic", c.rewrite))
         self.replanner = dspy.Predict(step, temperature=t) if step else None
+        named = partial(named_corpora, search, limit=c.max_corpora)  # the planner oracle's corpora
+        self.planner_step = RoleStep(self.planner, "planner", self.oracle, "corpora", given=named)
+        self.replanner_step = RoleStep(self.replanner, "planner", self.oracle, "corpora", given=named)
+        self.query_step = RoleStep(self.replanner, "query", self.oracle)
         self.critic = dspy.Predict(RateDocuments, temperature=t)
         self.critic_each = dspy.Predict(RateDocument, temperature=t)
         self.sufficiency = dspy.Predict(CheckSufficiency, temperature=t)
         self.writer = answer_writer(c.max_chars, c.writer_temperature, mc)
-        asking = Asking(decisions)
-        each = EachCritic(self.critic_each, asking, self.critic_chars)
+        each = EachCritic(self.critic_each, decisions, self.critic_chars)
         critic = BatchCritic(self.critic, each, self.critic_chars, c.critic_chunk) if c.critic_batch else each
-        self.keep_gate = KeepGate(critic, c.min_each, c.min_total, asking, self.oracle)
-        self.sufficiency_gate = LabelGate(self.sufficiency, "enough", ("True", "False"), "set", asking,
-                                          self.oracle, "sufficiency", grammar={"enough": BOOL})
+        self.keep_gate = KeepGate(critic, c.min_each, c.min_total, decisions, self.oracle)
+        self.sufficiency_gate = LabelGate(self.sufficiency, "enough", ("True", "False"), kind="set",
+                                          decisions=decisions, roles=self.oracle, role="sufficiency",
+                                          grammar={"enough": BOOL})
 
     @classmethod
     def oracle_roles(cls, scope: str = "dynamic", rewrite: bool = True, **_) -> tuple[str, ...]:
@@ -282,13 +301,13 @@ class CORAL(dspy.Module):
         planner's choice (it reads the question with its options) validated against the pool."""
         if self.scope != "dynamic":
             return scope_corpora(self.scope, self.search, own_language(lang))
-        if (gold_planner := oracle_labels(self.oracle, "planner")) is not None:
-            corpora = self.oracle_corpora(gold_planner, [])
-            taught(self.planner, lambda: {"question": with_options(question, options),
+        return self.planner_step(lambda: {"question": with_options(question, options),
                                           "question_language": language_label(lang),
-                                          "available": self.available(question, self.presented(question))},
-                   corpora=corpora)
-            return corpora
+                                          "available": self.available(question, self.presented(question))}, [],
+                                 ask=lambda: self.ask_planner(question, lang, trace, options)).value
+
+    def ask_planner(self, question: str, lang: str, trace: Trace, options: dict[str, str] | None) -> list[str]:
+        """The planner's first-round corpora (the only corpus of a one-corpus pool without a call)."""
         languages = self.search.languages()
         if len(languages) == 1:
             return list(languages)
@@ -318,11 +337,10 @@ class CORAL(dspy.Module):
         choose_corpora = self.scope == "dynamic" and len(languages) > 1
         if self.replanner is None or not (choose_corpora or self.rewrite):
             return None
-        gold_query = oracle_labels(self.oracle, "query")
-        gold_planner = oracle_labels(self.oracle, "planner")
-        if (gold_query is not None or not self.rewrite) and (gold_planner is not None or not choose_corpora):  # no call
-            new_corpora = self.oracle_corpora(gold_planner, held) if gold_planner is not None else corpora
-            new_query = gold_query(list(held)) if gold_query is not None else query
+        held = list(held)
+        if (self.query_step.from_gold or not self.rewrite) and (self.replanner_step.from_gold or not choose_corpora):
+            new_corpora = self.replanner_step.over(lambda: corpora, held)  # no call: the oracle's plan
+            new_query = self.query_step.over(lambda: query, held)
             if same_plan(new_corpora, new_query, corpora, query):
                 return None
             taught(self.replanner, lambda: self.replan_inputs(question, query, corpora, reason, options),
@@ -337,18 +355,9 @@ class CORAL(dspy.Module):
             except PARSE_ERRORS:
                 trace.parse_failures += 1
                 continue
-            new_query = unechoed(getattr(out, "query", "")) if self.rewrite else ""
-            if gold_query is not None:
-                new_query = gold_query(list(held))
-            new_corpora = corpora
-            if gold_planner is not None:
-                new_corpora = self.oracle_corpora(gold_planner, held)
-            elif choose_corpora:
-                new_corpora, unknown = validate_corpora(out.corpora, languages, self.max_corpora)
-                trace.unknown_corpora += unknown
-                if not new_corpora:  # no valid name: the corpora stay as they were (only the query may change)
-                    trace.planner_fallbacks += 1
-                    new_corpora = corpora
+            new_query = self.query_step.over(lambda: unechoed(getattr(out, "query", "")) if self.rewrite else "", held)
+            new_corpora = self.replanner_step.over(
+                lambda: self.read_corpora(out, corpora, trace) if choose_corpora else corpora, held)
             if not same_plan(new_corpora, new_query or query, corpora, query):
                 return new_query or query, new_corpora
             if attempt == 0:
@@ -357,16 +366,14 @@ class CORAL(dspy.Module):
                 trace.repeated_plans += 1
         return None
 
-    def oracle_corpora(self, gold_planner, held: list[Passage]) -> list[str]:
-        """The planner oracle's corpora (``Gold.planner``: those holding a gold passage not among the ``held`` ones,
-        else the culture's), at most ``max_corpora``; each name a corpus of the pool or a language one holds."""
-        languages, chosen = self.search.languages(), []
-        for name in gold_planner(list(held)):
-            if (corpus := name if name in languages else corpus_of(self.search, name)) is None:
-                raise ValueError(f"--oracle planner: no corpus named or in the language '{name}' in the pool "
-                                 f"({', '.join(languages)})")
-            chosen.append(corpus)
-        return list(dict.fromkeys(chosen))[:self.max_corpora]
+    def read_corpora(self, out: dspy.Prediction, corpora: list[str], trace: Trace) -> list[str]:
+        """The replanner's corpora, validated against the pool; ``corpora`` when it names no valid one (only the
+        query may change)."""
+        new_corpora, unknown = validate_corpora(out.corpora, self.search.languages(), self.max_corpora)
+        trace.unknown_corpora += unknown
+        if not new_corpora:
+            trace.planner_fallbacks += 1
+        return new_corpora or corpora
 
     def replan_inputs(self, question: str, query: str, corpora: list[str], reason: str,
                       options: dict[str, str] | None = None) -> dict:

@@ -9,7 +9,7 @@ import dspy
 
 from decoding.constrained import constrained_config, one_of
 from decoding.decisions import PARSE_ERRORS, SCALE, record, relative
-from programs.shared.gates import Asking, DecisionGate, sorted_passages
+from programs.shared.gates import DecisionGate, Decisions, sorted_passages
 from retrieval.corpus import Passage
 from runtime.caps import field_cap
 from signatures.critic import RateDocument
@@ -75,16 +75,18 @@ def passes(rated: Rated, min_each: int = 2, min_total: float = 6.0) -> bool:
 
 class EachCritic:
     """One call per candidate: its four scales as written, or as expected values over the score tokens (the
-    program's :class:`~programs.shared.gates.Asking`), with a short critique; an unreadable reply scores 0."""
+    program's ``decisions``, :class:`~programs.shared.gates.Decisions`), with a short critique; an unreadable reply
+    scores 0."""
 
-    def __init__(self, predictor: dspy.Predict, asking: Asking, chars: int | None):
-        self.predictor, self.asking, self.chars = predictor, asking, chars
+    def __init__(self, predictor: dspy.Predict, decisions: str | Decisions, chars: int | None):
+        self.predictor, self.chars = predictor, chars
+        self.decisions = decisions if isinstance(decisions, Decisions) else Decisions(decisions)
 
     def rate_one(self, passage: Passage, asked: str, trace) -> Rated:
         trace.calls["critic"] += 1
         config = constrained_config(self.predictor, {**dict.fromkeys(SCALES, SCORE), "critique": CRITIQUE})
-        out, values = self.asking.scales(self.predictor, SCALES, SCALE, config, question=asked,
-                                         document=passage.format(self.chars))
+        out, values = self.decisions.scales(self.predictor, SCALES, SCALE, config, question=asked,
+                                            document=passage.format(self.chars))
         if values is None:
             trace.parse_failures += 1
             return Rated.of(passage, [0, 0, 0, 0], "unparsed critic output")
@@ -143,8 +145,9 @@ class KeepGate(DecisionGate):
     relative to the best candidate of its corpus this round."""
 
     def __init__(self, critic: EachCritic | BatchCritic, min_each: int, min_total: float,
-                 mode: str | Asking = "generate", roles: frozenset[str] = frozenset(), threshold: float = 0.5):
-        super().__init__("passage", mode, roles, "relevance", threshold=threshold)
+                 decisions: str | Decisions = "generate", roles: frozenset[str] = frozenset(),
+                 threshold: float = 0.5):
+        super().__init__("passage", decisions, roles, "relevance", threshold=threshold)
         self.critic, self.min_each, self.min_total = critic, min_each, min_total
 
     def __call__(self, passages: list[Passage], candidates: list[Passage], asked: str,
@@ -162,7 +165,7 @@ class KeepGate(DecisionGate):
     @property
     def weighs_retrieval(self) -> bool:
         """The fused keep decision (not under the oracle)."""
-        return self.asking.fuses and not self.from_gold
+        return self.decisions.fuses and not self.from_gold
 
     def rate(self, passages: list[Passage], asked: str, trace) -> list[Rated]:
         if self.from_gold:

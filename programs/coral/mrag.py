@@ -22,7 +22,8 @@ from dataclasses import replace
 import dspy
 
 from decoding.choice import MCScoring
-from programs.shared.oracle import check_roles, oracle, own_language
+from programs.shared.oracle import check_roles, own_language
+from programs.shared.steps import Role
 from programs.shared.writer import Writer
 from retrieval.corpus import Passage
 from retrieval.retriever import Retriever
@@ -106,6 +107,7 @@ class MultilingualRAG(dspy.Module):
         self.search, self.k, self.scope, self.max_chars = search, k, scope, max_chars
         self.translate_query, self.translate_docs = translate_query, translate_docs
         self.translator = Translator() if translate_query or translate_docs else None
+        self.query_role, self.reader = Role("query", self.oracle), Role("writer", self.oracle)
         self.writer = answer_writer(max_chars, mc=mc)
 
     @classmethod
@@ -116,14 +118,11 @@ class MultilingualRAG(dspy.Module):
     def forward(self, question: str, options: dict[str, str] | None = None,
                 lang: str | None = None) -> dspy.Prediction:
         lang = lang or DEFAULT_LANG
-        query = question
-        if (gold_query := oracle(self.oracle, "query")) is not None:
-            query = gold_query([])
-        elif self.translate_query and lang != "en":
-            query = self.translator.question(question, lang)
+        query = self.query_role.over(lambda: self.translator.question(question, lang)  # the oracle's: nothing held
+                                     if self.translate_query and lang != "en" else question, [])
         corpora = scope_corpora(self.scope, self.search, own_language(lang))
         passages = self.search.search(query, self.k, corpora) if corpora else []
-        if self.translate_docs and "writer" not in self.oracle:
+        if self.translate_docs and not self.reader.from_gold:  # the perfect reader reads no translation
             passages = [self.translator.passage(p, self.max_chars) for p in passages]
         out = self.writer(question=question, passages=passages, options=options, lang=lang)
         trace = {"iterations": 1 if corpora else 0, "queries": [query], "corpora": [corpora],

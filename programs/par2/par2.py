@@ -34,9 +34,10 @@ import dspy
 
 from decoding.choice import MCScoring
 from decoding.decisions import REST, rest_note
-from programs.shared.evidence import retried, within_budget
+from programs.shared.evidence import within_budget
 from programs.shared.gates import LabelGate
-from programs.shared.oracle import check_roles, oracle, taught
+from programs.shared.oracle import check_roles, taught
+from programs.shared.steps import RoleStep
 from programs.shared.text import APOSTROPHES, content_words, negated, normalize, unechoed
 from programs.shared.writer import Writer
 from retrieval.corpus import Passage, dedup
@@ -154,16 +155,31 @@ class _Run:
 
 
 class PAR2(dspy.Module):
-    """PAR2-RAG with m = ``subqueries``, k = ``k`` passages per search after reranking, H = ``loops`` (the paper's
-    defaults: m = H = k = 5). The writer and the ESC see the whole context C_t up to ``context_tokens`` tokens of
-    passage text (see :meth:`_Run.ranked` for what a cut drops). Each step response r_t is the writer's reasoning
-    with its answer, which the ESC judges; the short answer is what is scored. ``lang`` (the question's language,
-    passed by multilingual datasets) asks the writer for the answer in it, as ``rag`` does."""
+    """PAR2-RAG: a Coverage Anchor of planned sub-queries, then an Iterative Chain of draft and controller (ESC)
+    steps (the paper's defaults: m = H = k = 5). Each step response r_t is the writer's reasoning with its answer,
+    which the ESC judges; the short answer is what is scored. ``lang`` (the question's language, passed by
+    multilingual datasets) asks the writer for the answer in it, as ``rag`` does.
+
+    Args:
+        search: the retriever.
+        k: passages per search after reranking.
+        loops: H, the chain's steps at most.
+        subqueries: m, the sub-queries the planner writes.
+        search_rerank, search_depth: the program's own reranker over each search's ``search_depth`` candidates
+            (``none``: the top ``k`` as retrieved).
+        context_tokens: the estimated tokens of passage text the writer and the ESC see of C_t (see
+            :meth:`_Run.ranked` for what a cut drops).
+        max_chars: each passage shown to the LM cut after this many characters (None: whole).
+        anchor, chain: run the Coverage Anchor and the Iterative Chain (the ablations leave one out).
+        decisions: how the controller's gate is asked (``--decisions``).
+        oracle: the oracle roles (``--oracle``; see the module).
+        mc: how the writer picks multiple-choice letters.
+    """
 
     ROLES = {"planner": "planner", "esc": "critic"}
     ORACLE_ROLES = ("controller", "query", "writer")
 
-    def __init__(self, search: Retriever, k: int = 5, loops: int = 5, subqueries: int = 5,
+    def __init__(self, search: Retriever, *, k: int = 5, loops: int = 5, subqueries: int = 5,
                  search_rerank: str = "none", search_depth: int = 20, context_tokens: int = 3000,
                  max_chars: int | None = None, anchor: bool = True, chain: bool = True, decisions: str = "generate",
                  oracle: str = "", mc: MCScoring | None = None):
@@ -178,9 +194,15 @@ class PAR2(dspy.Module):
         self.use_anchor, self.use_chain = anchor, chain
         self.reranker = get_reranker(search_rerank, search)
         self.planner = dspy.Predict(PlanSearches)
+        self.plan_step = RoleStep(self.planner, "query", self.oracle, "searches", tries=2,
+                                  read=lambda out: plan_lines(out.searches, subqueries),
+                                  given=lambda query: [SubQuery(query, "oracle query")],
+                                  demo=lambda plan: {"searches": plan[0].query})  # the oracle's plan: its one query
         self.esc = dspy.Predict(DecideNextStep)
-        self.esc_gate = LabelGate(self.esc, "decision", ("STOP", "CONTINUE"), "correct", decisions, self.oracle,
-                                  "controller", parse=controller_reply, tries=2)
+        self.next_query = RoleStep(self.esc, "query", self.oracle, "next_query",
+                                   demo=lambda query: {"decision": "CONTINUE", "next_query": query})
+        self.esc_gate = LabelGate(self.esc, "decision", ("STOP", "CONTINUE"), kind="correct", decisions=decisions,
+                                  roles=self.oracle, role="controller", parse=controller_reply, tries=2)
         self.writer = Writer(use_passages=True, reasoning=True, max_chars=max_chars, mc=mc)
 
     def resting(self) -> str | None:
@@ -229,12 +251,8 @@ class PAR2(dspy.Module):
                                trace=run.trace(stop, self.context_tokens))
 
     def _plan(self, question: str, run: _Run) -> list[SubQuery]:
-        if (gold_query := oracle(self.oracle, "query")) is not None:
-            plan = [SubQuery(gold_query([]), "oracle query")]
-            taught(self.planner, {"question": question, "count": self.subqueries}, searches=plan[0].query)
-            return plan
-        plan, failed = retried(self.planner, lambda out: plan_lines(out.searches, self.subqueries),
-                               question=question, count=self.subqueries)
+        """The planner's sub-queries (the query oracle's one query from nothing held), asked twice at most."""
+        plan, failed, _ = self.plan_step({"question": question, "count": self.subqueries})
         run.parse_failures += failed
         if plan is None:
             run.fallbacks["plan"] += 1
@@ -252,24 +270,22 @@ class PAR2(dspy.Module):
     def _decide(self, question: str, shown: list[Passage], response: str, answer: str,
                 run: _Run) -> tuple[str, str]:
         """The controller's (action, query) (:attr:`esc_gate`); an unreadable reply means STOP. Under the controller
-        oracle a CONTINUE asks the controller only for its query."""
+        oracle a CONTINUE asks the controller only for its query; a CONTINUE's query is the query step's (the query
+        oracle's from C_t)."""
         inputs = {"question": question, "draft_answer": response, "passages": [p.format(self.max_chars) for p in shown]}
         ruling = self.esc_gate(inputs, gold=run.context, answer=answer)
-        gold_query = oracle(self.oracle, "query")
-        if ruling.oracle and ruling.label == "CONTINUE" and gold_query is not None:
-            query = gold_query(run.context)
-            taught(self.esc, inputs, decision="CONTINUE", next_query=query)
-            return "CONTINUE", query
-        if ruling.oracle and ruling.label == "CONTINUE":
-            ruling = self.esc_gate.written(inputs, label="CONTINUE")
-        elif ruling.oracle:
+        if ruling.oracle and ruling.label == "STOP":
             taught(self.esc, inputs, decision="STOP", next_query="")
             return "STOP", ""
+        if ruling.oracle:  # CONTINUE: the query oracle's, or the controller's reply to a CONTINUE
+            reply = self.next_query(inputs, run.context, ask=lambda: self.esc_gate.written(inputs, label="CONTINUE"))
+            if reply.oracle:
+                return "CONTINUE", reply.value
+            ruling = reply.value
         run.steps[-1].update(ruling.trace("p_stop"))
         run.parse_failures += ruling.failures
         if ruling.label is None:
             run.fallbacks["esc"] += 1
             return "STOP", ""
-        if ruling.label == "CONTINUE" and gold_query is not None:
-            return "CONTINUE", gold_query(run.context)
-        return ruling.label, " ".join(unechoed(ruling.output.get("next_query")).split())
+        query = " ".join(unechoed(ruling.output.get("next_query")).split())
+        return ruling.label, self.next_query.over(lambda: query, run.context) if ruling.label == "CONTINUE" else query

@@ -20,6 +20,7 @@ import dspy
 from programs.shared.evidence import lenient
 from programs.shared.gates import LabelGate
 from programs.shared.oracle import check_roles
+from programs.shared.steps import Role
 from programs.rag_critic.taxonomy import Taxonomy, load_taxonomy, snap
 from programs.shared.text import APOSTROPHES, jaccard, mentions, normalize
 from retrieval.corpus import Passage
@@ -124,9 +125,10 @@ class ErrorCritic(dspy.Module):
         self.max_chars, self.embedder, self.shortlist, self.max_labels = max_chars, embedder, shortlist, max_labels
         self.judge = dspy.Predict(CheckAnswer)
         self.label = dspy.Predict(PickErrorLabels)
-        self.verdict_gate = LabelGate(self.judge, "judgement", (ERROR, CORRECT), "error", decisions, self.oracle,
-                                      "verdict", parse=verdict_of("judgement"),
-                                      oracle_asks="plan" not in self.oracle)  # the plan oracle reads no labels
+        self.planned = Role("plan", self.oracle)  # the plan oracle reads no labels
+        self.verdict_gate = LabelGate(self.judge, "judgement", (ERROR, CORRECT), kind="error", decisions=decisions,
+                                      roles=self.oracle, role="verdict", parse=verdict_of("judgement"),
+                                      oracle_asks=not self.planned.from_gold)
 
     def forward(self, question: str, passages: list[Passage], prediction: str, reasoning: str = "") -> Critique:
         inputs = {"question": question,
@@ -139,7 +141,7 @@ class ErrorCritic(dspy.Module):
             return Critique(verdict=None, analysis="critic output not parsed")
         critique = Critique(verdict=ruling.label, analysis=(ruling.output.get("analysis") or "").strip(),
                             p_error=ruling.prob, decided=ruling.decided)
-        if not critique.flagged or "plan" in self.oracle:  # Correct, no verdict, or a plan oracle that reads none
+        if not critique.flagged or self.planned.from_gold:  # Correct, no verdict, or a plan oracle that reads none
             return critique
         tax = self.taxonomy
         ask = {"question": question, "prediction": prediction or "(no answer)", "critique": critique}

@@ -17,7 +17,7 @@ import dspy
 from decoding.choice import MCScoring
 from programs.shared.evidence import lenient
 from programs.rag_critic.plan import GenerateAnswer, Plan, Ref, Step
-from programs.shared.oracle import oracle
+from programs.shared.steps import Role, RoleStep
 from programs.shared.text import unechoed
 from programs.shared.writer import Writer
 from retrieval.corpus import Passage, dedup
@@ -52,9 +52,17 @@ class PlanExecutor(dspy.Module):
     def __init__(self, search: Retriever, max_chars: int | None = None, mc: MCScoring | None = None,
                  oracle: frozenset[str] = frozenset()):
         super().__init__()
-        self.search, self.max_chars, self.oracle = search, max_chars, oracle  # roles: query, writer
+        self.search, self.max_chars = search, max_chars
         self.rewrite = dspy.Predict(RewriteForSearch)
         self.decompose = dspy.Predict(DecomposeQuestion)
+        # the query oracle's one query from the documents held stands in for a rewrite and a decomposition
+        self.rewrite_step = RoleStep(self.rewrite, "query", oracle, "queries", given=lambda query: [query],
+                                     read=lambda out: _lines(out.queries)[:MAX_QUERIES],
+                                     demo=lambda queries: {"queries": "\n".join(queries)})
+        self.decompose_step = RoleStep(self.decompose, "query", oracle, "sub_questions", given=lambda query: [query],
+                                       read=lambda out: _lines(out.sub_questions)[:4],
+                                       demo=lambda queries: {"sub_questions": "\n".join(queries)})
+        self.reader = Role("writer", oracle)  # the perfect reader: reads documents as they are, answers as the writer
         self.refine = dspy.Predict(RefineDocument)
         self.generate = dspy.Predict(AnswerWithInstruction)
         self.choice = Writer(use_passages=True, max_chars=max_chars, mc=mc)  # multiple choice: the shared letter writer
@@ -126,21 +134,17 @@ class PlanExecutor(dspy.Module):
 
     def _rewrite_query(self, run: _Run, call) -> list[str]:
         query = self._text(run, call.query)
-        if (gold_query := oracle(self.oracle, "query")) is not None:
-            return [gold_query(run.current)]
-        out = lenient(self.rewrite, query=query, instruction=call.instruction)
-        if out is None:
+        queries = self.rewrite_step({"query": query, "instruction": call.instruction}, run.current).value
+        if queries is None:
             raise StepError("rewrite output not parsed")
-        return _lines(out.queries)[:MAX_QUERIES] or [query]
+        return queries or [query]
 
     def _decompose_query(self, run: _Run, call) -> list[str]:
         query = self._text(run, call.query)
-        if (gold_query := oracle(self.oracle, "query")) is not None:
-            return [gold_query(run.current)]
-        out = lenient(self.decompose, question=query)
-        if out is None:
+        queries = self.decompose_step({"question": query}, run.current).value
+        if queries is None:
             raise StepError("decomposition output not parsed")
-        return _lines(out.sub_questions)[:4] or [query]
+        return queries or [query]
 
     def _refine_doc(self, run: _Run, call) -> str:
         docs = self._lookup(run, call.docs)
@@ -154,7 +158,7 @@ class PlanExecutor(dspy.Module):
         if call.instruction == "delete":
             run.evidence[slot] = None
             return f"deleted {doc.title}"
-        if "writer" in self.oracle:  # refining serves only the writer; the perfect reader reads the document as is
+        if self.reader.from_gold:  # refining serves only the writer; the perfect reader reads the document as is
             return doc.text
         out = lenient(self.refine, query=self._text(run, call.query), document=doc.format(self.max_chars),
                       instruction=REFINE_INSTRUCTIONS[call.instruction])
@@ -172,7 +176,7 @@ class PlanExecutor(dspy.Module):
             docs = dedup([current[p.id] for r in refs for p in self._lookup(run, r) if p.id in current])
         question = self._text(run, call.query)
         run.used = docs = docs[:MAX_DOCS]
-        if run.options or "writer" in self.oracle:  # the writer oracle: the perfect reader (the shared writer's)
+        if run.options or self.reader.from_gold:  # the writer oracle: the perfect reader (the shared writer's)
             return self.choice(question=question, passages=docs, options=run.options).answer
         out = lenient(self.generate, passages=[p.format(self.max_chars) for p in docs], question=question,
                       instruction=self._text(run, call.additional_instruction))

@@ -26,8 +26,9 @@ from decoding.decisions import REST, rest_note
 from programs.rag_critic.error_critic import CORRECT, ERROR, ErrorCritic
 from programs.shared.evidence import lenient
 from programs.rag_critic.executor import PlanExecutor
-from programs.shared.oracle import check_roles, oracle
+from programs.shared.oracle import check_roles
 from programs.rag_critic.plan import GenerateAnswer, Plan, PlanError, Ref, Step, grammar, oracle_plan, parse_plan
+from programs.shared.steps import RoleStep
 from programs.rag_critic.taxonomy import Taxonomy
 from programs.shared.writer import Writer
 from retrieval.corpus import Passage
@@ -42,6 +43,11 @@ def fallback_plan(instruction: str) -> Plan:
     """One GenerateAnswer over the current evidence, told what the critic found."""
     return Plan(steps=[Step(output="answer", call=GenerateAnswer(docs=Ref(name="documents"),
                                                                   additional_instruction=instruction))])
+
+
+def planned(plan: Plan) -> tuple[Plan, str, None, bool]:
+    """An oracle plan as :meth:`RAGCritic.plan` gives a plan: with its text, valid, not cut to the step cap."""
+    return plan, "\n".join(plan.lines()), None, False
 
 
 class RAGCritic(dspy.Module):
@@ -63,6 +69,8 @@ class RAGCritic(dspy.Module):
         self.critic = ErrorCritic(taxonomy, max_chars, embedder=getattr(search, "embedder", None),
                                   decisions=decisions, oracle=self.oracle & {"verdict", "plan"})
         self.planner = dspy.Predict(PlanCorrection)
+        self.plan_step = RoleStep(self.planner, "plan", self.oracle, "plan", demo=lambda plan: {"plan": plan[1]},
+                                  given=lambda query: planned(oracle_plan(query, k)))
         self.executor = PlanExecutor(search, max_chars, mc, oracle=self.oracle & {"query", "writer"})
 
     def forward(self, question: str, options: dict[str, str] | None = None,
@@ -119,17 +127,18 @@ class RAGCritic(dspy.Module):
 
     def plan(self, question: str, passages: list[Passage], answer: str, critique
              ) -> tuple[Plan | None, str, str | None, bool]:
-        """(plan or None, the planner's text, why it was rejected or None, whether it was cut to the step cap)."""
-        if (gold_plan := oracle(self.oracle, "plan")) is not None:
-            plan = oracle_plan(gold_plan(passages), self.k)
-            return plan, "\n".join(plan.lines()), None, False
+        """(plan or None, the planner's text, why it was rejected or None, whether it was cut to the step cap); the
+        plan oracle's correction of the ``passages`` held."""
         flagged = critique.tier1 or list(ERROR_ACTIONS)
-        out = lenient(self.planner, question=question,
-                      passages=[f"[{i}] {p.format(self.max_chars)}" for i, p in enumerate(passages)],
-                      prediction=answer, critique=critique.text(),
-                      suggested_actions=[f"{t}: {ERROR_ACTIONS[t]}" for t in flagged if t in ERROR_ACTIONS],
-                      functions=FUNCTIONS, example=PLAN_EXAMPLE,
-                      config=self.plan_config())
+        inputs = {"question": question, "prediction": answer, "critique": critique.text(),
+                  "passages": [f"[{i}] {p.format(self.max_chars)}" for i, p in enumerate(passages)],
+                  "suggested_actions": [f"{t}: {ERROR_ACTIONS[t]}" for t in flagged if t in ERROR_ACTIONS],
+                  "functions": FUNCTIONS, "example": PLAN_EXAMPLE}
+        return self.plan_step(inputs, passages, ask=lambda: self.ask_plan(inputs)).value
+
+    def ask_plan(self, inputs: dict) -> tuple[Plan | None, str, str | None, bool]:
+        """The planner's plan, as :meth:`plan` returns it."""
+        out = lenient(self.planner, **inputs, config=self.plan_config())
         if out is None:
             return None, "", "planner output not parsed", False
         try:

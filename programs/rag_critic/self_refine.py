@@ -21,6 +21,7 @@ from programs.rag_critic.error_critic import CORRECT, ERROR, verdict_of
 from programs.shared.evidence import lenient
 from programs.shared.gates import LabelGate
 from programs.shared.oracle import check_roles
+from programs.shared.steps import Role
 from programs.shared.writer import Writer
 from retrieval.retriever import Retriever
 from signatures.revise import GiveFeedback, ReviseAnswer
@@ -39,9 +40,10 @@ class SelfRefine(dspy.Module):
         self.writer = Writer(use_passages=True, reasoning=True, max_chars=max_chars, mc=mc)  # rag_critic's draft
         self.feedback = dspy.Predict(GiveFeedback)
         self.revise = dspy.Predict(ReviseAnswer)
-        self.stop_gate = LabelGate(self.feedback, "verdict", (CORRECT, ERROR), "correct", decisions, self.oracle,
-                                   "verdict", parse=verdict_of("verdict"),
-                                   oracle_asks="writer" not in self.oracle)  # a perfect reader needs no feedback
+        self.reader = Role("writer", self.oracle)  # a perfect reader needs no feedback
+        self.stop_gate = LabelGate(self.feedback, "verdict", (CORRECT, ERROR), kind="correct", decisions=decisions,
+                                   roles=self.oracle, role="verdict", parse=verdict_of("verdict"),
+                                   oracle_asks=not self.reader.from_gold)
 
     def resting(self) -> str | None:
         """What Self-Refine runs as while its stop gate decides whatever the probability (see
@@ -64,7 +66,7 @@ class SelfRefine(dspy.Module):
             fb, verdict = ruling.output, ruling.label
             rounds.append({"answer_in": answer, "verdict": verdict, "feedback": fb.get("feedback") if fb else None,
                            **ruling.trace("p_correct")})
-            if "writer" in self.oracle and verdict == ERROR:  # the perfect reader revises to what it drafted
+            if self.reader.from_gold and verdict == ERROR:  # the perfect reader revises to what it drafted
                 rounds[-1]["revised"] = answer
                 stop = "unchanged"
                 break

@@ -29,7 +29,8 @@ from decoding.choice import MCScoring
 from decoding.decisions import rest_note
 from programs.shared.evidence import EvidenceWriter, lenient, search_excluding
 from programs.shared.gates import LabelGate
-from programs.shared.oracle import check_roles, oracle as oracle_labels, taught
+from programs.shared.oracle import check_roles
+from programs.shared.steps import Role, RoleStep
 from programs.shared.text import clip, content_words, mentions, normalize, repeats, sentences, words
 from retrieval.corpus import Passage, dedup
 from retrieval.retriever import Retriever
@@ -227,6 +228,11 @@ def _clean(items) -> tuple[str, ...]:
     return tuple(dict.fromkeys(s for s in (str(i).strip() for i in items or ()) if s))
 
 
+def gap_demo(gap: Gap) -> dict | None:
+    """The gap oracle's answer as the gap specification's output (None for an empty gap: it specifies nothing)."""
+    return {"missing_entities": list(gap.entities), "missing_relations": []} if gap.entities else None
+
+
 @dataclass
 class _Run:
     """One question's bookkeeping: the ledger, queries issued, titles seen, and what the trace reports."""
@@ -255,17 +261,32 @@ class _Run:
 
 
 class SEAL(dspy.Module):
-    """SEAL-RAG with retrieval depth ``k`` and at most ``loops`` repairs (``loops=0``: one pass, no repair).
+    """SEAL-RAG: search at fixed depth, extract verified facts, assess sufficiency, repair the gap with one
+    micro-query per loop. ``lang`` (the question's language, passed by multilingual datasets) asks the writer for
+    the answer in it, as ``rag`` does.
 
-    ``ledger_to_writer`` also shows the final writer the verified facts (off by default, so the writer sees what
-    every baseline's writer sees: the final k passages; then passages that only the writer would read are not
-    extracted, and ``loops=0`` is exactly ``rag_cited``). ``lang`` (the question's language, passed by
-    multilingual datasets) asks the writer for the answer in it, as ``rag`` does."""
+    Args:
+        search: the retriever.
+        k: passages per search, and the fixed number held.
+        loops: gap repairs at most (0: one pass, no repair).
+        max_chars: each passage shown to the LM cut after this many characters (None: whole).
+        max_triples: facts kept per passage read.
+        max_facts: facts shown to the assessment, gap and (``ledger_to_writer``) the writer.
+        min_coverage, min_answerability: the assessment's criteria (:func:`failed_criteria`).
+        stuck_jaccard: a query this close (content-word Jaccard) to an earlier one is stuck: a pivot replaces it.
+        max_query_words: a micro-query's words at most.
+        ledger_to_writer: also show the final writer the verified facts (off: the writer sees what every
+            baseline's writer sees, the final k passages; passages only the writer would read are not extracted,
+            and ``loops=0`` is exactly ``rag_cited``).
+        decisions: how the sufficiency gate is asked (``--decisions``).
+        oracle: the oracle roles (``--oracle``; see the module).
+        mc: how the writer picks multiple-choice letters.
+    """
 
     ROLES = {"extract": "critic", "assess": "critic", "gap": "planner", "micro_query": "planner"}
     ORACLE_ROLES = ("relevance", "sufficiency", "gap", "query", "writer")
 
-    def __init__(self, search: Retriever, k: int = 3, loops: int = 3, max_chars: int | None = None,
+    def __init__(self, search: Retriever, *, k: int = 3, loops: int = 3, max_chars: int | None = None,
                  max_triples: int = 10, max_facts: int = 30, min_coverage: float = 0.75, min_answerability: float = 0.7,
                  stuck_jaccard: float = 0.7, max_query_words: int = 12, ledger_to_writer: bool = False,
                  decisions: str = "generate", oracle: str = "", mc: MCScoring | None = None):
@@ -277,10 +298,15 @@ class SEAL(dspy.Module):
         self.stuck_jaccard, self.max_query_words = stuck_jaccard, max_query_words
         self.extract = dspy.Predict(ExtractFacts)
         self.assess = dspy.Predict(AssessSufficiency)
-        self.assess_gate = LabelGate(self.assess, "sufficient", ("True", "False"), "set", decisions, self.oracle,
-                                     "sufficiency", rests=False)
+        self.assess_gate = LabelGate(self.assess, "sufficient", ("True", "False"), kind="set", decisions=decisions,
+                                     roles=self.oracle, role="sufficiency", rests=False)
         self.gap = dspy.Predict(SpecifyGap)
+        self.gap_step = RoleStep(self.gap, "gap", self.oracle, given=Gap, demo=gap_demo,
+                                 read=lambda out: Gap(_clean(out.missing_entities), _clean(out.missing_relations)))
         self.micro_query = dspy.Predict(WriteMicroQuery)
+        self.query_step = RoleStep(self.micro_query, "query", self.oracle,
+                                   demo=lambda query: {"query": clip(query, max_query_words)})
+        self.relevance = Role("relevance", self.oracle)  # the relevance oracle reads no facts: it ranks
         self.ledger_to_writer = ledger_to_writer
         self.writer = EvidenceWriter(max_chars, facts=ledger_to_writer, mc=mc)
 
@@ -312,18 +338,16 @@ class SEAL(dspy.Module):
                 if not self.assess_gate.from_gold and self._sufficient(question, facts, evidence, run):  # Assess
                     stop = "sufficient"
                     break
-                gap = self._gap(question, facts, evidence, run)                # gap specification
-            elif "gap" in self.oracle:  # the held passages changed, the oracle's gap with them
-                gap = self._gap(question, facts, evidence, run)
-            query = self._micro_query(question, gap, run, propose=fresh, held=evidence)
+            gap = self._gap(question, facts, evidence, run, fresh, gap)         # gap specification
+            query = self._micro_query(question, gap, run, fresh, evidence)
             if query is None:
                 stop = "stuck"
                 break
             run.queries.append(query)                                           # exactly one micro-query
             held, hits = {p.id for p in evidence}, self._search(query, run)
             self._extract(question, hits, run)                                  # verify the hits' facts first
-            if (gold := oracle_labels(self.oracle, "relevance")) is not None:  # gold passages fill the gap
-                evidence = gold_first_rank(evidence, hits, gold, self.k)
+            if self.relevance.from_gold:  # gold passages fill the gap
+                evidence = gold_first_rank(evidence, hits, self.relevance.gold, self.k)
             else:
                 evidence = entity_first_rank(evidence, hits, run.ledger.by_passage, run.ledger.linked(question),
                                              gap, self.k)                       # replace, don't grow
@@ -345,7 +369,7 @@ class SEAL(dspy.Module):
         return hits
 
     def _extract(self, question: str, evidence: list[Passage], run: _Run) -> None:
-        if "relevance" in self.oracle:  # the relevance oracle ranks: no facts are read
+        if self.relevance.from_gold:
             return
         for p in evidence:
             if p.id in run.ledger.read:
@@ -377,34 +401,26 @@ class SEAL(dspy.Module):
                                | ({"p_sufficient": ruling.prob} if ruling.prob is not None else {}))
         return not failed
 
-    def _gap(self, question: str, facts: list[str], evidence: list[Passage], run: _Run) -> Gap:
-        if (missing := oracle_labels(self.oracle, "gap")) is not None:  # the gold titles not held
-            gap = Gap(missing(evidence))
-            if gap.entities:  # an empty gap specifies nothing: no demo of one
-                taught(self.gap, {"question": question, "facts": list(facts), "blocked": run.blocked()},
-                       missing_entities=list(gap.entities), missing_relations=[])
-        else:
-            out = lenient(self.gap, question=question, facts=facts, blocked=run.blocked())
-            run.parse_failures += out is None
-            gap = Gap(_clean(out.missing_entities), _clean(out.missing_relations)) if out else Gap()
+    def _gap(self, question: str, facts: list[str], evidence: list[Passage], run: _Run, fresh: bool,
+             gap: Gap) -> Gap:
+        """The gap of ``facts`` (the gap oracle's: the gold titles the ``evidence`` held lacks); ``gap`` as it was
+        when the facts did not change (``fresh``), unless the oracle's, which reads the held passages."""
+        reply = self.gap_step({"question": question, "facts": list(facts), "blocked": run.blocked()}, evidence, fresh)
+        if reply is None:
+            return gap
+        run.parse_failures += reply.failures
+        gap = reply.value or Gap()
         run.gaps.append({"entities": list(gap.entities), "relations": list(gap.relations)})
         return gap
 
-    def _micro_query(self, question: str, gap: Gap, run: _Run, propose: bool, held: list[Passage]) -> str | None:
-        """This loop's one query: the LM's proposal (the query oracle's from the ``held`` passages), cut to
-        ``max_query_words``; when it is empty or repeats an earlier query (stuck), the first pivot that does not.
-        None when every option is stuck."""
-        proposals = []
-        if (gold_query := oracle_labels(self.oracle, "query")) is not None:
-            proposals.append(gold_query(held))
-            taught(self.micro_query, {"question": question, "missing_entities": list(gap.entities),
-                                      "missing_relations": list(gap.relations), "blocked": run.blocked()},
-                   query=clip(proposals[0], self.max_query_words))
-        elif propose:
-            out = lenient(self.micro_query, question=question, missing_entities=list(gap.entities),
-                          missing_relations=list(gap.relations), blocked=run.blocked())
-            run.parse_failures += out is None
-            proposals += [out.query] if out else []
+    def _micro_query(self, question: str, gap: Gap, run: _Run, fresh: bool, held: list[Passage]) -> str | None:
+        """This loop's one query: the LM's proposal when the facts changed (``fresh``; the query oracle's from the
+        ``held`` passages at every loop), cut to ``max_query_words``; when there is none or it is empty or repeats an
+        earlier query (stuck), the first pivot that does not. None when every option is stuck."""
+        reply = self.query_step({"question": question, "missing_entities": list(gap.entities),
+                                 "missing_relations": list(gap.relations), "blocked": run.blocked()}, held, fresh)
+        run.parse_failures += reply.failures if reply else 0
+        proposals = [reply.value] if reply and reply.value is not None else []
         options = proposals + pivots(gap, run.ledger.linked(question), run.seen_titles, question)
         for i, option in enumerate(options):
             query = clip(option, self.max_query_words)

@@ -1,11 +1,12 @@
 """Gates that own a decision: how it is asked (``--decisions``), its fitted thresholds, its oracle answer, its rest
 state and its trace entry. A method calls its gate and reads the :class:`Ruling`; it never looks at the mode.
 
-- :class:`Asking` is the mode: the written label parsed (``generate``), the label probability read from token
-  logprobs (``logprob``), and for a decision about one passage the probability fused with the retriever's score
-  (``fused``). It is the one place that knows the modes.
+- :class:`Decisions` is how a program's decisions are asked (``--decisions``), by its ``mode``: the written label
+  parsed (``generate``), the label probability read from token logprobs (``logprob``), and for a decision about one
+  passage the probability fused with the retriever's score (``fused``). It is the one place that knows the modes;
+  a gate's ``reading`` is which of its paths (``written``, ``scored``, ``fused``) the mode takes.
 - :class:`DecisionGate` is a :class:`~decoding.decisions.Gate` (thresholds and weights, fitted on dev by
-  ``optimizers.calibration``, saved with the program) that also knows its asking and its oracle role.
+  ``optimizers.calibration``, saved with the program) that also knows its :class:`Decisions` and its oracle role.
 - :class:`LabelGate` is the two-label decision on one output field (a sufficiency verdict, a stop, an error
   verdict).
 
@@ -24,14 +25,15 @@ import mlflow
 from decoding.constrained import constrained_config
 from decoding.decisions import (AT_REST, ONE_CLASS, PARSE_ERRORS, REST, Gate, check_mode, decide, record,
                                 written_label)
-from programs.shared.oracle import oracle as oracle_labels, taught
+from programs.shared.oracle import labelling, taught
 
 #: The span type of a gate's decision in a trace (MLflow takes a type of one's own beside its ``SpanType``s).
 GATE_SPAN = "GATE"
 
 
-class Asking:
-    """How a program's decisions are asked: ``generate``, ``logprob`` or ``fused`` (``decoding.decisions.MODES``).
+class Decisions:
+    """How a program's decisions are asked (``--decisions``), by ``mode``: ``generate``, ``logprob`` or ``fused``
+    (``decoding.decisions.MODES``).
     A scored decision goes through :func:`decoding.decisions.decide` (a one-label one through its adapter,
     ``LabelAdapter``)."""
 
@@ -76,21 +78,21 @@ class Asking:
 
 
 class DecisionGate(Gate):
-    """A :class:`~decoding.decisions.Gate` asked as ``mode`` (a mode name or its :class:`Asking`) says, answered by
-    the gold labels of its oracle ``role`` when that role is among the program's oracle ``roles``. A subclass
-    asks through :meth:`asked`, which picks its ``written``, ``scored`` or ``fused`` reading by the mode."""
+    """A :class:`~decoding.decisions.Gate` asked as ``decisions`` (a mode name or its :class:`Decisions`) says,
+    answered by the gold labels of its oracle ``role`` when that role is among the program's oracle ``roles``. A
+    subclass asks through :meth:`asked`, which picks its ``written``, ``scored`` or ``fused`` reading by the mode."""
 
-    def __init__(self, kind: str, mode: str | Asking = "generate", roles: frozenset[str] = frozenset(),
+    def __init__(self, kind: str, decisions: str | Decisions = "generate", roles: frozenset[str] = frozenset(),
                  role: str | None = None, **thresholds: float):
         super().__init__(kind, **thresholds)
-        self.asking = mode if isinstance(mode, Asking) else Asking(mode)
+        self.decisions = decisions if isinstance(decisions, Decisions) else Decisions(decisions)
         self.roles, self.role = frozenset(roles), role
 
     @property
     def reading(self) -> str:
         """The reading the mode asks for (a subclass without a ``fused`` reading reads it as ``scored``)."""
-        return "fused" if self.asking.fuses and hasattr(self, "fused") else \
-            "scored" if self.asking.scored else "written"
+        return "fused" if self.decisions.fuses and hasattr(self, "fused") else \
+            "scored" if self.decisions.scored else "written"
 
     def asked(self, *args, **kwargs):
         """The decision read as the mode says, in a :meth:`span` whose outputs are what the reading returned."""
@@ -108,7 +110,7 @@ class DecisionGate(Gate):
         if mlflow.get_current_active_span() is None:
             yield None
             return
-        asked = {"asked": "oracle"} if self.from_gold else {"asked": self.asking.mode, "reading": self.reading}
+        asked = {"asked": "oracle"} if self.from_gold else {"asked": self.decisions.mode, "reading": self.reading}
         with mlflow.start_span(name, span_type=GATE_SPAN, attributes={
                 **asked, "kind": self.kind, **self.thresholds, "at_rest": self.at_rest}) as span:
             yield span
@@ -120,8 +122,8 @@ class DecisionGate(Gate):
 
     def gold(self, *about) -> bool | None:
         """The oracle's answer about ``about`` (the passages held, the answer judged), None without the oracle."""
-        labelling = oracle_labels(self.roles, self.role) if self.role else None
-        return None if labelling is None else bool(labelling(*about))
+        label = labelling(self.roles, self.role) if self.role else None
+        return None if label is None else bool(label(*about))
 
 
 def sorted_passages(span, passages: Sequence, kept: set[str]) -> None:
@@ -165,24 +167,32 @@ class Ruling(NamedTuple):
 class LabelGate(DecisionGate):
     """A decision between ``labels`` (the first one positive) on output field ``field`` of ``predictor``.
 
-    Asked as written, the reply is read by ``parse(output, label=None)`` (default: the label the field starts
-    with); a ``parse`` given may also refuse a label whose other fields are unusable. Asked as scored, the
-    probability of ``labels[0]`` is read from logprobs and decided against ``threshold``; without logprobs a
-    custom ``parse`` reads the written reply, else the written label counts as probability 1. Every probability
-    read is recorded for calibration (:func:`decoding.decisions.record`). ``tries``: attempts of the written
-    path (later ones sample anew), and with more than one an unreadable scored reply is asked again as written.
-    ``grammar``: output field -> GBNF rule, the reply decoded under it where the endpoint supports it.
+    Asked as written, the reply is read by ``parse``; asked as scored, the probability of ``labels[0]`` is read
+    from logprobs and decided against ``threshold`` (without logprobs a custom ``parse`` reads the written reply,
+    else the written label counts as probability 1). Every probability read is recorded for calibration
+    (:func:`decoding.decisions.record`). At rest (a fit that decides every probability
+    :data:`~decoding.decisions.AT_REST`) the gate answers that label without a call. The oracle's "act no further"
+    is the at-rest label without a call; its other answer overrides the label read.
 
-    At rest (a fit that decides every probability :data:`~decoding.decisions.AT_REST`) the gate answers that
-    label without a call, unless ``rests=False`` (the method reads other fields of the reply). The oracle's
-    "act no further" is the at-rest label without a call; its other answer asks the LM too when ``oracle_asks``
-    (for the reply's other fields) and overrides the label read."""
+    Args:
+        kind: what the decision is about, as calibration labels it (``decoding.decisions.KINDS``).
+        decisions: how it is asked (``--decisions``: a mode name or its :class:`Decisions`).
+        roles, role: the program's oracle roles, and the one that answers this decision from gold.
+        parse: ``parse(output, label=None)`` reads a written reply (default: the label the field starts with); it
+            may refuse a label whose other fields are unusable.
+        tries: attempts of the written path (later ones sample anew); with more than one, an unreadable scored
+            reply is asked again as written.
+        rests: answer the at-rest label without a call (False: the method reads other fields of the reply).
+        oracle_asks: the oracle's other answer asks the LM too, for the reply's other fields.
+        grammar: output field -> GBNF rule, the reply decoded under it where the endpoint supports it.
+        threshold: the probability of ``labels[0]`` that decides it, until a fit on dev replaces it.
+    """
 
-    def __init__(self, predictor: dspy.Predict, field: str, labels: tuple[str, str], kind: str,
-                 mode: str | Asking = "generate", roles: frozenset[str] = frozenset(), role: str | None = None,
+    def __init__(self, predictor: dspy.Predict, field: str, labels: tuple[str, str], *, kind: str,
+                 decisions: str | Decisions = "generate", roles: frozenset[str] = frozenset(), role: str | None = None,
                  parse: Callable | None = None, tries: int = 1, rests: bool = True, oracle_asks: bool = False,
                  grammar: dict[str, str] | None = None, threshold: float = 0.5):
-        super().__init__(kind, mode, roles, role, threshold=threshold)
+        super().__init__(kind, decisions, roles, role, threshold=threshold)
         self.predictor, self.field, self.labels, self.grammar = predictor, field, tuple(labels), grammar
         self.parse, self.tries, self.rests, self.oracle_asks = parse, tries, rests, oracle_asks
 

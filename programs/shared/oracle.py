@@ -28,7 +28,7 @@ what a writer reads (cross_rag's passage translation, RAG-Critic's RefineDoc, Se
 to ``writer``. Under ``all`` no registered program with oracle roles makes an LM call.
 
 The labels never travel in a program's inputs: the evaluation sets them around each question's call
-(:func:`gold_labels`), and a program built with oracle roles reads one role's labels with :func:`oracle`, only for
+(:func:`gold_labels`), and a program built with oracle roles reads one role's labels with :func:`labelling`, only for
 the roles it was built with. ``gap`` reaches a prompt by design: its titles are the gap a micro-query is written
 from, so it tests the repair that follows a perfect gap specification.
 
@@ -254,7 +254,7 @@ def gold_labels(gold: Gold):
         _GOLD.reset(token)
 
 
-def oracle(roles: frozenset[str], role: str) -> Callable | None:
+def labelling(roles: frozenset[str], role: str) -> Callable | None:
     """The gold labelling of ``role`` for the question being answered when ``role`` is among the program's oracle
     ``roles``, else None (the program decides as usual). A question without that label is an error (the example
     fails): a gold label is never guessed. Each call of the labelling is metered (``runtime.metering``) as one

@@ -8,7 +8,7 @@ from contextvars import ContextVar
 import dspy
 
 from decoding.choice import TOP_LOGPROBS, MCScoring, letter_logprobs, normalized, warn_no_logprobs
-from programs.shared.oracle import oracle, taught
+from programs.shared.oracle import labelling, taught
 from programs.shared.text import IDK, mentions, normalize
 from retrieval.corpus import Passage
 from runtime.language import language_name
@@ -125,7 +125,7 @@ class Writer(dspy.Module):
     def perfect_reader(self):
         """The writer oracle's answer (``Gold.writer``) when ``writer`` is among this writer's oracle roles, else
         None."""
-        return oracle(self.oracle, "writer")
+        return labelling(self.oracle, "writer")
 
     def choose(self, question: str, context: list[str], options: dict[str, str]) -> dspy.Prediction:
         """The option letter: parsed from the reply, or the most probable letter at the answer's first token."""
