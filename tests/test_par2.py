@@ -107,10 +107,14 @@ def test_a_negated_decision_is_the_other_one(text, decision):
     ("STOP or CONTINUE: STOP", "STOP"), ("[[ ## decision ## ]]\ncontinue", "CONTINUE"),
     ("We must continue", "CONTINUE"), ("Not enough evidence, continue", "CONTINUE"),
     ("I cannot stop yet", "CONTINUE"), ("The evidence is not sufficient so continue", "CONTINUE"),
-    ("Continue? Yes.", "CONTINUE")])
+    ("Continue? Yes.", "CONTINUE"), ("Unable to continue", "STOP"), ("I am unable to continue.", "STOP"),
+    ("It is impossible to continue", "STOP"), ("It is unnecessary to continue", "STOP"),
+    ("Needless to continue: STOP", "STOP"), ("It is pointless to continue", "STOP"), ("I refuse to continue", "STOP"),
+    ("Unable to stop yet", "CONTINUE"), ("Not unable to continue", "CONTINUE")])
 def test_the_controller_reads_what_a_phrasing_means(text, decision):
     """Issue 61 item 9: negations a word or more away, without an apostrophe, in "cannot", answered after a
-    question mark; echoed headers and the echoed choice are not a decision; another clause's "not" is not."""
+    question mark; echoed headers and the echoed choice are not a decision; another clause's "not" is not. Issue 75
+    item 9: "Unable to continue" and its relatives (impossible, unnecessary, needless, pointless, refuse) stop."""
     assert esc_decision(text) == decision
 
 
