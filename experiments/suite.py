@@ -52,7 +52,7 @@ SUITES: dict[str, tuple[Entry, ...]] = {
                         "coral_select"), ("blend", "click")),
         Entry("par2", ("direct", "cot", "rag", "rag_cot", "react", "ircot", "par2_anchor", "par2_chain"),
               ("musique", "2wiki")),
-        Entry("rag_critic", ("rag_cot", "rag", "self_refine", "flare", "metarag"), ("hotpotqa", "2wiki")),
+        Entry("rag_critic", ("rag_cot", "rag", "self_rag", "self_refine", "flare", "metarag"), ("hotpotqa", "2wiki")),
         Entry("coral", ("direct", "rag"), ("xrag_multi_open:all",)),
     ),
     "seal-grid": (Entry("seal", ("self_rag", "crag", "rag_cited"), ("hotpotqa",),
