@@ -31,8 +31,6 @@ class ReplanSearch(dspy.Signature):
     available: list[str] = dspy.InputField(desc="'code: language' of each corpus, in no particular order "
                                                  "(some list each corpus's best-matching passage title and score)")
     corpora: Items[32] = dspy.OutputField(desc="corpus codes for the next search")
-    dropped_because: Text[32] = dspy.OutputField(desc="only if the corpus in the question's language is not among "
-                                                       "your corpora: why its documents were off-topic; else none")
     query: Text[32] = dspy.OutputField(desc="the new search query")
 
 
@@ -48,8 +46,6 @@ class ReselectCorpora(dspy.Signature):
     available: list[str] = dspy.InputField(desc="'code: language' of each corpus, in no particular order "
                                                  "(some list each corpus's best-matching passage title and score)")
     corpora: Items[32] = dspy.OutputField(desc="corpus codes for the next search")
-    dropped_because: Text[32] = dspy.OutputField(desc="only if the corpus in the question's language is not among "
-                                                       "your corpora: why its documents were off-topic; else none")
 
 
 class RewriteQuery(dspy.Signature):

@@ -2,8 +2,8 @@
 
 Each round: (1) the planner picks at most ``max_corpora`` language corpora (the paper's planner prompt: always the
 corpus in the question's language, plus those of a culture or region the question is about; a first plan without it
-gets it, and a re-plan drops it only with a stated reason, each addition traced in ``own_added``), (2) top-``k`` per
-chosen corpus, (3) the critic rates
+gets it, traced in ``own_added``; the re-planners' prompts keep it unless the reason shows it off-topic), (2)
+top-``k`` per chosen corpus, (3) the critic rates
 every new candidate 0-5 on relevance, usefulness, clarity/specificity and compatibility and the keep gate keeps
 some (``programs.coral.critics``); kept documents accumulate over rounds, (4) the sufficiency gate decides whether
 the kept documents suffice, (5) if not, the planner gets the original question, the previous query and corpora and
@@ -40,7 +40,7 @@ from programs.coral.critics import BatchCritic, EachCritic, KeepGate, Rated
 from programs.coral.mrag import DEFAULT_LANG, SCOPES, answer_writer, corpus_of, language_label, scope_corpora, with_options
 from programs.shared.gates import Asking, LabelGate, Ruling
 from programs.shared.oracle import check_roles, oracle as oracle_labels, own_language, taught
-from programs.shared.text import content_words, unechoed
+from programs.shared.text import unechoed
 from retrieval.corpus import Passage, dedup
 from retrieval.retriever import Retriever
 from runtime.language import LANGUAGE_NAMES
@@ -75,12 +75,6 @@ def query_key(query: str) -> tuple[str, ...]:
     """A query's words, lower-cased, without quotes, each once in first-seen order: a query that only adds
     quotes or repeats itself ("seaweed soup seaweed soup") asks for the same thing."""
     return tuple(dict.fromkeys(query.lower().translate(str.maketrans("", "", QUOTES)).split()))
-
-
-def stated(reason: str | None) -> bool:
-    """Whether the re-planner stated a reason (not left empty, "none" or "n/a")."""
-    text = unechoed(reason or "").strip(" .").lower()
-    return bool(content_words(text)) and text not in {"none", "n/a", "na", "no", "nothing"}
 
 
 def same_plan(corpora: list[str], query: str, previous_corpora: list[str], previous_query: str) -> bool:
@@ -139,7 +133,7 @@ class Trace:
     critic_missing: int = 0  # candidates a usable batch left out (scored one by one)
     parse_failures: int = 0  # planner / per-document critic / sufficiency outputs that could not be parsed
     planner_fallbacks: int = 0  # planner outputs with no valid corpus name (see ``select`` / ``replan``)
-    own_added: list[str] = field(default_factory=list)  # plans the question's language corpus was put back in, why
+    own_added: list[str] = field(default_factory=list)  # plans the question's language corpus was added to, why
     unrated: int = 0  # candidates kept or dropped by the fused keep gate without a critic call (``KeepGate.rate``)
     sure_sufficiency: int = 0  # "enough" verdicts of a sufficiency gate at rest, without a call (``check``)
     calls: Counter = field(default_factory=Counter)
@@ -366,8 +360,6 @@ class CORAL(dspy.Module):
                 if not new_corpora:  # no valid name: the corpora stay as they were (only the query may change)
                     trace.planner_fallbacks += 1
                     new_corpora = corpora
-                elif not stated(out.get("dropped_because")):  # the paper's re-planner: dropped only for a reason
-                    new_corpora = self.with_own(new_corpora, trace, "re-plan dropped it without a stated reason")
             if not same_plan(new_corpora, new_query or query, corpora, query):
                 return new_query or query, new_corpora
             if attempt == 0:
