@@ -1,7 +1,8 @@
 """XRAG scoring as the paper scores: the answer must be in the question's language (language ID by ``lingua``), a
 panel of LLM judges decides correctness by majority vote, and accuracy = judge AND language. By default the panel is
-both local LMs (``experiments.sessions.judge_panel``); with two judges the majority is their agreement, a split
-counts as wrong and is counted (``panel/split`` in the summary). The one verdict taken without a judge is a normalized
+the local LMs but the generator's own (``experiments.sessions.judge_panel``: a judge never judges its own answers).
+A tie (two judges that disagree) is no verdict: the answer is recorded as split (``panel/split`` in the summary,
+its judge and accuracy not scored), reported beside the accuracy, never folded into wrong. The one verdict taken without a judge is a normalized
 exact match (:func:`exact`); an abstention ("I don't know", empty) is wrong without one (``evaluation.metrics.Judge``).
 Script-independent string metrics (EM/F1 against the gold span, character 3-gram recall as in BERGEN) need no judge.
 
@@ -65,29 +66,57 @@ def exact(example, answer: str) -> bool:
     return bool(EM(without_punctuation(answer), [without_punctuation(g) for g in example.answers]))
 
 
+class SplitVerdict(UnreadableVerdict):
+    """The judges' votes tie: the panel gives no verdict, and the answer is not scored (counted as ``split``)."""
+
+
 def majority(votes: list[bool | None], what: str) -> bool:
-    """Whether most ``votes`` say yes (a tie says no), where None is a judge whose reply could not be read: decided
-    when the unread votes could not change it, else :class:`UnreadableVerdict`."""
-    yes, unread = votes.count(True), votes.count(None)
-    if yes * 2 > len(votes) or (yes + unread) * 2 <= len(votes):
-        return yes * 2 > len(votes)
-    raise UnreadableVerdict(f"{unread} of {len(votes)} judges gave no readable {what}, and their votes decide it")
+    """Whether most ``votes`` say yes, where None is a judge whose reply could not be read: decided when the unread
+    votes could not change it; a tie is :class:`SplitVerdict`, an undecided vote :class:`UnreadableVerdict`."""
+    yes, unread, n = votes.count(True), votes.count(None), len(votes)
+    if yes * 2 > n or (yes + unread) * 2 < n:
+        return yes * 2 > n
+    if not unread:
+        raise SplitVerdict(f"the {n} judges split {yes} to {n - yes} on the {what}: no majority")
+    raise UnreadableVerdict(f"{unread} of {n} judges gave no readable {what}, and their votes decide it")
 
 
-def split(votes: list[bool | None]) -> bool:
-    """Whether the judges whose votes could be read disagree."""
-    return len({v for v in votes if v is not None}) > 1
+def panel_path(votes: list[bool | None]) -> str:
+    """How the judges whose votes could be read decided: ``agreed``, ``majority`` (they disagree, most of them
+    decide) or ``split`` (a tie: no verdict)."""
+    read_votes = [v for v in votes if v is not None]
+    if len(set(read_votes)) < 2:
+        return "agreed"
+    return "split" if read_votes.count(True) * 2 == len(votes) else "majority"
+
+
+def _decide(votes: list[bool | None], what: str, field: str, notes: dict) -> tuple[bool | SplitVerdict, dict]:
+    """The panel's (verdict, notes) on ``votes``: a tie's verdict is its :class:`SplitVerdict` (memoised, raised
+    at each ask)."""
+    notes = notes | {field: panel_path(votes)}
+    try:
+        return majority(votes, what), notes
+    except SplitVerdict as tie:
+        return tie, notes
+
+
+def _given(ok: bool | SplitVerdict, notes: dict) -> bool:
+    """``ok`` with its ``notes`` noted (``evaluation.metrics.note``); a tie noted, then raised: no score."""
+    note(**notes)
+    if isinstance(ok, SplitVerdict):
+        raise ok
+    return ok
 
 
 class JudgePanel:
-    """1-3 LLM judges (question-aware :class:`Judge`), majority vote (:func:`majority`): a tie counts as wrong, and
-    a judge whose reply could not be read counts only where the others' votes do not decide. Without a judge call:
-    a normalized exact match (:func:`exact`) is right, an abstention wrong. Noted in the answer's record
-    (``evaluation.metrics.note``): what decided (``verdict_by``: ``exact``, ``abstained`` or ``judges``) and, where
-    the judges voted, whether they disagreed (``panel``: ``agreed`` or ``split``). The verdict of each (example,
+    """1-3 LLM judges (question-aware :class:`Judge`), majority vote (:func:`majority`): a tie is no verdict (the
+    metric is not scored), and a judge whose reply could not be read counts only where the others' votes do not
+    decide. Without a judge call: a normalized exact match (:func:`exact`) is right, an abstention wrong. Noted in
+    the answer's record (``evaluation.metrics.note``): what decided (``verdict_by``: ``exact``, ``abstained`` or
+    ``judges``) and, where the judges voted, how (``panel``: :func:`panel_path`). The verdict of each (example,
     answer) is memoised, so ``judge`` and ``accuracy`` cost one panel call. The response language (:meth:`language`)
     is lingua's verdict where it has one, else the panel's majority (``language_by``: ``lingua`` or ``judges``;
-    ``language_panel``: ``agreed`` or ``split``)."""
+    ``language_panel``: :func:`panel_path`)."""
 
     def __init__(self, lms: list):
         if not 1 <= len(lms) <= 3:
@@ -112,11 +141,10 @@ class JudgePanel:
                 votes = [_vote(read, r, language=language_name(lang), question=example.question, answer=answer)
                          for r in self.readers]
                 votes = [None if v is None else bool(v.in_language) for v in votes]
-                ok = majority(votes, "language")
-                notes = {"language_by": "judges", "language_panel": "split" if split(votes) else "agreed"}
+                ok, notes = _decide(votes, "language", "language_panel", {"language_by": "judges"})
             with self._lock:
                 self._memo[key] = ok, notes
-        note(**notes)
+        ok = _given(ok, notes)
         return ok if trace is not None else float(ok)
 
     def verdict(self, example, pred) -> bool:
@@ -131,12 +159,10 @@ class JudgePanel:
                 ok, notes = False, {"verdict_by": "abstained"}
             else:
                 votes = [_vote(judge, example, pred, trace=True) for judge in self.judges]
-                ok = majority(votes, "verdict")
-                notes = {"verdict_by": "judges", "panel": "split" if split(votes) else "agreed"}
+                ok, notes = _decide(votes, "verdict", "panel", {"verdict_by": "judges"})
             with self._lock:
                 self._memo[key] = ok, notes
-        note(**notes)
-        return ok
+        return _given(ok, notes)
 
     def __call__(self, example, pred, trace=None):
         ok = self.verdict(example, pred)

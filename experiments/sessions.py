@@ -106,7 +106,8 @@ class Session:
         """Who judges this run's answers, as report titles name it: the XRAG panel (``+``-joined), else the judge LM;
         ``-`` without ``--judge``."""
         a = self.args
-        return "+".join(self.judge_lms) or (a.judge_lm or a.lm if a.judge else "-")
+        return (panel_note(self.judge_lms, a.lm) or "+".join(self.judge_lms)
+                or (a.judge_lm or a.lm if a.judge else "-"))
 
     def model_ids(self) -> dict:
         """The models behind the answers and their scores, as checkpoints are keyed: :meth:`lm_ids` with each local
@@ -212,11 +213,21 @@ def saved_calibration(path: Path) -> dict | None:
 
 
 def judge_panel(args: Settings) -> list[str]:
-    """The XRAG judge panel: ``--judge-lms``, else both local LMs (``runtime.models``) -- the paper judges by a
-    panel's majority, never by one judge."""
-    if args.judge_lms:
-        return [m.strip() for m in args.judge_lms.split(",") if m.strip()]
-    return [LOCAL_PREFIX + name for name in models.MODELS]
+    """The XRAG judge panel: ``--judge-lms``, else the local LMs (``runtime.models``) but the generator's (``--lm``):
+    the paper judges by a panel's majority, and no judge judges its own answers (with one other LM, that one judges
+    alone: :func:`panel_note`). ``--judge-lms`` naming the generator's LM stops the run in one line."""
+    if not args.judge_lms:
+        return [LOCAL_PREFIX + name for name in models.MODELS if LOCAL_PREFIX + name != args.lm]
+    panel = [m.strip() for m in args.judge_lms.split(",") if m.strip()]
+    if args.lm in panel:
+        fail(f"--judge-lms names the generator's LM {args.lm}: a judge never judges its own answers; "
+             f"name other judge LMs (e.g. --judge-lms {','.join(m for m in panel if m != args.lm) or 'A,B,C'})")
+    return panel
+
+
+def panel_note(panel: list[str], lm: str) -> str:
+    """What a report says of a one-judge panel: that judge alone, the generator's LM never on its panel."""
+    return f"{panel[0]} alone (the generator's LM {lm} never judges its own answers)" if len(panel) == 1 else ""
 
 
 def pinned(lm: str) -> str:
@@ -307,10 +318,13 @@ def session(args: Settings, needs_search: bool, no_lm: bool = False) -> Session:
     if args.judge and bundle.task == "xrag":
         from evaluation.xlingual import JudgePanel
 
+        panel = judge_panel(args)
         try:
-            judge = JudgePanel([make_lm(m, args.api_base, cache=not args.no_cache) for m in judge_panel(args)])
+            judge = JudgePanel([make_lm(m, args.api_base, cache=not args.no_cache) for m in panel])
         except ValueError as err:
             fail(str(err))
+        if alone := panel_note(panel, args.lm):
+            print(f"note: XRAG answers judged by {alone}", file=sys.stderr)
     return Session(args, bundle, splits, roles, retriever, answer_metrics(bundle.task, judge, args.dataset), judge)
 
 

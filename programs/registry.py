@@ -137,8 +137,8 @@ REGISTRY: dict[str, ProgramSpec] = {
     "rag_cited": ProgramSpec(RAG, "rag with the evidence loops' writer (2-4 words citing passages, or I don't "
                                   "know): single pass under the same writer as seal, self_rag and crag",
                              {"cite": True}),
-    "rag_cot": ProgramSpec(RAG, "rag with the chain-of-thought writer of rag_critic's and self_refine's first draft "
-                                "(and par2's steps): reasoning, then the answer", {"reasoning": True}),
+    "rag_cot": ProgramSpec(RAG, "rag with the chain-of-thought writer of rag_critic_cot's and self_refine_cot's "
+                                "drafts (and par2's steps): reasoning, then the answer", {"reasoning": True}),
     "mono_rag": ProgramSpec(MultilingualRAG, "top-k from the culture's own corpus (C_own; else the question's "
                                            "language)", {"scope": "own"}),
     "en_rag": ProgramSpec(MultilingualRAG, "top-k from the English corpus (the CORAL paper's monoRAG row on BLEnD, "
@@ -177,9 +177,14 @@ REGISTRY: dict[str, ProgramSpec] = {
     "crag": ProgramSpec(CRAG, "CRAG-style: grade the top-k, then keep, refine or re-search with a rewritten query "
                               "(SEAL baseline)"),
     "rag_critic": ProgramSpec(RAGCritic, "RAG-Critic: error critic with the 3-tier taxonomy, typed correction plan, "
-                                         "dispatcher"),
+                                         "dispatcher; draft and corrections by rag's writer"),
+    "rag_critic_cot": ProgramSpec(RAGCritic, "rag_critic with rag_cot's chain-of-thought writer for its draft and "
+                                             "its corrections", {"cot": True}),
     "rag_critic_2r": ProgramSpec(RAGCritic, "RAG-Critic with a second critic/plan/execute round", {"rounds": 2}),
-    "self_refine": ProgramSpec(SelfRefine, "Self-Refine: draft, self-feedback, revise (RAG-Critic baseline)"),
+    "self_refine": ProgramSpec(SelfRefine, "Self-Refine: draft, self-feedback, revise, by rag's writer (RAG-Critic "
+                                           "baseline)"),
+    "self_refine_cot": ProgramSpec(SelfRefine, "self_refine with rag_cot's chain-of-thought writer for its draft and "
+                                               "its revisions", {"cot": True}),
     "flare": ProgramSpec(FLARE, "FLARE: a look-ahead sentence with a token below theta searches with its sure words "
                                 "and is written again (RAG-Critic baseline)"),
     "metarag": ProgramSpec(MetaRAG, "MetaRAG: monitor the draft against an expert reader, check own knowledge, "

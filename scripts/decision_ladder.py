@@ -15,8 +15,8 @@ exact McNemar with a bootstrap CI and Holm, with LM calls, tokens and seconds pe
   decisions leave on the table, and a check of the loop that no model weakness can hide.
 
 The writer is ``--lm`` in every rung and in the baseline, and the baseline must answer with the method's own writer
-(the same prompt, chain of thought or not: ``programs.shared.writer.writer_form``; ``rag_critic`` and ``par2`` pair
-with ``rag_cot``, ``seal`` and ``crag`` with ``rag_cited``), so rungs differ in the decisions only."""
+(the same prompt, chain of thought or not: ``programs.shared.writer.writer_form``; ``rag_critic`` pairs with ``rag``,
+``par2`` with ``rag_cot``, ``seal`` and ``crag`` with ``rag_cited``), so rungs differ in the decisions only."""
 from __future__ import annotations
 
 import copy
@@ -54,7 +54,7 @@ def rung_args(args, rung: str):
 
 def check_same_writer(s, method: str, baseline: str) -> None:
     """Stop (one line naming the fix) unless ``baseline`` answers with ``method``'s writer; the fix offered is the
-    variants of the baseline's class that do (``rag`` -> ``rag_cot`` for ``rag_critic``)."""
+    variants of the baseline's class that do (``rag`` -> ``rag_cot`` for ``par2``)."""
     def form(name: str) -> list:
         try:
             return writer_form(programs.build(name, search=s.retriever, **s.program_config(name)))

@@ -1,13 +1,14 @@
 """RAG-Critic against its baselines on one seeded split, as a suite run, plus the critic's and planner's behaviour.
 
 ``python -m scripts.rag_critic_compare --dataset hotpotqa --train 20 --dev 30 --test 30 --no-cache
-[--programs rag_critic rag_cot rag self_refine flare metarag] [--critic-lm local:qwen-1.5b]
+[--programs rag_critic rag rag_cot self_rag self_refine flare metarag] [--critic-lm local:qwen-1.5b]
 [--judge --judge-lm local:qwen-1.5b] [--error-profile rag]``
 A thin use of ``evaluate.py --suite`` (takes every flag of evaluate.py): the first program is paired with the
 others in the suite's leaderboard (EM, F1, judge, LM calls, tokens and seconds per question, McNemar with CIs and
 Holm), one child run per program, checkpointed per question (an interrupted run resumes). By default the paper
-suite's arms: ``rag_cot`` (RAG-Critic's first draft under the same writer: that pair measures the correction),
-``rag`` (no chain of thought), ``self_refine``, ``flare`` and ``metarag``. Added in the parent run's report.md: the
+suite's arms: ``rag`` (RAG-Critic's first draft: its draft and corrections are one writer's, so that pair measures
+the correction), ``rag_cot`` (with chain of thought: ``rag_critic_cot``'s draft), ``self_rag``, ``self_refine``,
+``flare`` and ``metarag``, every arm at RAG-Critic's k (the paper's 5) unless ``--k`` says otherwise. Added in the parent run's report.md: the
 share of answers the critic (self-feedback for self_refine, the monitor for metarag) flagged, the share of valid
 plans, the plans whose answer read original plus newly found documents (supplementary retrieval) and the valid plans
 that ran without a step error, the critic's identification of wrong first answers (F1 < 0.5) from each critic

@@ -37,7 +37,7 @@ import programs
 from experiments import suite
 from evaluation import tracking
 from experiments.cli import interruptible
-from experiments.sessions import judge_panel, session
+from experiments.sessions import judge_panel, panel_note, session
 
 CONDITIONS = ("none", "oracle", "full", "open")
 FULL_K = 8  # supporting + distractors: every visible document
@@ -141,7 +141,9 @@ def main(argv=None) -> dict:
             summaries[(kind, cond, name, prog)] = result.summary
             print(f"{cell.label}@{name}: " + "  ".join(
                 f"{m}={result.summary[m]:.2f}" if m in result.summary else f"{m}=-" for m in
-                ("accuracy", "lang_ok", "judge", "em", "f1", "char3_recall", "lm_calls", "seconds")), flush=True)
+                ("accuracy", "lang_ok", "judge", "em", "f1", "char3_recall", "lm_calls", "seconds"))
+                + f"  split={result.summary.get('panel/split', 0) + result.summary.get('language_panel/split', 0)}"
+                " (not scored)", flush=True)
             if cond != "none" and prog != args.programs[0]:
                 first = next(r.cell for r in results if r.cell.dataset == name and r.cell.variant == cell.variant
                              and r.cell.program == args.programs[0])
@@ -155,7 +157,8 @@ def main(argv=None) -> dict:
         for r in results:
             counts.update({key: v for key, v in r.summary.items()
                            if key.startswith(("verdict_by/", "panel/", "language_by/", "language_panel/"))})
-        unscored = sum(v for r in results for key, v in r.summary.items() if "_errors_by_class/" in key)
+        unscored = sum(v for r in results for key, v in r.summary.items()
+                       if "_errors_by_class/" in key and not key.endswith("/SplitVerdict"))  # splits: their own count
         tallies = {"judge_exact": counts["verdict_by/exact"], "judge_abstained": counts["verdict_by/abstained"],
                    "judge_panel": counts["verdict_by/judges"], "judge_splits": counts["panel/split"],
                    "language_by_lingua": counts["language_by/lingua"],
@@ -168,9 +171,9 @@ def main(argv=None) -> dict:
     if args.multi:
         print("\nMultilingual retrieval (full context)\n" + multi)
     t = tallies
-    print(f"\nrun {run.info.run_id}; judges {', '.join(judge_panel(args))} (majority; a tie is wrong); verdicts not "
-          f"scored: {unscored}; without a judge call: {t['judge_exact']} exact matches (right), "
-          f"{t['judge_abstained']} abstentions (wrong); judged by the panel: {t['judge_panel']}, the judges split on "
+    print(f"\nrun {run.info.run_id}; judges {panel_note(judge_panel(args), args.lm) or ', '.join(judge_panel(args))}"
+          f" (majority; a tie is split, not scored); verdicts not scored: {unscored}; without a judge call: "
+          f"{t['judge_exact']} exact matches (right), {t['judge_abstained']} abstentions (wrong); judged by the panel: {t['judge_panel']}, the judges split on "
           f"{t['judge_splits']}; response language decided by lingua {t['language_by_lingua']}, by the panel "
           f"{t['language_by_judges']} (lingua undecided; the judges split on {t['language_splits']})")
     return summaries

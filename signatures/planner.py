@@ -5,10 +5,10 @@ from runtime.caps import Items, Text
 
 
 class SelectCorpora(dspy.Signature):
-    """Pick the language corpora to search for evidence on this question. Search mainly the corpus in the language
-    the question is written in; add the corpus of another language only when the question is about a country,
-    region or culture where that language is spoken (its places, customs, institutions or people). Pick few, never
-    one just in case; use only codes from the available list."""
+    """Pick at most three language corpora to search for evidence on this question. Always include the corpus in
+    the language the question is written in; add the corpus of another language only when the question is about a
+    country, region or culture where that language is spoken (its places, customs, institutions or people). Never
+    add one just in case; use only codes from the available list."""
 
     question: str = dspy.InputField()
     question_language: str = dspy.InputField()

@@ -72,12 +72,5 @@ class GiveFeedback(dspy.Signature):
     feedback: Text[96] = dspy.OutputField(desc="what is wrong and how to fix it; none if correct")
 
 
-class ReviseAnswer(dspy.Signature):
-    """Improve the previous answer to the question using the feedback and the passages. Reply with a short phrase
-    of a few words."""
-
-    passages: list[str] = dspy.InputField(desc="evidence passages")
-    question: str = dspy.InputField()
-    previous_answer: str = dspy.InputField()
-    feedback: str = dspy.InputField()
-    answer: Text[32] = dspy.OutputField(desc="a short phrase, usually 1-5 words")
+#: Self-Refine's revision: what its writer is told when it answers again on its own feedback.
+REVISION = "Your previous answer was: {answer}\nFeedback on it: {feedback}\nImprove the answer using the feedback."

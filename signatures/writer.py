@@ -18,6 +18,13 @@ def in_language(signature: type[dspy.Signature]) -> type[dspy.Signature]:
     return signature.insert(-1, "answer_language", field, type_=str)
 
 
+def with_instruction(signature: type[dspy.Signature]) -> type[dspy.Signature]:
+    """``signature`` with an ``instruction`` input: the same writer answering again, told what to fix (RAG-Critic's
+    GenerateAnswer with its additional instruction, Self-Refine's revision on its feedback)."""
+    field = dspy.InputField(desc="what to fix or watch for in this answer; may be empty")
+    return signature.insert(-1, "instruction", field, type_=str)
+
+
 class AnswerFromPassages(dspy.Signature):
     """Answer the question using the passages. Reply with a short phrase of a few words taken from or
     supported by the passages; combine facts across passages when the question needs several steps."""

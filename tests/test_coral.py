@@ -525,7 +525,7 @@ def test_planner_eval_reports_list_position_per_presentation(embedder, monkeypat
     assert listed["first_listed_chosen"] == 1.0 and listed["mean_listed_position"] == 1.0
     assert shuffled["first_listed_chosen"] < 1.0 and shuffled["mean_listed_position"] > 1.0
     assert listed["culture_corpus_questions"] == 6
-    assert listed["culture_recall_round1"] == pytest.approx(1 / 6)  # ar only: nothing is added to the planner's pick
+    assert listed["culture_recall_round1"] == pytest.approx(2 / 6)  # ar, and en: the question's language is added
     assert listed["lm_calls_per_question"] == 1.0 and listed["unusable_outputs"] == 0
     assert "| fake:p | probed | 6 |" in capsys.readouterr().out
 
@@ -570,19 +570,17 @@ def test_the_critic_sees_what_the_writer_sees_unless_told(search):
     assert CORAL(search, CORALConfig(critic_chars=200)).critic_chars == 200
 
 
-def test_the_planners_choice_stands_in_the_first_round_and_after_a_replan(dummy, search):
-    """The paper's planner searches the question-language corpus mainly, by its prompt's rule, not by force: a plan
-    without it is searched as planned (here an English question, the Korean corpus) and so is a replan that
-    leaves it, even after its documents were kept."""
+def test_the_question_language_corpus_is_in_every_first_plan(dummy, search):
+    """Issue 75 item 4, the paper's planner prompt: the first plan always holds the corpus in the question's
+    language (added, and traced, when the LM leaves it out; at most ``max_corpora``)."""
     scripted(dummy, plan=Queue({"corpora": ["ko"]}), batch=Queue(batched(rating(1, 5, 5, 5, 5))),
              write=Queue({"answer": "C"}))
     t = CORAL(search, CORALConfig(k=1, loops=1, critic_batch=True))(question=QUESTION, options=OPTIONS, lang="en").trace
-    assert t["corpora"] == [["ko"]] and t["question_corpus"] == "en" and t["planner_fallbacks"] == 0
-    scripted(dummy, plan=Queue({"corpora": ["en"]}), batch=Queue(batched(rating(1, 5, 5, 5, 5))),
-             enough=Queue({"enough": False, "reason": "nothing on Korea"}),
-             replan=Queue({"corpora": ["ko"], "query": "seaweed soup"}), write=Queue({"answer": "C"}))
-    t = CORAL(search, CORALConfig(k=1, loops=2, critic_batch=True))(question=QUESTION, options=OPTIONS, lang="en").trace
-    assert t["corpora"] == [["en"], ["ko"]] and [e["id"] for e in t["evidence"]][0].startswith("en:")  # en kept
+    assert t["corpora"] == [["en", "ko"]] and t["question_corpus"] == "en" and t["planner_fallbacks"] == 0
+    assert t["own_added"] == ["first plan: the question's language corpus is always searched"]
+    t = CORAL(search, CORALConfig(k=1, loops=1, max_corpora=1, critic_batch=True))(
+        question=QUESTION, options=OPTIONS, lang="en").trace
+    assert t["corpora"] == [["en"]]  # at most max_corpora: the question's language first
 
 
 def test_a_plan_without_a_valid_name_searches_the_question_language_and_is_counted(dummy, search):

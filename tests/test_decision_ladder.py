@@ -106,21 +106,23 @@ def test_a_resumed_ladder_reuses_the_gates_it_fitted_on_dev(ladder_lm, monkeypat
 
 
 def test_the_baseline_must_answer_with_the_methods_writer(ladder_lm, monkeypatch, capsys):
-    """Issue 61 item 3: rag_critic's or par2's rungs against plain rag would also differ in the chain of thought,
-    crag's in the cited answer; the ladder stops and names the baseline's variant with the method's writer."""
+    """Issue 61 item 3: par2's rungs against plain rag would also differ in the chain of thought (rag_critic's
+    against rag_cot, issue 75: it drafts with rag's writer), crag's in the cited answer; the ladder stops and names
+    the baseline's variant with the method's writer."""
     from experiments import suite
     from tests.test_rag_critic import FIXTURES
 
     ladder, _ = ladder_lm
     monkeypatch.setenv("RAG_DATA_DIR", str(FIXTURES))  # rag_critic's taxonomy
     base = ["--dataset", "demo", "--train", "0", "--dev", "2", "--test", "2", "--rungs", "generate"]
-    for program, fix in (("rag_critic", "use --baseline rag_cot"), ("par2", "use --baseline rag_cot"),
-                         ("crag", "use --baseline rag_cited")):
+    for program, baseline, fix in (("rag_critic", "rag_cot", "use --baseline rag"),
+                                   ("par2", "rag", "use --baseline rag_cot"), ("crag", "rag", "use --baseline rag_cited")):
         with pytest.raises(SystemExit) as stop:
-            ladder.main(["--program", program, "--baseline", "rag", *base])
+            ladder.main(["--program", program, "--baseline", baseline, *base])
         assert stop.value.code == 2 and fix in capsys.readouterr().err
     args = suite.parser("x").parse_args(["--program", "rag_critic", *base[:-2]])
     s = sessions.session(args, True)
-    for program, baseline in (("rag_critic", "rag_cot"), ("self_refine", "rag_cot"), ("par2", "rag_cot"),
+    for program, baseline in (("rag_critic", "rag"), ("self_refine", "rag"), ("rag_critic_cot", "rag_cot"),
+                              ("self_refine_cot", "rag_cot"), ("par2", "rag_cot"),
                               ("coral", "rag"), ("seal", "rag_cited")):
         ladder.check_same_writer(s, program, baseline)  # passes: no exit

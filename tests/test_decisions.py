@@ -652,21 +652,21 @@ def test_a_gate_deciding_whatever_the_probability_is_named_in_the_trace_and_by_w
     decide_all(anchor.esc_gate, True)
     assert anchor.resting() is None  # no controller: it runs as itself
     assert programs.build("par2", search=Par2Search(ROUTES), search_rerank="none").resting() is None  # generate
-    # RAG-Critic: at rest its chain-of-thought first draft stands, as rag_cot
+    # RAG-Critic: at rest its first draft stands, as rag (issue 75: it drafts with rag's writer)
     monkeypatch.setenv("RAG_DATA_DIR", str(FIXTURES))
     init_dspy(MarkedLM({CRITIC: ERROR, **LABELS, WRITER: said("Lyon")}, {}), cache=False)
     critic = RAGCritic(CriticSearch(), k=2, taxonomy=load_taxonomy(), decisions="logprob")
     decide_all(critic.critic.verdict_gate, False)
     pred = critic(question=Q)
     assert pred.trace["stop_reason"] == "critic_at_rest" and pred.critique["decided"] == REST
-    assert pred.trace["at_rest"] == 1 and critic.resting() == "verdict at rest = rag_cot"
-    # Self-Refine: at rest its first draft stands, as rag_cot
+    assert pred.trace["at_rest"] == 1 and critic.resting() == "verdict at rest = rag"
+    # Self-Refine: at rest its first draft stands, as rag
     init_dspy(MarkedLM({FEEDBACK: {"verdict": "Error", "feedback": "x"}, WRITER: said("Lyon")}, {}), cache=False)
     refine = SelfRefine(CriticSearch(), k=2, decisions="logprob")
     decide_all(refine.stop_gate, True)
     trace = refine(question=Q).trace
     assert trace["stop_reason"] == "feedback_at_rest" and trace["rounds"][0]["decided"] == REST
-    assert trace["at_rest"] == 1 and refine.resting() == "stop at rest = rag_cot"
+    assert trace["at_rest"] == 1 and refine.resting() == "stop at rest = rag"
 
 
 def test_crag_grades_by_retrieval_alone_without_a_call_when_its_gate_gave_the_lm_no_weight():

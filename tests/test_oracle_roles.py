@@ -145,7 +145,8 @@ TWO_HOP = MUSIQUE.copy(hops=[MUSIQUE.hops[0], {**MUSIQUE.hops[1], "question": "w
 #: the question's top 2 (t_rag's one query is the oracle's hop 1, par2_anchor's plan too), coral_select (no rewrite),
 #: CRAG (a correct-graded passage ends its loop), Self-RAG (its merge back to k=2 drops hop 1's paragraph for hop 2's).
 REACHES = {"coral", "coral_probe", "coral_fixed_own", "coral_fixed_all", "coral_fixed_own_en", "flare", "ircot",
-           "metarag", "par2", "par2_chain", "rag_critic", "rag_critic_2r", "react", "seal", "seal_ledger"}
+           "metarag", "par2", "par2_chain", "rag_critic", "rag_critic_2r", "rag_critic_cot", "react", "seal",
+           "seal_ledger"}
 
 
 class NoCalls(dspy.utils.DummyLM):

@@ -107,10 +107,14 @@ def test_a_negated_decision_is_the_other_one(text, decision):
     ("STOP or CONTINUE: STOP", "STOP"), ("[[ ## decision ## ]]\ncontinue", "CONTINUE"),
     ("We must continue", "CONTINUE"), ("Not enough evidence, continue", "CONTINUE"),
     ("I cannot stop yet", "CONTINUE"), ("The evidence is not sufficient so continue", "CONTINUE"),
-    ("Continue? Yes.", "CONTINUE")])
+    ("Continue? Yes.", "CONTINUE"), ("Unable to continue", "STOP"), ("I am unable to continue.", "STOP"),
+    ("It is impossible to continue", "STOP"), ("It is unnecessary to continue", "STOP"),
+    ("Needless to continue: STOP", "STOP"), ("It is pointless to continue", "STOP"), ("I refuse to continue", "STOP"),
+    ("Unable to stop yet", "CONTINUE"), ("Not unable to continue", "CONTINUE")])
 def test_the_controller_reads_what_a_phrasing_means(text, decision):
     """Issue 61 item 9: negations a word or more away, without an apostrophe, in "cannot", answered after a
-    question mark; echoed headers and the echoed choice are not a decision; another clause's "not" is not."""
+    question mark; echoed headers and the echoed choice are not a decision; another clause's "not" is not. Issue 75
+    item 9: "Unable to continue" and its relatives (impossible, unnecessary, needless, pointless, refuse) stop."""
     assert esc_decision(text) == decision
 
 
@@ -133,7 +137,9 @@ def test_stop_ends_the_chain_after_one_write_and_the_anchor_is_deduplicated():
     assert pred.trace["fallbacks"] == {"plan": 0, "esc": 0}
 
 
-def test_the_hop_budget_caps_writes_and_each_continue_extends_the_context():
+def test_the_hop_budget_caps_writes_and_each_continue_extends_the_context_at_t_equal_h_too():
+    """Issue 75 item 7: as Algorithm 1, the controller is asked after the last write (t = H) too, and its CONTINUE
+    there retrieves once more: C_{H+1} is held (scored as retrieved), the answer stays r_H."""
     esc = Queue({"decision": "CONTINUE", "next_query": "Ana Berg birthplace"},
                 {"decision": "CONTINUE", "next_query": "Grey Elk painting"},
                 {"decision": "CONTINUE", "next_query": "Green Cat"})
@@ -141,13 +147,13 @@ def test_the_hop_budget_caps_writes_and_each_continue_extends_the_context():
                  ANSWER: Queue(said("1931"), said("Ana Berg"), said("Lyon"))})
     search = ScriptedSearch({**ROUTES, "grey elk": ["Grey Elk"], "green cat": ["Green Cat"]})
     pred = build("par2", search, k=2, loops=3)(question=Q)
-    assert (calls(lm, ANSWER), calls(lm, ESC)) == (3, 2)  # the last write is not followed by a decision
+    assert (calls(lm, ANSWER), calls(lm, ESC)) == (3, 3)  # the last write is followed by a decision too
     assert pred.answer == "Lyon" and pred.trace["stop_reason"] == "loop_budget"
-    assert search.calls == ["Blue Fox film", "Ana Berg birthplace", "Grey Elk painting"]
+    assert search.calls == ["Blue Fox film", "Ana Berg birthplace", "Grey Elk painting", "Green Cat"]
     assert [s["answer"] for s in pred.trace["steps"]] == ["1931", "Ana Berg", "Lyon"]
     # the writer sees all of C_t, every search's best first; retrieval is scored on C_t by first retrieval
     assert [p.title for p in pred.passages] == ["Blue Fox", "Ana Berg", "Grey Elk", "Red Owl"]
-    assert [p.title for p in pred.retrieved] == ["Blue Fox", "Red Owl", "Ana Berg", "Grey Elk"]
+    assert [p.title for p in pred.retrieved] == ["Blue Fox", "Red Owl", "Ana Berg", "Grey Elk", "Green Cat"]
     assert [s["context"] for s in pred.trace["steps"]] == [2, 3, 4] and pred.trace["continued"]
 
 

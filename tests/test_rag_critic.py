@@ -20,6 +20,7 @@ from programs.rag_critic.plan import REFINE_OPTIONS, PlanError, grammar, parse_p
 from programs.rag_critic.rag_critic import RAGCritic
 from programs.rag_critic.self_refine import SelfRefine
 from programs.rag_critic.taxonomy import load_taxonomy, snap
+from programs.shared.writer import Writer
 from retrieval.corpus import Passage
 from runtime.roles import Roles, assign_roles
 from signatures.planner import ERROR_ACTIONS, FUNCTIONS
@@ -56,7 +57,7 @@ def prompts(lm, *markers):
 # signature markers (an input field unique to the signature, or its first output field)
 INSTRUCTED, CRITIC, PLAN, REWRITE, REFINE = ("[[ ## instruction ## ]]\n", "`[[ ## judgement ## ]]`",
                                              "`[[ ## plan ## ]]`", "`[[ ## queries ## ]]`", "`[[ ## rewritten ## ]]`")
-REVISE, FEEDBACK, WRITER = "[[ ## previous_answer ## ]]", "`[[ ## verdict ## ]]`", "`[[ ## answer ## ]]`"
+REVISE, FEEDBACK, WRITER = "Your previous answer was", "`[[ ## verdict ## ]]`", "`[[ ## answer ## ]]`"
 def said(answer):
     """A writer reply with its reasoning (rag_critic's writer reasons; the critic reads it)."""
     return {"reasoning": f"The passages point to {answer}.", "answer": answer}
@@ -69,6 +70,11 @@ T1, T2, T3 = (f"[[ ## level ## ]]\n{level}" for level in ErrorCritic.LEVELS)  # 
 LABELS = {T1: {"picks": "5\nIncomplete Informaton"},                          # by number; a typo: snapped
           T2: {"picks": "Wrong Entity\nMade Up Label Xyz"},                    # second: dropped
           T3: {"picks": "2"}}
+
+
+def executor(search):
+    """The dispatcher with its program's writer (rag's plain one)."""
+    return PlanExecutor(search, Writer(use_passages=True))
 
 
 @pytest.fixture
@@ -234,7 +240,7 @@ def test_executor_runs_steps_in_order_and_resolves_references():
     plan, _ = parse_plan("qs = RewriteQuery(query=question, instruction='expand')\n"
                          "found = Retrieval(query=qs[0], topk=2)\n"
                          "a = GenerateAnswer(query=question, docs=found, additional_instruction='Name a city.')")
-    out = PlanExecutor(search)(plan=plan, question=Q, passages=[P["Blue Fox"], P["Red Owl"]])
+    out = executor(search)(plan=plan, question=Q, passages=[P["Blue Fox"], P["Red Owl"]])
     assert search.calls == [("Ana Berg birthplace", 2)]                            # the rewrite's first query
     assert out.answer == "Lyon" and [p.title for p in out.passages] == ["Ana Berg"]
     generate = prompts(lm, INSTRUCTED, WRITER)[0]
@@ -251,14 +257,14 @@ def test_a_rewritten_query_is_searched_without_the_format_text_the_lm_echoed():
     plan, _ = parse_plan("qs = RewriteQuery(query=question, instruction='expand')\n"
                          "found = Retrieval(query=qs, topk=2)\n"
                          "a = GenerateAnswer(query=question, docs=found, additional_instruction='Name a city.')")
-    PlanExecutor(search)(plan=plan, question=Q, passages=[P["Blue Fox"], P["Red Owl"]])
+    executor(search)(plan=plan, question=Q, passages=[P["Blue Fox"], P["Red Owl"]])
     assert [q for q, _ in search.calls] == ["Ana Berg birthplace", "Blue Fox director"]
 
 def test_executor_edits_evidence_adds_a_final_answer_and_logs_bad_indices():
     lm = routed({REFINE: {"rewritten": "Blue Fox was directed by Ana Berg."}, INSTRUCTED: {"answer": "Ana Berg"}})
     plan, _ = parse_plan("RefineDoc(question, 1, 'delete')\nRefineDoc(question, 0, 'summarize')\n"
                          "RefineDoc(question, 7, 'explain')")
-    out = PlanExecutor(ScriptedSearch())(plan=plan, question=Q, passages=[P["Blue Fox"], P["Red Owl"]])
+    out = executor(ScriptedSearch())(plan=plan, question=Q, passages=[P["Blue Fox"], P["Red Owl"]])
     assert [s["ok"] for s in out.steps] == [True, True, False, True] and "no document 7" in out.steps[2]["error"]
     assert out.steps[-1]["function"] == "GenerateAnswer" and out.steps[-1]["added"]
     assert [p.text for p in out.passages] == ["Blue Fox was directed by Ana Berg."]  # Red Owl deleted
@@ -271,7 +277,7 @@ def test_a_name_left_unassigned_by_a_failed_step_is_a_step_error_and_the_fallbac
     plan, _ = parse_plan("qs = RewriteQuery(query=question, instruction='expand')\n"
                          "found = Retrieval(query=qs[0], topk=2)\n"
                          "a = GenerateAnswer(query=question, docs=found, additional_instruction='Name a city.')")
-    out = PlanExecutor(search)(plan=plan, question=Q, passages=[P["Blue Fox"], P["Red Owl"]])
+    out = executor(search)(plan=plan, question=Q, passages=[P["Blue Fox"], P["Red Owl"]])
     assert [s["ok"] for s in out.steps] == [False, False, False, True] and search.calls == []
     assert "'qs' has no value" in out.steps[1]["error"] and "'found' has no value" in out.steps[2]["error"]
     assert out.steps[-1]["added"] and out.answer == "Lyon"                      # the fallback: all current evidence
@@ -295,7 +301,7 @@ def test_a_plan_adds_found_evidence_to_the_originals_and_refines_a_found_documen
     plan, _ = parse_plan('found = Retrieval(query="Ana Berg", topk=2)\n'
                          'fixed = RefineDoc(query=question, doc_index=0, instruction="examples", docs=found)\n'
                          'answer = GenerateAnswer(query=question, docs=[documents, found], additional_instruction="x")')
-    out = PlanExecutor(search)(plan=plan, question=Q, passages=[P["Blue Fox"], P["Red Owl"]])
+    out = executor(search)(plan=plan, question=Q, passages=[P["Blue Fox"], P["Red Owl"]])
     assert all(s["ok"] for s in out.steps) and out.answer == "Lyon"
     assert [p.title for p in out.passages] == ["Blue Fox", "Red Owl", "Ana Berg", "Grey Elk"]   # originals + found
     assert out.passages[2].text == "For example, Ana Berg was born in Lyon."            # the found one, refined
@@ -388,7 +394,7 @@ def test_critic_and_planner_predictors_take_their_role_lms(taxonomy):
     assign_roles(program, Roles(writer=writer, critic=critic, planner=planner))
     lms = {name: p.lm for name, p in program.named_predictors()}
     assert lms["critic.judge"] is critic and lms["critic.label"] is critic and lms["planner"] is planner
-    assert lms["writer.short.predict"] is writer and lms["executor.generate"] is writer
+    assert lms["writer.short"] is writer and not any(name.startswith("executor.writer") for name in lms)
 
 
 def test_registry_builds_rag_critic_and_self_refine(taxonomy):
@@ -397,9 +403,9 @@ def test_registry_builds_rag_critic_and_self_refine(taxonomy):
 
 
 @pytest.mark.parametrize("lang", [None, "de"])
-def test_rag_cot_self_refine_and_rag_critic_send_one_first_request_and_rag_another(taxonomy, lang):
-    """Issue 61 item 3: the three draft with one writer (the comparison measures the correction, not chain of
-    thought), and the question's language reaches each draft alike."""
+def test_each_method_drafts_with_its_single_pass_writer(taxonomy, lang):
+    """Issue 61 item 3, issue 75 item 1: rag_critic and self_refine draft with rag's plain writer (the paper's
+    generator answers directly), their _cot variants with rag_cot's; the question's language reaches each alike."""
     import json
 
     def first_request(name):
@@ -407,9 +413,37 @@ def test_rag_cot_self_refine_and_rag_critic_send_one_first_request_and_rag_anoth
         programs.build(name, search=ScriptedSearch(), k=2)(question=Q, lang=lang)
         return json.dumps({key: lm.history[0][key] for key in ("messages", "kwargs")}, sort_keys=True)
 
-    cot = first_request("rag_cot")
-    assert first_request("self_refine") == cot and first_request("rag_critic") == cot
-    assert "[[ ## reasoning ## ]]" in cot and first_request("rag") != cot
+    plain, cot = first_request("rag"), first_request("rag_cot")
+    assert first_request("self_refine") == plain and first_request("rag_critic") == plain
+    assert first_request("self_refine_cot") == cot and first_request("rag_critic_cot") == cot
+    assert "[[ ## reasoning ## ]]" in cot and "[[ ## reasoning ## ]]" not in plain
+
+
+def system(prompt_messages) -> str:
+    """A request's system message without its field list: the writer's instructions."""
+    return prompt_messages[0]["content"].split("In adhering to this structure, your objective is:")[-1]
+
+
+@pytest.mark.parametrize("name, cot", [("rag_critic", False), ("rag_critic_cot", True), ("self_refine", False),
+                                       ("self_refine_cot", True)])
+def test_draft_and_corrections_come_from_one_writer(taxonomy, name, cot):
+    """Issue 75 item 1: a correction (RAG-Critic's GenerateAnswer, Self-Refine's revision) is the draft's own
+    writer told what to fix: the same predictor, instructions and chain-of-thought setting, so ``rag_critic``
+    against ``rag`` (``_cot`` against ``rag_cot``) is the correction alone."""
+    lm = routed({CRITIC: ERROR, **LABELS, PLAN: {"plan": "answer = GenerateAnswer(question, documents)"},
+                 FEEDBACK: Queue({"verdict": "Error", "feedback": "Give the birthplace."},
+                                 {"verdict": "Correct", "feedback": "none"}),
+                 INSTRUCTED: said("Lyon"), WRITER: said("Blue Fox")})
+    program = programs.build(name, search=ScriptedSearch(), k=2)
+    assert program(question=Q).answer == "Lyon"
+    writes = [h["messages"] for h in lm.history if WRITER in h["messages"][-1]["content"]
+              and CRITIC not in h["messages"][-1]["content"] and FEEDBACK not in h["messages"][-1]["content"]]
+    draft, correction = writes[0], writes[-1]
+    assert INSTRUCTED in correction[-1]["content"] and INSTRUCTED not in draft[-1]["content"]
+    assert system(correction) == system(draft)  # one writer's instructions
+    assert all(("[[ ## reasoning ## ]]" in w[0]["content"]) is cot for w in (draft, correction))
+    assert [n for n, _ in program.named_predictors() if n.startswith(("writer", "executor.writer"))] == [
+        "writer.short.predict" if cot else "writer.short", "writer.choice.predict" if cot else "writer.choice"]
 
 
 # --- Self-Refine ----------------------------------------------------------------------------------------------
@@ -437,6 +471,16 @@ def test_self_refine_runs_rounds_until_its_feedback_finds_no_error_within_the_bu
     args = cli.parser("x").parse_args(["--program", "self_refine", "--rounds", "5"])
     config = sessions.Session(args, SimpleNamespace(task="short"), None, None, None, {}, None).config
     assert programs.accepted_config("self_refine", config)["rounds"] == 5
+
+
+def test_self_refine_does_not_revise_on_an_unparsed_verdict():
+    """Issue 75 item 1: as RAG-Critic, Self-Refine revises on an Error only; a verdict it cannot read ends the
+    round (it used to revise whenever the feedback text was there)."""
+    lm = routed({FEEDBACK: {"verdict": "Hard to say", "feedback": "Name the city."}, REVISE: {"answer": "Lyon"},
+                 WRITER: said("Blue Fox")})
+    pred = SelfRefine(ScriptedSearch(), k=2)(question=Q)
+    assert pred.answer == "Blue Fox" and pred.trace["stop_reason"] == "feedback_unparsed"
+    assert not prompts(lm, REVISE) and pred.trace["rounds"][0]["verdict"] is None
 
 
 def test_self_refine_on_multiple_choice_makes_no_feedback_call():
@@ -570,6 +614,6 @@ def test_compare_script_reads_flags_plans_and_critic_accuracy_from_traces():
 def test_multiple_choice_answers_go_through_the_letter_writer():
     lm = routed({"[[ ## options ## ]]": {"answer": "B"}})
     plan, _ = parse_plan("a = GenerateAnswer(question, documents, 'Pick the city.')")
-    out = PlanExecutor(ScriptedSearch())(plan=plan, question=Q, passages=[P["Ana Berg"]],
+    out = executor(ScriptedSearch())(plan=plan, question=Q, passages=[P["Ana Berg"]],
                                          options={"A": "Paris", "B": "Lyon"})
     assert out.answer == "B" and "B. Lyon" in prompts(lm, "[[ ## options ## ]]")[0]

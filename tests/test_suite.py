@@ -51,16 +51,17 @@ def test_the_arms_of_an_entry_run_at_its_methods_k_unless_k_is_given():
     """A baseline runs at its entry's method's k (rag_cited in SEAL's entry at SEAL's 3, named so), each cell's
     session holds the k its program runs at, and ``--k`` puts every arm at that k."""
     cells = suite.plan(suite.SUITES["paper"], only_datasets=["hotpotqa"])[0]
-    assert [c.label for c in cells] == ["seal", "self_rag", "crag", "rag_cited_k3", "rag_critic", "rag_cot", "rag",
-                                         "self_refine", "flare", "metarag"]
+    assert [c.label for c in cells] == ["seal", "self_rag", "crag", "rag_cited_k3", "rag_critic", "rag", "rag_cot",
+                                         "self_rag_k5", "self_refine", "flare", "metarag", "rag_critic_cot",
+                                         "self_refine_cot"]
     def session(*argv):
         return Session(suite_args(list(argv)), SimpleNamespace(task="short"), None, None, None, {}, None)
 
     base = session()
-    assert [suite.cell_session(base, c).args.k for c in cells] == [3, 3, 3, 3, 5, 5, 5, 5, 5, 5]
+    assert [suite.cell_session(base, c).args.k for c in cells] == [3, 3, 3, 3, 5, 5, 5, 5, 5, 5, 5, 5, 5]
     given = suite.plan(suite.SUITES["paper"], only_datasets=["hotpotqa"], k=4)[0]
-    assert [c.label for c in given] == ["seal", "self_rag", "crag", "rag_cited", "rag_critic", "rag_cot", "rag",
-                                         "self_refine", "flare", "metarag"]
+    assert [c.label for c in given] == ["seal", "self_rag", "crag", "rag_cited", "rag_critic", "rag", "rag_cot",
+                                         "self_refine", "flare", "metarag", "rag_critic_cot", "self_refine_cot"]
     assert {suite.cell_session(session("--k", "4"), c).args.k for c in given} == {4}
     grid = suite.plan(suite.SUITES["seal-grid"])[0]  # the grid sets k: every arm at the grid's
     assert "rag_cited_k1_L0" not in [c.label for c in grid] and "rag_cited_k1" in [c.label for c in grid]
@@ -97,6 +98,18 @@ def test_every_paper_method_is_paired_with_a_single_pass_under_its_own_writer(em
     for entry in suite.SUITES["paper"]:
         single = [b for b in entry.baselines if programs.spec(b).cls in (RAG, MultilingualRAG)]
         assert any(form(b) == form(entry.method) for b in single), (entry.method, single)
+
+
+def test_self_rag_is_compared_where_the_papers_compare_with_it_at_their_k():
+    """Issue 75 items 2-3: Self-RAG is SEAL's comparator and one of RAG-Critic's baselines; every arm of RAG-Critic's
+    entry runs at the paper's k = 5 (Self-RAG's own is SEAL's 3, so its cell there is named ``self_rag_k5``)."""
+    _, pairs = suite.plan(suite.SUITES["paper"], only_datasets=["hotpotqa", "2wiki"])
+    against = {(d, m.program, b.label) for d, m, b in pairs}
+    for dataset in ("hotpotqa", "2wiki"):
+        assert {(dataset, "seal", "self_rag"), (dataset, "rag_critic", "self_rag_k5")} <= against
+    base = Session(suite_args([]), SimpleNamespace(task="short"), None, None, None, {}, None)
+    critic = [c for d, m, c in pairs if m.program.startswith("rag_critic")]
+    assert {suite.cell_session(base, c).args.k for c in critic} == {5}
 
 
 def test_ad_hoc_suite_and_unknown_name():

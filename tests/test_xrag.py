@@ -15,7 +15,7 @@ from experiments import cli
 from experiments import sessions
 from evaluation.loop import evaluate as run_eval
 from evaluation.metrics import noted
-from evaluation.xlingual import JudgePanel, char3_recall, language_correct, xrag_metrics
+from evaluation.xlingual import JudgePanel, SplitVerdict, char3_recall, language_correct, xrag_metrics
 from runtime.language import in_language, language_verdict
 from programs import build
 from retrieval.corpus import Corpus, excluded
@@ -242,11 +242,21 @@ def judges(*verdicts):
 
 
 @pytest.mark.parametrize("verdicts, expected", [((True,), 1.0), ((False,), 0.0), ((True, False, True), 1.0),
-                                                ((False, False, True), 0.0), ((True, False), 0.0)])
+                                                ((False, False, True), 0.0)])
 def test_judge_panel_majority(dummy, verdicts, expected):
     dummy([])
     panel = JudgePanel(judges(*verdicts))
     assert panel(ex(), pred("im Jahre neunzehnhundertzwei")) == expected
+
+
+def test_a_tie_is_no_verdict_not_wrong(dummy):
+    """Issue 75 item 8: two judges that disagree give no verdict (the answer is split, not scored), where a tie
+    used to count as wrong."""
+    dummy([])
+    panel = JudgePanel(judges(True, False))
+    with noted() as notes, pytest.raises(SplitVerdict, match="split 1 to 1"):
+        panel(ex(), pred("im Jahre neunzehnhundertzwei"))
+    assert notes == {"verdict_by": "judges", "panel": "split"}
 
 
 def test_wrong_language_is_wrong_even_when_the_judges_agree(dummy):
@@ -301,8 +311,8 @@ def test_echoes_and_sentences_stating_the_gold_are_the_judges_to_decide(dummy):
     e = ex(question=question, answers=("1774",), lang="ar")
     assert verdict(JudgePanel(lms), e, question) == (1.0, "judges")  # the panel's call, right or wrong
     year = ex(question="In what year did Joseph Priestley recognize oxygen?", answers=("1774",), lang="en", id_="y")
-    assert verdict(JudgePanel(judges(False, True)), year, "Joseph Priestley recognized oxygen in 1774.") == (
-        0.0, "judges")  # two judges split: no majority, wrong
+    with pytest.raises(SplitVerdict):  # two judges split: no majority, no verdict
+        verdict(JudgePanel(judges(False, True)), year, "Joseph Priestley recognized oxygen in 1774.")
     assert verdict(JudgePanel(lms), year, "I don't know") == (0.0, "abstained")
 
 
@@ -604,8 +614,8 @@ def test_xrag_sessions_show_whole_passages_with_their_dates(xquad_dir, dummy):
 
 @pytest.mark.parametrize("answer, votes, ok, path", [
     ("Oslo", (False,), 0.0, {"language_by": "judges", "language_panel": "agreed"}),  # lingua cannot tell: the panel
-    ("Oslo", (True, False, True), 1.0, {"language_by": "judges", "language_panel": "split"}),  # decides, by majority
-    ("Oslo", (True, False), 0.0, {"language_by": "judges", "language_panel": "split"}),  # a tie: not German
+    ("Oslo", (True, False, True), 1.0, {"language_by": "judges", "language_panel": "majority"}),  # by majority
+    ("Oslo", (True, False), None, {"language_by": "judges", "language_panel": "split"}),  # a tie: no verdict
     ("Graz", (False,), 1.0, {"language_by": "lingua"}),  # a word of the gold: language-neutral, no call
     ("in Graz", (False,), 1.0, {"language_by": "lingua"}),  # the gold as it is: no call
     ("1902", (False,), 1.0, {"language_by": "lingua"}),  # digits only: language-neutral, no call
@@ -618,13 +628,18 @@ def test_an_answer_lingua_cannot_place_goes_to_the_panel(dummy, answer, votes, o
     e = ex(question="Wo trainiert die Läuferin Ohm?", answers=("in Graz",))
     for _ in range(2):  # the second time memoised: no call, the same path noted
         with noted() as notes:
-            assert xrag_metrics(panel)["lang_ok"](e, pred(answer)) == ok and notes == path
+            if ok is None:
+                with pytest.raises(SplitVerdict):
+                    xrag_metrics(panel)["lang_ok"](e, pred(answer))
+            else:
+                assert xrag_metrics(panel)["lang_ok"](e, pred(answer)) == ok
+        assert notes == path
         assert [len(r.history) for r in readers] == [int(path["language_by"] == "judges")] * len(readers)
 
 
 def test_how_the_panel_decided_and_where_its_judges_split_is_counted_from_the_records(dummy, tmp_path):
-    """What decided each verdict, and where the two judges disagreed (a tie: wrong), is in the records, so a run
-    counts it and a resumed run reports it."""
+    """What decided each verdict, and where the two judges disagreed (a tie: split, not scored), is in the records,
+    so a run counts it and a resumed run reports it."""
     dummy([])
     first, second = DummyLM([{"same": True}] * 3), DummyLM([{"same": False}, {"same": True}, {"same": True}])
     answers = {"Wann wurde der Hafen gebaut?": "1902.",  # exact
@@ -636,11 +651,15 @@ def test_how_the_panel_decided_and_where_its_judges_split_is_counted_from_the_re
                                     {"judge": JudgePanel([first, second])}, checkpoint=tmp_path / "x.jsonl")
         assert {k: v for k, v in summary.items() if k.startswith(("verdict_by/", "panel/"))} == {
             "verdict_by/exact": 1, "verdict_by/judges": 2, "panel/split": 1, "panel/agreed": 1}
-        assert [r["judge"] for r in records] == [1.0, 0.0, 1.0]
+        assert [r["judge"] for r in records] == [1.0, None, 1.0] and summary["judge"] == 1.0
+        assert summary["judge_errors_by_class/SplitVerdict"] == 1
     assert len(first.history) == len(second.history) == 2
 
 
-def test_xrag_answers_are_judged_by_both_local_lms_by_default_and_keyed_by_them(xquad_dir, monkeypatch):
+def test_xrag_answers_are_judged_by_the_local_lms_but_the_generators_and_keyed_by_them(xquad_dir, monkeypatch,
+                                                                                         capsys):
+    """Issue 75 item 8: the generator's LM (the 0.5B) is never on its own panel: the 1.5B judges alone, and the run
+    says so; a panel a --lm leaves two of keeps both; --judge-lms naming the generator stops in one line."""
     made = []
 
     def fake_lm(name, *a, **k):
@@ -650,10 +669,19 @@ def test_xrag_answers_are_judged_by_both_local_lms_by_default_and_keyed_by_them(
     argv = ["--program", "rag", "--no-retrieval", "--dataset", "xrag_mono:de", "--data-dir", str(xquad_dir),
             "--train", "0", "--dev", "2", "--test", "0", "--judge", "--embedder", "minilm"]
     evaluate.main(argv)
-    assert made[-2:] == ["local:qwen-0.5b", "local:qwen-1.5b"]  # after the writer (local:qwen-0.5b)
+    assert made == ["local:qwen-0.5b", "local:qwen-1.5b"]  # the writer, then its panel: the 1.5B alone
+    assert "judged by local:qwen-1.5b alone (the generator's LM local:qwen-0.5b" in capsys.readouterr().err
     s = sessions.session(evaluate.parser("t").parse_args(argv), needs_search=False)
-    assert len(s.judge.judges) == 2 and s.params("rag")["judge_lms"] == "local:qwen-0.5b,local:qwen-1.5b"
-    assert [lm.split("@")[0] for lm in s.model_ids()["judge_lms"]] == ["local:qwen-0.5b", "local:qwen-1.5b"]
+    assert len(s.judge.judges) == 1 and s.params("rag")["judge_lms"] == "local:qwen-1.5b"
+    assert [lm.split("@")[0] for lm in s.model_ids()["judge_lms"]] == ["local:qwen-1.5b"]
+    assert s.judged_by.startswith("local:qwen-1.5b alone")
+    other = sessions.session(evaluate.parser("t").parse_args([*argv, "--lm", "openai/x"]), needs_search=False)
+    assert other.params("rag")["judge_lms"] == "local:qwen-0.5b,local:qwen-1.5b" and other.judged_by == (
+        "local:qwen-0.5b+local:qwen-1.5b")
+    with pytest.raises(SystemExit) as stop:
+        sessions.session(evaluate.parser("t").parse_args([*argv, "--judge-lms", "local:qwen-0.5b,openai/j"]),
+                         needs_search=False)
+    assert stop.value.code == 2 and "never judges its own answers" in capsys.readouterr().err
 
 
 def test_the_judge_rubric_names_the_answer_language():

@@ -1,8 +1,9 @@
 """CORAL: an adaptive retrieval loop over per-language corpora for culturally grounded questions.
 
-Each round: (1) the planner picks at most ``max_corpora`` language corpora (the paper's rule, in its prompt: mainly
-the corpus in the question's language, plus those of a culture or region the question is about; its choice stands,
-nothing is added to it), (2) top-``k`` per chosen corpus, (3) the critic rates
+Each round: (1) the planner picks at most ``max_corpora`` language corpora (the paper's planner prompt: always the
+corpus in the question's language, plus those of a culture or region the question is about; a first plan without it
+gets it, traced in ``own_added``; the re-planners' prompts keep it unless the reason shows it off-topic), (2)
+top-``k`` per chosen corpus, (3) the critic rates
 every new candidate 0-5 on relevance, usefulness, clarity/specificity and compatibility and the keep gate keeps
 some (``programs.coral.critics``); kept documents accumulate over rounds, (4) the sufficiency gate decides whether
 the kept documents suffice, (5) if not, the planner gets the original question, the previous query and corpora and
@@ -135,6 +136,7 @@ class Trace:
     critic_missing: int = 0  # candidates a usable batch left out (scored one by one)
     parse_failures: int = 0  # planner / per-document critic / sufficiency outputs that could not be parsed
     planner_fallbacks: int = 0  # planner outputs with no valid corpus name (see ``select`` / ``replan``)
+    own_added: list[str] = field(default_factory=list)  # plans the question's language corpus was added to, why
     unrated: int = 0  # candidates kept or dropped by the fused keep gate without a critic call (``KeepGate.rate``)
     sure_sufficiency: int = 0  # "enough" verdicts of a sufficiency gate at rest, without a call (``check``)
     calls: Counter = field(default_factory=Counter)
@@ -324,8 +326,17 @@ class CORAL(dspy.Module):
         trace.unknown_corpora += unknown
         if not corpora:  # no valid name: the corpus of the question's language (else English), and say so
             trace.planner_fallbacks += 1
-            corpora = [trace.question_corpus] if trace.question_corpus else scope_corpora("en", self.search, "en")
-        return corpora
+            return [trace.question_corpus] if trace.question_corpus else scope_corpora("en", self.search, "en")
+        return self.with_own(corpora, trace, "first plan: the question's language corpus is always searched")
+
+    def with_own(self, corpora: list[str], trace: Trace, why: str) -> list[str]:
+        """``corpora`` with the corpus in the question's language first where the planner left it out (the paper's
+        prompt: always include it), at most ``max_corpora``; each addition traced in ``own_added`` with ``why``."""
+        own = trace.question_corpus
+        if own is None or own in corpora:
+            return corpora
+        trace.own_added.append(why)
+        return [own, *corpora][:self.max_corpora]
 
     def replan(self, question: str, query: str, corpora: list[str], reason: str, trace: Trace,
                options: dict[str, str] | None = None, held: list[Passage] = ()) -> tuple[str, list[str]] | None:

@@ -5,8 +5,10 @@ Coverage Anchor: a planner writes ``subqueries`` (m) searches, each with a reaso
 Iterative Chain: for t = 1..``loops`` (H) the writer writes a step response r_t (its reasoning and a short answer)
 from the question and the whole context C_t (up to ``context_tokens``); the evidence-sufficiency controller (ESC)
 judges r_t over the same context and says STOP, or CONTINUE with one reformulated query whose top ``k`` extend C_t
-(C_{t+1} = C_t ∪ E_{t+1}). The answer is the last step's short answer. The prediction's ``retrieved`` is all of
-C_t in order of first retrieval (what retrieval is scored on); ``passages`` is what the writer last saw.
+(C_{t+1} = C_t ∪ E_{t+1}). The answer is the last step's short answer. As in Algorithm 1 the controller is asked
+at t = H too, and a CONTINUE there retrieves once more: C_{H+1} is held (scored as retrieved), not read. The
+prediction's ``retrieved`` is all of C_t in order of first retrieval (what retrieval is scored on); ``passages`` is
+what the writer last saw.
 
 Ablations: ``anchor=False`` (Iterative Chain only: C_1 is the question's own top ``k``) and ``chain=False``
 (Coverage Anchor only: one write over the anchor). Parse failures never crash: an unusable plan is asked for once
@@ -235,8 +237,8 @@ class PAR2(dspy.Module):
             step = {"t": t, "answer": answer, "response": response, "context": len(run.context),
                     "shown": len(shown)}
             run.steps.append(step)
-            if t == hops:  # no write would follow, so the controller's decision could not change the answer
-                stop = "loop_budget" if self.use_chain else "single_write"
+            if not self.use_chain:
+                stop = "single_write"
                 break
             action, query = self._decide(question, shown, response, answer, run)  # (a, q*_{t+1}) <- E(q, r_t, C_t)
             step.update(action=action, query=query)
@@ -246,7 +248,7 @@ class PAR2(dspy.Module):
             if not run.extend(self._retrieve([query], run)):                   # C_{t+1} <- C_t ∪ R(q*_{t+1})
                 stop = "no_new_evidence"  # same question and context would give the same draft again
                 break
-        shown = within_budget(run.ranked(), self.context_tokens, self.max_chars)
+            # at t = H the loop ends here, as Algorithm 1's: a <- r_H, and C_{H+1} is retrieved, not read
         return dspy.Prediction(answer=answer, passages=shown, retrieved=run.context,
                                trace=run.trace(stop, self.context_tokens))
 

@@ -1,5 +1,6 @@
 """Dispatcher for RAG-Critic plans: runs validated :class:`programs.rag_critic.plan.Plan` steps in order with the writer
-model (the paper's executor), never ``exec``/``eval``.
+model (the paper's executor), never ``exec``/``eval``. GenerateAnswer is the program's own writer, the one that wrote
+the draft, told the step's additional instruction (the paper's executor generates with the same model and prompt).
 
 State: ``question``, ``documents`` (the retrieved passages) and each step's named output; the *evidence* list
 (the documents, then what Retrieval found) grows with Retrieval and is edited by RefineDoc, which addresses a
@@ -14,7 +15,6 @@ import dataclasses
 
 import dspy
 
-from decoding.choice import MCScoring
 from programs.shared.evidence import lenient
 from programs.rag_critic.plan import GenerateAnswer, Plan, Ref, Step
 from programs.shared.steps import Role, RoleStep
@@ -22,8 +22,7 @@ from programs.shared.text import unechoed
 from programs.shared.writer import Writer
 from retrieval.corpus import Passage, dedup
 from retrieval.retriever import Retriever
-from signatures.revise import (REFINE_INSTRUCTIONS, AnswerWithInstruction, DecomposeQuestion, RefineDocument,
-                               RewriteForSearch)
+from signatures.revise import REFINE_INSTRUCTIONS, DecomposeQuestion, RefineDocument, RewriteForSearch
 
 MAX_QUERIES = 3  # queries searched when Retrieval gets a list of them
 MAX_DOCS = 10  # documents GenerateAnswer reads (the first ones: retrieved documents, then added ones)
@@ -40,6 +39,7 @@ class _Run:
     state: dict
     evidence: list[Passage | None]  # None marks a deleted document
     options: dict[str, str] | None = None
+    lang: str | None = None  # the question's language, where the dataset gives it
     used: list[Passage] | None = None  # the documents the last GenerateAnswer read
     queries: list[str] = dataclasses.field(default_factory=list)  # every query Retrieval searched
 
@@ -49,7 +49,7 @@ class _Run:
 
 
 class PlanExecutor(dspy.Module):
-    def __init__(self, search: Retriever, max_chars: int | None = None, mc: MCScoring | None = None,
+    def __init__(self, search: Retriever, writer: Writer, max_chars: int | None = None,
                  oracle: frozenset[str] = frozenset()):
         super().__init__()
         self.search, self.max_chars = search, max_chars
@@ -64,14 +64,13 @@ class PlanExecutor(dspy.Module):
                                        demo=lambda queries: {"sub_questions": "\n".join(queries)})
         self.reader = Role("writer", oracle)  # the perfect reader: reads documents as they are, answers as the writer
         self.refine = dspy.Predict(RefineDocument)
-        self.generate = dspy.Predict(AnswerWithInstruction)
-        self.choice = Writer(use_passages=True, max_chars=max_chars, mc=mc)  # multiple choice: the shared letter writer
+        self.writer = writer  # the program's draft writer (one predictor, named under the program's ``writer``)
 
     def forward(self, plan: Plan, question: str, passages: list[Passage],
-                options: dict[str, str] | None = None) -> dspy.Prediction:
+                options: dict[str, str] | None = None, lang: str | None = None) -> dspy.Prediction:
         """Run ``plan``; the answer is the last GenerateAnswer's (None if every answer step failed);
         ``supplementary``: the answer read original documents and documents a Retrieval added."""
-        run = _Run({"question": question, "documents": list(passages)}, list(passages), options)
+        run = _Run({"question": question, "documents": list(passages)}, list(passages), options, lang)
         answer, log = None, []
         for i, step in enumerate(plan.steps):
             value = self._run_step(run, step, i, log)
@@ -176,13 +175,11 @@ class PlanExecutor(dspy.Module):
             docs = dedup([current[p.id] for r in refs for p in self._lookup(run, r) if p.id in current])
         question = self._text(run, call.query)
         run.used = docs = docs[:MAX_DOCS]
-        if run.options or self.reader.from_gold:  # the writer oracle: the perfect reader (the shared writer's)
-            return self.choice(question=question, passages=docs, options=run.options).answer
-        out = lenient(self.generate, passages=[p.format(self.max_chars) for p in docs], question=question,
+        out = lenient(self.writer, question=question, passages=docs, options=run.options, lang=run.lang,
                       instruction=self._text(run, call.additional_instruction))
         if out is None:
             raise StepError("answer not parsed")
-        return out.answer.strip()
+        return out.answer
 
 
 #: The dispatch table: plan function name -> the method that runs it.

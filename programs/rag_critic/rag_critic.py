@@ -1,13 +1,15 @@
 """RAG-Critic (Dong et al., 2025) as a DSPy program: generate -> critic -> plan -> execute (Algorithm 1).
 
-The writer answers from the top-k passages; the error critic judges that answer without the gold answer and labels
-its errors with the three-tier taxonomy. Only an Error verdict is corrected, as in the paper: a Correct one ends
+The writer answers from the top-k passages (the paper's generator answers directly, as its Standard RAG does: by
+default ``rag``'s plain writer; ``cot=True``, the ``rag_critic_cot`` program, is ``rag_cot``'s chain of thought); the
+error critic judges that answer without the gold answer and labels its errors with the three-tier taxonomy. Only an Error verdict is corrected, as in the paper: a Correct one ends
 the round, and so does an unparsed one (counted in the trace as ``unparsed_verdicts``). A verdict gate at rest
 (``--decisions logprob|fused``, fitted on dev) says Correct without a call: the stop reason is ``critic_at_rest``
-and RAG-Critic runs as its chain-of-thought first draft, which is ``rag_cot`` (:meth:`RAGCritic.resting`). For an
+and RAG-Critic runs as its first draft, which is ``rag`` (``rag_cot`` with ``cot``; :meth:`RAGCritic.resting`). For an
 Error the planner reads the critique, the suggested actions for the flagged tier-1 errors and the function menu, and
 writes a program of calls; it is parsed into a typed :class:`programs.rag_critic.plan.Plan` (step cap ``max_steps``)
-and run by the dispatcher with the writer model. An invalid plan falls back to one GenerateAnswer on the current
+and run by the dispatcher, whose GenerateAnswer is the draft's own writer told the step's instruction: draft and
+corrections come from one writer, so ``rag_critic`` against ``rag`` measures the correction alone. An invalid plan falls back to one GenerateAnswer on the current
 evidence, guided by the critique. ``rounds=2`` critiques and corrects the corrected answer once more.
 
 Oracle roles (``programs.shared.oracle``): ``verdict`` (the critic's verdict; an Error is labelled by the LM unless
@@ -58,20 +60,22 @@ class RAGCritic(dspy.Module):
 
     def __init__(self, search: Retriever, k: int = 5, max_chars: int | None = None, rounds: int = 1,
                  max_steps: int = 5, taxonomy: Taxonomy | None = None, decisions: str = "generate", oracle: str = "",
-                 mc: MCScoring | None = None):
+                 mc: MCScoring | None = None, cot: bool = False):
         super().__init__()
+        self.draft_program = "rag_cot" if cot else "rag"  # what RAG-Critic is without its correction
         if rounds < 1:
-            raise ValueError(f"rag_critic needs rounds >= 1 (got {rounds}); rounds=0 is the plain `rag_cot` program")
+            raise ValueError(f"rag_critic needs rounds >= 1 (got {rounds}); rounds=0 is the plain "
+                             f"`{self.draft_program}` program")
         self.search, self.k, self.max_chars, self.rounds, self.max_steps = search, k, max_chars, rounds, max_steps
-        # the critic reads the writer's reasoning
-        self.writer = Writer(use_passages=True, reasoning=True, max_chars=max_chars, mc=mc)
+        # one writer drafts and corrects (the critic reads its reasoning where it has a chain of thought)
+        self.writer = Writer(use_passages=True, reasoning=cot, max_chars=max_chars, mc=mc)
         self.oracle = check_roles(oracle, self.ORACLE_ROLES, "rag_critic")
         self.critic = ErrorCritic(taxonomy, max_chars, embedder=getattr(search, "embedder", None),
                                   decisions=decisions, oracle=self.oracle & {"verdict", "plan"})
         self.planner = dspy.Predict(PlanCorrection)
         self.plan_step = RoleStep(self.planner, "plan", self.oracle, "plan", demo=lambda plan: {"plan": plan[1]},
                                   given=lambda query: planned(oracle_plan(query, k)))
-        self.executor = PlanExecutor(search, max_chars, mc, oracle=self.oracle & {"query", "writer"})
+        self.executor = PlanExecutor(search, self.writer, max_chars, oracle=self.oracle & {"query", "writer"})
 
     def forward(self, question: str, options: dict[str, str] | None = None,
                 lang: str | None = None) -> dspy.Prediction:
@@ -93,7 +97,8 @@ class RAGCritic(dspy.Module):
             if plan is None:
                 plan = fallback_plan(critique.analysis)
             record["plan"] = plan.lines()
-            out = self.executor(plan=plan, question=question, passages=passages, options=options)  # execute
+            out = self.executor(plan=plan, question=question, passages=passages, options=options,  # execute
+                                lang=lang)
             record["steps"], record["supplementary"] = out.steps, out.supplementary
             record["step_errors"] = sum(not s["ok"] for s in out.steps)
             queries += out.queries
@@ -118,7 +123,7 @@ class RAGCritic(dspy.Module):
     def resting(self) -> str | None:
         """What RAG-Critic runs as while its verdict gate decides whatever the probability (see
         :func:`decoding.decisions.rest_note`): at rest nothing is corrected."""
-        return rest_note("verdict", self.critic.verdict_gate, "rag_cot")
+        return rest_note("verdict", self.critic.verdict_gate, self.draft_program)
 
     def plan_config(self) -> dict:
         """The planner's call decodes under the plan grammar where the endpoint takes one (llama.cpp)."""

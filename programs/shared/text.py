@@ -23,8 +23,8 @@ APOSTROPHES = str.maketrans({"\u2019": "'", "\u2018": "'", "\u02bc": "'", "\u00b
 #: Where a negation's scope ends: punctuation, or a conjunction that starts the next clause.
 CLAUSE_END = re.compile(r"[.,;:!?()\[\]\n\u2013\u2014]|\s-+\s"
                         r"|\b(?:and|but|so|then|therefore|thus|hence|because|since)\b", re.I)
-NEGATOR = re.compile(r"(?:not|never|cannot|(?:do|does|did|ca|wo|should|would|could|need|must|is|are|was|were|has"
-                     r"|have|had)n'?t)", re.I)
+NEGATOR = re.compile(r"(?:not|never|cannot|unable|impossible|unnecessary|needless|pointless|refuse[sd]?"
+                     r"|(?:do|does|did|ca|wo|should|would|could|need|must|is|are|was|were|has|have|had)n'?t)", re.I)
 NO_NEED = frozenset({"need", "reason", "point", "longer"})  # "no" negates a verb in "no need to ..." and the like
 
 
@@ -37,7 +37,7 @@ def abstained(answer: str | None) -> bool:
 
 def negated(before: str, scope: int = 4) -> bool:
     """Whether the text ``before`` a word negates it: an odd number of negators ("not", "never", "cannot", "don't"
-    with or without its apostrophe, "no need", ...) among the last ``scope`` words of its clause. "It is not
+    with or without its apostrophe, "unable", "impossible", "unnecessary", "no need", ...) among the last ``scope`` words of its clause. "It is not
     necessary to", "we cannot", "I dont think we should" negate; "not enough evidence, " (another clause), "no more
     search is needed" (a noun negated) and "no reason not to" (twice) do not."""
     ws = re.findall(r"[\w']+", CLAUSE_END.split(before.translate(APOSTROPHES))[-1])[-scope:]

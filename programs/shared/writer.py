@@ -12,7 +12,7 @@ from programs.shared.oracle import labelling, taught
 from programs.shared.text import IDK, mentions, normalize
 from retrieval.corpus import Passage
 from runtime.language import language_name
-from signatures.writer import AnswerDirectly, AnswerFromPassages, ChooseOption, in_language
+from signatures.writer import AnswerDirectly, AnswerFromPassages, ChooseOption, in_language, with_instruction
 
 
 def format_options(options: dict[str, str]) -> str:
@@ -96,7 +96,9 @@ class Writer(dspy.Module):
         self.mc = mc or MCScoring()
 
     def forward(self, question: str, passages: list[Passage] = (), options: dict[str, str] | None = None,
-                lang: str | None = None):
+                lang: str | None = None, instruction: str | None = None):
+        """The answer (and a chain of thought's reasoning); ``instruction``: the same writer answering again, told
+        what to fix (:func:`~signatures.writer.with_instruction`; a multiple-choice letter is picked without it)."""
         if (read := self.perfect_reader()) is not None:
             answer = read(list(passages) if self.use_passages else [], options, self.max_chars)
             self.teach(question, passages, options, lang, answer)
@@ -104,8 +106,11 @@ class Writer(dspy.Module):
         context = [p.format(self.max_chars) for p in passages] if self.use_passages else []
         if options:
             return self.choose(question, context, options)
-        kwargs = {"passages": context} if self.use_passages else {}
-        out = self.short(question=question, **kwargs, **told_language(self.short, lang))
+        kwargs = ({"passages": context} if self.use_passages else {}) | told_language(self.short, lang)
+        if instruction is not None:
+            signature = kwargs.get("signature") or getattr(self.short, "predict", self.short).signature
+            kwargs |= {"signature": with_instruction(signature), "instruction": instruction}
+        out = self.short(question=question, **kwargs)
         return dspy.Prediction(answer=out.answer.strip(), reasoning=getattr(out, "reasoning", None))
 
     def teach(self, question: str, passages, options: dict[str, str] | None, lang: str | None, answer: str) -> None:
