@@ -481,11 +481,13 @@ def test_a_critic_reply_under_its_grammar_fits_the_calls_output_cap(dummy, searc
                   enough=Queue({"enough": True, "reason": "ok"}), write=Queue({"answer": "A"}))
     lm.server = object()  # what make_lm sets on the embedded llama.cpp LM: grammars on
     CORAL(search, CORALConfig(k=1, loops=1))(question=QUESTION, options=OPTIONS, lang="en")
-    (critic,) = [h for h in lm.history if "## relevance ##" in (h["kwargs"].get("extra_body") or {}).get("grammar", "")]
-    grammar = critic["kwargs"]["extra_body"]["grammar"]
-    longest = re.search(r'"\[\[ ## critique ## \]\]\\n" \[\^\\n\]\{1,(\d+)\}', grammar)
-    assert critic["kwargs"]["max_tokens"] == output_cap(RateDocument)
-    assert int(longest[1]) <= field_cap("critique", RateDocument.output_fields["critique"])
+    critics = [h for h in lm.history if "## relevance ##" in (h["kwargs"].get("extra_body") or {}).get("grammar", "")]
+    assert critics  # one call per document (the planned corpus and the question's own)
+    for critic in critics:
+        grammar = critic["kwargs"]["extra_body"]["grammar"]
+        longest = re.search(r'"\[\[ ## critique ## \]\]\\n" \[\^\\n\]\{1,(\d+)\}', grammar)
+        assert critic["kwargs"]["max_tokens"] == output_cap(RateDocument)
+        assert int(longest[1]) <= field_cap("critique", RateDocument.output_fields["critique"])
 
 
 def test_planner_diagnostics_count_culture_recall_and_list_position():
