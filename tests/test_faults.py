@@ -237,6 +237,51 @@ def test_an_interrupted_run_is_killed_flushed_and_resumes(fault_endpoint, tmp_pa
     assert len(_checkpoint_lines(cache, stage)) == (6 if script == "evaluate.py" else 3)
 
 
+@pytest.mark.parametrize("grace, recorded", [(600, 2), (0, 0)])
+@pytest.mark.timeout(600)  # two CLI processes, each importing DSPy and MLflow
+def test_ctrl_c_under_threads_stops_sending_keeps_what_arrives_and_a_second_stops_at_once(tmp_path, grace, recorded):
+    """Four questions in flight (``--threads 4``) when Ctrl-C comes: no fifth is asked. With a grace, the two replies
+    released after the first Ctrl-C are recorded and a second Ctrl-C exits at once; without one the run exits at
+    once. Either way exit 130, only whole records, and a rerun asks just what was not recorded."""
+    from fake_openai import FakeOpenAI
+
+    cache = Path(os.environ["RAG_PROJECT_CACHE"])
+    with FakeOpenAI(hold=True) as server:
+        args = [sys.executable, str(ROOT / "evaluate.py"), "--program", "direct", "--lm", "openai/fake", "--api-base",
+                server.api_base, "--no-cache", "--experiment", "ctrl-c", "--split", "dev", "--dev", "6",
+                "--threads", "4", "--retries", "0"]
+        proc = subprocess.Popen(args, cwd=tmp_path, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
+                                env={**os.environ, "RAG_INTERRUPT_GRACE": str(grace)},
+                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+        server.wait_for(4)
+        proc.send_signal(signal.SIGINT)
+        said = ""
+        while "stopping:" not in said:
+            said = proc.stderr.readline()
+            assert said, "the process ended without saying it is stopping"
+        if recorded:
+            server.release(2)
+            while len(_checkpoint_lines(cache, "dev")) < 2:
+                assert proc.poll() is None, proc.stderr.read()
+                time.sleep(0.05)
+            proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=120) == 130
+        err = proc.stderr.read()  # what followed the "stopping" line
+        assert server.requests == 4  # nothing asked after the first Ctrl-C
+        assert ("still in flight were not recorded" in err) == (not recorded)
+        finished = _checkpoint_lines(cache, "dev")  # every line whole JSON
+        assert len(finished) == recorded
+        client = mlflow.MlflowClient(store.tracking_uri())
+        experiment = client.get_experiment_by_name("ctrl-c").experiment_id
+        assert [r.info.status for r in client.search_runs([experiment])] == ["KILLED"]
+        server.release(100)
+        done = subprocess.run(args, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr
+    assert server.requests == 4 + 6 - recorded
+    ids = [r["id"] for r in _checkpoint_lines(cache, "dev")]
+    assert len(ids) == len(set(ids)) == 6  # each question recorded once
+
+
 SWALLOWS_SIGTERM = """
 import signal, sys, time
 from experiments import cli
