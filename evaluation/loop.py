@@ -143,8 +143,9 @@ def record(example: dspy.Example, pred, metrics: dict, k: int | None, groups: tu
 def evaluate(program: dspy.Module, examples: list[dspy.Example], metrics: dict, *, k: int | None = None,
              retries: int = 1, checkpoint: Path | None = None, desc: str = "eval",
              groups: tuple[str, ...] = (), threads: int = 1, retry_failed: bool = False,
-             traces=None, wait: bool = False) -> tuple[list[dict], dict]:
-    """Evaluate ``program`` on ``examples``; resume from ``checkpoint`` (JSONL) when it holds finished examples.
+             traces=None, wait: bool = False, resume: dict[str, dict] | None = None) -> tuple[list[dict], dict]:
+    """Evaluate ``program`` on ``examples``; resume from ``checkpoint`` (JSONL) when it holds finished examples, or
+    without one from the records ``resume`` holds by id (what another process keeps: a Ray cell's driver).
 
     The program's errors (see :func:`_run`): an unreadable reply, retried with sampling, may end as a ``failed``
     record scored 0; a question that ended on a transient error (the program's, or a metric's: :func:`record`) is
@@ -170,7 +171,8 @@ def evaluate(program: dspy.Module, examples: list[dspy.Example], metrics: dict, 
     example field in ``groups`` (e.g. ``lang``) ``<metric>_by_<field>/<value>``, and for circular copies
     (``data.circular``) ``circular_<metric>``: per question the worst score over its copies."""
     sink = Checkpoint(checkpoint, wait) if checkpoint else None
-    done = {i: r for i, r in (sink.done if sink else {}).items()  # a failure tried fewer times than now is asked again
+    held = sink.done if sink else resume or {}
+    done = {i: r for i, r in held.items()  # a failure tried fewer times than now is asked again
             if not r.get("retryable") and not (r["failed"] and (retry_failed or r["tries"] < retries + 1))}
     write, over = threading.Lock(), threading.Event()  # over: the run has stopped, a late answer is not recorded
     limit, streak = int(env_number("RAG_ENDPOINT_ERRORS", 5)), [0]
