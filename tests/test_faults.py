@@ -20,7 +20,7 @@ import programs
 from fault_host import FAULT_SERVER, FaultHost, comparable
 from evaluation.loop import EndpointDown, evaluate, load_checkpoint
 from evaluation.metrics import exact_match
-from runtime.lm import ATTEMPT, ProjectLM, ServerError, _free_port, _reachable
+from runtime.lm import ATTEMPT, ProjectLM, ServerError, _free_port
 from runtime import store
 from runtime.roles import init_dspy
 from tests.dummies import unreadable
@@ -74,7 +74,7 @@ def test_fifty_questions_survive_malformed_outputs_and_a_server_death(faulty, tm
 
 
 def test_errors_and_slow_answers_are_retried_or_counted_without_a_restart(faulty):
-    server = faulty("--error", 0.3, "--slow", 0.2, "--slow-seconds", 3, "--seed", 5, timeout=1.0)
+    server = faulty("--error", 0.3, "--slow", 0.2, "--slow-seconds", 600, "--seed", 5)  # slow: past any timeout
     records, summary = run(QUESTIONS[:12])
     faults = [r["fault"] for r in server.requests()]
     assert faults.count("error") and faults.count("slow") and server.restarts == 0  # up all along: no restart
@@ -180,12 +180,9 @@ def fault_endpoint(tmp_path, request):
     so the run is surely in flight when the signal comes."""
     port, log = _free_port(), tmp_path / "requests.jsonl"
     proc = subprocess.Popen([sys.executable, str(FAULT_SERVER), "--port", str(port), "--log", str(log),
-                             "--stall-at", str(request.param), "--slow-seconds", "60", "--max-seconds", "300"],
-                            stderr=subprocess.DEVNULL)
-    for _ in range(100):
-        if _reachable(port):
-            break
-        time.sleep(0.1)
+                             "--stall-at", str(request.param), "--slow-seconds", "600", "--max-seconds", "900"],
+                            stderr=subprocess.PIPE, text=True)
+    assert proc.stderr.readline().startswith("fault server on")  # listening (said once bound, however slowly)
     yield f"http://127.0.0.1:{port}/v1", log
     proc.kill()
     proc.wait()
@@ -213,12 +210,12 @@ def test_an_interrupted_run_is_killed_flushed_and_resumes(fault_endpoint, tmp_pa
     proc = subprocess.Popen(args, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     wanted = 2 if script == "evaluate.py" else 3  # the questions answered before the stalled request
-    deadline = time.monotonic() + 120
     while not (len(_checkpoint_lines(cache, stage)) >= wanted and log.exists()
-               and len(log.read_text().splitlines()) > wanted) and proc.poll() is None and time.monotonic() < deadline:
+               and len(log.read_text().splitlines()) > wanted):
+        assert proc.poll() is None, proc.communicate()[1]
         time.sleep(0.05)
     proc.send_signal(sig)
-    _, err = proc.communicate(timeout=60)
+    _, err = proc.communicate()
     assert proc.returncode == code, err
     assert "run the same command again to resume" in err
     client = mlflow.MlflowClient(store.tracking_uri())
@@ -294,7 +291,7 @@ while True:  # a library that catches BaseException around every request
             ready = print("ready", flush=True) or True
         time.sleep(0.05)
     except BaseException:
-        pass
+        print("swallowed", flush=True)
 """
 
 
@@ -304,11 +301,12 @@ def test_a_swallowed_sigterm_still_ends_the_run(grace, signals):
     proc = subprocess.Popen([sys.executable, "-c", SWALLOWS_SIGTERM, str(grace)], cwd=ROOT, stdout=subprocess.PIPE,
                             text=True)
     assert proc.stdout.readline() == "ready\n"
-    for _ in range(signals):
+    for n in range(signals):
         proc.send_signal(signal.SIGTERM)
-        time.sleep(0.5)
+        if n < signals - 1:  # the next signal only once this one was handled (two pending SIGTERMs are one)
+            assert proc.stdout.readline() == "swallowed\n"
     try:
-        assert proc.wait(timeout=30) == 143
+        assert proc.wait(timeout=300) == 143
     finally:
         proc.kill()
 
@@ -318,7 +316,7 @@ def test_two_runs_starting_together_share_a_new_store(tmp_path):
     code = "from evaluation import tracking; tracking.setup('together')"
     procs = [subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, stderr=subprocess.PIPE, text=True)
              for _ in range(2)]
-    errors = [p.communicate(timeout=120)[1] for p in procs]
+    errors = [p.communicate()[1] for p in procs]
     assert [p.returncode for p in procs] == [0, 0], errors
 
 
