@@ -143,9 +143,9 @@ def record(example: dspy.Example, pred, metrics: dict, k: int | None, groups: tu
 def evaluate(program: dspy.Module, examples: list[dspy.Example], metrics: dict, *, k: int | None = None,
              retries: int = 1, checkpoint: Path | None = None, desc: str = "eval",
              groups: tuple[str, ...] = (), threads: int = 1, retry_failed: bool = False,
-             traces=None, wait: bool = False, resume: dict[str, dict] | None = None) -> tuple[list[dict], dict]:
-    """Evaluate ``program`` on ``examples``; resume from ``checkpoint`` (JSONL) when it holds finished examples, or
-    without one from the records ``resume`` holds by id (what another process keeps: a Ray cell's driver).
+             traces=None, wait: bool = False) -> tuple[list[dict], dict]:
+    """Evaluate ``program`` on ``examples``; resume from ``checkpoint`` (a JSONL path, or a :class:`Collected`)
+    when it holds finished examples.
 
     The program's errors (see :func:`_run`): an unreadable reply, retried with sampling, may end as a ``failed``
     record scored 0; a question that ended on a transient error (the program's, or a metric's: :func:`record`) is
@@ -170,9 +170,8 @@ def evaluate(program: dspy.Module, examples: list[dspy.Example], metrics: dict, 
     program's alone; the judge's calls are ``judge_lm_calls``), for each
     example field in ``groups`` (e.g. ``lang``) ``<metric>_by_<field>/<value>``, and for circular copies
     (``data.circular``) ``circular_<metric>``: per question the worst score over its copies."""
-    sink = Checkpoint(checkpoint, wait) if checkpoint else None
-    held = sink.done if sink else resume or {}
-    done = {i: r for i, r in held.items()  # a failure tried fewer times than now is asked again
+    sink = (checkpoint if isinstance(checkpoint, Collected) else Checkpoint(checkpoint, wait)) if checkpoint else None
+    done = {i: r for i, r in (sink.done if sink else {}).items()  # a failure tried fewer times than now is asked again
             if not r.get("retryable") and not (r["failed"] and (retry_failed or r["tries"] < retries + 1))}
     write, over = threading.Lock(), threading.Event()  # over: the run has stopped, a late answer is not recorded
     limit, streak = int(env_number("RAG_ENDPOINT_ERRORS", 5)), [0]
@@ -322,6 +321,20 @@ class Checkpoint:
 
     def close(self) -> None:
         self._held.close()
+
+
+class Collected:
+    """A checkpoint another process writes (a Ray cell's driver): its records ``done`` by id, as that process read
+    them, and the records this run appends kept in :attr:`new` for it."""
+
+    def __init__(self, done: dict[str, dict]):
+        self.done, self.new = done, []
+
+    def append(self, rec: dict) -> None:
+        self.new.append(rec)
+
+    def close(self) -> None:
+        pass
 
 
 def load_checkpoint(path: Path) -> dict[str, dict]:

@@ -31,7 +31,7 @@ from experiments import cli
 from evaluation import leaderboard, tracking
 from experiments.cli import fail
 from experiments.sessions import Session, oracle_suffix, program_oracle, session
-from evaluation.loop import Checkpoint, RunStopped, evaluate
+from evaluation.loop import Checkpoint, Collected, RunStopped, evaluate
 from runtime.files import write_whole
 from runtime.paths import PROJECT_ROOT, project_cache
 from runtime.settings import Settings
@@ -224,15 +224,18 @@ def judged_by(args: Settings, sessions: dict[str, Session]) -> str:
 @dataclass
 class Outcome:
     """What a Ray task sends back for its cell: the name of the checkpoint its session keys (``Session.checkpoint``),
-    every record, and what the driver logs."""
+    the records it added to it (``new``), and what the driver logs; or, when the cell stopped (``RunStopped``),
+    its ``error`` line and the records it finished before."""
     checkpoint: str
-    records: list[dict]
-    summary: dict
-    params: dict
-    metrics: list[str]
-    data: tracking.EvalData
-    name: str
-    effective: str
+    new: list[dict]
+    records: list[dict] = field(default_factory=list)
+    summary: dict = field(default_factory=dict)
+    params: dict = field(default_factory=dict)
+    metrics: list[str] = field(default_factory=list)
+    data: tracking.EvalData | None = None
+    name: str = ""
+    effective: str = ""
+    error: str = ""
 
 
 def _remote_cell(args: Settings, cell: Cell, known: tuple[str, dict] | None, hook=None) -> Outcome:
@@ -246,10 +249,14 @@ def _remote_cell(args: Settings, cell: Cell, known: tuple[str, dict] | None, hoo
     a, program = s.args, s.build(cell.program)
     examples = s.evaluated(getattr(s.splits, a.split))
     key, name = s.checkpoint(a.split, cell.label, program).name, cell_name(s, cell)
-    records, summary = evaluate(program, examples, s.metrics, k=a.k if s.retriever else None, retries=a.retries,
-                                desc=f"{cell.label}/{cell.dataset}", groups=s.groups, threads=a.threads,
-                                retry_failed=a.retry_failed, resume=known[1] if known and known[0] == key else None)
-    return Outcome(key, records, summary, cell_params(s, cell, name, examples), list(s.metrics),
+    sink = Collected(known[1] if known and known[0] == key else {})
+    try:
+        records, summary = evaluate(program, examples, s.metrics, k=a.k if s.retriever else None, retries=a.retries,
+                                    checkpoint=sink, desc=f"{cell.label}/{cell.dataset}", groups=s.groups,
+                                    threads=a.threads, retry_failed=a.retry_failed)
+    except RunStopped as err:
+        return Outcome(key, sink.new, error=f"{type(err).__name__}: {str(err).splitlines()[0]}")
+    return Outcome(key, sink.new, records, summary, cell_params(s, cell, name, examples), list(s.metrics),
                    s.eval_data(a.split, examples), name, tracking.effective(program, name))
 
 
@@ -284,19 +291,20 @@ def _held(name: str) -> dict:
     return sink.done
 
 
-def _keep(args: Settings, cell: Cell, out: Outcome, parent_run_id: str, suite_name: str) -> Result:
-    """The driver's part of a finished Ray cell: its new records appended to its checkpoint (the one writer, under the
-    checkpoint's lock), the checkpoint's name recorded for the next run, and its child run logged."""
+def _keep(args: Settings, cell: Cell, out: Outcome, parent_run_id: str, suite_name: str) -> Result | None:
+    """The driver's part of a Ray cell that came back: the records it added appended to its checkpoint (the one
+    writer, under the checkpoint's lock), the checkpoint's name recorded for the next run, and, unless it stopped,
+    its child run logged."""
     sink = Checkpoint(project_cache() / "evals" / out.checkpoint, wait=True)
     try:
-        held = {i: json.dumps(r, sort_keys=True) for i, r in sink.done.items()}
-        for rec in out.records:
-            if held.get(rec["id"]) != json.dumps(json.loads(json.dumps(rec, default=str)), sort_keys=True):
-                sink.append(rec)
+        for rec in out.new:
+            sink.append(rec)
     finally:
         sink.close()
     path, known = known_cells(args.split)
     write_whole(path, json.dumps(known | {f"{cell.label}@{cell.dataset}": out.checkpoint}, indent=1))
+    if out.error:
+        return None
     with cell_run(args, cell, out.name, parent_run_id, suite_name) as run:
         tracking.log_params(out.params)
         mlflow.set_tag("effective_program", out.effective)
@@ -330,11 +338,16 @@ def _ray_results(args, cells: list[Cell], parent_run_id: str, hook) -> tuple[lis
             [ref], _ = ray.wait(list(pending), num_returns=1)
             cell = pending.pop(ref)
             try:
-                done[cell] = _keep(args, cell, ray.get(ref), parent_run_id, args.suite)
-            except ray.exceptions.RayError as err:
+                out = ray.get(ref)
+                error = "" if (result := _keep(args, cell, out, parent_run_id, args.suite)) else out.error
+            except ray.exceptions.RayError as err:  # the task itself failed: nothing of it came back
                 cause = getattr(err, "cause", None) or err
-                failed.append(f"{cell.label}@{cell.dataset}: {type(cause).__name__}: {str(cause).splitlines()[0]}")
+                error = f"{type(cause).__name__}: {str(cause).splitlines()[0]}"
+            if error:
+                failed.append(f"{cell.label}@{cell.dataset}: {error}")
                 print(f"error: cell {failed[-1]}", file=sys.stderr)
+            else:
+                done[cell] = result
     finally:
         ray.shutdown()
     return [done[c] for c in cells if c in done], failed

@@ -241,8 +241,10 @@ def cluster_hook(marker: str, fail_direct: bool = False):
 
 
 @pytest.fixture
-def ray_cluster(tmp_path):
-    """A local Ray cluster (``ray start --head`` on 127.0.0.1, 2 CPUs), ended with the process that started it."""
+def ray_cluster():
+    """A local Ray cluster (``ray start --head`` on 127.0.0.1, 2 CPUs, a token of its own that this process uses
+    while it runs), ended with the process that started it."""
+    import secrets
     import shutil
     import subprocess
     import tempfile
@@ -250,19 +252,31 @@ def ray_cluster(tmp_path):
     from runtime.lm import _free_port
 
     pytest.importorskip("ray")
+    from ray._private.authentication_test_utils import reset_auth_token_state  # Ray's own, for its tests
+
     port, temp = _free_port(), tempfile.mkdtemp(prefix="ray", dir="/tmp")  # Ray's socket paths must be short
+    node_env = {k: v for k, v in os.environ.items()  # a node's own: what a worker gets beyond that is shipped
+                if not k.startswith(("RAG_", "HF_", "OPENAI_", "MLFLOW_", "LITELLM_"))}
+    token = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32)}  # the driver's and the nodes'
+    node_env |= token | {"RAY_USAGE_STATS_ENABLED": "0"}
     head = subprocess.Popen([shutil.which("ray") or "ray", "start", "--head", "--block", "--node-ip-address",
                              "127.0.0.1", "--port", str(port), "--num-cpus", "2", "--include-dashboard=false",
                              "--disable-usage-stats", "--temp-dir", temp], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, env={**os.environ, "RAY_USAGE_STATS_ENABLED": "0"})
+                            stderr=subprocess.STDOUT, text=True, env=node_env)
     for line in head.stdout:  # ray start says so once the head is up
         if "Ray runtime started" in line:
             break
     else:
         pytest.fail(f"ray start exited {head.wait()}")
+    before = {key: os.environ.get(key) for key in token}
+    os.environ.update(token)
+    reset_auth_token_state()
     try:
         yield f"127.0.0.1:{port}"
     finally:
+        for key, value in before.items():
+            os.environ.pop(key) if value is None else os.environ.update({key: value})
+        reset_auth_token_state()
         head.terminate()
         head.wait(timeout=120)
         shutil.rmtree(temp, ignore_errors=True)
@@ -305,6 +319,9 @@ def test_a_cluster_suite_loses_nothing_when_a_worker_dies_and_keeps_the_cells_th
     shipped = set(open(marker + ".env").read().split())
     assert "RAG_SOME_SECRET" not in shipped and "HF_TOKEN" not in shipped and "RAG_PROJECT_CACHE" not in shipped
     assert "RAG_DATA_DIR" in shipped or "RAG_DATA_DIR" not in os.environ
+    cells = {r.cell.label: len(r.records) for r in out["results"]}
+    print(f"\ncluster run: worker pid {open(marker).read()} killed mid-cell; records per cell {cells}, checkpoint "
+          f"lines {sorted(map(len, checkpoints.values()))}, runs {dict(runs['status'].value_counts())}")
 
     with pytest.raises(RunStopped, match=r"1 of 2 cells failed \(direct@demo: .*ZeroDivisionError"):
         suite.run_suite(suite_args(argv + ["--test", "4"]), hook=cluster_hook(marker, fail_direct=True))
@@ -314,6 +331,8 @@ def test_a_cluster_suite_loses_nothing_when_a_worker_dies_and_keeps_the_cells_th
     runs = mlflow.search_runs(experiment_names=["cluster"])
     assert sorted(runs["tags.cell"].dropna()) == ["cot", "cot", "direct"]
     assert sorted(runs["status"]) == ["FAILED"] + ["FINISHED"] * 4
+    print(f"failing cell: checkpoint lines {sorted(map(len, after.values()))}, "
+          f"runs {dict(runs['status'].value_counts())}")
 
 
 def test_plots_cover_frontier_languages_and_budgets():
