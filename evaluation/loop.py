@@ -325,10 +325,13 @@ class Checkpoint:
 
 class Collected:
     """A checkpoint another process writes (a Ray cell's driver): its records ``done`` by id, as that process read
-    them, and the records this run appends kept in :attr:`new` for it."""
+    them from the file ``name``, and the records this run appends kept in :attr:`new` for it."""
 
-    def __init__(self, done: dict[str, dict]):
-        self.done, self.new = done, []
+    def __init__(self, done: dict[str, dict], name: str):
+        self.done, self.name, self.new = done, name, []
+
+    def __str__(self) -> str:
+        return self.name
 
     def append(self, rec: dict) -> None:
         self.new.append(rec)

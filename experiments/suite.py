@@ -249,7 +249,7 @@ def _remote_cell(args: Settings, cell: Cell, known: tuple[str, dict] | None, hoo
     a, program = s.args, s.build(cell.program)
     examples = s.evaluated(getattr(s.splits, a.split))
     key, name = s.checkpoint(a.split, cell.label, program).name, cell_name(s, cell)
-    sink = Collected(known[1] if known and known[0] == key else {})
+    sink = Collected(known[1] if known and known[0] == key else {}, key)
     try:
         records, summary = evaluate(program, examples, s.metrics, k=a.k if s.retriever else None, retries=a.retries,
                                     checkpoint=sink, desc=f"{cell.label}/{cell.dataset}", groups=s.groups,
