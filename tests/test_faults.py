@@ -390,10 +390,8 @@ def test_a_run_that_leaves_questions_unanswered_says_so_and_ends_incomplete(tmp_
 
     def serve(*flags):
         proc = subprocess.Popen([sys.executable, str(FAULT_SERVER), "--port", str(port), "--log", str(log), *flags],
-                                stderr=subprocess.DEVNULL)
-        while not _reachable(port):
-            assert proc.poll() is None, "the fault server did not start"
-            time.sleep(0.05)
+                                stderr=subprocess.PIPE, text=True)
+        assert proc.stderr.readline().startswith("fault server on"), "the fault server did not start"
         return proc
 
     down = serve("--outage", "3:1000")  # the endpoint is down from the 3rd request on
