@@ -5,11 +5,12 @@ from __future__ import annotations
 import contextvars
 import json
 import os
+import queue
+import sys
 import threading
 import time
 import warnings
-from collections import Counter
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from collections import Counter, deque
 from contextlib import ExitStack, nullcontext
 from pathlib import Path
 from statistics import mean
@@ -144,7 +145,8 @@ def evaluate(program: dspy.Module, examples: list[dspy.Example], metrics: dict, 
              retries: int = 1, checkpoint: Path | None = None, desc: str = "eval",
              groups: tuple[str, ...] = (), threads: int = 1, retry_failed: bool = False,
              traces=None, wait: bool = False) -> tuple[list[dict], dict]:
-    """Evaluate ``program`` on ``examples``; resume from ``checkpoint`` (JSONL) when it holds finished examples.
+    """Evaluate ``program`` on ``examples``; resume from ``checkpoint`` (a JSONL path, or a :class:`Collected`)
+    when it holds finished examples.
 
     The program's errors (see :func:`_run`): an unreadable reply, retried with sampling, may end as a ``failed``
     record scored 0; a question that ended on a transient error (the program's, or a metric's: :func:`record`) is
@@ -154,7 +156,9 @@ def evaluate(program: dspy.Module, examples: list[dspy.Example], metrics: dict, 
     this run may try it more times (``retries`` raised) or ``retry_failed`` asks again every failed example. The
     run is the checkpoint's only writer (:class:`Checkpoint`): another run holding it is ``runtime.files.Busy``, or
     with ``wait`` waited for.
-    ``threads`` > 1 evaluates that many examples at once (for endpoints that serve concurrent requests); each
+    ``threads`` > 1 evaluates that many examples at once (for endpoints that serve concurrent requests; a Ctrl-C
+    starts no new question and records those in flight that finish within ``RAG_INTERRUPT_GRACE`` seconds, default
+    10; a second Ctrl-C stops at once; a question still in flight is not recorded, so the next run asks it); each
     example's cost is metered on its own (its LM calls also by the predictor that made them, ``lm_calls_by``:
     ``evaluation.callers``) and the records come back in input order. ``traces`` (e.g.
     ``tracking.QuestionTraces``): called per example with the program, a context manager around its call and
@@ -167,10 +171,11 @@ def evaluate(program: dspy.Module, examples: list[dspy.Example], metrics: dict, 
     program's alone; the judge's calls are ``judge_lm_calls``), for each
     example field in ``groups`` (e.g. ``lang``) ``<metric>_by_<field>/<value>``, and for circular copies
     (``data.circular``) ``circular_<metric>``: per question the worst score over its copies."""
-    sink = Checkpoint(checkpoint, wait, is_record) if checkpoint else None
+    sink = ((checkpoint if isinstance(checkpoint, Collected) else Checkpoint(checkpoint, wait, is_record))
+            if checkpoint else None)
     done = {i: r for i, r in (sink.done if sink else {}).items()  # a failure tried fewer times than now is asked again
             if not r.get("retryable") and not (r["failed"] and (retry_failed or r["tries"] < retries + 1))}
-    write = threading.Lock()
+    write, over = threading.Lock(), threading.Event()  # over: the run has stopped, a late answer is not recorded
     limit, streak = int(env_number("RAG_ENDPOINT_ERRORS", 5)), [0]
 
     def one(example: dspy.Example) -> dict:
@@ -190,6 +195,8 @@ def evaluate(program: dspy.Module, examples: list[dspy.Example], metrics: dict, 
             rec |= cost.as_dict() | {"judge_lm_calls": scoring.lm_calls}
             finish(rec)
         with write:
+            if over.is_set():
+                return rec
             if sink:
                 sink.append(rec)
             streak[0] = streak[0] + 1 if rec.get("retryable") else 0
@@ -204,20 +211,31 @@ def evaluate(program: dspy.Module, examples: list[dspy.Example], metrics: dict, 
     todo = [ex for ex in examples if ex.id not in done]
     fresh: dict[str, dict] = {}
     bar = tqdm(total=len(examples), initial=len(examples) - len(todo), desc=desc, unit="q")
-    pool = ThreadPoolExecutor(threads, thread_name_prefix="eval") if threads > 1 and len(todo) > 1 else None
+    pool = Workers(one, todo, threads) if threads > 1 and len(todo) > 1 else None
     try:
         if pool is None:
             for example in todo:
                 fresh[example.id] = one(example)
                 bar.update()
-        else:  # each example runs in a copy of this context: DSPy settings, retry attempt, left-out groups
-            futures = {pool.submit(contextvars.copy_context().run, one, ex): ex.id for ex in todo}
-            for future in as_completed(futures):
-                fresh[futures[future]] = future.result()
+        else:
+            for example, rec in pool.results():
+                fresh[example.id] = rec
                 bar.update()
-    finally:
+    except KeyboardInterrupt:
         if pool is not None:
-            pool.shutdown(wait=True, cancel_futures=True)
+            grace = env_number("RAG_INTERRUPT_GRACE", 10.0)
+            print(f"\nstopping: no new question; waiting up to {grace:g} s for the {pool.busy} in flight "
+                  "(Ctrl-C again to stop now)", file=sys.stderr, flush=True)
+            if left := pool.stop(grace):
+                print(f"{left} question(s) still in flight were not recorded", file=sys.stderr, flush=True)
+        raise
+    except BaseException:  # a stopping error: the questions in flight finish into the checkpoint
+        if pool is not None:
+            pool.stop()
+        raise
+    finally:
+        with write:  # no record is half-written, and none is written after this
+            over.set()
         bar.close()
         if sink:
             sink.close()
@@ -227,6 +245,50 @@ def evaluate(program: dspy.Module, examples: list[dspy.Example], metrics: dict, 
                       "are not finished (recorded as retryable, not scored): run the same command again to ask "
                       "them", RuntimeWarning, stacklevel=2)
     return records, summarize(records, metrics, groups)
+
+
+class Workers:
+    """``fn`` over ``items`` on ``threads`` daemon threads, each call in a copy of the caller's context (DSPy settings,
+    the retry attempt, left-out groups). :meth:`results` yields ``(item, result)`` as calls finish and raises a
+    call's error; :meth:`stop` starts no more calls and waits for the running ones. Daemon threads: a process that
+    stops never waits at exit for a request still in flight."""
+
+    def __init__(self, fn, items: list, threads: int):
+        self.fn, self.todo = fn, deque((contextvars.copy_context(), item) for item in items)
+        self.count, self.out, self.busy, self.idle = len(self.todo), queue.SimpleQueue(), 0, threading.Condition()
+        for n in range(min(threads, self.count)):
+            threading.Thread(target=self._work, name=f"eval-{n}", daemon=True).start()
+
+    def _work(self) -> None:
+        while True:
+            with self.idle:
+                if not self.todo:
+                    return
+                context, item = self.todo.popleft()
+                self.busy += 1
+            try:
+                self.out.put((item, context.run(self.fn, item), None))
+            except BaseException as err:
+                self.out.put((item, None, err))
+            finally:
+                with self.idle:
+                    self.busy -= 1
+                    self.idle.notify_all()
+
+    def results(self):
+        for _ in range(self.count):
+            item, result, err = self.out.get()
+            if err is not None:
+                raise err
+            yield item, result
+
+    def stop(self, timeout: float | None = None) -> int:
+        """Start no more calls; wait up to ``timeout`` seconds (None: as long as it takes) for the running ones to
+        finish; return how many still run."""
+        with self.idle:
+            self.todo.clear()
+            self.idle.wait_for(lambda: not self.busy, timeout)
+            return self.busy
 
 
 def answered(done: dict[str, dict], examples: list[dspy.Example], path: Path | None) -> dict[str, dict]:
@@ -261,6 +323,23 @@ class Checkpoint:
 
     def close(self) -> None:
         self._held.close()
+
+
+class Collected:
+    """A checkpoint another process writes (a Ray cell's driver): its records ``done`` by id, as that process read
+    them from the file ``name``, and the records this run appends kept in :attr:`new` for it."""
+
+    def __init__(self, done: dict[str, dict], name: str):
+        self.done, self.name, self.new = done, name, []
+
+    def __str__(self) -> str:
+        return self.name
+
+    def append(self, rec: dict) -> None:
+        self.new.append(rec)
+
+    def close(self) -> None:
+        pass
 
 
 def load_checkpoint(path: Path, readable: Callable[[dict], bool] | None = None) -> dict[str, dict]:

@@ -97,12 +97,16 @@ def incomplete_runs():
         _INCOMPLETE.reset(token)
 
 
-def tag_effective(program, name: str) -> str:
-    """``name`` as what ``program`` runs, set as the active run's ``effective_program`` tag: with the program's
-    ``resting()`` note while a gate of it decides whatever the probability ("par2 (controller at rest =
-    par2_anchor)"), else ``name`` itself."""
+def effective(program, name: str) -> str:
+    """``name`` as what ``program`` runs: with the program's ``resting()`` note while a gate of it decides whatever
+    the probability ("par2 (controller at rest = par2_anchor)"), else ``name`` itself."""
     note = program.resting() if hasattr(program, "resting") else None
-    shown = f"{name} ({note})" if note else name
+    return f"{name} ({note})" if note else name
+
+
+def tag_effective(program, name: str) -> str:
+    """:func:`effective`, set as the active run's ``effective_program`` tag."""
+    shown = effective(program, name)
     mlflow.set_tag("effective_program", shown)
     return shown
 

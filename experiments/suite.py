@@ -18,8 +18,11 @@ from __future__ import annotations
 import argparse
 import copy
 import itertools
+import json
 import os
+import sys
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 import mlflow
 
@@ -28,9 +31,9 @@ from experiments import cli
 from evaluation import leaderboard, tracking
 from experiments.cli import fail
 from experiments.sessions import Session, oracle_suffix, program_oracle, session
-from evaluation.loop import evaluate
-from runtime import store
-from runtime.paths import PROJECT_ROOT
+from evaluation.loop import Checkpoint, Collected, RunStopped, evaluate
+from runtime.files import write_whole
+from runtime.paths import PROJECT_ROOT, project_cache
 from runtime.settings import Settings
 
 SHORT = {"k": "k", "loops": "L"}  # grid keys in cell labels: seal_k3_L1
@@ -163,13 +166,9 @@ def run_cell(s: Session, cell: Cell, parent_run_id: str, suite_name: str, progra
     program = s.build(cell.program) if program is None else program
     examples = s.evaluated(getattr(s.splits, a.split)) if examples is None else examples
     stage = stage or a.split
-    tracking.setup(a.experiment)
-    name = cell.label if cell.oracle else cell.label + oracle_suffix(s.oracle(cell.program))  # a script's cell
-    with tracking.run(a.experiment, f"{name}-{cell.dataset}", parent_run_id=parent_run_id,
-                      nested=mlflow.active_run() is not None, run_id=run_id,
-                      tags={"entry": entry, "suite": suite_name, "cell": name, "dataset": cell.dataset}) as run:
-        tracking.log_params(s.params(cell.program) | {"split": a.split, "threads": a.threads, "cell": name,
-                                                      "eval_ids": [ex.id for ex in examples]})
+    name = cell_name(s, cell)
+    with cell_run(a, cell, name, parent_run_id, suite_name, entry, run_id) as run:
+        tracking.log_params(cell_params(s, cell, name, examples))
         shown = tracking.tag_effective(program, name)
         records, summary = evaluate(program, examples, s.metrics, k=a.k if s.retriever else None,
                                     retries=a.retries, desc=f"{cell.label}/{cell.dataset}", groups=s.groups,
@@ -179,6 +178,26 @@ def run_cell(s: Session, cell: Cell, parent_run_id: str, suite_name: str, progra
         tracking.log_evaluation(a.split, records, summary, s.metrics, s.eval_data(a.split, examples))
         mlflow.flush_trace_async_logging()
     return Result(cell, run.info.run_id, summary, records, shown if shown != name else "")
+
+
+def cell_name(s: Session, cell: Cell) -> str:
+    """The cell's row name, with the oracle roles its program runs with (a script's cell names none of its own)."""
+    return cell.label if cell.oracle else cell.label + oracle_suffix(s.oracle(cell.program))
+
+
+def cell_params(s: Session, cell: Cell, name: str, examples: list) -> dict:
+    a = s.args
+    return s.params(cell.program) | {"split": a.split, "threads": a.threads, "cell": name,
+                                     "eval_ids": [ex.id for ex in examples]}
+
+
+def cell_run(a: Settings, cell: Cell, name: str, parent_run_id: str, suite_name: str,
+             entry: str = "evaluate.py --suite", run_id: str | None = None):
+    """The cell's child run of ``parent_run_id``."""
+    tracking.setup(a.experiment)
+    return tracking.run(a.experiment, f"{name}-{cell.dataset}", parent_run_id=parent_run_id,
+                        nested=mlflow.active_run() is not None, run_id=run_id,
+                        tags={"entry": entry, "suite": suite_name, "cell": name, "dataset": cell.dataset})
 
 
 def against(reference: Cell, cells: list[Cell]) -> list[tuple]:
@@ -203,33 +222,136 @@ def judged_by(args: Settings, sessions: dict[str, Session]) -> str:
             else "; ".join(f"{d}: {j}" for d, j in named.items()))
 
 
-def _remote_cell(args: Settings, cell: Cell, parent_run_id: str, suite_name: str, hook=None) -> Result:
-    """A Ray task: its own session (data, retriever, LMs) for the cell's dataset, then :func:`run_cell`."""
+@dataclass
+class Outcome:
+    """What a Ray task sends back for its cell: the name of the checkpoint its session keys (``Session.checkpoint``),
+    the records it added to it (``new``), and what the driver logs; or, when the cell stopped (``RunStopped``),
+    its ``error`` line and the records it finished before."""
+    checkpoint: str
+    new: list[dict]
+    records: list[dict] = field(default_factory=list)
+    summary: dict = field(default_factory=dict)
+    params: dict = field(default_factory=dict)
+    metrics: list[str] = field(default_factory=list)
+    data: tracking.EvalData | None = None
+    name: str = ""
+    effective: str = ""
+    error: str = ""
+
+
+def _remote_cell(args: Settings, cell: Cell, known: tuple[str, dict] | None, hook=None) -> Outcome:
+    """A Ray task: its own session (data, retriever, LMs) for the cell's dataset, then the cell's questions,
+    resuming ``known`` (the driver's last checkpoint of this cell: its name and records) where this session keys the
+    same checkpoint. It writes nothing (no checkpoint, no MLflow run, no question traces): the driver does."""
     args = copy.copy(args)
     args.dataset = cell.dataset
     s = session(args, programs.spec(cell.program).needs_search)
-    if hook is not None:
-        s = hook(s)
-    return run_cell(cell_session(s, cell), cell, parent_run_id, suite_name)
+    s = cell_session(hook(s) if hook is not None else s, cell)
+    a, program = s.args, s.build(cell.program)
+    examples = s.evaluated(getattr(s.splits, a.split))
+    key, name = s.checkpoint(a.split, cell.label, program).name, cell_name(s, cell)
+    sink = Collected(known[1] if known and known[0] == key else {}, key)
+    try:
+        records, summary = evaluate(program, examples, s.metrics, k=a.k if s.retriever else None, retries=a.retries,
+                                    checkpoint=sink, desc=f"{cell.label}/{cell.dataset}", groups=s.groups,
+                                    threads=a.threads, retry_failed=a.retry_failed)
+    except RunStopped as err:
+        return Outcome(key, sink.new, error=f"{type(err).__name__}: {str(err).splitlines()[0]}")
+    return Outcome(key, sink.new, records, summary, cell_params(s, cell, name, examples), list(s.metrics),
+                   s.eval_data(a.split, examples), name, tracking.effective(program, name))
 
 
-def _ray_results(args, cells: list[Cell], parent_run_id: str, hook) -> list[Result]:
+#: What a Ray worker's environment gets from the driver's (docs/cli.md): where the data is, how endpoints are
+#: retried, the key of ``--api-base`` endpoints, the local server's prompt cache (it keys checkpoints) and the
+#: offline switches; a provider's key only for an LM of that provider (``shipped_env``). On the driver's own machine
+#: (``--ray`` without an address) also its cache folders.
+SHIPPED = ("RAG_DATA_DIR", "RAG_API_KEY", "RAG_ENDPOINT_BACKOFF", "RAG_ENDPOINT_ERRORS", "RAG_INTERRUPT_GRACE",
+           "RAG_PROMPT_CACHE_MB", "HF_HUB_OFFLINE", "LITELLM_LOCAL_MODEL_COST_MAP")
+SHIPPED_LOCAL = ("RAG_CACHE_DIR", "RAG_INDEX_DIR", "RAG_SERVER_DIR", "HF_HOME")
+
+
+def shipped_env(args: Settings, environ: dict) -> dict:
+    """The variables of ``environ`` a Ray worker of this run gets: :data:`SHIPPED`, :data:`SHIPPED_LOCAL` on a
+    local Ray, and ``<PROVIDER>_API_KEY`` for each LM of the run named ``provider/model`` without ``--api-base``."""
+    lms = [args.lm, args.planner_lm, args.critic_lm, args.judge_lm, *(args.judge_lms or "").split(",")]
+    keys = set() if args.api_base else {f"{lm.split('/')[0].upper()}_API_KEY" for lm in lms if lm and "/" in lm}
+    names = {*SHIPPED, *(SHIPPED_LOCAL if args.ray == "local" else ()), *keys}
+    return {k: v for k, v in environ.items() if k in names}
+
+
+def known_cells(split: str) -> tuple[Path, dict]:
+    """The driver's record of which checkpoint each Ray cell last wrote (``cell@dataset`` per split -> file name)."""
+    path = project_cache() / "evals" / f"ray-cells-{split}.json"
+    return path, json.loads(path.read_text()) if path.exists() else {}
+
+
+def _held(name: str) -> dict:
+    """The records of the driver's checkpoint ``name``, read under its lock."""
+    sink = Checkpoint(project_cache() / "evals" / name, wait=True)
+    sink.close()
+    return sink.done
+
+
+def _keep(args: Settings, cell: Cell, out: Outcome, parent_run_id: str, suite_name: str) -> Result | None:
+    """The driver's part of a Ray cell that came back: the records it added appended to its checkpoint (the one
+    writer, under the checkpoint's lock), the checkpoint's name recorded for the next run, and, unless it stopped,
+    its child run logged."""
+    sink = Checkpoint(project_cache() / "evals" / out.checkpoint, wait=True)
+    try:
+        for rec in out.new:
+            sink.append(rec)
+    finally:
+        sink.close()
+    path, known = known_cells(args.split)
+    write_whole(path, json.dumps(known | {f"{cell.label}@{cell.dataset}": out.checkpoint}, indent=1))
+    if out.error:
+        return None
+    with cell_run(args, cell, out.name, parent_run_id, suite_name) as run:
+        tracking.log_params(out.params)
+        mlflow.set_tag("effective_program", out.effective)
+        tracking.log_evaluation(args.split, out.records, out.summary, out.metrics, out.data)
+    return Result(cell, run.info.run_id, out.summary, out.records, out.effective if out.effective != out.name else "")
+
+
+def _ray_results(args, cells: list[Cell], parent_run_id: str, hook) -> tuple[list[Result], list[str]]:
+    """Each cell as a Ray task (:func:`_remote_cell`; one whose worker dies is run again by Ray), this process the
+    one writer of their checkpoints and runs (:func:`_keep`) as each finishes; returns the results in cell order
+    and one line per cell that failed (the others are kept)."""
     try:
         import ray
     except ImportError:
         fail("--ray needs Ray: pip install '.[ray]'")
-    env = {k: v for k, v in os.environ.items() if k.startswith(("RAG_", "MLFLOW_", "LITELLM_", "HF_", "OPENAI_"))}
+    env = shipped_env(args, dict(os.environ))
     if args.ray == "local":
-        runtime_env = {"env_vars": env | {"PYTHONPATH": str(PROJECT_ROOT)}}
-        ray.init(runtime_env=runtime_env, include_dashboard=False)
+        ray.init(runtime_env={"env_vars": env | {"PYTHONPATH": str(PROJECT_ROOT)}}, include_dashboard=False)
     else:  # a cluster: ship this checkout to the workers
         ray.init(address=args.ray, runtime_env={"env_vars": env, "working_dir": str(PROJECT_ROOT),
                                                 "excludes": [".venv", ".cache", "mlruns", ".git"]})
+    done, failed = {}, []
     try:
         task = ray.remote(num_cpus=args.ray_cpus)(_remote_cell)
-        return ray.get([task.remote(args, cell, parent_run_id, args.suite, hook) for cell in cells])
+        known = known_cells(args.split)[1]
+        pending = {}
+        for cell in cells:
+            name = known.get(f"{cell.label}@{cell.dataset}")
+            pending[task.remote(args, cell, (name, _held(name)) if name else None, hook)] = cell
+        while pending:
+            [ref], _ = ray.wait(list(pending), num_returns=1)
+            cell = pending.pop(ref)
+            try:
+                out = ray.get(ref)
+                error = "" if (result := _keep(args, cell, out, parent_run_id, args.suite)) else out.error
+            except ray.exceptions.RayError as err:  # the task itself failed: nothing of it came back
+                cause = getattr(err, "cause", None) or err
+                error = f"{type(cause).__name__}: {str(cause).splitlines()[0]}"
+            if error:
+                failed.append(f"{cell.label}@{cell.dataset}: {error}")
+                print(f"error: cell {failed[-1]}", file=sys.stderr)
+            else:
+                done[cell] = result
     finally:
         ray.shutdown()
+    return [done[c] for c in cells if c in done], failed
 
 
 def run_suite(args: Settings, hook=None, custom: tuple[Entry, ...] | None = None, report=None) -> dict:
@@ -242,9 +364,6 @@ def run_suite(args: Settings, hook=None, custom: tuple[Entry, ...] | None = None
     if not cells:
         fail(f"suite '{args.suite}' has no cell for --datasets {args.datasets} / --methods {args.methods}")
     cli.check_args(args, list(dict.fromkeys(c.program for c in cells)))
-    if args.ray and not store.tracking_uri().startswith("http"):
-        print("warning: --ray with the sqlite store: concurrent cells should log through a tracking server "
-              "(mlflow server ...; MLFLOW_TRACKING_URI=http://...)")
     results: list[Result] = []
     sessions: dict[str, Session] = {}
     with tracking.run(args.experiment, f"suite-{args.suite}", tags={"entry": "evaluate.py --suite"}) as parent:
@@ -252,10 +371,9 @@ def run_suite(args: Settings, hook=None, custom: tuple[Entry, ...] | None = None
                              "split": args.split, "threads": args.threads, "ray": args.ray or "", "trace": args.trace,
                              "cache": not args.no_cache, "lm": args.lm, "judge": args.judge,
                              **args.of(cli.SETTINGS)})  # the suite's settings as declared (a cell's: its run)
+        failed = []
         if args.ray:
-            results = _ray_results(args, cells, parent.info.run_id, hook)
-            for r in results:  # the cells' runs ended in the workers' processes: their parent is incomplete here
-                tracking.unanswered(r.summary, f"{r.cell.label}-{r.cell.dataset}")
+            results, failed = _ray_results(args, cells, parent.info.run_id, hook)
         else:
             for dataset in dict.fromkeys(c.dataset for c in cells):
                 mine = [c for c in cells if c.dataset == dataset]
@@ -270,7 +388,11 @@ def run_suite(args: Settings, hook=None, custom: tuple[Entry, ...] | None = None
         extra = report(results, sessions) if report else ""
         if extra:
             mlflow.log_text(extra, "report.md")
-    print(f"\n{board.markdown}\n{extra}\nrun {parent.info.run_id} (suite-{args.suite})")
+        print(f"\n{board.markdown}\n{extra}\nrun {parent.info.run_id} (suite-{args.suite})")
+        if failed:
+            tracking.log_json("failed_cells.json", failed)
+            raise RunStopped(f"{len(failed)} of {len(cells)} cells failed ({'; '.join(failed)}); the others are "
+                             "logged and checkpointed: fix the cause and run the same command again")
     return {"run_id": parent.info.run_id, "results": results, "leaderboard": board, "report": extra}
 
 

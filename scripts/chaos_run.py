@@ -18,6 +18,14 @@ retry after an unreadable reply) gets its answer marked (``fault_server.SAMPLED`
   as on a slow disk; the kill comes in the pause), while it holds the checkpoint a second writer is refused (exit 75)
   and a third waits for it (``wait=True``), then resumes.
 
+Then the faults a user meets at the command line, each an ``evaluate.py`` run of its own against a fault server:
+an endpoint that answers HTTP 401 (expected: it stops at once, one line, exit 2 or 4, nothing recorded); a data file
+replaced with its modification time kept, as ``cp -p`` does (expected: the run asks its questions again, with the new
+gold); a Ctrl-C with 4 questions in flight under ``--threads 4``, their replies never coming (expected: no question
+asked after it, the finished ones kept, a second Ctrl-C exits 130 at once, and the rerun asks only the rest); a
+two-cell suite under ``--ray`` whose workers are SIGKILLed mid-cell (expected: Ray runs the cells again, each question
+once in its checkpoint, every run FINISHED).
+
 Every evaluation is a process of its own (``--child``) resuming the same checkpoint, started again until one ends
 with every question final. Then every final chaos record is compared with the calm one (answer, scores, passages,
 trace; not cost and timing): where the request log shows that the program's greedy call came back unreadable in the
@@ -34,6 +42,7 @@ import argparse
 import json
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -43,7 +52,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 
-from tests.fault_host import FaultHost, comparable
+from tests.fault_host import FAULT_SERVER, FaultHost, comparable
 from tests.fault_server import SAMPLED
 
 SESSIONS = 12  # at most this many evaluation processes per phase
@@ -170,8 +179,9 @@ class Child:
 
     def __init__(self, cmd: list[str], env: dict, home: Path, tag: str):
         self.out, self.err = home / f"{tag}.out", home / f"{tag}.err"
-        with open(self.out, "w") as out, open(self.err, "w") as err:
-            self.proc = subprocess.Popen(cmd, env=env, cwd=home, stdout=out, stderr=err)
+        with open(self.out, "w") as out, open(self.err, "w") as err:  # Ctrl-C as from a terminal
+            self.proc = subprocess.Popen(cmd, env=env, cwd=home, stdout=out, stderr=err,
+                                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
     def stderr(self) -> str:
         return self.err.read_text(errors="replace")
@@ -299,6 +309,170 @@ class Phase:
         self.pending.pop("store_bug")
 
 
+def serve(home: Path, *flags: str) -> tuple[subprocess.Popen, str, Path]:
+    """A fault server of its own for command-line runs: its process, API base and request log."""
+    home.mkdir(parents=True, exist_ok=True)
+    log = home / "requests.jsonl"
+    proc = subprocess.Popen([sys.executable, str(FAULT_SERVER), "--log", str(log), "--max-seconds", "3600", *flags],
+                            stderr=subprocess.PIPE, text=True)
+    said = proc.stderr.readline()  # "fault server on 127.0.0.1:PORT" once it listens
+    return proc, f"http://{said.split()[-1]}/v1", log
+
+
+class Cli:
+    """``evaluate.py`` runs of one scenario, with the scenario's own caches and MLflow store."""
+
+    def __init__(self, work: Path, name: str, **env: str):
+        self.home = work / name
+        self.home.mkdir(parents=True, exist_ok=True)
+        self.env = {**os.environ, "RAG_PROJECT_CACHE": str(self.home / "cache"),
+                    "RAG_MLRUNS": str(self.home / "mlruns"), "RAG_SERVER_DIR": str(self.home / "servers"),
+                    "RAG_ENDPOINT_BACKOFF": "0.05", **env}
+        self.spawned = 0
+
+    def start(self, api_base: str, *flags: str) -> Child:
+        self.spawned += 1
+        return Child([sys.executable, str(ROOT / "evaluate.py"), "--lm", "openai/fault", "--api-base", api_base,
+                      "--no-cache", "--no-trace", "--experiment", "chaos", "--train", "0", *flags],
+                     self.env, self.home, f"p{self.spawned}")
+
+    def run(self, api_base: str, *flags: str) -> Child:
+        child = self.start(api_base, *flags)
+        child.proc.wait(PATIENCE)
+        return child
+
+    def records(self) -> list[dict]:
+        return [r for f in sorted((self.home / "cache" / "evals").glob("*.jsonl")) for r in records(f)]
+
+    def statuses(self) -> Counter:
+        """The MLflow runs' statuses in this scenario's store."""
+        with sqlite3.connect(self.home / "mlruns" / "mlflow.db") as db:
+            return Counter(status for (status,) in db.execute("SELECT status FROM runs"))
+
+
+DIRECT = ("--program", "direct", "--dataset", "demo", "--split", "dev", "--test", "0")
+
+
+def wrong_key(work: Path) -> tuple[str, bool]:
+    """An endpoint that answers 401: the run stops at once in one line, nothing recorded."""
+    cli = Cli(work, "wrong-key")
+    server, base, log = serve(cli.home, "--status", "401")
+    try:
+        child = cli.run(base, *DIRECT, "--dev", "3")
+    finally:
+        server.kill()
+    err, code = child.stderr(), child.proc.returncode
+    lines, asked, kept = [x for x in err.splitlines() if x.startswith("error:")], len(records(log)), len(cli.records())
+    return (f"exit {code}, {len(lines)} error line(s), {asked} request(s), {kept} record(s)",
+            code in (2, 4) and len(lines) == 1 and "Traceback" not in err and asked <= 1 and kept == 0)
+
+
+def replaced_data(work: Path) -> tuple[str, bool]:
+    """A HotpotQA file replaced by one with other gold answers and the old modification time (``cp -p``): the
+    rerun asks the questions again and records the new gold."""
+    cli = Cli(work, "replaced-data", RAG_DATA_DIR=str(work / "replaced-data" / "data"))
+    path = cli.home / "data" / "hotpotqa" / "dev_distractor_sample.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+
+    def write(answer: str) -> None:
+        path.write_text(json.dumps([{"_id": f"h{i}", "question": f"Which word names item {i}?", "answer": answer,
+                                     "supporting_facts": [[f"Item {i}", 0]], "context": [[f"Item {i}", ["A word."]]],
+                                     "type": "bridge", "level": "easy"} for i in range(4)]))
+    write("alpha")
+    server, base, log = serve(cli.home)
+    try:
+        flags = ("--program", "direct", "--dataset", "hotpotqa", "--split", "dev", "--dev", "4", "--test", "0")
+        first = cli.run(base, *flags)
+        before, stat = len(records(log)), path.stat()
+        write("omega")  # same size
+        os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+        second = cli.run(base, *flags)
+    finally:
+        server.kill()
+    again = len(records(log)) - before
+    new = len({r["id"] for r in cli.records() if r.get("gold") == "omega"})
+    codes = (first.proc.returncode, second.proc.returncode)
+    return f"exits {codes}, asked again {again} of 4, new gold in {new} of 4", codes == (0, 0) and again == new == 4
+
+
+def ctrl_c_threads(work: Path) -> tuple[str, bool]:
+    """Ctrl-C with 4 questions in flight under ``--threads 4`` whose replies never come: nothing asked after it, the
+    4 finished kept, a second Ctrl-C exits 130 at once; the rerun asks only the 4 others."""
+    cli = Cli(work, "ctrl-c")
+    server, base, log = serve(cli.home, "--hold", "5:8")  # one endpoint for both runs (it keys their checkpoint)
+    try:
+        child = cli.start(base, *DIRECT, "--dev", "8", "--threads", "4")
+        child.until(lambda: len(records(log)) >= 8, "4 answered and 4 held requests")
+        child.proc.send_signal(signal.SIGINT)
+        child.until(lambda: "stopping:" in child.stderr(), "the first Ctrl-C to stop sending")
+        child.proc.send_signal(signal.SIGINT)
+        code = child.proc.wait(PATIENCE)
+        asked, kept = len(records(log)), len(cli.records())
+        rerun = cli.run(base, *DIRECT, "--dev", "8", "--threads", "4")
+    finally:
+        server.kill()
+    ids, again = Counter(r["id"] for r in cli.records()), len(records(log)) - asked
+    return (f"exit {code}, {asked} asked, {kept} of 8 kept; rerun exit {rerun.proc.returncode} asked {again}, "
+            f"{len(ids)} questions, {sum(c > 1 for c in ids.values())} duplicated",
+            code == 130 and asked == 8 and kept == 4 and rerun.proc.returncode == 0 and again == 4
+            and len(ids) == 8 and max(ids.values()) == 1)
+
+
+def descendants(root: int) -> set[int]:
+    """The processes below ``root`` (from ``/proc``)."""
+    parents = {}
+    for entry in Path("/proc").iterdir():
+        try:
+            parents[int(entry.name)] = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (ValueError, OSError):
+            continue
+    below, grew = {root}, True
+    while grew:
+        more = {pid for pid, parent in parents.items() if parent in below} - below
+        below, grew = below | more, bool(more)
+    return below - {root}
+
+
+def cell_workers(root: int) -> list[int]:
+    """Ray workers below ``root`` running a suite cell (process title ``ray::_remote_cell``)."""
+    out = []
+    for pid in descendants(root):
+        try:
+            if Path(f"/proc/{pid}/cmdline").read_bytes().startswith(b"ray::_remote_cell"):
+                out.append(pid)
+        except OSError:
+            continue
+    return out
+
+
+def ray_worker_killed(work: Path) -> tuple[str, bool]:
+    """A two-cell suite under ``--ray``: when a cell's second request stalls, its workers are SIGKILLed; Ray runs
+    those cells again and the suite ends with each question once in its cell's checkpoint, every run FINISHED."""
+    cli = Cli(work, "ray")
+    server, base, log = serve(cli.home, "--stall-at", "2", "--slow-seconds", "3600")
+    killed = []
+    try:
+        child = cli.start(base, "--suite", "cot,direct", "--dataset", "demo", "--dev", "0", "--test", "3", "--ray")
+        child.until(lambda: len(records(log)) >= 2 and cell_workers(child.proc.pid), "a cell's request to stall")
+        for pid in cell_workers(child.proc.pid):
+            os.kill(pid, signal.SIGKILL)
+            killed.append(pid)
+        code = child.proc.wait(PATIENCE)
+    finally:
+        server.kill()
+    files = [[r["id"] for r in records(f)] for f in (cli.home / "cache" / "evals").glob("test-*.jsonl")]
+    runs = cli.statuses()
+    return (f"exit {code}, {len(killed)} worker(s) killed, records per cell {sorted(map(len, files))}, "
+            f"{sum(len(ids) - len(set(ids)) for ids in files)} duplicated, runs {dict(runs)}",
+            code == 0 and killed and sorted(map(len, files)) == [3, 3] and all(len(set(i)) == 3 for i in files)
+            and runs == Counter(FINISHED=3))
+
+
+#: The command-line faults (see the module docstring), each run once after the chaos phases.
+SCENARIOS = {"401 endpoint": wrong_key, "data file replaced, mtime kept": replaced_data,
+             "Ctrl-C under --threads 4": ctrl_c_threads, "Ray workers killed mid-cell": ray_worker_killed}
+
+
 def replies(requests: list[dict], question: str, judge: bool) -> list[dict]:
     """The requests about ``question`` by the program, or by the judge (a request for its verdict, ``same``)."""
     return [r for r in requests if r["question"] == question and ("same" in r.get("fields", ())) == judge]
@@ -390,7 +564,8 @@ def failed(counts: dict) -> bool:
                 or counts["unmatched requests"] or counts["stray sampled requests"]
                 or float(counts["em (calm / chaos)"].split(" / ")[0]) == 0
                 or counts["faults that did not happen"] != "none"
-                or counts["cut question asked again by"] != "1 process(es)")
+                or counts["cut question asked again by"] != "1 process(es)"
+                or counts.get("command-line faults not as expected", "none") != "none")
 
 
 def main(argv=None) -> int:
@@ -426,6 +601,9 @@ def main(argv=None) -> int:
                                         "--stall-at", str(plan["sigterm"]), "--slow-seconds", "60"],
                   {k: plan[k] for k in ("sigterm", "store_bug", "cut")}).run("{}:{}".format(*plan["store_down"]))
     counts = compare(args.n, calm, chaos)
+    seen = {name: scenario(work) for name, scenario in SCENARIOS.items()}
+    counts |= {name: line for name, (line, _) in seen.items()}
+    counts["command-line faults not as expected"] = [name for name, (_, ok) in seen.items() if not ok] or "none"
     width = max(map(len, counts))
     print(f"chaos run: {args.n} questions, program {args.program}, work dir {work}")
     print("\n".join(f"  {k:<{width}}  {v}" for k, v in counts.items()))

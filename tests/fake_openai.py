@@ -9,7 +9,9 @@ otherwise a short text derived from the prompt. The same prompt always gets the 
 OpenAI's ``usage.prompt_tokens_details``; with ``timings`` those as ``usage.timings``), so runs can be compared record
 for record.
 
-``with FakeOpenAI(latency=0.2) as server: dspy.LM("openai/fake", api_base=server.api_base, api_key="x")``"""
+``with FakeOpenAI(latency=0.2) as server: dspy.LM("openai/fake", api_base=server.api_base, api_key="x")``; with
+``hold`` each chat request waits for :meth:`FakeOpenAI.release` (a test decides when replies come, and
+:meth:`FakeOpenAI.wait_for` waits until requests are in flight)."""
 from __future__ import annotations
 
 import hashlib
@@ -54,11 +56,12 @@ class FakeOpenAI:
     """``/v1/chat/completions`` and ``/v1/models`` on 127.0.0.1 (free port), each request held ``latency`` s."""
 
     def __init__(self, latency: float = 0.0, context: int | None = None, cached: int = 0, refuse: int = 0,
-                 timings: dict | None = None):
+                 timings: dict | None = None, hold: bool = False):
         self.latency, self.requests, self.context, self.cached, self.refuse = latency, 0, context, cached, refuse
         self.timings = timings  # reported in every reply's usage, as the embedded server does
         self.keys: list[str | None] = []  # each chat request's Authorization header
-        lock = threading.Lock()
+        self.gate = threading.Semaphore(0) if hold else None
+        self.arrived = lock = threading.Condition()
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -81,9 +84,12 @@ class FakeOpenAI:
                 with lock:
                     outer.requests += 1
                     outer.keys.append(self.headers.get("Authorization"))
+                    lock.notify_all()
                 if outer.refuse:  # OpenAI's reply to a key it does not accept (401) or a model it forbids (403)
                     return self._send({"error": {"code": "invalid_api_key", "type": "invalid_request_error",
                                                  "message": "Incorrect API key provided."}}, status=outer.refuse)
+                if outer.gate:
+                    outer.gate.acquire()
                 time.sleep(outer.latency)
                 messages = request.get("messages", [])
                 text = reply(messages)
@@ -112,6 +118,16 @@ class FakeOpenAI:
     @property
     def api_base(self) -> str:
         return f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+
+    def wait_for(self, requests: int) -> None:
+        """Block until ``requests`` chat requests have arrived."""
+        with self.arrived:
+            self.arrived.wait_for(lambda: self.requests >= requests)
+
+    def release(self, replies: int) -> None:
+        """Let ``replies`` held requests (``hold``) be answered."""
+        for _ in range(replies):
+            self.gate.release()
 
     def __enter__(self) -> "FakeOpenAI":
         self.thread.start()

@@ -6,7 +6,9 @@ the request asks for a JSON response, as DSPy's JSONAdapter does) and injects fa
 ``--seed``: a share of completions without any field markers (``--malformed``), of HTTP 500s (``--error``) and of
 answers delayed by ``--slow-seconds`` (``--slow``; ``--stall-at N``: the N-th request only). ``--die-at N,M`` exits
 the process abruptly on the N-th and M-th request (counted over restarts through ``--log``), as a crashing server
-would; ``--outage N:M`` answers requests N to M with HTTP 503, as an endpoint that is down; ``--judge-outage N:M``
+would; ``--outage N:M`` answers requests N to M with HTTP 503, as an endpoint that is down; ``--hold N:M`` never
+answers requests N to M (the client gives up or is stopped); ``--status CODE`` answers every request with that HTTP
+status (401: a wrong key); ``--judge-outage N:M``
 does so for the verdicts among them only (a request for a ``bool`` output field, as a judge's). ``--answers FILE``
 (a JSON object question -> answer) picks the answer by the prompt's question; ``--unreadable FILE`` (a JSON list of
 questions) answers every greedy request about those questions malformed.
@@ -82,18 +84,19 @@ class FaultServer(http.server.ThreadingHTTPServer):
         self.log = Path(args.log)
         self.n = len(self.log.read_text().splitlines()) if self.log.exists() else 0
         self.die_at = {int(x) for x in args.die_at.split(",") if x}
-        self.outage, self.judge_outage = span(args.outage), span(args.judge_outage)
+        self.outage, self.judge_outage, self.hold = span(args.outage), span(args.judge_outage), span(args.hold)
         self.answers = json.loads(Path(args.answers).read_text()) if args.answers else {}
         self.unreadable = set(json.loads(Path(args.unreadable).read_text())) if args.unreadable else set()
 
     def draw(self, question: str, fields: dict[str, str], messages: int, temperature) -> tuple[int, str]:
-        """The request's number and fault (``ok | malformed | error | slow | die | outage | judge-outage``); logged
-        before answering."""
+        """The request's number and fault (``ok | malformed | error | slow | die | outage | judge-outage | hold |
+        status N``); logged before answering."""
         with self.lock:
             self.n += 1
             rng, a = random.Random(f"{self.args.seed}:{self.n}"), self.args
             roll = rng.random()
             fault = ("die" if self.n in self.die_at else "outage" if self.n in self.outage
+                     else "hold" if self.n in self.hold else f"status {a.status}" if a.status
                      else "judge-outage" if self.n in self.judge_outage and "bool" in fields.values()
                      else "slow" if self.n == a.stall_at
                      else "malformed" if roll < a.malformed or (question in self.unreadable and not temperature)
@@ -131,6 +134,10 @@ class Handler(http.server.BaseHTTPRequestHandler):
             return self.reply(500, b'{"error": {"message": "injected server error"}}')
         if fault in ("outage", "judge-outage"):
             return self.reply(503, b'{"error": {"message": "injected outage: service unavailable"}}')
+        if fault == "hold":
+            threading.Event().wait()  # never answered (a daemon thread: it ends with the server)
+        if fault.startswith("status"):
+            return self.reply(args.status, b'{"error": {"message": "injected: invalid API key"}}')
         if fault == "slow":
             time.sleep(args.slow_seconds)
         answer = self.server.answers.get(question, args.answer) + (SAMPLED if temperature else "")
@@ -173,6 +180,8 @@ def parse(argv=None) -> argparse.Namespace:
     p.add_argument("--die-at", default="", help="request numbers at which the process exits abruptly")
     p.add_argument("--outage", default="", help="N:M -- requests N to M get HTTP 503")
     p.add_argument("--judge-outage", default="", help="N:M -- the verdict requests among N to M get HTTP 503")
+    p.add_argument("--hold", default="", help="N:M -- requests N to M are never answered")
+    p.add_argument("--status", type=int, default=0, help="answer every request with this HTTP status (e.g. 401)")
     p.add_argument("--answers", help="JSON file: question -> answer (default --answer)")
     p.add_argument("--unreadable", help="JSON file: a list of questions whose greedy replies are all malformed")
     p.add_argument("--seed", type=int, default=0)

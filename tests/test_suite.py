@@ -1,6 +1,7 @@
 """Suite runner: cells, pairs, leaderboard and plots on DummyLM; two cells as concurrent Ray tasks through one
 local MLflow tracking server."""
 import argparse
+import json
 import math
 import os
 from dataclasses import replace
@@ -205,6 +206,146 @@ def test_two_ray_cells_log_concurrently_through_one_tracking_server(tmp_path, mo
     assert (runs["tags.mlflow.parentRunId"] == out["run_id"]).sum() == 2
     assert "database is locked" not in log
     assert len(list((tmp_path / "cache" / "evals").glob("test-*.jsonl"))) == 2  # one checkpoint per cell
+
+
+def test_a_ray_worker_gets_only_the_variables_a_run_needs():
+    env = {"RAG_DATA_DIR": "/d", "RAG_API_KEY": "k", "RAG_SOME_SECRET": "s", "HF_TOKEN": "t", "OPENAI_API_KEY": "o",
+           "ANTHROPIC_API_KEY": "a", "MLFLOW_TRACKING_URI": "u", "RAG_CACHE_DIR": "/c", "PATH": "/bin"}
+    cluster = suite_args(["--suite", "cot", "--lm", "openai/gpt-4o-mini", "--ray", "ray://head:10001"])
+    assert suite.shipped_env(cluster, env) == {"RAG_DATA_DIR": "/d", "RAG_API_KEY": "k", "OPENAI_API_KEY": "o"}
+    local = suite_args(["--suite", "cot", "--lm", "openai/x", "--api-base", "http://127.0.0.1:1/v1", "--ray"])
+    assert suite.shipped_env(local, env) == {"RAG_DATA_DIR": "/d", "RAG_API_KEY": "k", "RAG_CACHE_DIR": "/c"}
+
+
+def cluster_hook(marker: str, fail_direct: bool = False):
+    """A DummyLM session hook for a Ray worker that records the worker's environment (names only) beside ``marker``,
+    and stalls the first worker that makes a second LM call (its pid in ``marker``; the test kills it there), or
+    with ``fail_direct`` makes every direct question raise a bug (a prompt without a reasoning field)."""
+    def hook(s):
+        import os
+        import threading
+
+        from dspy.utils.dummies import DummyLM
+
+        from runtime.roles import Roles, init_dspy
+
+        class Stalls(DummyLM):
+            calls = 0
+
+            def forward(self, prompt=None, messages=None, **kwargs):
+                Stalls.calls += 1
+                if fail_direct and "reasoning" not in str(messages):
+                    raise ZeroDivisionError("injected bug in the direct cell")
+                if Stalls.calls == 2:
+                    try:
+                        with open(marker, "x") as fh:
+                            fh.write(str(os.getpid()))
+                        threading.Event().wait()  # until the test kills this worker
+                    except FileExistsError:
+                        pass
+                return super().forward(prompt, messages, **kwargs)
+
+        with open(marker + ".env", "w") as fh:
+            fh.write("\n".join(sorted(os.environ)))
+        lm = Stalls({"": {"reasoning": "because", "answer": "Paris"}})
+        init_dspy(lm, cache=False)
+        return replace(s, roles=Roles(writer=lm))
+    return hook
+
+
+@pytest.fixture
+def ray_cluster():
+    """A local Ray cluster (``ray start --head`` on 127.0.0.1, 2 CPUs, a token of its own that this process uses
+    while it runs), ended with the process that started it."""
+    import secrets
+    import shutil
+    import subprocess
+    import tempfile
+
+    from runtime.lm import _free_port
+
+    pytest.importorskip("ray")
+    from ray._private.authentication_test_utils import reset_auth_token_state  # Ray's own, for its tests
+
+    port, temp = _free_port(), tempfile.mkdtemp(prefix="ray", dir="/tmp")  # Ray's socket paths must be short
+    node_env = {k: v for k, v in os.environ.items()  # a node's own: what a worker gets beyond that is shipped
+                if not k.startswith(("RAG_", "HF_", "OPENAI_", "MLFLOW_", "LITELLM_"))}
+    token = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32)}  # the driver's and the nodes'
+    node_env |= token | {"RAY_USAGE_STATS_ENABLED": "0"}
+    head = subprocess.Popen([shutil.which("ray") or "ray", "start", "--head", "--block", "--node-ip-address",
+                             "127.0.0.1", "--port", str(port), "--num-cpus", "2", "--include-dashboard=false",
+                             "--disable-usage-stats", "--temp-dir", temp], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, env=node_env)
+    for line in head.stdout:  # ray start says so once the head is up
+        if "Ray runtime started" in line:
+            break
+    else:
+        pytest.fail(f"ray start exited {head.wait()}")
+    before = {key: os.environ.get(key) for key in token}
+    os.environ.update(token)
+    reset_auth_token_state()
+    try:
+        yield f"127.0.0.1:{port}"
+    finally:
+        for key, value in before.items():
+            os.environ.pop(key) if value is None else os.environ.update({key: value})
+        reset_auth_token_state()
+        head.terminate()
+        head.wait(timeout=120)
+        shutil.rmtree(temp, ignore_errors=True)
+
+
+@pytest.mark.timeout(900)  # a Ray cluster starting on 2 busy cores
+def test_a_cluster_suite_loses_nothing_when_a_worker_dies_and_keeps_the_cells_that_did_not_fail(tmp_path, ray_cluster,
+                                                                                             monkeypatch):
+    """Two cells on a local Ray cluster, one worker SIGKILLed mid-cell: Ray runs that cell again, and the driver is
+    the one writer: each question once in its checkpoint under the driver's cache, one child run per cell, none left
+    RUNNING, and the workers get only the variables a run needs. Then a run with one more question where the direct
+    cell fails: the cot cell's new answer is kept, the failure is one line, and nothing of direct is lost."""
+    import signal
+    import threading
+
+    from evaluation.loop import RunStopped
+
+    marker = str(tmp_path / "stalled")
+    monkeypatch.setenv("RAG_SOME_SECRET", "x")
+    monkeypatch.setenv("HF_TOKEN", "x")
+    argv = ["--suite", "cot,direct", "--dataset", "demo", "--train", "0", "--dev", "0", "--lm", "openai/unused",
+            "--no-cache", "--experiment", "cluster", "--ray", ray_cluster]
+    out = {}
+    run = threading.Thread(target=lambda: out.update(suite.run_suite(suite_args(argv + ["--test", "3"]),
+                                                                     hook=cluster_hook(marker))))
+    run.start()
+    while not os.path.exists(marker) or not open(marker).read():  # the worker stalls on its 2nd LM call
+        assert run.is_alive(), "the suite ended before a worker stalled"
+        run.join(0.05)
+    os.kill(int(open(marker).read()), signal.SIGKILL)
+    run.join()
+    assert {r.cell.label: len(r.records) for r in out["results"]} == {"cot": 3, "direct": 3}
+    checkpoints = {f: [json.loads(x)["id"] for x in f.read_text().splitlines()]
+                   for f in (tmp_path / "cache" / "evals").glob("test-*.jsonl")}
+    assert sorted(map(len, checkpoints.values())) == [3, 3]
+    assert all(len(set(ids)) == len(ids) for ids in checkpoints.values())  # nothing duplicated
+    mlflow.set_tracking_uri(store.tracking_uri())
+    runs = mlflow.search_runs(experiment_names=["cluster"])
+    assert len(runs) == 3 and set(runs["status"]) == {"FINISHED"}  # the killed attempt left no run
+    shipped = set(open(marker + ".env").read().split())
+    assert "RAG_SOME_SECRET" not in shipped and "HF_TOKEN" not in shipped and "RAG_PROJECT_CACHE" not in shipped
+    assert "RAG_DATA_DIR" in shipped or "RAG_DATA_DIR" not in os.environ
+    cells = {r.cell.label: len(r.records) for r in out["results"]}
+    print(f"\ncluster run: worker pid {open(marker).read()} killed mid-cell; records per cell {cells}, checkpoint "
+          f"lines {sorted(map(len, checkpoints.values()))}, runs {dict(runs['status'].value_counts())}")
+
+    with pytest.raises(RunStopped, match=r"1 of 2 cells failed \(direct@demo: .*ZeroDivisionError"):
+        suite.run_suite(suite_args(argv + ["--test", "4"]), hook=cluster_hook(marker, fail_direct=True))
+    after = {f: [json.loads(x)["id"] for x in f.read_text().splitlines()]
+             for f in (tmp_path / "cache" / "evals").glob("test-*.jsonl")}
+    assert sorted(map(len, after.values())) == [3, 4]  # cot's 4th answer kept, direct's 3 still there
+    runs = mlflow.search_runs(experiment_names=["cluster"])
+    assert sorted(runs["tags.cell"].dropna()) == ["cot", "cot", "direct"]
+    assert sorted(runs["status"]) == ["FAILED"] + ["FINISHED"] * 4
+    print(f"failing cell: checkpoint lines {sorted(map(len, after.values()))}, "
+          f"runs {dict(runs['status'].value_counts())}")
 
 
 def test_plots_cover_frontier_languages_and_budgets():
