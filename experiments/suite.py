@@ -31,7 +31,7 @@ from experiments import cli
 from evaluation import leaderboard, tracking
 from experiments.cli import fail
 from experiments.sessions import Session, oracle_suffix, program_oracle, session
-from evaluation.loop import Checkpoint, Collected, RunStopped, evaluate
+from evaluation.loop import Checkpoint, Collected, RunStopped, evaluate, is_record
 from runtime.files import write_whole
 from runtime.paths import PROJECT_ROOT, project_cache
 from runtime.settings import Settings
@@ -287,7 +287,7 @@ def known_cells(split: str) -> tuple[Path, dict]:
 
 def _held(name: str) -> dict:
     """The records of the driver's checkpoint ``name``, read under its lock."""
-    sink = Checkpoint(project_cache() / "evals" / name, wait=True)
+    sink = Checkpoint(project_cache() / "evals" / name, wait=True, readable=is_record)
     sink.close()
     return sink.done
 
@@ -296,7 +296,7 @@ def _keep(args: Settings, cell: Cell, out: Outcome, parent_run_id: str, suite_na
     """The driver's part of a Ray cell that came back: the records it added appended to its checkpoint (the one
     writer, under the checkpoint's lock), the checkpoint's name recorded for the next run, and, unless it stopped,
     its child run logged."""
-    sink = Checkpoint(project_cache() / "evals" / out.checkpoint, wait=True)
+    sink = Checkpoint(project_cache() / "evals" / out.checkpoint, wait=True, readable=is_record)
     try:
         for rec in out.new:
             sink.append(rec)
