@@ -4,7 +4,9 @@ import argparse
 import json
 import math
 import os
+import sys
 from dataclasses import replace
+from pathlib import Path
 from types import SimpleNamespace
 
 import mlflow
@@ -272,7 +274,8 @@ def ray_cluster():
                 if not k.startswith(("RAG_", "HF_", "OPENAI_", "MLFLOW_", "LITELLM_"))}
     token = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32)}  # the driver's and the nodes'
     node_env |= token | {"RAY_USAGE_STATS_ENABLED": "0"}
-    head = subprocess.Popen([shutil.which("ray") or "ray", "start", "--head", "--block", "--node-ip-address",
+    ray = str(Path(sys.executable).with_name("ray"))  # the venv's, whether or not it is on PATH
+    head = subprocess.Popen([ray, "start", "--head", "--block", "--node-ip-address",
                              "127.0.0.1", "--port", str(port), "--num-cpus", "2", "--include-dashboard=false",
                              "--disable-usage-stats", "--temp-dir", temp], stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, env=node_env)
