@@ -2,9 +2,7 @@
 and what keys its checkpoints (the code that answers, the pinned models)."""
 from __future__ import annotations
 
-import functools
 import hashlib
-import inspect
 import json
 import signal
 import sys
@@ -24,6 +22,7 @@ from optimizers.calibration import calibrate_pride
 from evaluation.metrics import Judge, gold_of
 from evaluation.task_metrics import answer_metrics
 from experiments.cli import check_args, fail, on_sigterm
+from experiments.code import answer_code, program_modules
 from programs import registry
 from programs.shared.oracle import ALL, expand, parse_roles
 from programs.shared.writer import mc_state
@@ -32,7 +31,7 @@ from retrieval.retriever import Retriever
 from runtime import models
 from runtime.files import write_whole
 from runtime.lm import LOCAL_PREFIX, engine, make_lm, prompt_cache_mb
-from runtime.paths import PROJECT_ROOT, project_cache
+from runtime.paths import project_cache
 from runtime.roles import Roles, assign_roles, init_dspy
 from runtime.settings import Settings
 
@@ -175,8 +174,8 @@ class Session:
     def checkpoint(self, stage: str, program_name: str, program: dspy.Module, pooled: tuple[str, ...] = ()) -> Path:
         """Per-example results file keyed by everything that changes them (the dataset and what its examples and
         corpora hold, a prebuilt index and its search settings, the models (:meth:`model_ids`), the embedder's
-        versioned id, settings, prompts and demos, the answer code's :func:`code_version`), so an interrupted run
-        resumes and a changed one starts afresh. The slice is not part of the key: records are looked up by question
+        versioned id, settings, prompts and demos, the code that answers through it,
+        :func:`experiments.code.answer_code`), so an interrupted run resumes and a changed one starts afresh. The slice is not part of the key: records are looked up by question
         id (and used only for the question and gold they answered, ``evaluation.answered``), so a larger ``--test``
         reuses the questions a smaller one answered, and a smaller one reads its subset. ``pooled``: the
         questions (as the program sees them) that the whole file depends on (PriDe's calibration prior), which are
@@ -190,7 +189,7 @@ class Session:
                           *([indexes] if any(indexes) else []),
                           self.args.judge, self.corpus_params(), programs.portable_state(program),
                           *([mc_state(program)] if self.args.mc_scoring != "generate" else []),
-                          *([list(pooled)] if pooled else []), code_version()],
+                          *([list(pooled)] if pooled else []), answer_code(program_modules(program))],
                          default=str, sort_keys=True)
         return project_cache() / "evals" / f"{stage}-{hashlib.sha256(key.encode()).hexdigest()[:20]}.jsonl"
 
@@ -237,28 +236,6 @@ def pinned(lm: str) -> str:
     if not lm.startswith(LOCAL_PREFIX):
         return lm
     return f"{lm}@sha256:{models.spec(lm[len(LOCAL_PREFIX):]).sha256}+cache{prompt_cache_mb()}MB+{engine()}"
-
-
-#: The code that writes and scores the answers a checkpoint holds (with ``evaluation.record``, which turns a
-#: prediction into the record): a change to any of it starts new checkpoints.
-ANSWER_CODE = ("programs", "decoding", "retrieval", "signatures", "evaluation/metrics.py", "evaluation/official.py",
-               "evaluation/task_metrics.py", "evaluation/xlingual.py", "runtime/caps.py", "runtime/embedders.py",
-               "runtime/language.py", "runtime/lm.py", "runtime/llama_serve.py", "runtime/roles.py")
-#: Files under ANSWER_CODE that build datasets and answer nothing (the XRAG construction pipeline's signatures).
-NOT_ANSWER_CODE = ("signatures/construct.py",)
-
-
-@functools.lru_cache(maxsize=1)
-def code_version() -> str:
-    """A hash of the source that produces and scores answers (:data:`ANSWER_CODE`, ``evaluation.record``), so a
-    checkpoint written by other code (a changed prompt, parser or metric) is not resumed as if it were this code's."""
-    files = sorted(p for entry in ANSWER_CODE for p in ((PROJECT_ROOT / entry).rglob("*.py")
-                                                          if (PROJECT_ROOT / entry).is_dir() else [PROJECT_ROOT / entry])
-                   if p.relative_to(PROJECT_ROOT).as_posix() not in NOT_ANSWER_CODE)
-    digest = hashlib.sha256(inspect.getsource(evaluation.record).encode())
-    for path in files:
-        digest.update(path.relative_to(PROJECT_ROOT).as_posix().encode() + b"\0" + path.read_bytes())
-    return digest.hexdigest()[:12]
 
 
 def check_data(args: Settings, task: str, splits: datasets.Splits) -> None:

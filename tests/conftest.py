@@ -168,3 +168,19 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "real_lm" in item.keywords:
             item.add_marker(skip)
+
+
+def answer_code_copy(tmp_path: Path) -> Path:
+    """A copy of the project's answer code (``experiments.code.ANSWER_CODE``) under ``tmp_path``, to edit."""
+    from experiments.code import ANSWER_CODE
+    from runtime.paths import PROJECT_ROOT
+
+    root = tmp_path / "code"
+    for entry in ANSWER_CODE:
+        source, copy = PROJECT_ROOT / entry, root / entry
+        if source.is_dir():
+            shutil.copytree(source, copy, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            copy.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(source, copy)
+    return root

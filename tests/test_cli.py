@@ -164,23 +164,25 @@ def test_a_larger_slice_asks_only_the_questions_a_smaller_one_did_not(monkeypatc
 
 
 def test_a_checkpoint_is_resumed_only_by_the_code_that_wrote_it(scripted_lm, tmp_path, monkeypatch):
+    from experiments import code
+    from tests.conftest import answer_code_copy
+
     args = cli.parser("t").parse_args(["--program", "direct", "--dataset", "demo", "--train", "0", "--dev", "2"])
     s = sessions.session(args, needs_search=False)
     program = s.build("direct")
     same = [s.checkpoint("dev", "direct", program) for _ in range(2)]
-    for folder in ("programs", "signatures", "construction"):
-        (tmp_path / folder).mkdir()
-    (tmp_path / "programs" / "writer.py").write_text("# an edited prompt\n")
-    monkeypatch.setattr(sessions, "PROJECT_ROOT", tmp_path)
-    monkeypatch.setattr(sessions, "ANSWER_CODE", ("programs", "signatures"))
-    sessions.code_version.cache_clear()
+    root = answer_code_copy(tmp_path)
+    monkeypatch.setattr(code, "PROJECT_ROOT", root)
+    code.answer_code.cache_clear()
+    copied = s.checkpoint("dev", "direct", program)
+    (root / "programs" / "shared" / "writer.py").write_text("# an edited prompt\n")
+    code.answer_code.cache_clear()
     edited = s.checkpoint("dev", "direct", program)
-    sessions.code_version.cache_clear()
-    (tmp_path / "signatures" / "construct.py").write_text("# the construction pipeline answers nothing\n")
-    (tmp_path / "construction" / "xrag.py").write_text("# nor does it here\n")
+    (root / "signatures" / "construct.py").write_text("# the construction pipeline answers nothing\n")
+    code.answer_code.cache_clear()
     pipeline_edited = s.checkpoint("dev", "direct", program)
-    sessions.code_version.cache_clear()
-    assert same[0] == same[1] and edited != same[0] and pipeline_edited == edited
+    code.answer_code.cache_clear()
+    assert same[0] == same[1] == copied and edited != copied and pipeline_edited == edited
 
 
 def test_optimize_says_when_its_test_slice_cannot_tell_compiled_from_uncompiled(monkeypatch, capsys):

@@ -10,10 +10,11 @@ from dspy.utils.dummies import DummyLM
 
 import evaluate
 from data import corpora
-from experiments import cli
+from experiments import cli, code
 from experiments import sessions
 from evaluation.loop import evaluate as run_eval
 from evaluation.metrics import exact_match
+from tests.conftest import answer_code_copy
 from tests.test_xrag import xquad_file
 
 
@@ -178,33 +179,53 @@ def test_the_local_servers_engine_build_is_keyed(counted, monkeypatch):
     assert key_of(["--lm", "local:qwen-0.5b"]) != before
 
 
-@pytest.mark.parametrize("edited", ["runtime/roles.py", "runtime/embedders.py"])  # role binding, vectors' code
-def test_the_role_binding_and_embedder_code_is_keyed(counted, tmp_path, monkeypatch, edited):
-    for entry in sessions.ANSWER_CODE:  # a copy of the answer code, then the ``edited`` file edited in it
-        source, target = sessions.PROJECT_ROOT / entry, tmp_path / entry
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copytree(source, target) if source.is_dir() else shutil.copy(source, target)
-    monkeypatch.setattr(sessions, "PROJECT_ROOT", tmp_path)
-    sessions.code_version.cache_clear()
+@pytest.fixture
+def code_root(tmp_path, monkeypatch):
+    """A copy of the answer code that checkpoint keys hash from now on (edit it to change the code)."""
+    root = answer_code_copy(tmp_path)
+    monkeypatch.setattr(code, "PROJECT_ROOT", root)
+    code.answer_code.cache_clear()
+    yield root
+    code.answer_code.cache_clear()
+
+
+def edit(root, path: str) -> None:
+    with open(root / path, "a", encoding="utf-8") as fh:
+        fh.write("\n# edited\n")
+    code.answer_code.cache_clear()
+
+
+@pytest.mark.parametrize("edited", ["runtime/roles.py", "runtime/embedders.py", "runtime/lm.py",
+                                    "programs/shared/writer.py", "programs/baselines/rag.py", "signatures/writer.py",
+                                    "evaluation/task_metrics.py"])
+def test_the_code_a_program_answers_through_is_keyed(counted, code_root, edited):
     before = key_of([])
-    (tmp_path / edited).write_text("# another adapter and role binding, another normalisation or pooling\n")
-    sessions.code_version.cache_clear()
+    edit(code_root, edited)
     assert key_of([]) != before
-    sessions.code_version.cache_clear()
+
+
+@pytest.mark.parametrize("edited", ["programs/seal/seal.py", "programs/coral/coral.py", "signatures/gap.py",
+                                    "signatures/construct.py"])
+def test_another_programs_code_leaves_the_checkpoint_resumable(counted, code_root, edited):
+    """A table measured in parts resumes after an edit to a program it does not run (``direct`` imports none of these;
+    ``signatures/construct.py`` builds datasets and answers nothing)."""
+    before = key_of([])
+    edit(code_root, edited)
+    assert key_of([]) == before
 
 
 def test_the_code_that_makes_a_record_is_keyed(counted, monkeypatch):
     from evaluation import loop as evaluation
 
-    sessions.code_version.cache_clear()
+    code.answer_code.cache_clear()
     before = key_of([])
 
     def record(example, pred, metrics, k, groups=()):
         return {"id": example.id}
     monkeypatch.setattr(evaluation, "record", record)
-    sessions.code_version.cache_clear()
+    code.answer_code.cache_clear()
     assert key_of([]) != before
-    sessions.code_version.cache_clear()
+    code.answer_code.cache_clear()
 
 
 def test_a_prebuilt_index_file_and_its_search_settings_are_keyed(tmp_path, counted):

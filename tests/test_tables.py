@@ -9,11 +9,11 @@ import pytest
 from evaluation.metrics import f1
 from evaluation.official import f1_metric, hotpot_f1
 from evaluation.task_metrics import answer_metrics
-from experiments import suite
-from experiments.sessions import ANSWER_CODE
+from experiments import code, suite
 from experiments.tables import __main__ as tables, export, render, stamp, stored
 from experiments.tables.declared import TABLES, Table
 from runtime.paths import PROJECT_ROOT
+from tests.conftest import answer_code_copy
 from tests.fake_openai import FakeOpenAI
 from tests.test_suite import make_hook
 
@@ -36,22 +36,11 @@ def test_hotpotqa_and_2wiki_f1_give_no_partial_credit_against_yes_no_and_noanswe
     assert scored(f1_metric("hotpotqa"), "Paris", ["London", "Paris"]) == 1.0
 
 
-def answer_code_copy(tmp_path):
-    root = tmp_path / "code"
-    for entry in ANSWER_CODE:
-        source, copy = PROJECT_ROOT / entry, root / entry
-        if source.is_dir():
-            shutil.copytree(source, copy, ignore=shutil.ignore_patterns("__pycache__"))
-        else:
-            copy.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(source, copy)
-    return root
-
-
 def stale_after(root, path: str) -> set[str]:
     before = {name: stamp.current(t, root) for name, t in TABLES.items()}
     with open(root / path, "a", encoding="utf-8") as fh:
         fh.write("\n# changed\n")
+    code.answer_code.cache_clear()  # the hash is cached per process: this one edits its code
     return {name for name, t in TABLES.items() if stamp.differences(t, before[name], stamp.current(t, root))}
 
 

@@ -1,85 +1,30 @@
 """What made a table: the commit, each program's code (the answer code it imports, its registered settings), the data
 fingerprints and the table's declared settings; and what of it differs from today's code (``check``).
 
-A program's code hash covers the modules its class imports, followed import by import, that are answer code
-(``experiments.sessions.ANSWER_CODE``), and the scoring code every answer goes through: changing SEAL's module stales
-the tables that run SEAL and no other."""
+A program's code hash is the one that keys its checkpoints (``experiments.code.answer_code``): the modules its class
+imports, followed import by import through answer code, and the code every answer goes through (LM calls, retrieval,
+scoring): changing SEAL's module stales the tables that run SEAL and no other."""
 from __future__ import annotations
 
-import ast
 import hashlib
-import inspect
 import json
 import subprocess
 import sys
 from pathlib import Path
 
 import programs
-from evaluation import loop
-from experiments.sessions import ANSWER_CODE, NOT_ANSWER_CODE
+from experiments.code import SCORING, answer_code, closure, common_files
 from experiments.tables.declared import Table
 from runtime.paths import PROJECT_ROOT
 
-#: The modules that score every answer: part of every program's code.
-SCORING = ("evaluation.task_metrics",)
-
-
-def module_file(module: str, root: Path) -> Path | None:
-    """The source file of project module ``module`` under ``root`` (None: not a project module)."""
-    base = root.joinpath(*module.split("."))
-    return next((p for p in (base.with_suffix(".py"), base / "__init__.py") if p.exists()), None)
-
-
-def imported(path: Path, module: str, root: Path) -> set[str]:
-    """The project modules ``path`` (module ``module``) imports: ``import a.b``, ``from a import b`` (module ``a.b``
-    when it is one, else ``a``), relative imports resolved."""
-    found = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            package = module if path.name == "__init__.py" else module.rpartition(".")[0]
-            for _ in range(node.level - 1):
-                package = package.rpartition(".")[0]
-            base = ".".join(p for p in (package if node.level else "", node.module or "") if p)
-            for alias in node.names:
-                sub = f"{base}.{alias.name}"
-                found.add(sub if module_file(sub, root) else base)
-    return {m for m in found if module_file(m, root)}
-
-
-def is_answer_code(path: Path, root: Path) -> bool:
-    rel = path.relative_to(root).as_posix()
-    return rel not in NOT_ANSWER_CODE and any(rel == e or rel.startswith(e + "/") for e in ANSWER_CODE)
-
-
-def closure(modules: list[str], root: Path) -> list[Path]:
-    """The answer-code files of ``modules`` and of everything they import, followed through answer code only."""
-    seen, todo, files = set(), list(modules), set()
-    while todo:
-        module = todo.pop()
-        if module in seen:
-            continue
-        seen.add(module)
-        path = module_file(module, root)
-        if path is None or not is_answer_code(path, root):
-            continue
-        files.add(path)
-        todo.extend(imported(path, module, root))
-    return sorted(files)
-
 
 def program_code(name: str, root: Path = PROJECT_ROOT) -> str:
-    """A hash of program ``name``'s code: the files :func:`closure` finds from its class's module and the scoring
-    modules, the settings it takes at their defaults, what its variant fixes, and the code that turns a
-    prediction into a record (``evaluation.loop.record``)."""
+    """A hash of program ``name``'s code: the settings it takes at their defaults, what its variant fixes, and the
+    answer code of its class (:func:`experiments.code.answer_code`, the hash that keys its checkpoints)."""
     spec = programs.spec(name)
-    digest = hashlib.sha256(json.dumps([spec.fixed, {k: s.default for k, s in spec.settings.items()}],
-                                       sort_keys=True, default=str).encode())
-    digest.update(inspect.getsource(loop.record).encode())
-    for path in closure([spec.cls.__module__, *SCORING], root):
-        digest.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes())
-    return digest.hexdigest()[:12]
+    return hashlib.sha256(json.dumps([spec.fixed, {k: s.default for k, s in spec.settings.items()},
+                                      answer_code((spec.cls.__module__,), root)],
+                                     sort_keys=True, default=str).encode()).hexdigest()[:12]
 
 
 def current(table: Table, root: Path = PROJECT_ROOT) -> dict:
@@ -114,6 +59,7 @@ def stale_since(table: Table, stamp: dict, root: Path = PROJECT_ROOT) -> str:
     made = stamp.get("commit", "").removesuffix("-dirty")
     files = {p.relative_to(root).as_posix() for name in table.programs
              for p in closure([programs.spec(name).cls.__module__, *SCORING], root)}
+    files |= {p.relative_to(root).as_posix() for p in common_files(root)}
     files |= {"experiments/tables/declared.py", "programs/registry.py"}
     if made and root == PROJECT_ROOT:
         log = git("log", "--reverse", "--format=%h", f"{made}..HEAD", "--", *sorted(files))
