@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import programs
 from evaluation import serving
-from evaluation.leaderboard import answered
+from evaluation.leaderboard import answered, timing
 from evaluation.stats import bootstrap_ci, paired_scores
 from experiments.cli import (COMPILE, check_applies, compile_metric, evaluate_command, fail, given_flags, interruptible,
                              parser)
@@ -50,7 +50,7 @@ def main(argv=None) -> str:
         print(f"  {name:12s} {metric_name}={mean:.3f} [95% CI {low:.2f}-{high:.2f}, {answered(summary)} answered]"
               f"  {others}"
               f"  failed={summary['failed_examples']}  lm_calls/q={summary.get('lm_calls', 0):.2f}"
-              f"  prompt_tokens/q={summary.get('prompt_tokens', 0):.0f}  s/q={summary.get('seconds', 0):.2f}")
+              f"  prompt_tokens/q={summary.get('prompt_tokens', 0):.0f}  s/q={timing(summary, 'seconds', '{:.2f}')}")
     if "test_before" in run.records:
         print(verdict(run.records["test_before"], run.records["test_after"], metric_name, args))
     print(f"prompt versions: {', '.join(run.prompts)}")

@@ -20,6 +20,7 @@ COST = (("iterations", "iters/q", "{:.2f}"), ("lm_calls", "LM calls/q", "{:.1f}"
         ("prompt_tokens", "prompt tok/q", "{:.0f}"), ("prompt_tokens_computed", "computed tok/q", "{:.0f}"),
         ("completion_tokens", "compl tok/q", "{:.0f}"),
         ("seconds", "s/q", "{:.1f}"), ("lm_seconds", "LM s/q", "{:.1f}"))
+TIMED = ("seconds", "lm_seconds")  # timed only where the machine was left to the run (:func:`timing`)
 #: What compiling a cell's program cost (its summary's ``compile_*`` keys, set by scripts/optimizer_table.py): shown
 #: only when some cell has them. Demo tokens: estimated prompt tokens of each predictor's demos.
 COMPILE = (("compile_lm_calls", "compile LM calls", "{:.0f}"),
@@ -58,9 +59,21 @@ def answered(summary: dict) -> str:
 
 def overhead(summary: dict) -> float | None:
     """Share of the wall time per question spent outside LM calls (retrieval, parsing, Python)."""
-    if summary.get("seconds") and summary.get("lm_seconds") is not None:
-        return max(0.0, 1.0 - summary["lm_seconds"] / summary["seconds"])
+    suffix = "_idle" if "timed_idle" in summary else ""  # the questions timed alone (:func:`timing`)
+    if summary.get(f"seconds{suffix}") and summary.get(f"lm_seconds{suffix}") is not None:
+        return max(0.0, 1.0 - summary[f"lm_seconds{suffix}"] / summary[f"seconds{suffix}"])
     return None
+
+
+def timing(summary: dict, key: str, spec: str) -> str:
+    """A seconds-per-question cell from the questions timed on a machine left to the run (``timed_idle``): "void"
+    when none was, "12.3 (40 of 50 idle)" when some were not; as recorded for runs that predate the load's record."""
+    if "timed_idle" not in summary:
+        return fmt(summary.get(key), spec)
+    idle, n = summary["timed_idle"], summary.get("answered", summary.get("n", 0))
+    if not idle:
+        return f"void (load {summary['load']:.1f}/core)"
+    return fmt(summary.get(f"{key}_idle"), spec) + (f" ({idle} of {n} idle)" if idle < n else "")
 
 
 def cell_table(results: list) -> str:
@@ -75,7 +88,8 @@ def cell_table(results: list) -> str:
     for r in results:
         s = r.summary
         cells = [r.label, answered(s), *(fmt(s.get(k)) for k, _ in quality),
-                 *(fmt(s.get(k)) for k, _ in retrieval), *(fmt(s.get(k), f) for k, _, f in cost),
+                 *(fmt(s.get(k)) for k, _ in retrieval),
+                 *(timing(s, k, f) if k in TIMED else fmt(s.get(k), f) for k, _, f in cost),
                  fmt(overhead(s), "{:.0%}"), str(s.get("failed_examples", 0))]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)

@@ -26,7 +26,10 @@ from programs.shared.oracle import gold_labels
 from retrieval.corpus import excluded
 from runtime.files import locked, sync_folder, write_whole
 from runtime.lm import ATTEMPT, TRANSIENT_ERRORS, UNREADABLE_ERRORS, ServerError, describe, env_number
-from runtime.metering import metered
+from runtime.metering import IDLE_LOAD, metered
+
+#: Record fields that differ between two runs of the same answers: the clock's and the machine's.
+TIMINGS = ("seconds", "lm_seconds", "load")
 
 
 def _run(program: dspy.Module, example: dspy.Example, retries: int):
@@ -405,6 +408,7 @@ def summarize(records: list[dict], metrics: dict, groups: tuple[str, ...] = ()) 
         values = [r[key] for r in records if r.get(key) is not None]
         if values:
             summary[key] = mean(values)
+    summary.update(idle_timing(records))
     if any("base_id" in r for r in records):
         for name in metrics:
             if scores := per_question(records, name):
@@ -423,6 +427,21 @@ def summarize(records: list[dict], metrics: dict, groups: tuple[str, ...] = ()) 
     if {"tier", "source_lang"} <= set(groups):
         summary.update(language_means(records, metrics))
     return summary
+
+
+def idle_timing(records: list[dict]) -> dict:
+    """Seconds taken on a machine left to this run: ``timed_idle`` (how many questions ran at a load per core of at
+    most ``runtime.metering.IDLE_LOAD``), ``seconds_idle`` and ``lm_seconds_idle`` (their means), ``load`` (the mean
+    load per core); nothing for records that predate the load's recording."""
+    loads = [r["load"] for r in records if r.get("load") is not None]
+    if not loads:
+        return {}
+    idle = [r for r in records if r.get("load") is not None and r["load"] <= IDLE_LOAD and r.get("seconds")]
+    out = {"load": mean(loads), "timed_idle": len(idle)}
+    for key in ("seconds", "lm_seconds"):
+        if values := [r[key] for r in idle if r.get(key) is not None]:
+            out[f"{key}_idle"] = mean(values)
+    return out
 
 
 def language_means(records: list[dict], metrics: dict) -> dict:

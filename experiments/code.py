@@ -1,11 +1,12 @@
 """The code behind an answer, as a hash: what keys a checkpoint (a changed prompt, parser or metric starts new records)
 and stamps a rendered table (``experiments.tables.stamp``), one function for both.
 
-A program's answer code is the project modules its classes live in, followed import by import through answer code
-(:data:`ANSWER_CODE`), plus the path every answer takes whatever the program (the answer code outside ``programs/``
-and ``signatures/``: LM calls, decoding, retrieval, metrics) and ``evaluation.loop.record``. Editing SEAL's module
-therefore starts new SEAL records and leaves ``rag``'s resumable: a table measured in parts survives edits to the
-programs it does not run."""
+A run's answer code is the project modules its objects are made of (the program's modules, the retriever's first
+stage, reranker and corpora), followed import by import through answer code (:data:`ANSWER_CODE`), plus the path
+every answer takes (the answer code outside :data:`PER_OBJECT`: the LM client, role binding, caps, the embedder code),
+the scoring modules and ``evaluation.loop.record``. Editing SEAL's module therefore starts new SEAL records and leaves
+``rag``'s resumable, and editing the on-disk index's code leaves runs that use none: a table measured in parts survives
+edits to code it does not run."""
 from __future__ import annotations
 
 import ast
@@ -23,8 +24,9 @@ ANSWER_CODE = ("programs", "decoding", "retrieval", "signatures", "evaluation/me
                "runtime/language.py", "runtime/lm.py", "runtime/llama_serve.py", "runtime/roles.py")
 #: Files under ANSWER_CODE that build datasets and answer nothing (the XRAG construction pipeline's signatures).
 NOT_ANSWER_CODE = ("signatures/construct.py",)
-#: Answer code a program reaches only by its imports; the rest of ANSWER_CODE is on every answer's path.
-PER_PROGRAM = ("programs", "signatures")
+#: Answer code a run reaches only through the objects it is made of and their imports; the rest of ANSWER_CODE is on
+#: every answer's path.
+PER_OBJECT = ("programs", "signatures", "decoding", "retrieval")
 #: The modules that score every answer.
 SCORING = ("evaluation.task_metrics",)
 
@@ -75,15 +77,15 @@ def closure(modules: list[str] | tuple[str, ...], root: Path = PROJECT_ROOT) -> 
 
 
 def common_files(root: Path = PROJECT_ROOT) -> list[Path]:
-    """The answer code on every answer's path: :data:`ANSWER_CODE` outside :data:`PER_PROGRAM`."""
-    files = (p for entry in ANSWER_CODE if not is_answer_code(entry, PER_PROGRAM)
+    """The answer code on every answer's path: :data:`ANSWER_CODE` outside :data:`PER_OBJECT`."""
+    files = (p for entry in ANSWER_CODE if not is_answer_code(entry, PER_OBJECT)
              for p in ((root / entry).rglob("*.py") if (root / entry).is_dir() else [root / entry]))
     return sorted(p for p in files if p.exists() and is_answer_code(p.relative_to(root).as_posix()))
 
 
 @functools.lru_cache(maxsize=64)
 def answer_code(modules: tuple[str, ...], root: Path | None = None) -> str:
-    """A hash of the code that answers and scores through ``modules`` (a program's classes' modules): their
+    """A hash of the code that answers and scores through ``modules`` (:func:`object_modules` of a run): their
     :func:`closure` with the scoring modules, :func:`common_files` and ``evaluation.loop.record``; ``root``: the
     project's (:data:`PROJECT_ROOT` as it is when called)."""
     root = root or PROJECT_ROOT
@@ -93,6 +95,29 @@ def answer_code(modules: tuple[str, ...], root: Path | None = None) -> str:
     return digest.hexdigest()[:12]
 
 
-def program_modules(program) -> tuple[str, ...]:
-    """The modules of ``program``'s classes and of every module inside it (a wrapper's inner program too)."""
-    return tuple(sorted({type(program).__module__, *(type(m).__module__ for _, m in program.named_sub_modules())}))
+def object_modules(*objects, depth: int = 4) -> tuple[str, ...]:
+    """The project modules of ``objects``' classes and of what they hold (attributes, the first items of lists and
+    dicts), ``depth`` levels down: a program's predictors and inner programs, a retriever's first stage (a hybrid's
+    two), its reranker and corpora (an on-disk index)."""
+    found, seen = set(), set()
+
+    def visit(obj, left: int) -> None:
+        if left < 0 or id(obj) in seen or isinstance(obj, (str, bytes, int, float, bool, type(None))):
+            return
+        seen.add(id(obj))
+        if isinstance(obj, dict):
+            obj = list(obj.values())
+        if isinstance(obj, (list, tuple, set, frozenset)):
+            for item in list(obj)[:8]:  # a corpus's passages are all of one class
+                visit(item, left)
+            return
+        module = type(obj).__module__
+        if module_file(module, PROJECT_ROOT) is None:
+            return  # not project code (dspy, numpy, faiss): nothing of ours inside that the key needs
+        found.add(module)
+        for value in getattr(obj, "__dict__", {}).values():
+            visit(value, left - 1)
+
+    for obj in objects:
+        visit(obj, depth)
+    return tuple(sorted(found))

@@ -22,7 +22,7 @@ from optimizers.calibration import calibrate_pride
 from evaluation.metrics import Judge, gold_of
 from evaluation.task_metrics import answer_metrics
 from experiments.cli import check_args, fail, on_sigterm
-from experiments.code import answer_code, program_modules
+from experiments.code import answer_code, object_modules
 from programs import registry
 from programs.shared.oracle import ALL, expand, parse_roles
 from programs.shared.writer import mc_state
@@ -189,7 +189,7 @@ class Session:
                           *([indexes] if any(indexes) else []),
                           self.args.judge, self.corpus_params(), programs.portable_state(program),
                           *([mc_state(program)] if self.args.mc_scoring != "generate" else []),
-                          *([list(pooled)] if pooled else []), answer_code(program_modules(program))],
+                          *([list(pooled)] if pooled else []), answer_code(object_modules(program, self.retriever))],
                          default=str, sort_keys=True)
         return project_cache() / "evals" / f"{stage}-{hashlib.sha256(key.encode()).hexdigest()[:20]}.jsonl"
 

@@ -1,12 +1,13 @@
 """Cost accounting for LM work: calls (also by the predictor that made them: ``runtime.lm.CALLER``) and LM latency (a
 DSPy callback), prompt tokens sent and computed, completion tokens (DSPy usage tracking), wall seconds, retriever
-queries and the oracle role calls that stood in for LM calls; and LM budgets (:func:`limited`), enforced by the same
-callback.
+queries and the oracle role calls that stood in for LM calls, the machine's load beside them; and LM budgets
+(:func:`limited`), enforced by the same callback.
 
 Each ``metered()`` block owns one :class:`Cost`, carried in DSPy's per-context settings, so blocks running at the
 same time in different threads (``evaluate(..., threads=N)``) each count only their own calls."""
 from __future__ import annotations
 
+import os
 import threading
 import time
 from contextlib import contextmanager
@@ -23,6 +24,14 @@ _LOCK = threading.Lock()  # a program's own threads (dspy.Parallel) share their 
 #: Where :attr:`Cost.lm_calls_by` counts an LM call made while no predictor named its caller (``runtime.lm.CALLER``
 #: unset: a call outside an evaluated question's predictors, or outside any evaluated question).
 NO_PREDICTOR = "(no predictor)"
+#: Above this 1-minute load average per core (:func:`machine_load`) a block's seconds were taken beside other work:
+#: one LM job on its own keeps it near 1 (the server's threads on every core).
+IDLE_LOAD = 1.5
+
+
+def machine_load() -> float:
+    """The machine's 1-minute load average per core."""
+    return os.getloadavg()[0] / (os.cpu_count() or 1)
 
 
 @dataclass
@@ -38,6 +47,9 @@ class Cost:
     #: LM calls by the predictor that made them, as ``runtime.lm.CALLER`` names it (its name in the program; one
     #: the program does not name, by its signature), else under :data:`NO_PREDICTOR`
     lm_calls_by: dict[str, int] = field(default_factory=dict)
+    #: the machine's load per core (:func:`machine_load`), the higher of the block's start and end: above
+    #: :data:`IDLE_LOAD` its seconds are not this work's alone
+    load: float | None = None
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -111,12 +123,13 @@ def count(field: str, n: int = 1) -> None:
 def metered():
     """Measure the LM work of this thread (and threads it starts through DSPy) inside the block; tokens count
     fresh (non-cached) calls only, as DSPy reports them."""
-    cost, t0 = Cost(), time.perf_counter()
+    cost, t0, load = Cost(), time.perf_counter(), machine_load()
     with dspy.track_usage() as tracker, dspy.context(**{_KEY: (*(dspy.settings.get(_KEY) or ()), cost)}):
         try:
             yield cost
         finally:
             cost.seconds = time.perf_counter() - t0
+            cost.load = round(max(load, machine_load()), 2)
             for usage in tracker.get_total_tokens().values():
                 cost.prompt_tokens += int(usage.get("prompt_tokens") or 0)
                 cost.prompt_tokens_computed += computed_prompt_tokens(usage)

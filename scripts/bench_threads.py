@@ -25,11 +25,12 @@ from pathlib import Path
 
 from tests.fake_openai import FakeOpenAI
 
-TIMINGS = ("seconds", "lm_seconds")
 COST = ("prompt_tokens_computed",)  # depends on what the server had cached, not on the answer
 
 
 def comparable(records: list[dict]) -> list[dict]:
+    from evaluation.loop import TIMINGS
+
     return [{k: v for k, v in r.items() if k not in TIMINGS + COST} for r in records]
 
 

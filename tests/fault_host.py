@@ -7,6 +7,7 @@ import json
 import sys
 from pathlib import Path
 
+from evaluation.loop import TIMINGS
 from runtime.lm import LlamaServer, RestartBudget
 
 FAULT_SERVER = Path(__file__).with_name("fault_server.py")
@@ -30,7 +31,7 @@ class FaultHost(LlamaServer):
 
 #: Record fields that depend on how the answer was reached (calls, timing, retries), not on the answer.
 VOLATILE = {"lm_calls", "lm_calls_by", "judge_lm_calls", "oracle_calls", "searches", "prompt_tokens",
-            "prompt_tokens_computed", "completion_tokens", "seconds", "lm_seconds", "tries", "error"}
+            "prompt_tokens_computed", "completion_tokens", *TIMINGS, "tries", "error"}
 
 
 def comparable(record: dict) -> dict:

@@ -198,6 +198,7 @@ def test_optimize_says_when_its_test_slice_cannot_tell_compiled_from_uncompiled(
 def test_a_compiled_program_evaluates_with_its_own_retriever_and_config_as_its_compile_tested_it(scripted_lm, tmp_path):
     import json
 
+    from evaluation.loop import TIMINGS
     from runtime.paths import project_cache
 
     out, sizes = tmp_path / "program.json", ["--dataset", "demo", "--train", "3", "--dev", "0", "--test", "3"]
@@ -206,7 +207,7 @@ def test_a_compiled_program_evaluates_with_its_own_retriever_and_config_as_its_c
 
     def records(stage):
         (path,) = (project_cache() / "evals").glob(f"{stage}-*.jsonl")
-        return [{k: v for k, v in json.loads(line).items() if not k.endswith("seconds")}  # all but timings
+        return [{k: v for k, v in json.loads(line).items() if k not in TIMINGS}  # all but timings
                 for line in path.read_text().splitlines()]
     assert records("test") == records("test_after") and summary["n"] == 3
     (run,) = mlflow.search_runs(experiment_names=["agentic-rag"], filter_string="tags.entry = 'evaluate.py'",

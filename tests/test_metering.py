@@ -58,3 +58,27 @@ def test_an_lm_call_outside_an_evaluated_question_counts_under_no_predictor(dumm
     with metering.metered() as cost:
         Drafted().draft(question="question 0")
     assert cost.lm_calls_by == {metering.NO_PREDICTOR: 1}
+
+
+def test_seconds_are_timed_only_where_the_machine_was_left_to_the_run(dummy, monkeypatch):
+    """Each record holds the machine's load per core beside it; s/q is the mean over the questions timed at most at
+    ``IDLE_LOAD`` (the others ran beside other work), "void" when none was."""
+    from evaluation.leaderboard import cell_table
+    from experiments.suite import Cell, Result
+
+    dummy(ANSWERS)
+    now = [0.0]  # the load per core the machine reports: each question sets its own as it runs
+
+    class Loaded(Drafted):
+        def forward(self, question):
+            now[0] = {"question 0": 0.5, "question 1": 1.1, "question 2": 3.0}[question]
+            return super().forward(question)
+    monkeypatch.setattr(metering, "machine_load", lambda: now[0])
+    records, summary = evaluate(Loaded(), EXAMPLES[:3], {"em": exact_match})
+    assert [r["load"] for r in records] == [0.5, 1.1, 3.0]
+    assert summary["timed_idle"] == 2 and summary["load"] == pytest.approx(4.6 / 3)
+    assert summary["seconds_idle"] == pytest.approx((records[0]["seconds"] + records[1]["seconds"]) / 2)
+    row = cell_table([Result(Cell("rag", "demo"), "run", summary, records)]).splitlines()[2]
+    assert " (2 of 3 idle) |" in row
+    contended = summary | {"timed_idle": 0, "load": 2.4}
+    assert "| void (load 2.4/core) |" in cell_table([Result(Cell("rag", "demo"), "run", contended, records)])

@@ -205,13 +205,27 @@ def test_the_code_a_program_answers_through_is_keyed(counted, code_root, edited)
 
 
 @pytest.mark.parametrize("edited", ["programs/seal/seal.py", "programs/coral/coral.py", "signatures/gap.py",
-                                    "signatures/construct.py"])
+                                    "signatures/construct.py", "retrieval/ondisk.py", "decoding/decisions.py"])
 def test_another_programs_code_leaves_the_checkpoint_resumable(counted, code_root, edited):
     """A table measured in parts resumes after an edit to a program it does not run (``direct`` imports none of these;
-    ``signatures/construct.py`` builds datasets and answers nothing)."""
+    ``signatures/construct.py`` builds datasets and answers nothing; it searches no on-disk index)."""
     before = key_of([])
     edit(code_root, edited)
     assert key_of([]) == before
+
+
+@pytest.mark.parametrize("retriever, edited, keyed", [("bm25", "retrieval/bm25.py", True),
+                                                      ("bm25", "retrieval/dense.py", False),
+                                                      ("hybrid", "retrieval/dense.py", True)])
+def test_the_first_stage_a_run_searches_with_is_keyed(counted, code_root, retriever, edited, keyed):
+    def key() -> str:
+        s = sessions.session(cli.parser("t").parse_args(["--program", "rag", "--dataset", "demo", "--train", "0",
+                                                         "--dev", "2", "--test", "0", "--retriever", retriever]),
+                             needs_search=True)
+        return s.checkpoint("dev", "rag", s.build("rag")).name
+    before = key()
+    edit(code_root, edited)
+    assert (key() != before) is keyed
 
 
 def test_the_code_that_makes_a_record_is_keyed(counted, monkeypatch):

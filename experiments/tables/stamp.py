@@ -1,9 +1,9 @@
 """What made a table: the commit, each program's code (the answer code it imports, its registered settings), the data
 fingerprints and the table's declared settings; and what of it differs from today's code (``check``).
 
-A program's code hash is the one that keys its checkpoints (``experiments.code.answer_code``): the modules its class
-imports, followed import by import through answer code, and the code every answer goes through (LM calls, retrieval,
-scoring): changing SEAL's module stales the tables that run SEAL and no other."""
+A program's code hash is made as its checkpoints' key is (``experiments.code.answer_code``): the modules its class
+imports, followed import by import through answer code, every first stage's, and the code every answer goes through
+(LM calls, scoring): changing SEAL's module stales the tables that run SEAL and no other."""
 from __future__ import annotations
 
 import hashlib
@@ -15,15 +15,20 @@ from pathlib import Path
 import programs
 from experiments.code import SCORING, answer_code, closure, common_files
 from experiments.tables.declared import Table
+from retrieval import first_stage
 from runtime.paths import PROJECT_ROOT
+
+#: The modules of every first stage: a table may run any of them (its retriever setting, ``hybrid``'s two).
+FIRST_STAGES = tuple(sorted({stage.__module__ for stage in first_stage.stages().values()}))
 
 
 def program_code(name: str, root: Path = PROJECT_ROOT) -> str:
     """A hash of program ``name``'s code: the settings it takes at their defaults, what its variant fixes, and the
-    answer code of its class (:func:`experiments.code.answer_code`, the hash that keys its checkpoints)."""
+    answer code of its class and of every first stage (:func:`experiments.code.answer_code`, the hash that keys its
+    checkpoints, made of the first stage a run uses)."""
     spec = programs.spec(name)
     return hashlib.sha256(json.dumps([spec.fixed, {k: s.default for k, s in spec.settings.items()},
-                                      answer_code((spec.cls.__module__,), root)],
+                                      answer_code((spec.cls.__module__, *FIRST_STAGES), root)],
                                      sort_keys=True, default=str).encode()).hexdigest()[:12]
 
 
@@ -58,7 +63,7 @@ def stale_since(table: Table, stamp: dict, root: Path = PROJECT_ROOT) -> str:
     (``uncommitted changes`` when none did: the working tree differs)."""
     made = stamp.get("commit", "").removesuffix("-dirty")
     files = {p.relative_to(root).as_posix() for name in table.programs
-             for p in closure([programs.spec(name).cls.__module__, *SCORING], root)}
+             for p in closure([programs.spec(name).cls.__module__, *FIRST_STAGES, *SCORING], root)}
     files |= {p.relative_to(root).as_posix() for p in common_files(root)}
     files |= {"experiments/tables/declared.py", "programs/registry.py"}
     if made and root == PROJECT_ROOT:
