@@ -33,11 +33,13 @@ def name_list(names: list[str], max_items: int) -> str:
     return f'"[" {item} {rest} "]"'
 
 
-def chat_grammar(fields: list[tuple[str, str]], rules: str = "") -> str:
-    """GBNF for a ChatAdapter reply: each output field's header and value rule in order, then the end marker;
-    ``rules`` holds the definitions of any named rules the value rules use."""
-    body = " ".join(f"{literal(f'[[ ## {name} ## ]]' + chr(10))} {rule} {literal(chr(10) + chr(10))}"
-                    for name, rule in fields)
+def chat_grammar(fields: list[tuple[str, str]], rules: str = "", optional: frozenset[str] = frozenset()) -> str:
+    """GBNF for a ChatAdapter reply: each output field's header and value rule in order (those named in
+    ``optional`` may be left out, as the signature lets them), then the end marker; ``rules`` holds the definitions of
+    any named rules the value rules use."""
+    blocks = [(name, f"{literal(f'[[ ## {name} ## ]]' + chr(10))} {rule} {literal(chr(10) + chr(10))}")
+              for name, rule in fields]
+    body = " ".join(f"({block})?" if name in optional else block for name, block in blocks)
     return f"root ::= {body} {literal('[[ ## completed ## ]]')}" + (f"\n{rules}" if rules else "")
 
 
@@ -48,10 +50,13 @@ def grammar_supported(lm) -> bool:
 
 def constrained_config(predictor: dspy.Predict, fields: dict[str, str], rules: str = "") -> dict:
     """Per-call config that constrains ``predictor``'s reply: ``fields`` maps output field -> GBNF value rule
-    (fields left out are free one-line text; ``rules`` defines named rules they use). ``{}`` where the
+    (fields left out are free one-line text; ``rules`` defines named rules they use; a field with a default may be left
+    out of the reply). ``{}`` where the
     predictor's LM takes no grammar."""
     lm = predictor.lm or dspy.settings.lm
     if not grammar_supported(lm):
         return {}
-    values = [(name, fields.get(name, FREE_LINE)) for name in predictor.signature.output_fields]
-    return {"extra_body": {**(lm.kwargs.get("extra_body") or {}), "grammar": chat_grammar(values, rules)}}
+    outputs = predictor.signature.output_fields
+    values = [(name, fields.get(name, FREE_LINE)) for name in outputs]
+    optional = frozenset(name for name, field in outputs.items() if not field.is_required())
+    return {"extra_body": {**(lm.kwargs.get("extra_body") or {}), "grammar": chat_grammar(values, rules, optional)}}

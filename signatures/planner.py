@@ -3,6 +3,15 @@ import dspy
 
 from runtime.caps import Items, Text
 
+#: The re-planners' optional output that lets them leave out the corpus in the question's language (the paper's
+#: re-planner keeps it "unless the system's reasoning explicitly shows it is consistently low-relevance"): a reply
+#: without it, or with none, keeps that corpus (``programs.coral.coral.stated``).
+DROPPED_BECAUSE = ("only if your corpora leave out the corpus in the question's language: why its documents were "
+                   "off-topic; else none")
+#: ``dropped_because`` as an oracle plan's demo gives it: none when the corpus in the question's language stays, else
+#: where the missing evidence is (the planner oracle names the corpora holding it).
+KEPT, ELSEWHERE = "none", "the missing evidence is in the other corpora"
+
 
 class SelectCorpora(dspy.Signature):
     """Pick at most three language corpora to search for evidence on this question. Always include the corpus in
@@ -20,9 +29,9 @@ class SelectCorpora(dspy.Signature):
 class ReplanSearch(dspy.Signature):
     """The previous search did not find enough good evidence, for the reason given. Plan the next search: change
     the corpora, rewrite the query, or both, guided by the reason. Keep the corpus in the question's language
-    unless the reason shows its documents were off-topic; add or swap in the corpus of a country or culture the
-    question is about. Keep the question's meaning and add the missing names, places or terms. Use only codes
-    from the available list."""
+    unless the reason shows its documents were off-topic (then say why); add or swap in the corpus of a country or
+    culture the question is about. Keep the question's meaning and add the missing names, places or terms. Use only
+    codes from the available list."""
 
     question: str = dspy.InputField(desc="the original question")
     previous_query: str = dspy.InputField()
@@ -31,14 +40,15 @@ class ReplanSearch(dspy.Signature):
     available: list[str] = dspy.InputField(desc="'code: language' of each corpus, in no particular order "
                                                  "(some list each corpus's best-matching passage title and score)")
     corpora: Items[32] = dspy.OutputField(desc="corpus codes for the next search")
+    dropped_because: Text[32] = dspy.OutputField(default="", desc=DROPPED_BECAUSE)
     query: Text[32] = dspy.OutputField(desc="the new search query")
 
 
 class ReselectCorpora(dspy.Signature):
     """The previous search did not find enough good evidence, for the reason given. Pick a different set of
     language corpora for the next search: keep the corpus in the question's language unless the reason shows its
-    documents were off-topic; add or swap in the corpus of a country or culture the question is about. Use only
-    codes from the available list."""
+    documents were off-topic (then say why); add or swap in the corpus of a country or culture the question is
+    about. Use only codes from the available list."""
 
     question: str = dspy.InputField()
     previous_corpora: list[str] = dspy.InputField()
@@ -46,6 +56,7 @@ class ReselectCorpora(dspy.Signature):
     available: list[str] = dspy.InputField(desc="'code: language' of each corpus, in no particular order "
                                                  "(some list each corpus's best-matching passage title and score)")
     corpora: Items[32] = dspy.OutputField(desc="corpus codes for the next search")
+    dropped_because: Text[32] = dspy.OutputField(default="", desc=DROPPED_BECAUSE)
 
 
 class RewriteQuery(dspy.Signature):

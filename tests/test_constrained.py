@@ -44,3 +44,17 @@ def test_plan_grammar_parses_in_llama_cpp_and_tracks_assigned_names(dummy):
     # before anything is assigned only the builtins can be referenced; after a Retrieval, `found` too
     assert 'plan-docs0 ::= "documents"\n' in g and 'plan-docs1 ::= "documents" | "found"' in g
     assert "plan-00-2 ::= plan-answer00 | plan-retrieval0 plan-01-1 | plan-queries0 plan-10-1" in g
+
+
+def test_a_field_with_a_default_may_be_left_out_of_the_reply(dummy):
+    """Issue 75 item 4: CORAL's re-planner may leave out ``dropped_because`` (the signature's default), under the
+    grammar too; the other fields stay required."""
+    from signatures.planner import ReplanSearch
+
+    llama_cpp = pytest.importorskip("llama_cpp")
+    lm = dummy([{"corpora": ["en"], "query": "q"}])
+    lm.server = object()
+    g = constrained_config(dspy.Predict(ReplanSearch), {"corpora": name_list(["en", "ko"], 2)})["extra_body"]["grammar"]
+    assert '("[[ ## dropped_because ## ]]\\n" [^\\n]{1,160} "\\n\\n")? "[[ ## query ## ]]\\n"' in g
+    assert g.startswith('root ::= "[[ ## corpora ## ]]\\n"')
+    assert llama_cpp.LlamaGrammar.from_string(g, verbose=False) is not None

@@ -187,7 +187,7 @@ def test_nothing_kept_replans_without_a_sufficiency_call(dummy, search):
     t = CORAL(search, CORALConfig(k=1, loops=2, critic_batch=True))(question=QUESTION, options=OPTIONS, lang="en").trace
     assert "sufficiency" not in t["calls"] and t["sufficiency"][0]["enough"] is False
     assert "off" in t["sufficiency"][0]["reason"]
-    assert t["corpora"][1] == ["ko"]  # the question's corpus was searched and none of it was kept: it may go
+    assert t["corpora"][1] == ["en", "ko"]  # none of the question's corpus was kept, but no re-plan reason said so
 
 
 def test_malformed_batch_falls_back_to_one_call_per_document(dummy, search):
@@ -583,6 +583,40 @@ def test_the_question_language_corpus_is_in_every_first_plan(dummy, search):
     t = CORAL(search, CORALConfig(k=1, loops=1, max_corpora=1, critic_batch=True))(
         question=QUESTION, options=OPTIONS, lang="en").trace
     assert t["corpora"] == [["en"]]  # at most max_corpora: the question's language first
+
+
+@pytest.mark.parametrize("dropped, second", [
+    (None, ["en", "ko"]),  # a reply without the field reads, and keeps the corpus
+    ("none", ["en", "ko"]), ("", ["en", "ko"]), ("N/A.", ["en", "ko"]),
+    ("its documents were about Spain, not Korea", ["ko"])])
+def test_a_replan_drops_the_question_language_corpus_only_with_a_stated_reason(dummy, search, dropped, second):
+    """Issue 75 item 4, the paper's re-planner prompt: it keeps the corpus in the question's language "unless the
+    system's reasoning explicitly shows it is consistently low-relevance": a re-plan that leaves it out without a
+    reason in ``dropped_because`` gets it back (traced in ``own_added``), one with a reason drops it (traced in
+    ``own_dropped``)."""
+    replan = {"corpora": ["ko"], "query": "seaweed soup"} | ({} if dropped is None else {"dropped_because": dropped})
+    lm = scripted(dummy, plan=Queue({"corpora": ["en"]}), batch=Queue(batched(rating(1, 5, 5, 5, 5))),
+                  enough=Queue({"enough": False, "reason": "nothing on Korea"}), replan=Queue(replan),
+                  write=Queue({"answer": "C"}))
+    t = CORAL(search, CORALConfig(k=1, loops=2, critic_batch=True))(question=QUESTION, options=OPTIONS, lang="en").trace
+    assert t["corpora"] == [["en"], second] and t["parse_failures"] == 0 and t["calls"]["planner"] == 2
+    assert t["own_added"] == ([] if second == ["ko"] else ["re-plan dropped it without a stated reason"])
+    assert t["own_dropped"] == ([dropped] if second == ["ko"] else [])
+    replans = [h for h in lm.history if REPLAN in h["messages"][-1]["content"]]
+    assert len(replans) == 1 and "dropped_because" in replans[0]["messages"][0]["content"]  # told of the field
+
+
+@pytest.mark.parametrize("reason, says", [
+    ("its documents were about Spain, not Korea", True), ("off-topic: recipes from Mexico", True),
+    ("the English documents are not relevant", True), ("irrelevant", True),
+    ("none", False), ("None.", False), ("N/A", False), ("null", False), ("", False), (None, False), ("-", False),
+    ("Not supplied for this particular example.", False),  # DSPy's text for a demo's missing field
+    ("kept", False), ("The corpus is kept", False), ("no reason", False), ("not applicable", False),
+    ("[[ ## query ## ]]", False),  # an echoed header
+    ("its documents were relevant", False), ("useful", False)])
+def test_only_a_stated_reason_drops_the_question_language_corpus(reason, says):
+    from programs.coral.coral import stated
+    assert stated(reason) is says
 
 
 def test_a_plan_without_a_valid_name_searches_the_question_language_and_is_counted(dummy, search):

@@ -2,8 +2,9 @@
 
 Each round: (1) the planner picks at most ``max_corpora`` language corpora (the paper's planner prompt: always the
 corpus in the question's language, plus those of a culture or region the question is about; a first plan without it
-gets it, traced in ``own_added``; the re-planners' prompts keep it unless the reason shows it off-topic), (2)
-top-``k`` per chosen corpus, (3) the critic rates
+gets it, traced in ``own_added``; a re-plan leaves it out only with a reason stated in its ``dropped_because``,
+traced in ``own_dropped``, else it is put back, traced in ``own_added``), (2) top-``k`` per chosen corpus, (3) the
+critic rates
 every new candidate 0-5 on relevance, usefulness, clarity/specificity and compatibility and the keep gate keeps
 some (``programs.coral.critics``); kept documents accumulate over rounds, (4) the sufficiency gate decides whether
 the kept documents suffice, (5) if not, the planner gets the original question, the previous query and corpora and
@@ -43,13 +44,13 @@ from programs.coral.mrag import (DEFAULT_LANG, SCOPES, answer_writer, corpus_of,
 from programs.shared.gates import LabelGate, Ruling
 from programs.shared.oracle import check_roles, own_language, taught
 from programs.shared.steps import RoleStep
-from programs.shared.text import unechoed
+from programs.shared.text import content_words, negated, unechoed
 from retrieval.corpus import Passage, dedup
 from retrieval.retriever import Retriever
 from runtime.language import LANGUAGE_NAMES
 from runtime.lm import ATTEMPT
 from signatures.critic import NOTHING_KEPT, CheckSufficiency, RateDocument, RateDocuments
-from signatures.planner import ReplanSearch, ReselectCorpora, RewriteQuery, SelectCorpora
+from signatures.planner import ELSEWHERE, KEPT, ReplanSearch, ReselectCorpora, RewriteQuery, SelectCorpora
 
 #: The replanning reason when the sufficiency verdict could not be read (counted as "not enough").
 UNREADABLE_VERDICT = "The sufficiency check gave no readable verdict; search again."
@@ -78,6 +79,24 @@ def query_key(query: str) -> tuple[str, ...]:
     """A query's words, lower-cased, without quotes, each once in first-seen order: a query that only adds
     quotes or repeats itself ("seaweed soup seaweed soup") asks for the same thing."""
     return tuple(dict.fromkeys(query.lower().translate(str.maketrans("", "", QUOTES)).split()))
+
+
+#: Words that state no reason to leave a corpus out: "none", "n/a", "kept", DSPy's "Not supplied for this particular
+#: example" (its text for a demo's missing field), ...
+NO_REASON = frozenset("none n a na nothing null nil kept keep keeps keeping applicable reason reasons supplied "
+                      "particular example corpus".split())
+#: A reason that calls the documents relevant (not negated) is no reason to leave them out.
+RELEVANT = re.compile(r"\b(?:relevant|useful|helpful|on[- ]topic)\b")
+
+
+def stated(reason: str | None) -> bool:
+    """Whether a re-planner's ``dropped_because`` states a reason to leave out the corpus in the question's language:
+    some content word beyond :data:`NO_REASON`, and not calling its documents relevant ("they were relevant" is no
+    reason; "not relevant", "irrelevant", "about Spain, not Korea" are)."""
+    text = unechoed(reason or "").lower()
+    if not content_words(text) - NO_REASON:
+        return False
+    return not any(not negated(text[:m.start()]) for m in RELEVANT.finditer(text))
 
 
 def same_plan(corpora: list[str], query: str, previous_corpora: list[str], previous_query: str) -> bool:
@@ -137,6 +156,7 @@ class Trace:
     parse_failures: int = 0  # planner / per-document critic / sufficiency outputs that could not be parsed
     planner_fallbacks: int = 0  # planner outputs with no valid corpus name (see ``select`` / ``replan``)
     own_added: list[str] = field(default_factory=list)  # plans the question's language corpus was added to, why
+    own_dropped: list[str] = field(default_factory=list)  # the reasons re-plans stated for leaving it out
     unrated: int = 0  # candidates kept or dropped by the fused keep gate without a critic call (``KeepGate.rate``)
     sure_sufficiency: int = 0  # "enough" verdicts of a sufficiency gate at rest, without a call (``check``)
     calls: Counter = field(default_factory=Counter)
@@ -354,8 +374,9 @@ class CORAL(dspy.Module):
             new_query = self.query_step.over(lambda: query, held)
             if same_plan(new_corpora, new_query, corpora, query):
                 return None
+            dropped = trace.question_corpus in corpora and trace.question_corpus not in new_corpora
             taught(self.replanner, lambda: self.replan_inputs(question, query, corpora, reason, options),
-                   corpora=new_corpora, query=new_query)
+                   corpora=new_corpora, query=new_query, dropped_because=ELSEWHERE if dropped else KEPT)
             return new_query, new_corpora
         for attempt in range(2):
             config = {"rollout_id": 1000 + ATTEMPT.get()} if attempt else {}  # a retry must not hit the cache
@@ -379,12 +400,21 @@ class CORAL(dspy.Module):
 
     def read_corpora(self, out: dspy.Prediction, corpora: list[str], trace: Trace) -> list[str]:
         """The replanner's corpora, validated against the pool; ``corpora`` when it names no valid one (only the
-        query may change)."""
+        query may change). The corpus in the question's language, searched last round, leaves only with a reason
+        :func:`stated` in ``dropped_because`` (traced in ``own_dropped``); without one it is put back
+        (:meth:`with_own`)."""
         new_corpora, unknown = validate_corpora(out.corpora, self.search.languages(), self.max_corpora)
         trace.unknown_corpora += unknown
         if not new_corpora:
             trace.planner_fallbacks += 1
-        return new_corpora or corpora
+            return corpora
+        own, reason = trace.question_corpus, unechoed(out.get("dropped_because") or "")
+        if own not in corpora or own in new_corpora:
+            return new_corpora
+        if stated(reason):
+            trace.own_dropped.append(reason)
+            return new_corpora
+        return self.with_own(new_corpora, trace, "re-plan dropped it without a stated reason")
 
     def replan_inputs(self, question: str, query: str, corpora: list[str], reason: str,
                       options: dict[str, str] | None = None) -> dict:
