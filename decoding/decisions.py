@@ -53,6 +53,9 @@ AT_REST = {"passage": True, "set": True, "correct": True, "error": False}
 #: How a trace names a decision its gate made whatever the probability: at rest (the :data:`AT_REST` label, asked of
 #: no LM where the program can skip the call), or one-class (the other label, as a fit on one-class dev decisions sets).
 REST, ONE_CLASS = "at rest (no call)", "one-class"
+#: A decision at rest whose LM is still asked: the program reads the reply's other fields (SEAL's criteria, Self-RAG's
+#: usefulness, CORAL's critic scores), but the fit decides the label whatever the probability.
+RESTING = "at rest (asked)"
 
 
 def check_mode(mode: str) -> str:

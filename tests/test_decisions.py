@@ -669,6 +669,78 @@ def test_a_gate_deciding_whatever_the_probability_is_named_in_the_trace_and_by_w
     assert trace["at_rest"] == 1 and refine.resting() == "stop at rest = rag"
 
 
+def test_every_resting_or_one_class_decision_is_named_in_its_trace(embedder):
+    """Issue 75 item 6: SEAL's sufficiency, CRAG's grader, Self-RAG's acceptance and CORAL's keep and sufficiency
+    gates, fitted to decide whatever the probability, say so in their trace entries (``decided``): "at rest (asked)"
+    where the LM is still asked for the rest of its reply, "at rest (no call)" where it is not, "one-class"."""
+    from decoding.decisions import ONE_CLASS, REST, RESTING
+    from programs.baselines.crag import CRAG
+    from programs.baselines.self_rag import SelfRAG
+    from programs.coral.coral import CORAL, Rated, Trace
+    from programs.seal.seal import SEAL
+    from retrieval.corpus import Corpus, Passage
+    from retrieval.retriever import Retriever
+    from tests.test_seal import ASSESS, CRITIC, FILM_FACTS, GAP, GAP_BERG, QUERY, SUFFICIENT, extract
+
+    # SEAL: the verdict at rest passes every assessment (the other criteria decide); one-class fails every one
+    routes = {extract("Blue Fox"): FILM_FACTS, ASSESS: SUFFICIENT, GAP: GAP_BERG, QUERY: {"query": "Ana Berg"},
+              ANSWER: {"answer": "I don't know"}}
+    search = ScriptedSearch({Q: ["Blue Fox"], "ana berg": ["Ana Berg"]})
+    for positive, decided in ((True, RESTING), (False, ONE_CLASS)):
+        init_dspy(MarkedLM(routes, {ASSESS: [field("sufficient", logs({"True": 0.2, "False": 0.8}))]}), cache=False)
+        seal = SEAL(search, k=1, loops=1, decisions="logprob")
+        decide_all(seal.assess_gate, positive)
+        first = seal(question=Q).trace["assessments"][0]
+        assert first["decided"] == decided and ("verdict" in first["failed"]) is not positive
+    init_dspy(MarkedLM(routes, {}), cache=False)
+    seal = SEAL(search, k=1, loops=1)  # written verdicts: a fit decides none of them
+    decide_all(seal.assess_gate, True)
+    assert "decided" not in seal(question=Q).trace["assessments"][0]
+    # CRAG: at rest every passage is graded correct; a fused fit without the LM grades without asking it
+    search = ScriptedSearch({Q: ["Blue Fox", "Red Owl", "Green Cat"]})
+    init_dspy(RelevanceLM({ANSWER: {"answer": "Lyon [1]"}}, {"Blue Fox": 0.1, "Red Owl": 0.1, "Green Cat": 0.1}),
+              cache=False)
+    crag = CRAG(search, k=3, loops=0, decisions="logprob")
+    assert "grader_decided" not in crag(question=Q).trace
+    decide_all(crag.grade_gate, True)
+    trace = crag(question=Q).trace
+    assert trace["grader_decided"] == RESTING and trace["grades"] == ["correct"] * 3
+    fused = CRAG(search, k=3, loops=0, decisions="fused")
+    decide_all(fused.grade_gate, True)
+    fused.grade_gate.weights = [0.0, 0.0, 0.0]  # no LM weight: not asked
+    assert fused(question=Q).trace["grader_decided"] == REST
+    # Self-RAG: at rest relevance and support pass every draft, usefulness still read
+    search = ScriptedSearch({Q: ["Blue Fox"], "ana berg": ["Ana Berg"]})
+    written = {"relevant": "False", "support": "none", "usefulness": "1", "next_query": "Ana Berg birthplace"}
+    init_dspy(MarkedLM({CRITIC: written, ANSWER: {"answer": "Lyon [1]"}},
+                       {CRITIC: [reflection_payload(0.1, 0.1, 0.1, 0.9)]}), cache=False)
+    self_rag = SelfRAG(search, k=1, loops=1, decisions="logprob")
+    assert "decided" not in self_rag(question=Q).trace["critiques"][0]
+    decide_all(self_rag.critic_gate, True)
+    pred = self_rag(question=Q)
+    assert pred.trace["critiques"][0]["decided"] == RESTING and pred.stop_reason == "accepted"
+    # CORAL: the fused keep gate at rest keeps every rated candidate; a one-class sufficiency is never "enough"
+    init_dspy(MarkedLM({"[[ ## evidence ## ]]": {"enough": "True", "reason": "all there"},
+                        "[[ ## passages ## ]]": {"answer": "x"}},
+                       {"[[ ## evidence ## ]]": [field("enough", logs({"True": 0.9, "False": 0.1}))]}), cache=False)
+    pool = Retriever([Corpus("en", [{"id": "e1", "title": "T", "text": "x"}], "en")], embedder)
+    coral = CORAL(pool, decisions="fused")
+    decide_all(coral.keep_gate, True)
+    rated = Rated(Passage("en:e1", "T", "x", "en", "en"), 1, 1, 1, 1)
+    assert coral.keep_gate.keep([rated], [rated.passage]) == [rated] and coral.keep_gate.decided == RESTING
+    assert CORAL(pool, decisions="logprob").keep_gate.decided is None  # the paper's rule: no fit decides it
+    coral.keep_gate.weights = [0.0, 0.0, 0.0]  # no critic weight: no candidate is rated
+    trace = coral(question="Q?", lang="en").trace
+    assert trace["keep_decided"] == REST and trace["unrated"] == 1 and trace["kept"] == ["en:e1"]
+    decide_all(coral.sufficiency_gate, False)
+    trace = Trace()
+    assert coral.check("Q?", [rated], [rated], trace).enough is False  # P(True) 0.9, one-class: not enough
+    assert trace.sufficiency == [{"enough": False, "reason": "all there", "parsed": True, "decided": ONE_CLASS}]
+    decide_all(coral.sufficiency_gate, True)
+    coral.check("Q?", [rated], [rated], trace)
+    assert trace.sufficiency[-1] == {"enough": True, "reason": REST, "parsed": True, "decided": REST}
+
+
 def test_crag_grades_by_retrieval_alone_without_a_call_when_its_gate_gave_the_lm_no_weight():
     from programs.baselines.crag import CRAG
 

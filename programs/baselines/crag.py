@@ -179,6 +179,7 @@ class CRAG(dspy.Module):
         out = self.writer(question=question, passages=[refine(p, terms, self.max_chars) for p in passages],
                           options=options, lang=lang)
         trace = {"iterations": len(queries) - 1, "queries": queries, "stop_reason": stop, "actions": actions,
-                 "grades": [grades.get(p.id) for p in passages], "parse_failures": failures}
+                 "grades": [grades.get(p.id) for p in passages], "parse_failures": failures,
+                 **({"grader_decided": decided} if (decided := self.grade_gate.decided) else {})}
         return dspy.Prediction(answer=out.answer, passages=passages, trace=trace, queries=queries,
                                loops_used=len(queries) - 1, stop_reason=stop, citations=out.get("citations", []))

@@ -96,6 +96,7 @@ class AcceptGate(DecisionGate):
         critique = reflection(decision) if decision.output is not None else None
         if critique:  # one threshold on both probabilities: accepted when their minimum reaches it
             record(self, min(critique["relevant"], critique["support_full"]), answer=answer)
+            critique |= {"decided": self.decided} if self.decided else {}
         return decision.output, critique
 
     def accepts(self, draft: "Draft") -> bool:

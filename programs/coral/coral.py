@@ -125,11 +125,13 @@ def validate_corpora(names: list[str], languages: dict[str, str], max_corpora: i
 
 
 class Verdict(NamedTuple):
-    """The sufficiency decision (``parsed=False``: the critic's output could not be read)."""
+    """The sufficiency decision (``parsed=False``: the critic's output could not be read; ``decided``: a fit decided
+    it whatever the probability, :attr:`~programs.shared.gates.DecisionGate.decided`)."""
 
     enough: bool
     reason: str
     parsed: bool = True
+    decided: str | None = None
 
 
 @dataclass
@@ -158,6 +160,7 @@ class Trace:
     own_added: list[str] = field(default_factory=list)  # plans the question's language corpus was added to, why
     own_dropped: list[str] = field(default_factory=list)  # the reasons re-plans stated for leaving it out
     unrated: int = 0  # candidates kept or dropped by the fused keep gate without a critic call (``KeepGate.rate``)
+    keep_decided: str | None = None  # the keep gate decides every candidate whatever the probability (``decided``)
     sure_sufficiency: int = 0  # "enough" verdicts of a sufficiency gate at rest, without a call (``check``)
     calls: Counter = field(default_factory=Counter)
 
@@ -281,7 +284,7 @@ class CORAL(dspy.Module):
                 lang: str | None = None) -> dspy.Prediction:
         lang = lang or DEFAULT_LANG
         languages, trace = self.search.languages(), Trace()
-        trace.question_corpus = corpus_of(self.search, lang)
+        trace.question_corpus, trace.keep_decided = corpus_of(self.search, lang), self.keep_gate.decided
         asked = with_options(question, options)  # what the critic judges against
         kept: dict[str, Rated] = {}
         rated: dict[str, Rated] = {}  # every candidate scored so far; never scored twice
@@ -472,7 +475,7 @@ class CORAL(dspy.Module):
             verdict = self.verdict(self.sufficiency_gate({"question": asked, "evidence": evidence},
                                                          gold=[r.passage for r in kept],
                                                          passages=[r.passage for r in shown]), trace)
-        trace.sufficiency.append(verdict._asdict())
+        trace.sufficiency.append({k: v for k, v in verdict._asdict().items() if v is not None})
         return verdict
 
     @staticmethod
@@ -483,8 +486,8 @@ class CORAL(dspy.Module):
             return Verdict(ruling.label == "True", "" if ruling.label == "True" else ORACLE_NOT_ENOUGH)
         if ruling.decided == REST:
             trace.sure_sufficiency += 1  # fitted on dev to say "enough" to any probability
-            return Verdict(True, REST)
+            return Verdict(True, REST, decided=REST)
         if ruling.label is None:
             trace.parse_failures += 1
             return Verdict(False, UNREADABLE_VERDICT, parsed=False)
-        return Verdict(ruling.label == "True", (ruling.output.reason or "").strip())
+        return Verdict(ruling.label == "True", (ruling.output.reason or "").strip(), decided=ruling.decided)

@@ -167,6 +167,11 @@ class KeepGate(DecisionGate):
         """The fused keep decision (not under the oracle)."""
         return self.decisions.fuses and not self.from_gold
 
+    @property
+    def decided(self) -> str | None:
+        """:attr:`DecisionGate.decided` of the fused keep decision, the only one a fit decides (else None)."""
+        return super().decided if self.weighs_retrieval else None
+
     def rate(self, passages: list[Passage], asked: str, trace) -> list[Rated]:
         if self.from_gold:
             return [Rated.of(p, [5 if self.gold(p) else 0] * 4) for p in passages]

@@ -398,7 +398,7 @@ class SEAL(dspy.Module):
         failed = failed_criteria(out, self.min_coverage, self.min_answerability,
                                  None if ruling.label is None else ruling.label == "True")
         run.assessments.append({name: out[name] for name in AssessSufficiency.output_fields} | {"failed": failed}
-                               | ({"p_sufficient": ruling.prob} if ruling.prob is not None else {}))
+                               | ruling.trace("p_sufficient"))
         return not failed
 
     def _gap(self, question: str, facts: list[str], evidence: list[Passage], run: _Run, fresh: bool,

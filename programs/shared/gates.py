@@ -23,7 +23,7 @@ import dspy
 import mlflow
 
 from decoding.constrained import constrained_config
-from decoding.decisions import (AT_REST, ONE_CLASS, PARSE_ERRORS, REST, Gate, check_mode, decide, record,
+from decoding.decisions import (AT_REST, ONE_CLASS, PARSE_ERRORS, REST, RESTING, Gate, check_mode, decide, record,
                                 written_label)
 from programs.shared.oracle import labelling, taught
 
@@ -120,6 +120,18 @@ class DecisionGate(Gate):
         """The oracle answers this decision (gold labels, no call)."""
         return self.role is not None and self.role in self.roles
 
+    @property
+    def decided(self) -> str | None:
+        """How a decision's trace entry names a fit that decides it whatever the probability: :data:`ONE_CLASS`,
+        :data:`~decoding.decisions.REST` where the LM is not asked (a fused gate whose fit gave it no weight),
+        :data:`~decoding.decisions.RESTING` where it still is; None while a probability decides, under the oracle,
+        or when the mode reads written labels (a fit decides none of those)."""
+        if self.state is None or self.from_gold or not self.decisions.scored:
+            return None
+        if self.state == ONE_CLASS:
+            return ONE_CLASS
+        return REST if self.decisions.fuses and not self.reads_lm else RESTING
+
     def gold(self, *about) -> bool | None:
         """The oracle's answer about ``about`` (the passages held, the answer judged), None without the oracle."""
         label = labelling(self.roles, self.role) if self.role else None
@@ -136,7 +148,8 @@ def sorted_passages(span, passages: Sequence, kept: set[str]) -> None:
 class Ruling(NamedTuple):
     """One decision as a gate made it: the ``label`` (None: unreadable), the reply (None: no call, or unreadable),
     the probability of the gate's first label when one was read, how a probability could not change it
-    (``decided``: :data:`~decoding.decisions.REST` or :data:`~decoding.decisions.ONE_CLASS`), the unreadable
+    (``decided``: :data:`~decoding.decisions.REST`, :data:`~decoding.decisions.RESTING` or
+    :data:`~decoding.decisions.ONE_CLASS`, :attr:`DecisionGate.decided`), the unreadable
     replies on the way, and whether the oracle decided it."""
 
     label: str | None
@@ -271,4 +284,4 @@ class LabelGate(DecisionGate):
             return Ruling(label, out, failures=int(label is None))
         record(self, prob, None, passages, answer)
         label = self.read(out, self.labels[0] if prob >= self.thresholds["threshold"] else self.labels[1])
-        return Ruling(label, out, prob, ONE_CLASS if self.state == ONE_CLASS else None, int(label is None))
+        return Ruling(label, out, prob, self.decided, int(label is None))
