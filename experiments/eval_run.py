@@ -36,7 +36,7 @@ def evaluate_program(s: Session, artifact: dict | None, given: dict) -> tuple[st
     except ValueError as err:  # a compiled program saved by another version of the program
         fail(str(err))
     examples = s.evaluated(getattr(s.splits, args.split))
-    run_name = (f"{args.program}{oracle_suffix(s.oracle(args.program))}-{args.dataset}-{args.split}"
+    run_name = (f"{args.program}{oracle_suffix(s.oracle(args.program), args.program)}-{args.dataset}-{args.split}"
                 + ("-compiled" if artifact else ""))
     with tracking.run(args.experiment, run_name, tags={"entry": "evaluate.py"}) as run:
         tracking.log_params(s.params(args.program) | {"split": args.split, "compiled_from": args.compiled or ""})

@@ -312,9 +312,12 @@ def program_oracle(text: str, program_name: str) -> str:
     return ALL if ALL in requested and own else ",".join(expand(requested, own))
 
 
-def oracle_suffix(roles: str) -> str:
-    """What marks an oracle run's name and leaderboard row: ``+oracle:relevance,sufficiency`` (nothing without)."""
-    return f"+oracle:{roles}" if roles else ""
+def oracle_suffix(roles: str, program_name: str | None = None) -> str:
+    """What marks an oracle run's name and leaderboard row: ``+oracle:relevance,sufficiency`` (nothing without),
+    with the gold labels program ``program_name`` reads in every run (``programs.gold_reads``: ``mono_rag+oracle:own``,
+    C_own's culture)."""
+    marks = [*filter(None, roles.split(",")), *(programs.gold_reads(program_name) if program_name else ())]
+    return f"+oracle:{','.join(marks)}" if marks else ""
 
 
 PASSAGE_HINT = "gold passages (gold titles, gold_ids, a supporting paragraph) or, for a single-hop question, answers"

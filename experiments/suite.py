@@ -75,7 +75,7 @@ class Cell:
     @property
     def label(self) -> str:
         return (self.program + "".join(f"_{SHORT.get(k, k)}{v}" for k, v in self.config)
-                + (f"_{self.variant}" if self.variant else "") + oracle_suffix(self.oracle))
+                + (f"_{self.variant}" if self.variant else "") + oracle_suffix(self.oracle, self.program))
 
 
 @dataclass
@@ -182,7 +182,7 @@ def run_cell(s: Session, cell: Cell, parent_run_id: str, suite_name: str, progra
 
 def cell_name(s: Session, cell: Cell) -> str:
     """The cell's row name, with the oracle roles its program runs with (a script's cell names none of its own)."""
-    return cell.label if cell.oracle else cell.label + oracle_suffix(s.oracle(cell.program))
+    return cell.label if cell.oracle else replace(cell, oracle=s.oracle(cell.program)).label
 
 
 def cell_params(s: Session, cell: Cell, name: str, examples: list) -> dict:

@@ -65,18 +65,22 @@ def verdicts_only(metric):
     return wrapped
 
 
-def guarded(program: dspy.Module, labelled: list | None = None) -> dspy.Module:
+def guarded(program: dspy.Module, labelled: list, teach: bool = False) -> dspy.Module:
     """``program``, its calls made through :func:`asked`: an unreadable reply fails the example as DSPy does, any
     other error stops the compile. Set as an instance attribute, so every copy an optimizer makes keeps it.
     ``labelled``: the examples whose gold labels (``programs.shared.oracle``) the call on an example's inputs runs
-    under, its oracle answers recorded as its predictors' calls (a teacher built with oracle roles)."""
-    golds = {inputs_key(ex.inputs()): gold_of(ex) for ex in labelled or ()}
+    under, as an evaluation runs it (a fixed own-corpus scope searches the culture's corpus, as at test time); a
+    call on other inputs stops the compile. ``teach``: its oracle answers are recorded as its predictors' calls (a
+    teacher built with oracle roles)."""
+    golds = {inputs_key(ex.inputs()): gold_of(ex) for ex in labelled}
+    where = f"the program {type(program).__name__} (compile)"
 
     def forward(self, *args, **kwargs):
-        with (gold_labels(golds[inputs_key(kwargs)]) if labelled else nullcontext(),
-              teaching() if labelled else nullcontext()):
-            return asked(lambda: type(self).forward(self, *args, **kwargs), dspy.Example(**kwargs),
-                         f"the program {type(self).__name__} (compile)", UNREADABLE_ERRORS)
+        example = dspy.Example(**kwargs)
+        if (gold := golds.get(inputs_key(kwargs))) is None:
+            raise _Stop(example, where, ValueError("called on inputs of no train or dev example: no gold labels"))
+        with gold_labels(gold), teaching() if teach else nullcontext():
+            return asked(lambda: type(self).forward(self, *args, **kwargs), example, where, UNREADABLE_ERRORS)
 
     program.forward = types.MethodType(forward, program)
     return program
@@ -282,13 +286,14 @@ def compile_program(program: dspy.Module, optimizer: str, trainset: list, devset
     metric = verdicts_only(metric)
     demos = {"max_bootstrapped_demos": max_demos, "max_labeled_demos": max_demos}
     best = BestSoFar(devset)
-    program = guarded(keeping_lms(program))
+    program = guarded(keeping_lms(program), [*trainset, *devset])
     with (limited(limit) if limit else nullcontext(), dspy.context(callbacks=[*dspy.settings.callbacks, best]),
           stops()):
         if optimizer == "bootstrap":
             tp = _Bootstrap(metric=metric, **demos)
             compiled = tp.compile(program, trainset=trainset,
-                                  teacher=None if teacher is None else guarded(keeping_lms(teacher), trainset))
+                                  teacher=None if teacher is None else guarded(keeping_lms(teacher), trainset,
+                                                                               teach=True))
             if tp.stopped:
                 kept = f"the demos bootstrapped from {len(tp.bootstrapped)} of {len(trainset)} train examples so far"
         else:

@@ -22,7 +22,7 @@ from programs.par2.par2 import PAR2
 from programs.rag_critic.rag_critic import RAGCritic
 from programs.rag_critic.self_refine import SelfRefine
 from programs.seal.seal import SEAL
-from programs.shared.oracle import ALL, ROLES, parse_roles
+from programs.shared.oracle import ALL, OWN, ROLES, parse_roles
 from programs.shared.writer import oracle_writers
 from retrieval.settings import RERANK
 from runtime.settings import Setting
@@ -95,6 +95,7 @@ class ProgramSpec:
     cls: type[dspy.Module]
     description: str
     fixed: dict = field(default_factory=dict)  # constructor arguments that define this variant
+    reads: tuple[str, ...] = ()  # gold labels it reads in every run, no --oracle role (OWN: C_own's culture)
 
     @property
     def settings(self) -> dict[str, Setting]:
@@ -140,7 +141,7 @@ REGISTRY: dict[str, ProgramSpec] = {
     "rag_cot": ProgramSpec(RAG, "rag with the chain-of-thought writer of rag_critic_cot's and self_refine_cot's "
                                 "drafts (and par2's steps): reasoning, then the answer", {"reasoning": True}),
     "mono_rag": ProgramSpec(MultilingualRAG, "top-k from the culture's own corpus (C_own; else the question's "
-                                           "language)", {"scope": "own"}),
+                                           "language)", {"scope": "own"}, reads=(OWN,)),
     "en_rag": ProgramSpec(MultilingualRAG, "top-k from the English corpus (the CORAL paper's monoRAG row on BLEnD, "
                                            "whose questions are English)", {"scope": "en"}),
     "multi_rag": ProgramSpec(MultilingualRAG, "top-k pooled over all language corpora", {"scope": "all"}),
@@ -155,14 +156,15 @@ REGISTRY: dict[str, ProgramSpec] = {
     "coral_select": ProgramSpec(CORAL, "CORAL ablation: corpus re-selection only, original query",
                                 {"rewrite": False}),
     "coral_fixed_own": ProgramSpec(CORAL, "CORAL loop ablation: critic loop over the fixed C_own corpus (the "
-                                          "single-pass fixed scope is mono_rag)", {"scope": "own"}),
+                                          "single-pass fixed scope is mono_rag)", {"scope": "own"}, reads=(OWN,)),
     "coral_fixed_all": ProgramSpec(CORAL, "CORAL loop ablation: critic loop over the fixed pool of all corpora "
                                           "(the single-pass fixed scope is multi_rag)", {"scope": "all"}),
     "coral_fixed_own_en": ProgramSpec(CORAL, "CORAL loop ablation: critic loop over the fixed C_own + English "
                                              "corpora (the single-pass fixed scope is own_en_rag)",
-                                      {"scope": "own_en"}),
+                                      {"scope": "own_en"}, reads=(OWN,)),
     "own_en_rag": ProgramSpec(MultilingualRAG, "top-k pooled over C_own and the English corpus, one "
-                                               "pass (CORAL's fixed C_own ∪ C_en scope)", {"scope": "own_en"}),
+                                               "pass (CORAL's fixed C_own ∪ C_en scope)", {"scope": "own_en"},
+                              reads=(OWN,)),
     "seal": ProgramSpec(SEAL, "SEAL-RAG: entity ledger, sufficiency gate, one micro-query per repair at fixed k"),
     "seal_ledger": ProgramSpec(SEAL, "seal whose writer also sees the verified ledger facts",
                                {"ledger_to_writer": True}),
@@ -200,6 +202,11 @@ def spec(name: str) -> ProgramSpec:
     if name not in REGISTRY:
         raise ValueError(f"unknown program '{name}'; choose one of: {', '.join(names())}")
     return REGISTRY[name]
+
+
+def gold_reads(name: str) -> tuple[str, ...]:
+    """The gold labels program ``name`` reads in every run, without an oracle role (its spec's ``reads``)."""
+    return spec(name).reads
 
 
 def oracle_roles(name: str) -> tuple[str, ...]:

@@ -643,6 +643,23 @@ def test_the_own_corpus_is_the_cultures_when_the_question_has_one(dummy, search,
     assert program(question=QUESTION, options=OPTIONS, lang="en").trace["corpora"] == [["en"]]
 
 
+@pytest.mark.parametrize("name", ["mono_rag", "coral_fixed_own"])
+def test_a_compile_gives_c_own_programs_the_culture_label_they_read_at_test_time(dummy, search, name):
+    """Issue 75 item 5: with the self teacher, a C_own program bootstraps its demos on the culture's corpus, as it
+    is tested (the compile sets each train example's gold labels, as the evaluation does), not on the corpus of the
+    question's language."""
+    from optimizers.compile import compile_program
+
+    everything(dummy)
+    example = dspy.Example(id="q", question=QUESTION, options=OPTIONS, answer="C", answers=["C"], lang="en",
+                           source_lang="ko").with_inputs("question", "options", "lang")
+    compiled = compile_program(programs.build(name, search=search, k=1, loops=1), "bootstrap", [example], [],
+                               lambda ex, pred, trace=None: pred.answer == "C", max_demos=1)
+    demos = [d for _, p in compiled.named_predictors() for d in p.demos if d.get("augmented")]
+    shown = [str(d.get("passages") or d.get("candidates") or d.get("document")) for d in demos]
+    assert shown and all("seaweed soup" in text and "cake" not in text for text in shown)  # ko:k1, not en:e1
+
+
 def test_every_culture_baseline_searches_the_cultures_corpus_on_the_demo_set(dummy, embedder):
     """On the culture questions as the loader builds them (English questions, ``source_lang`` their culture):
     mono_rag searches each question's culture corpus, own_en_rag adds English, en_rag searches English only."""

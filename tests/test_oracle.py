@@ -11,7 +11,7 @@ from experiments import cli
 from experiments import sessions
 from evaluation import loop as evaluation
 from evaluation.metrics import accuracy, exact_match, gold_of
-from experiments.suite import Entry, plan, parser as suite_parser
+from experiments.suite import Cell, Entry, cell_name, plan, parser as suite_parser
 from programs.coral.coral import CORAL, CORALConfig
 from programs.baselines.crag import CRAG
 from programs.shared.oracle import Gold, gold_labels
@@ -259,6 +259,21 @@ def test_self_refine_under_oracle_verdict_stops_exactly_on_a_right_answer():
     assert pred.answer == "Blue Fox" and pred.trace["stop_reason"] == "self_correct" and asked == 0
     pred, asked = run(["Lyon"])  # the model's "Correct" is overruled; its feedback revises the draft
     assert pred.answer == "Lyon" and asked == 1 and pred.trace["rounds"][0]["verdict"] == "Error"
+
+
+def test_a_program_that_reads_the_culture_label_is_marked_as_an_oracle_row():
+    """Issue 75 item 5: the C_own programs read a gold label in every run (the culture's language): they declare it
+    in their registry spec, and their run names and rows carry it as an oracle mark, with any --oracle roles."""
+    reads = {n for n in programs.names() if programs.gold_reads(n)}
+    assert reads == {n for n, spec in programs.REGISTRY.items() if spec.fixed.get("scope") in ("own", "own_en")}
+    assert reads == {"mono_rag", "own_en_rag", "coral_fixed_own", "coral_fixed_own_en"}
+    assert sessions.oracle_suffix("", "mono_rag") == "+oracle:own" and sessions.oracle_suffix("", "multi_rag") == ""
+    assert sessions.oracle_suffix("relevance", "coral_fixed_own") == "+oracle:relevance,own"
+    cells, _ = plan((Entry("coral", ("mono_rag", "multi_rag", "own_en_rag"), ("blend",)),))
+    assert [c.label for c in cells] == ["coral", "mono_rag+oracle:own", "multi_rag", "own_en_rag+oracle:own"]
+    args = suite_parser("x").parse_args(["--suite", "coral,mono_rag"])
+    s = sessions.Session(args, SimpleNamespace(task="mcq"), None, None, None, {}, None)
+    assert cell_name(s, Cell("mono_rag", "blend", (), "compiled")) == "mono_rag_compiled+oracle:own"
 
 
 def test_oracle_rows_are_marked_in_config_params_and_suite_labels_and_bad_roles_are_one_line(capsys):

@@ -38,7 +38,8 @@ gold sub-queries, plans, gaps and answers become the demos of the same predictor
 
 One label is read without a role: the culture's language (``Gold.own``), which *defines* the fixed own-corpus
 scope C_own (:func:`own_language`) -- the CORAL paper's own-corpus rows, an oracle by its own account on BLEnD,
-whose questions are English while their culture is not.
+whose questions are English while their culture is not. The programs that read it declare it (:data:`OWN`), and their
+run names and rows carry it as an oracle mark (``mono_rag+oracle:own``); a compile gives them the same label.
 """
 from __future__ import annotations
 
@@ -59,6 +60,9 @@ DECISION_ROLES = ("relevance", "sufficiency", "controller", "verdict", "planner"
 GENERATIVE_ROLES = ("query", "plan", "writer")
 ROLES = DECISION_ROLES + GENERATIVE_ROLES
 ALL = "all"  # every role the program has
+#: The gold label a fixed own-corpus scope (C_own) reads in every run, without a role (:func:`own_language`): its run
+#: names and rows carry it as an oracle mark (a program's registry spec declares it in ``reads``).
+OWN = "own"
 
 
 def parse_roles(text: str | Iterable[str] | None) -> tuple[str, ...]:
