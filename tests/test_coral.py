@@ -325,7 +325,7 @@ def test_compare_script_prints_one_table_and_logs_one_run(embedder, monkeypatch,
     monkeypatch.setattr(sessions, "Retriever", lambda corpora, *a, **kw: Retriever(corpora, embedder))
     rows = compare.main(["--dataset", "demo_culture", "--programs", "direct", "mono_rag", "coral", "--train", "2",
                          "--dev", "1", "--test", "6", "--balance", "source_lang", "--k", "2", "--compile"])
-    assert list(rows) == ["direct", "mono_rag", "coral", "coral_compiled"] and rows["coral"]["n"] == 6
+    assert list(rows) == ["direct", "mono_rag+oracle:own", "coral", "coral_compiled"] and rows["coral"]["n"] == 6
     assert rows["coral"]["n_by_source_lang/ko"] == 1 and rows["coral"]["iterations"] == 1.0
     out = capsys.readouterr().out
     assert "| program | answered | accuracy |" in out and "| coral_compiled | 6 of 6 |" in out
@@ -333,7 +333,7 @@ def test_compare_script_prints_one_table_and_logs_one_run(embedder, monkeypatch,
     runs = mlflow.search_runs(experiment_names=["agentic-rag"], output_format="list")
     parent = next(r for r in runs if "mlflow.parentRunId" not in r.data.tags)
     children = {r.data.tags["cell"]: r for r in runs if r != parent}
-    assert set(children) == {"direct", "mono_rag", "coral", "coral_compiled"}
+    assert set(children) == {"direct", "mono_rag+oracle:own", "coral", "coral_compiled"}  # it reads the culture
     assert {"demo_culture_coral_vs_direct_mcnemar_p", "compile_lm_calls"} <= parent.data.metrics.keys()
     assert {"test_accuracy", "test_lm_calls", "test_seconds"} <= children["coral_compiled"].data.metrics.keys()
     artifacts = {a.path for a in mlflow.MlflowClient().list_artifacts(parent.info.run_id)}
@@ -704,7 +704,8 @@ def test_compare_script_runs_the_papers_rows_by_default(embedder, monkeypatch):
     monkeypatch.setattr(compare.suite, "run_cell", spy)
     rows = compare.main(["--dataset", "demo_culture", "--train", "1", "--dev", "1", "--test", "3", "--balance",
                          "source_lang", "--k", "1", "--loops", "1"])
-    assert {"en_rag", "mono_rag", "self_rag", "coral"} <= set(rows) and all(r["n"] == 3 for r in rows.values())
+    assert {"en_rag", "mono_rag+oracle:own", "self_rag", "coral"} <= set(rows)
+    assert all(r["n"] == 3 for r in rows.values())
     cultures = [r["source_lang"] for r in records["mono_rag"]]
     assert any(c != "en" for c in cultures)
     assert [r["trace"]["corpora"] for r in records["mono_rag"]] == [[[c]] for c in cultures]
