@@ -1,6 +1,7 @@
 """Suite runner: cells, pairs, leaderboard and plots on DummyLM; two cells as concurrent Ray tasks through one
 local MLflow tracking server."""
 import argparse
+import ipaddress
 import json
 import math
 import os
@@ -255,6 +256,26 @@ def cluster_hook(marker: str, fail_direct: bool = False):
     return hook
 
 
+def listening(marker: str) -> list:
+    """The addresses that processes whose command line holds ``marker`` listen on (TCP, read from ``/proc``)."""
+    sockets = set()
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if marker.encode() in Path(f"/proc/{pid}/cmdline").read_bytes():
+                sockets |= {os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")}
+        except OSError:  # ended meanwhile
+            continue
+    found = []
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for row in Path(table).read_text().splitlines()[1:]:
+            local, state, inode = row.split()[1], row.split()[3], row.split()[9]
+            if state == "0A" and f"socket:[{inode}]" in sockets:  # 0A: LISTEN
+                raw = bytes.fromhex(local.split(":")[0])  # host-order 32-bit words
+                ip = ipaddress.ip_address(b"".join(raw[i:i + 4][::-1] for i in range(0, len(raw), 4)))
+                found.append(getattr(ip, "ipv4_mapped", None) or ip)
+    return found
+
+
 @pytest.fixture
 def ray_cluster():
     """A local Ray cluster (``ray start --head`` on 127.0.0.1, 2 CPUs, a token of its own that this process uses
@@ -273,7 +294,7 @@ def ray_cluster():
     node_env = {k: v for k, v in os.environ.items()  # a node's own: what a worker gets beyond that is shipped
                 if not k.startswith(("RAG_", "HF_", "OPENAI_", "MLFLOW_", "LITELLM_"))}
     token = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32)}  # the driver's and the nodes'
-    node_env |= token | {"RAY_USAGE_STATS_ENABLED": "0"}
+    node_env |= token | {"RAY_USAGE_STATS_ENABLED": "0", suite.RAY_LOOPBACK: "0"}  # servers on 127.0.0.1 only
     ray = str(Path(sys.executable).with_name("ray"))  # the venv's, whether or not it is on PATH
     head = subprocess.Popen([ray, "start", "--head", "--block", "--node-ip-address",
                              "127.0.0.1", "--port", str(port), "--num-cpus", "2", "--include-dashboard=false",
@@ -284,6 +305,8 @@ def ray_cluster():
             break
     else:
         pytest.fail(f"ray start exited {head.wait()}")
+    exposed = [str(a) for a in listening(temp) if not a.is_loopback]  # its GCS and raylet are up
+    assert not exposed, f"the Ray head listens beyond 127.0.0.1: {exposed}"
     before = {key: os.environ.get(key) for key in token}
     os.environ.update(token)
     reset_auth_token_state()
