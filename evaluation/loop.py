@@ -303,11 +303,13 @@ SPEND = ("lm_calls", "oracle_calls", "searches", "prompt_tokens", "prompt_tokens
 
 def with_spend_of(rec: dict, earlier: dict) -> dict:
     """``rec`` with the spend of ``earlier`` added: an attempt at the same question that did not stand (left
-    unanswered, or a failure asked again), itself holding the attempts before it. A question costs every attempt."""
+    unanswered, or a failure asked again), itself holding the attempts before it. A question costs every attempt; its
+    seconds are idle only if every attempt's were (the higher ``load``)."""
+    both = [key for key in (*SPEND, "load")
+            if isinstance(rec.get(key), (int, float)) and isinstance(earlier.get(key), (int, float))]
     by = Counter(rec.get("lm_calls_by") or {})
     by.update(earlier.get("lm_calls_by") or {})
-    return rec | {key: rec[key] + earlier[key] for key in SPEND
-                  if isinstance(rec.get(key), (int, float)) and isinstance(earlier.get(key), (int, float))} | \
+    return rec | {key: max(rec[key], earlier[key]) if key == "load" else rec[key] + earlier[key] for key in both} | \
         ({"lm_calls_by": dict(by)} if by else {})
 
 
