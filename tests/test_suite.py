@@ -195,7 +195,7 @@ def test_suite_runs_cells_into_child_runs_and_resumes_without_lm_calls(dummy):
 @pytest.mark.timeout(900)  # a Ray cluster starting on 2 busy cores
 def test_two_ray_cells_log_concurrently_through_one_tracking_server(tmp_path, monkeypatch):
     if not os.environ.get("CI"):  # CI installs the [ray] extra (Makefile): there a missing Ray fails
-        pytest.importorskip("ray")
+        ray_constants = pytest.importorskip("ray._private.ray_constants")
     with tracking.server(f"sqlite:///{tmp_path / 'server.db'}", tmp_path / "artifacts") as url:
         monkeypatch.setenv("MLFLOW_TRACKING_URI", url)
         args = suite_args(["--suite", "cot,direct", "--dataset", "demo", "--train", "0", "--dev", "0", "--test", "3",
@@ -277,7 +277,7 @@ def listening(marker: str) -> list:
 
 
 @pytest.fixture
-def ray_cluster():
+def ray_cluster(monkeypatch):
     """A local Ray cluster (``ray start --head`` on 127.0.0.1, 2 CPUs, a token of its own that this process uses
     while it runs), ended with the process that started it."""
     import secrets
@@ -287,7 +287,7 @@ def ray_cluster():
 
     from runtime.lm import _free_port
 
-    pytest.importorskip("ray")
+    ray_constants = pytest.importorskip("ray._private.ray_constants")
     from ray._private.authentication_test_utils import reset_auth_token_state  # Ray's own, for its tests
 
     port, temp = _free_port(), tempfile.mkdtemp(prefix="ray", dir="/tmp")  # Ray's socket paths must be short
@@ -307,6 +307,8 @@ def ray_cluster():
         pytest.fail(f"ray start exited {head.wait()}")
     exposed = [str(a) for a in listening(temp) if not a.is_loopback]  # its GCS and raylet are up
     assert not exposed, f"the Ray head listens beyond 127.0.0.1: {exposed}"
+    # this process reaches the head on 127.0.0.1, as evaluate.py's does (RAY_LOOPBACK, read when ray was imported)
+    monkeypatch.setattr(ray_constants, "ENABLE_RAY_CLUSTER", False)
     before = {key: os.environ.get(key) for key in token}
     os.environ.update(token)
     reset_auth_token_state()
