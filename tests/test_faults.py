@@ -476,32 +476,33 @@ def test_a_full_disk_stops_the_run_in_one_line_and_the_rerun_resumes_what_was_wr
     assert summary["n"] == 4 and len(lm.history) == 5  # the 2 written resumed, the cut one and the last asked
 
 
-def test_a_full_disk_under_the_sqlite_store_stops_the_run_in_one_line(monkeypatch, capsys):
-    """Issue 73: SQLite's "database or disk is full" (MLflow's sqlite store, passed on as an MlflowException) gave a
+def test_a_full_disk_under_the_sqlite_store_stops_the_run_in_one_line(monkeypatch, capsys, tmp_path):
+    """Issue 73: SQLite's "database or disk is full" (MLflow's sqlite store passes it on as an MlflowException) gave a
     traceback where a full disk under the checkpoint stops the run in one line, exit 74."""
     import sqlite3
 
     from dspy.utils.dummies import DummyLM
-    from sqlalchemy import event
-    from sqlalchemy.pool import Pool
+    from mlflow.exceptions import MlflowException
 
     import evaluate
+    from evaluation import tracking
     from experiments import sessions
 
-    def no_room(connection, *_):  # the store's file may not grow by a page: SQLite finds the disk full
-        if isinstance(connection, sqlite3.Connection):
-            connection.execute("PRAGMA max_page_count = 1")
+    def full_store(*args, **kwargs):  # the store's file may not grow by a page: SQLite's own error, as MLflow wraps it
+        db = sqlite3.connect(tmp_path / "full.db", isolation_level=None)
+        db.execute("CREATE TABLE IF NOT EXISTS metrics (value BLOB)")
+        db.execute("PRAGMA max_page_count = 1")
+        try:
+            db.execute("INSERT INTO metrics VALUES (?)", (b"0" * 65536,))
+        except sqlite3.OperationalError as err:
+            raise MlflowException(f"(sqlite3.OperationalError) {err}") from err
+        finally:
+            db.close()
 
     monkeypatch.setattr(sessions, "make_lm", lambda *a, **k: DummyLM({"question": {"answer": "yes"}}))
-    packed = sqlite3.connect(Path(os.environ["RAG_MLRUNS"]) / "mlflow.db", isolation_level=None)
-    packed.execute("VACUUM")  # no free page left in the store's file: the run's first rows need a new one
-    packed.close()
-    event.listen(Pool, "checkout", no_room)
-    try:
-        with pytest.raises(SystemExit) as stop:
-            evaluate.main(["--program", "direct", "--dataset", "demo", "--train", "0", "--dev", "4", "--test", "0"])
-    finally:
-        event.remove(Pool, "checkout", no_room)
+    monkeypatch.setattr(tracking, "log_metrics", full_store)
+    with pytest.raises(SystemExit) as stop:
+        evaluate.main(["--program", "direct", "--dataset", "demo", "--train", "0", "--dev", "4", "--test", "0"])
     err = capsys.readouterr().err.strip().splitlines()
     assert stop.value.code == 74 and err[-1] == ("error: no space left on the device: free some and run the same "
                                                  "command again; finished questions are in the checkpoint"), err
