@@ -35,7 +35,8 @@ def main(argv=None) -> dict:
         as_compiled(args, artifact, set(given))
     s = session(args, programs.spec(args.program).needs_search)
     run_id, run_name, summary = evaluate_program(s, artifact, given)
-    print(f"\nrun {run_id} ({run_name}): {summary['answered']} answered of {summary['n']} asked")
+    print(f"\nrun {run_id} ({run_name}): {summary['answered']} answered of {summary['n']} asked (scores over the "
+          f"{summary['answered']} answered, cost over all {summary['n']} asked)")
     print("  " + "  ".join(f"{k}={v:.3f}" if isinstance(v, float) else f"{k}={v}" for k, v in summary.items()))
     return summary
 

@@ -49,8 +49,8 @@ def main(argv=None) -> str:
         others = "  ".join(f"{m}={summary.get(m, 0):.3f}" for m in s.metrics if m != metric_name)
         print(f"  {name:12s} {metric_name}={mean:.3f} [95% CI {low:.2f}-{high:.2f}, {answered(summary)} answered]"
               f"  {others}"
-              f"  failed={summary['failed_examples']}  lm_calls/q={summary.get('lm_calls', 0):.2f}"
-              f"  prompt_tokens/q={summary.get('prompt_tokens', 0):.0f}  s/q={timing(summary, 'seconds', '{:.2f}')}")
+              f"  failed={summary['failed_examples']}  per asked question: lm_calls={summary.get('lm_calls', 0):.2f}"
+              f"  prompt_tokens={summary.get('prompt_tokens', 0):.0f}  s={timing(summary, 'seconds', '{:.2f}')}")
     if "test_before" in run.records:
         print(verdict(run.records["test_before"], run.records["test_after"], metric_name, args))
     print(f"prompt versions: {', '.join(run.prompts)}")

@@ -27,6 +27,9 @@ COMPILE = (("compile_lm_calls", "compile LM calls", "{:.0f}"),
            ("compile_prompt_tokens", "compile prompt tok", "{:.0f}"),
            ("compile_completion_tokens", "compile compl tok", "{:.0f}"), ("compile_minutes", "compile min", "{:.1f}"),
            ("compile_demo_tokens", "demo tok/predictor", "{}"), ("compile_budget_stop", "budget stop", "{}"))
+#: What the per-run means average over (the same in the printed summary and the MLflow metrics).
+MEANS = ("Scores are means over the answered questions; cost per question (/q) is over every asked question, each "
+         "with the spend of all its attempts (an unanswered question's spend is cost too).")
 PRIMARY = ("judge", "accuracy", "em")  # the per-question correctness the paired tests use, first one present
 GRADED = ("f1",)  # also paired when present beside the primary: on hard sets EM sits at the floor, F1 still moves
 
@@ -51,7 +54,7 @@ def fmt(value, spec: str = "{:.3f}") -> str:
 
 def answered(summary: dict) -> str:
     """How many questions a run answered of those it asked ("6 of 6"); a run that left some unanswered (retryable:
-    not scored, its means are over the answered ones) says so: "4 of 6, incomplete"."""
+    not scored; its score means are over the answered ones, its cost over all asked) says so: "4 of 6, incomplete"."""
     n = summary.get("n", 0)
     done = summary.get("answered", n - summary.get("retryable_examples", 0))
     return f"{done} of {n}" + (", incomplete" if done < n else "")
@@ -70,7 +73,7 @@ def timing(summary: dict, key: str, spec: str) -> str:
     when none was, "12.3 (40 of 50 idle)" when some were not; as recorded for runs that predate the load's record."""
     if "timed_idle" not in summary:
         return fmt(summary.get(key), spec)
-    idle, n = summary["timed_idle"], summary.get("answered", summary.get("n", 0))
+    idle, n = summary["timed_idle"], summary.get("n", 0)  # timed over every asked question, as cost is
     if not idle:
         return f"void (load {summary['load']:.1f}/core)"
     return fmt(summary.get(f"{key}_idle"), spec) + (f" ({idle} of {n} idle)" if idle < n else "")
@@ -92,7 +95,7 @@ def cell_table(results: list) -> str:
                  *(timing(s, k, f) if k in TIMED else fmt(s.get(k), f) for k, _, f in cost),
                  fmt(overhead(s), "{:.0%}"), str(s.get("failed_examples", 0))]
         lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+    return "\n".join(lines) + f"\n\n{MEANS}"
 
 
 def p_name(metric: str) -> str:

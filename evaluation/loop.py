@@ -176,7 +176,8 @@ def evaluate(program: dspy.Module, examples: list[dspy.Example], metrics: dict, 
     (``data.circular``) ``circular_<metric>``: per question the worst score over its copies."""
     sink = ((checkpoint if isinstance(checkpoint, Collected) else Checkpoint(checkpoint, wait, is_record))
             if checkpoint else None)
-    done = {i: r for i, r in (sink.done if sink else {}).items()  # a failure tried fewer times than now is asked again
+    prior = answered(sink.done, examples, checkpoint) if sink else {}
+    done = {i: r for i, r in prior.items()  # a failure tried fewer times than now is asked again
             if not r.get("retryable") and not (r["failed"] and (retry_failed or r["tries"] < retries + 1))}
     write, over = threading.Lock(), threading.Event()  # over: the run has stopped, a late answer is not recorded
     limit, streak = int(env_number("RAG_ENDPOINT_ERRORS", 5)), [0]
@@ -196,6 +197,8 @@ def evaluate(program: dspy.Module, examples: list[dspy.Example], metrics: dict, 
             if error is not None:
                 rec["error_class"] = type(error).__name__
             rec |= cost.as_dict() | {"judge_lm_calls": scoring.lm_calls}
+            if example.id in prior:  # an earlier attempt that did not stand: its spend is this question's too
+                rec = with_spend_of(rec, prior[example.id])
             finish(rec)
         with write:
             if over.is_set():
@@ -210,7 +213,6 @@ def evaluate(program: dspy.Module, examples: list[dspy.Example], metrics: dict, 
                                    "(RAG_ENDPOINT_ERRORS sets the limit)")
         return rec
 
-    done = answered(done, examples, checkpoint)
     todo = [ex for ex in examples if ex.id not in done]
     fresh: dict[str, dict] = {}
     bar = tqdm(total=len(examples), initial=len(examples) - len(todo), desc=desc, unit="q")
@@ -292,6 +294,23 @@ class Workers:
             self.todo.clear()
             self.idle.wait_for(lambda: not self.busy, timeout)
             return self.busy
+
+
+#: A record's spend: what asking its question cost (the program's, and the judge's calls).
+SPEND = ("lm_calls", "oracle_calls", "searches", "prompt_tokens", "prompt_tokens_computed", "completion_tokens",
+         "seconds", "lm_seconds", "judge_lm_calls")
+
+
+def with_spend_of(rec: dict, earlier: dict) -> dict:
+    """``rec`` with the spend of ``earlier`` added: an attempt at the same question that did not stand (left
+    unanswered, or a failure asked again), itself holding the attempts before it. A question costs every attempt; its
+    seconds are idle only if every attempt's were (the higher ``load``)."""
+    both = [key for key in (*SPEND, "load")
+            if isinstance(rec.get(key), (int, float)) and isinstance(earlier.get(key), (int, float))]
+    by = Counter(rec.get("lm_calls_by") or {})
+    by.update(earlier.get("lm_calls_by") or {})
+    return rec | {key: max(rec[key], earlier[key]) if key == "load" else rec[key] + earlier[key] for key in both} | \
+        ({"lm_calls_by": dict(by)} if by else {})
 
 
 def answered(done: dict[str, dict], examples: list[dspy.Example], path: Path | None) -> dict[str, dict]:
@@ -388,8 +407,9 @@ def summarize(records: list[dict], metrics: dict, groups: tuple[str, ...] = ()) 
     """What the records say, counted from them (so a resumed run reports what its checkpoint holds): ``n`` (asked),
     ``answered`` (not retryable), ``failed_examples``, ``retryable_examples``, ``failed_by_class/<error class>``, per
     metric the records it could not score ``<metric>_errors_by_class/<error class>``, per field the metrics noted
-    ``<field>/<value>`` (e.g. ``verdict_by/exact``), the means (of the records that have a value: answered ones), the
-    circular, group and tier breakdowns."""
+    ``<field>/<value>`` (e.g. ``verdict_by/exact``), the means of scores over the records that have one (answered
+    ones), the means of :data:`SPEND` over every asked question (an unanswered one's spend is real cost; a record
+    holds its question's earlier attempts' too: :func:`with_spend_of`), the circular, group and tier breakdowns."""
     if not records:
         return {"n": 0, "answered": 0}
     retry = sum(bool(r.get("retryable")) for r in records)
@@ -402,8 +422,7 @@ def summarize(records: list[dict], metrics: dict, groups: tuple[str, ...] = ()) 
                   for name, error in (r.get("metric_errors") or {}).items())
     counts.update(f"{field}/{value}" for r in records for field, value in (r.get("noted") or {}).items())
     summary.update(sorted(counts.items()))
-    numeric = [*metrics, *SCORES, "lm_calls", "oracle_calls", "searches", "prompt_tokens", "completion_tokens",
-               "seconds", "lm_seconds", "prompt_tokens_computed", "judge_lm_calls"]
+    numeric = [*metrics, *SCORES, *SPEND]
     for key in numeric:
         values = [r[key] for r in records if r.get(key) is not None]
         if values:

@@ -7,6 +7,7 @@ import os
 import re
 import errno
 import shlex
+import sqlite3
 import sys
 import threading
 import urllib.parse
@@ -165,15 +166,31 @@ on_sigterm.pending = False
 INCOMPLETE = 6
 
 
+def disk_full(err: BaseException | None) -> BaseException | None:
+    """The error in ``err``'s chain (causes, contexts, a database driver's ``orig``) that says the disk is full:
+    ENOSPC/EDQUOT, or SQLite's SQLITE_FULL ("database or disk is full": an sqlite MLflow store, which passes on only
+    the driver error's text, or an sqlite cache); None when there is none."""
+    seen = set()
+    while err is not None and id(err) not in seen:
+        seen.add(id(err))
+        if isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT):
+            return err
+        if getattr(err, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL or "database or disk is full" in str(err):
+            return err
+        err = err.__cause__ or err.__context__ or getattr(err, "orig", None)
+    return None
+
+
 def interruptible(main):
     """Wrap an entry point: on Ctrl-C / SIGTERM print how to resume and exit 130 / 143 without a traceback; a run
     that cannot go on (:class:`RunStopped`: an endpoint that keeps failing, exit 3; an error on a question that
     asking again cannot fix, exit 4) is one line, and so are an embedded LM server gone for good
     (``runtime.lm.ServerError``, exit 5: the line names its log, whose tail says why), an endpoint that refuses the
-    key (``runtime.lm.EndpointRefused``, exit 4), a full disk (exit 74: EX_IOERR; what was written stays) and a
-    checkpoint another run is writing (``runtime.files.Busy``, exit 75: EX_TEMPFAIL, try again later). A run that
-    finished with questions left unanswered (``tracking.incomplete_runs``: its MLflow run ended FAILED, tagged
-    ``incomplete``) says so in one line and exits :data:`INCOMPLETE`."""
+    key (``runtime.lm.EndpointRefused``, exit 4), a full disk (:func:`disk_full`: the checkpoint's, an sqlite
+    store's; exit 74, EX_IOERR; what was written stays) and a checkpoint another run is writing
+    (``runtime.files.Busy``, exit 75: EX_TEMPFAIL, try again later). A run that finished with questions left
+    unanswered (``tracking.incomplete_runs``: its MLflow run ended FAILED, tagged ``incomplete``) says so in one line
+    and exits :data:`INCOMPLETE`."""
     def run(argv=None):
         try:
             with tracking.incomplete_runs() as left:
@@ -181,12 +198,12 @@ def interruptible(main):
         except (RunStopped, Busy, ServerError) as err:
             print(f"error: {str(err).splitlines()[0].removesuffix(':')}", file=sys.stderr)
             raise SystemExit(75 if isinstance(err, Busy) else err.code) from None
-        except OSError as err:
-            if err.errno not in (errno.ENOSPC, errno.EDQUOT):
+        except Exception as err:
+            if not (full := disk_full(err)):
                 raise
-            print(f"error: no space left on the device{f' writing {err.filename}' if err.filename else ''}: "
-                  "free some and run the same command again; finished questions are in the checkpoint",
-                  file=sys.stderr)
+            where = f" writing {full.filename}" if getattr(full, "filename", None) else ""
+            print(f"error: no space left on the device{where}: free some and run the same command again; finished "
+                  "questions are in the checkpoint", file=sys.stderr)
             raise SystemExit(74) from None  # EX_IOERR
         except KeyboardInterrupt as err:
             print("\ninterrupted: finished questions are in the checkpoint; run the same command again to resume",

@@ -21,6 +21,7 @@ import itertools
 import json
 import os
 import sys
+import urllib.parse
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -313,10 +314,24 @@ def _keep(args: Settings, cell: Cell, out: Outcome, parent_run_id: str, suite_na
     return Result(cell, run.info.run_id, out.summary, out.records, out.effective if out.effective != out.name else "")
 
 
+#: Ray's switch for a one-machine cluster: "0" and a node's address is 127.0.0.1 (its servers listen there alone);
+#: otherwise Ray replaces 127.0.0.1 (``--node-ip-address``, ``ray.init``) by the machine's outward address and its
+#: GCS and raylets listen on every interface.
+RAY_LOOPBACK = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+
+
+def loopback(ray: str) -> bool:
+    """Whether ``--ray`` names a cluster on this machine's loopback: a local one, or an address on 127.0.0.1."""
+    host = "localhost" if ray == "local" else urllib.parse.urlsplit(ray if "://" in ray else f"//{ray}").hostname
+    return host == "localhost" or (host or "").startswith("127.") or host == "::1"
+
+
 def _ray_results(args, cells: list[Cell], parent_run_id: str, hook) -> tuple[list[Result], list[str]]:
     """Each cell as a Ray task (:func:`_remote_cell`; one whose worker dies is run again by Ray), this process the
     one writer of their checkpoints and runs (:func:`_keep`) as each finishes; returns the results in cell order
     and one line per cell that failed (the others are kept)."""
+    if loopback(args.ray):  # its servers on 127.0.0.1 only, and reached there (read when ray is imported)
+        os.environ.setdefault(RAY_LOOPBACK, "0")
     try:
         import ray
     except ImportError:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import time
 from collections import Counter
 from collections.abc import Sequence
 from itertools import islice
@@ -46,23 +47,36 @@ def doc_digest(doc: dict) -> bytes:
     return json.dumps([str(doc["id"]), doc["title"], doc["text"]], ensure_ascii=False).encode()
 
 
-def version_key(path: Path) -> str:
-    """A short key of this version of file ``path`` (where it is, its size and modification time), under which what
-    is read from it is cached."""
-    stat = path.stat()
-    return hashlib.sha256(f"{path.resolve()}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()[:20]
+#: A file changed less than this many seconds ago may change again within its file system's timestamp granularity
+#: without its times showing it (git's "racily clean" files): nothing read from it is remembered yet.
+SETTLE_SECONDS = 2.0
+
+
+def version_key(path: Path) -> str | None:
+    """A short key of this version of file ``path``, under which its content hash (and what else is read from it)
+    is remembered: where it is, its inode, size, modification and change times. Rewriting or replacing the file, even
+    with its modification time kept (``cp -p``, ``rsync -a``, ``tar x``), gives another key: the kernel sets the
+    change time (ctime) on every write, rename or ``utime``, and nothing sets it back. A stat, not a read: opening a
+    prebuilt index of many gigabytes stays instant. None while the file is younger than :data:`SETTLE_SECONDS`."""
+    st = path.stat()
+    if time.time_ns() - st.st_ctime_ns < SETTLE_SECONDS * 1e9:
+        return None
+    identity = f"{path.resolve()}:{st.st_dev}:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}"
+    return hashlib.sha256(identity.encode()).hexdigest()[:20]
 
 
 def file_digest(path: Path) -> str:
-    """The sha256 of file ``path``, read once per file version (cached under :func:`runtime.paths.index_dir`)."""
-    cache = index_dir() / "digests" / f"{path.name}-{version_key(path)}"
-    if cache.exists():
+    """The sha256 of file ``path``, read once per file version (remembered under :func:`runtime.paths.index_dir`)."""
+    key = version_key(path)
+    cache = index_dir() / "digests" / f"{path.name}-{key}"
+    if key and cache.exists():
         return cache.read_text(encoding="utf-8")
     digest = hashlib.sha256()
     with open(path, "rb") as fh:
         for block in iter(lambda: fh.read(1 << 22), b""):
             digest.update(block)
-    write_whole(cache, digest.hexdigest())
+    if key and version_key(path) == key:  # not changed while it was read
+        write_whole(cache, digest.hexdigest())
     return digest.hexdigest()
 
 
@@ -72,15 +86,20 @@ class LazyDocs(Sequence):
 
     def __init__(self, path: Path):
         self.path = Path(path)
-        cache = index_dir() / "offsets" / f"{self.path.stem}-{version_key(self.path)}"
-        if not (cache / "done.json").exists():
-            self._scan(cache)
-        self.offsets = np.load(cache / "offsets.npy", mmap_mode="r")
-        self.info = json.loads((cache / "done.json").read_text())
+        key = version_key(self.path)
+        cache = index_dir() / "offsets" / f"{self.path.stem}-{key}"
+        if key and (cache / "done.json").exists():
+            self.offsets = np.load(cache / "offsets.npy", mmap_mode="r")
+            self.info = json.loads((cache / "done.json").read_text())
+            return
+        self.offsets, self.info = self._scan()
+        if key and version_key(self.path) == key:  # not changed while it was read
+            cache.mkdir(parents=True, exist_ok=True)
+            np.save(cache / "offsets.npy", self.offsets)
+            (cache / "done.json").write_text(json.dumps(self.info))
 
-    def _scan(self, cache: Path) -> None:
-        """One pass: the offset of every non-blank line, the content hash and the group sizes."""
-        cache.mkdir(parents=True, exist_ok=True)
+    def _scan(self) -> tuple[np.ndarray, dict]:
+        """One pass: the offset of every non-blank line, and the content hash and group sizes."""
         offsets, digest, groups, position = [], hashlib.sha256(), Counter(), 0
         with open(self.path, "rb") as fh:
             for line in tqdm(fh, desc=f"indexing lines of {self.path.name}", unit=" docs", mininterval=2):
@@ -91,8 +110,7 @@ class LazyDocs(Sequence):
                     if doc.get("group"):
                         groups[str(doc["group"])] += 1
                 position += len(line)
-        np.save(cache / "offsets.npy", np.asarray(offsets, np.int64))
-        (cache / "done.json").write_text(json.dumps({"content_hash": digest.hexdigest(), "groups": groups}))
+        return np.asarray(offsets, np.int64), {"content_hash": digest.hexdigest(), "groups": groups}
 
     def __len__(self) -> int:
         return len(self.offsets)
@@ -124,13 +142,17 @@ class DiskCorpus(Corpus):
     def __init__(self, name: str, docs_file: Path, index_file: Path, lang: str = "en", manifest: dict | None = None):
         self.docs, self.index_file, self.manifest = LazyDocs(docs_file), Path(index_file), manifest or {}
         self.name, self.lang = name, lang
-        self._hash = self.manifest.get("content_hash") or self.docs.info["content_hash"]
+        self._hash, built = self.docs.info["content_hash"], self.manifest.get("content_hash")
+        if built and built != self._hash:
+            raise ValueError(f"{docs_file} is not the corpus the index beside it was built from (content hash "
+                             f"{self._hash[:12]}, built from {built[:12]}); rebuild it with python -m "
+                             "scripts.build_index")
         self._groups = Counter(self.manifest.get("groups") or self.docs.info["groups"])
 
     @property
     def fingerprint(self) -> str:
-        """The corpus file's content hash, computed once (at build, or on first open) and kept: hashing millions
-        of documents again on every run is what a prebuilt corpus avoids."""
+        """The corpus file's content hash, computed once per file version (:func:`version_key`) and kept: hashing
+        millions of documents again on every run is what a prebuilt corpus avoids."""
         return self._hash
 
     @property

@@ -16,8 +16,10 @@ FAULT_SERVER = Path(__file__).with_name("fault_server.py")
 class FaultHost(LlamaServer):
     """A shared 'llama.cpp server' that is ``fault_server.py`` with ``flags``, logging its requests to ``log``."""
 
-    def __init__(self, log: Path, *flags, restarts: int = 3, max_seconds: float = 120):
-        super().__init__("qwen-0.5b", startup_timeout=30, budget=RestartBudget(restarts, 600, backoff=0.05))
+    def __init__(self, log: Path, *flags, restarts: int = 3, max_seconds: float = 3600):
+        """``max_seconds``: a backstop only (the host stops the server once its last user is gone), far past any
+        run on a busy machine: a server that quit on a clock would be a death the run did not plan."""
+        super().__init__("qwen-0.5b", budget=RestartBudget(restarts, 600, backoff=0.05))
         self.request_log, self.flags, self.max_seconds = log, [str(f) for f in flags], max_seconds
 
     def command(self):

@@ -2,6 +2,7 @@ import json
 
 import dspy
 import pytest
+from dspy.utils.exceptions import LMTransportError
 
 from evaluation.loop import QuestionError, evaluate, load_checkpoint
 from evaluation.metrics import exact_match
@@ -327,3 +328,40 @@ def test_an_unanswered_question_has_no_score_of_any_kind(monkeypatch):
     assert (summary["n"], summary["answered"], summary["retryable_examples"]) == (4, 2, 2)
     for key in ("em", "judge", "title_recall", "all_pass", "ndcg", "recall_all", "citation_precision"):
         assert summary[key] == 1.0, key  # the two answered questions, each fully right
+
+
+class DownAfterTwoCalls(dspy.Module):
+    """Question 0 makes two LM calls, then its endpoint drops (a transient error) while ``down``; others make one."""
+
+    def __init__(self, down: bool):
+        super().__init__()
+        self.down = down
+        self.predict = dspy.Predict("question -> answer")
+
+    def forward(self, question):
+        answer = self.predict(question=question).answer
+        if question == "question 0":
+            answer = self.predict(question=question + "?").answer
+            if self.down:
+                raise LMTransportError("connection reset")
+        return dspy.Prediction(answer=answer, passages=[])
+
+
+def test_cost_means_cover_every_asked_question_and_every_attempt_at_it(dummy, tmp_path, monkeypatch):
+    """Issue 73: a question left unanswered spent LM calls, tokens and seconds; asked again, its new record held only
+    the new attempt's, so the finished run's cost per question dropped the unanswered attempt's spend."""
+    monkeypatch.setenv("RAG_ENDPOINT_BACKOFF", "0")
+    dummy({"question": {"answer": "yes"}})
+    ckpt = tmp_path / "dev.jsonl"
+    with pytest.warns(RuntimeWarning, match="transient errors"):
+        records, summary = evaluate(DownAfterTwoCalls(down=True), EXAMPLES[:2], {"em": exact_match}, retries=0,
+                                    checkpoint=ckpt)
+    assert records[0]["retryable"] and [r["lm_calls"] for r in records] == [2, 1]
+    assert (summary["answered"], summary["em"], summary["lm_calls"]) == (1, 1.0, 1.5)  # cost over both asked
+    first = records[0]
+    records, summary = evaluate(DownAfterTwoCalls(down=False), EXAMPLES[:2], {"em": exact_match}, retries=0,
+                                checkpoint=ckpt)
+    q0 = records[0]
+    assert q0["lm_calls"] == 4 and sum(q0["lm_calls_by"].values()) == 4  # both attempts' calls
+    assert q0["seconds"] > first["seconds"] and q0["lm_seconds"] > first["lm_seconds"]
+    assert (summary["answered"], summary["lm_calls"]) == (2, 2.5)

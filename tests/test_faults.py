@@ -36,7 +36,7 @@ def faulty(tmp_path, monkeypatch):
     servers = []
     monkeypatch.setenv("RAG_ENDPOINT_BACKOFF", "0.01")
 
-    def start(*flags, restarts: int = 3, timeout: float = 5.0):
+    def start(*flags, restarts: int = 3, timeout: float | None = None):
         server = FaultHost(tmp_path / "requests.jsonl", *flags, restarts=restarts).start()
         servers.append(server)
         lm = ProjectLM("openai/fault", api_base=server.api_base, api_key="local", num_retries=0, cache=False,
@@ -75,7 +75,8 @@ def test_fifty_questions_survive_malformed_outputs_and_a_server_death(faulty, tm
 
 
 def test_errors_and_slow_answers_are_retried_or_counted_without_a_restart(faulty):
-    server = faulty("--error", 0.3, "--slow", 0.2, "--slow-seconds", 600, "--seed", 5)  # slow: past any timeout
+    # slow: past the client's timeout (a reply slowed by load past it too is one more retried error: same checks)
+    server = faulty("--error", 0.3, "--slow", 0.2, "--slow-seconds", 600, "--seed", 5, timeout=5.0)
     records, summary = run(QUESTIONS[:12])
     faults = [r["fault"] for r in server.requests()]
     assert faults.count("error") and faults.count("slow") and server.restarts == 0  # up all along: no restart
@@ -226,7 +227,7 @@ def test_an_interrupted_run_is_killed_flushed_and_resumes(fault_endpoint, tmp_pa
     assert len(finished) == wanted
     asked = len(log.read_text().splitlines())
 
-    done = subprocess.run(args, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(args, cwd=tmp_path, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert [r.info.status for r in client.search_runs([experiment])] == ["FINISHED", "KILLED"]
     # no finished question was asked again by the uncompiled program (2 messages: no demos)
@@ -263,7 +264,7 @@ def test_ctrl_c_under_threads_stops_sending_keeps_what_arrives_and_a_second_stop
                 assert proc.poll() is None, proc.stderr.read()
                 time.sleep(0.05)
             proc.send_signal(signal.SIGINT)
-        assert proc.wait(timeout=120) == 130
+        assert proc.wait() == 130
         err = proc.stderr.read()  # what followed the "stopping" line
         assert server.requests == 4  # nothing asked after the first Ctrl-C
         assert ("still in flight were not recorded" in err) == (not recorded)
@@ -273,7 +274,7 @@ def test_ctrl_c_under_threads_stops_sending_keeps_what_arrives_and_a_second_stop
         experiment = client.get_experiment_by_name("ctrl-c").experiment_id
         assert [r.info.status for r in client.search_runs([experiment])] == ["KILLED"]
         server.release(100)
-        done = subprocess.run(args, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+        done = subprocess.run(args, cwd=tmp_path, capture_output=True, text=True)
         assert done.returncode == 0, done.stderr
     assert server.requests == 4 + 6 - recorded
     ids = [r["id"] for r in _checkpoint_lines(cache, "dev")]
@@ -307,7 +308,7 @@ def test_a_swallowed_sigterm_still_ends_the_run(grace, signals):
         if n < signals - 1:  # the next signal only once this one was handled (two pending SIGTERMs are one)
             assert proc.stdout.readline() == "swallowed\n"
     try:
-        assert proc.wait(timeout=300) == 143
+        assert proc.wait() == 143
     finally:
         proc.kill()
 
@@ -473,3 +474,36 @@ def test_a_full_disk_stops_the_run_in_one_line_and_the_rerun_resumes_what_was_wr
     with pytest.warns(RuntimeWarning, match="skipped 1 unreadable line"):  # the line the disk cut
         summary = evaluate.main(argv)
     assert summary["n"] == 4 and len(lm.history) == 5  # the 2 written resumed, the cut one and the last asked
+
+
+def test_a_full_disk_under_the_sqlite_store_stops_the_run_in_one_line(monkeypatch, capsys, tmp_path):
+    """Issue 73: SQLite's "database or disk is full" (MLflow's sqlite store passes it on as an MlflowException) gave a
+    traceback where a full disk under the checkpoint stops the run in one line, exit 74."""
+    import sqlite3
+
+    from dspy.utils.dummies import DummyLM
+    from mlflow.exceptions import MlflowException
+
+    import evaluate
+    from evaluation import tracking
+    from experiments import sessions
+
+    def full_store(*args, **kwargs):  # the store's file may not grow by a page: SQLite's own error, as MLflow wraps it
+        db = sqlite3.connect(tmp_path / "full.db", isolation_level=None)
+        db.execute("CREATE TABLE IF NOT EXISTS metrics (value BLOB)")
+        db.execute("PRAGMA max_page_count = 1")
+        try:
+            db.execute("INSERT INTO metrics VALUES (?)", (b"0" * 65536,))
+        except sqlite3.OperationalError as err:
+            raise MlflowException(f"(sqlite3.OperationalError) {err}") from err
+        finally:
+            db.close()
+
+    monkeypatch.setattr(sessions, "make_lm", lambda *a, **k: DummyLM({"question": {"answer": "yes"}}))
+    monkeypatch.setattr(tracking, "log_metrics", full_store)
+    with pytest.raises(SystemExit) as stop:
+        evaluate.main(["--program", "direct", "--dataset", "demo", "--train", "0", "--dev", "4", "--test", "0"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert stop.value.code == 74 and err[-1] == ("error: no space left on the device: free some and run the same "
+                                                 "command again; finished questions are in the checkpoint"), err
+    assert not any("Traceback" in line for line in err)

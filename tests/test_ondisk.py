@@ -1,11 +1,14 @@
 """Prebuilt on-disk corpora (FlashRAG layout and build_index's), resumable builds, and Milvus-lite vs faiss flat."""
+import hashlib
 import json
+import os
 
 import faiss
 import pytest
 
 from conftest import HashEmbedder
 from data import corpora as sources
+from retrieval import ondisk
 from retrieval.ondisk import build_index, open_corpus
 from retrieval.corpus import Corpus, excluded
 from retrieval.dense import encode_passages
@@ -173,3 +176,56 @@ def test_a_prebuilt_corpus_is_fingerprinted_by_its_content_hash_and_an_edit_chan
     (tmp_path / "wiki18").rename(tmp_path / "old")
     (again,) = open_corpus(flashrag_folder(tmp_path, edited))
     assert again.fingerprint != corpus.fingerprint
+
+
+def rewrite_keeping_mtime(path, text: str, rename: bool = False):
+    """``path`` given other content of the same size with its old modification time, as ``cp -p`` (in place) or
+    ``rsync -a`` (a new file renamed over it) leave it."""
+    old = path.stat()
+    assert len(text.encode()) == old.st_size
+    target = path.with_name(path.name + ".new") if rename else path
+    target.write_text(text)
+    os.utime(target, ns=(old.st_atime_ns, old.st_mtime_ns))
+    if rename:
+        target.replace(path)
+
+
+def test_a_corpus_or_index_rewritten_with_its_size_and_mtime_kept_is_hashed_anew(tmp_path):
+    """Issue 73: the content hash of a prebuilt corpus and of its index was remembered under (path, size, mtime), so
+    a file replaced by ``cp -p`` kept the old hash: results keyed as the old corpus, searched in the new one."""
+    folder = flashrag_folder(tmp_path, DOCS)
+    (corpus,) = open_corpus(folder)
+    before = corpus.fingerprint, corpus.index_fingerprint
+    docs, index = folder / "wiki18_100w.jsonl", folder / "e5_Flat.index"
+    rewrite_keeping_mtime(docs, docs.read_text().replace("number 7.", "number 8."))
+    stat, raw = index.stat(), bytearray(index.read_bytes())
+    raw[-1] ^= 1  # one bit of the last vector
+    index.write_bytes(bytes(raw))
+    os.utime(index, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    (again,) = open_corpus(folder)
+    assert again.fingerprint != before[0] and again.index_fingerprint != before[1]
+    assert again.docs[7]["text"].endswith("number 8.")
+
+
+def test_a_settled_files_hash_is_remembered_until_the_file_is_replaced(tmp_path, monkeypatch):
+    """A file older than ``SETTLE_SECONDS`` is hashed once per version: the remembered hash is used until any write
+    or rename changes its inode or change time, however its size and modification time are kept."""
+    monkeypatch.setattr(ondisk, "SETTLE_SECONDS", -60, raising=False)  # every file counts as settled
+    path = tmp_path / "index.bin"
+    path.write_text("first version")
+    assert ondisk.file_digest(path) == hashlib.sha256(b"first version").hexdigest()
+    (memo,) = (ondisk.index_dir() / "digests").glob("index.bin-*")
+    memo.write_text("remembered")
+    assert ondisk.file_digest(path) == "remembered"  # read from the memo, not the file
+    rewrite_keeping_mtime(path, "other version", rename=True)
+    assert ondisk.file_digest(path) == hashlib.sha256(b"other version").hexdigest()
+
+
+def test_a_built_folder_whose_corpus_changed_is_refused_with_a_rebuild(tmp_path):
+    source = write_jsonl(tmp_path / "places.jsonl", DOCS)
+    build_index(source, tmp_path / "built", HashEmbedder(), progress=False)
+    corpus_file = tmp_path / "built" / "corpus.jsonl"
+    rewrite_keeping_mtime(corpus_file, corpus_file.read_text().replace("number 7.", "number 8."))
+    with pytest.raises(ValueError, match=r"corpus.jsonl is not the corpus the index beside it was built from .*"
+                                         r"rebuild it with python -m scripts.build_index"):
+        open_corpus(tmp_path / "built")

@@ -1,6 +1,7 @@
 """Suite runner: cells, pairs, leaderboard and plots on DummyLM; two cells as concurrent Ray tasks through one
 local MLflow tracking server."""
 import argparse
+import ipaddress
 import json
 import math
 import os
@@ -194,7 +195,7 @@ def test_suite_runs_cells_into_child_runs_and_resumes_without_lm_calls(dummy):
 @pytest.mark.timeout(900)  # a Ray cluster starting on 2 busy cores
 def test_two_ray_cells_log_concurrently_through_one_tracking_server(tmp_path, monkeypatch):
     if not os.environ.get("CI"):  # CI installs the [ray] extra (Makefile): there a missing Ray fails
-        pytest.importorskip("ray")
+        ray_constants = pytest.importorskip("ray._private.ray_constants")
     with tracking.server(f"sqlite:///{tmp_path / 'server.db'}", tmp_path / "artifacts") as url:
         monkeypatch.setenv("MLFLOW_TRACKING_URI", url)
         args = suite_args(["--suite", "cot,direct", "--dataset", "demo", "--train", "0", "--dev", "0", "--test", "3",
@@ -255,8 +256,28 @@ def cluster_hook(marker: str, fail_direct: bool = False):
     return hook
 
 
+def listening(marker: str) -> list:
+    """The addresses that processes whose command line holds ``marker`` listen on (TCP, read from ``/proc``)."""
+    sockets = set()
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if marker.encode() in Path(f"/proc/{pid}/cmdline").read_bytes():
+                sockets |= {os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")}
+        except OSError:  # ended meanwhile
+            continue
+    found = []
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for row in Path(table).read_text().splitlines()[1:]:
+            local, state, inode = row.split()[1], row.split()[3], row.split()[9]
+            if state == "0A" and f"socket:[{inode}]" in sockets:  # 0A: LISTEN
+                raw = bytes.fromhex(local.split(":")[0])  # host-order 32-bit words
+                ip = ipaddress.ip_address(b"".join(raw[i:i + 4][::-1] for i in range(0, len(raw), 4)))
+                found.append(getattr(ip, "ipv4_mapped", None) or ip)
+    return found
+
+
 @pytest.fixture
-def ray_cluster():
+def ray_cluster(monkeypatch):
     """A local Ray cluster (``ray start --head`` on 127.0.0.1, 2 CPUs, a token of its own that this process uses
     while it runs), ended with the process that started it."""
     import secrets
@@ -266,14 +287,14 @@ def ray_cluster():
 
     from runtime.lm import _free_port
 
-    pytest.importorskip("ray")
+    ray_constants = pytest.importorskip("ray._private.ray_constants")
     from ray._private.authentication_test_utils import reset_auth_token_state  # Ray's own, for its tests
 
     port, temp = _free_port(), tempfile.mkdtemp(prefix="ray", dir="/tmp")  # Ray's socket paths must be short
     node_env = {k: v for k, v in os.environ.items()  # a node's own: what a worker gets beyond that is shipped
                 if not k.startswith(("RAG_", "HF_", "OPENAI_", "MLFLOW_", "LITELLM_"))}
     token = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32)}  # the driver's and the nodes'
-    node_env |= token | {"RAY_USAGE_STATS_ENABLED": "0"}
+    node_env |= token | {"RAY_USAGE_STATS_ENABLED": "0", suite.RAY_LOOPBACK: "0"}  # servers on 127.0.0.1 only
     ray = str(Path(sys.executable).with_name("ray"))  # the venv's, whether or not it is on PATH
     head = subprocess.Popen([ray, "start", "--head", "--block", "--node-ip-address",
                              "127.0.0.1", "--port", str(port), "--num-cpus", "2", "--include-dashboard=false",
@@ -284,6 +305,10 @@ def ray_cluster():
             break
     else:
         pytest.fail(f"ray start exited {head.wait()}")
+    exposed = [str(a) for a in listening(temp) if not a.is_loopback]  # its GCS and raylet are up
+    assert not exposed, f"the Ray head listens beyond 127.0.0.1: {exposed}"
+    # this process reaches the head on 127.0.0.1, as evaluate.py's does (RAY_LOOPBACK, read when ray was imported)
+    monkeypatch.setattr(ray_constants, "ENABLE_RAY_CLUSTER", False)
     before = {key: os.environ.get(key) for key in token}
     os.environ.update(token)
     reset_auth_token_state()
