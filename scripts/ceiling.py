@@ -1,6 +1,6 @@
 """The algorithm's ceiling per method: each method with every role oracle (``--oracle all``: no LM call) against
 ``rag`` with the oracle writer at the method's own k, on every question of each dataset's shared data. Bounds, never
-results (docs/results/headroom.md).
+results (docs/results/archive/headroom.md).
 
 ``RAG_DATA_DIR=/work/shared/data python -m scripts.ceiling --datasets hotpotqa musique``
 

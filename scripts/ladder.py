@@ -1,6 +1,6 @@
 """Which role the small model loses on: per method and dataset, every role oracle (arm 0, no LM call), then one arm
 per oracle role R the method has with every role oracle but R, which the LM (``--lm``) plays again; ``--full``: a
-last arm with no oracle at all. Oracle rows are bounds, never results (docs/results/headroom.md).
+last arm with no oracle at all. Oracle rows are bounds, never results (docs/results/archive/headroom.md).
 
 ``RAG_DATA_DIR=/work/shared/data python -m scripts.ladder --programs par2 seal --datasets musique --test 30``
 

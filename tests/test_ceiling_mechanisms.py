@@ -4,10 +4,10 @@ rag's at the same k it keeps doing so, and each mechanism its paper claims acts 
 question's own top k lacks in at least the measured number of questions less a margin: SEAL's repair (a micro-query
 passage replaces an evidence slot), PAR2's depth-first refinement (a CONTINUE), RAG-Critic's supplementary retrieval.
 CORAL's re-planning is not here: its oracle run needs a culture's language, which these sets lack (its XRAG ceiling:
-docs/results/headroom.md; its re-planning under the oracles: tests/test_oracle.py).
+docs/results/archive/headroom.md; its re-planning under the oracles: tests/test_oracle.py).
 
-The retriever is BM25, as in the ceiling run of docs/results/headroom.md, whose records on these 30 questions give
-exactly the numbers pinned here; the hashing embedder (``tests/conftest.py``) stands in for the dense one nothing
+The retriever is BM25, as in the ceiling run of docs/results/archive/headroom.md, whose records on these 30 questions
+give exactly the numbers pinned here; the hashing embedder (``tests/conftest.py``) stands in for the dense one nothing
 here searches with, so no embedding model loads. The module takes about 10 s on 2 busy cores, indexes included."""
 import os
 
