@@ -19,9 +19,8 @@ def main(argv=None) -> dict:
     flags = given_flags(p, argv)
     check_applies(flags, evaluate_run(args))
     if args.suite:
-        args.split = args.split or "test"
-        return run_suite(args)
-    args.split = args.split or "dev"
+        return run_suite(args.replace(split=args.split or "test"))
+    args = args.replace(split=args.split or "dev")
     if not (args.program or args.compiled):
         fail(f"give one of --program ({', '.join(programs.names())}) or --compiled PATH|RUN_ID")
     artifact, given = None, {}
@@ -32,7 +31,7 @@ def main(argv=None) -> dict:
             programs.check_compiled(artifact, given)
         except (FileNotFoundError, ValueError) as err:
             fail(str(err))
-        as_compiled(args, artifact, set(given))
+        args = as_compiled(args, artifact, set(given))
     s = session(args, programs.spec(args.program).needs_search)
     run_id, run_name, summary = evaluate_program(s, artifact, given)
     print(f"\nrun {run_id} ({run_name}): {summary['answered']} answered of {summary['n']} asked")

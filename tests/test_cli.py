@@ -227,3 +227,58 @@ def test_a_retrieval_flag_that_contradicts_the_compiled_program_is_one_line(scri
             f"error: {flag} {value} conflicts with {out}, compiled with {compiled}: leave {flag} out to run the "
             f"compiled program, or recompile it with {flag} {value}")
     assert evaluate.main(["--compiled", str(out), "--split", "test", "--k", "3", *sizes])["n"] == 1  # the same: fine
+
+
+def test_every_stage_runs_with_the_run_settings_optimize_threads_too(scripted_lm, monkeypatch):
+    """evaluate.py's run, optimize.py's four stages and a suite's cells are one stage (``experiments.stages``): each
+    evaluates with the settings the command line gave, ``--threads`` among them (optimize.py accepted it and never
+    passed it on)."""
+    from experiments import stages
+
+    asked, real = [], stages.evaluate
+    monkeypatch.setattr(stages, "evaluate", lambda *a, **k: asked.append((k["desc"], k["threads"])) or real(*a, **k))
+    small = ["--dataset", "demo", "--train", "2", "--dev", "1", "--test", "1", "--threads", "2", "--retries", "0"]
+    optimize.main(["--program", "direct", *small])
+    evaluate.main(["--program", "direct", *small])
+    evaluate.main(["--suite", "direct,cot", *small])
+    assert asked == [("dev_before", 2), ("test_before", 2), ("dev_after", 2), ("test_after", 2), ("dev", 2),
+                     ("direct/demo", 2), ("cot/demo", 2)]
+
+
+def test_a_run_resolves_its_settings_into_its_own_and_never_changes_the_parsed_ones():
+    """The parsed settings are frozen; the session holds them resolved (the dataset, split sizes and k it runs)."""
+    args = cli.parser("x").parse_args(["--program", "rag", "--train", "2", "--dev", "1", "--test", "1"])
+    with pytest.raises(AttributeError, match="frozen"):
+        args.k = 3
+    s = sessions.session(args, needs_search=False, no_lm=True)
+    assert (args.dataset, args.k, args.test) == (None, None, 1) and s.args.dataset == "demo"
+    assert s.args.k == programs.run_k("rag", None) is not None
+    assert s.args.replace(k=7).k == 7 and s.args.k != 7
+
+
+def test_nothing_below_the_experiments_layer_reads_a_session_settings():
+    """A compile takes the options it needs (``optimizers.settings.CompileOptions``), not the experiments layer's
+    parsed ``args``, a dependency the import contract cannot see."""
+    import ast
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    read = [f"{path.relative_to(root)}:{node.lineno}" for folder in ("optimizers", "evaluation", "programs")
+            for path in sorted((root / folder).rglob("*.py"))
+            for node in ast.walk(ast.parse(path.read_text())) if isinstance(node, ast.Attribute) and node.attr == "args"
+            and isinstance(node.value, ast.Name) and node.value.id in ("s", "session")]
+    assert read == []
+
+
+def test_mlflow_params_are_the_declared_settings(scripted_lm):
+    """A run logs every declared setting of how it asks and scores, and a compile every compile setting, from the
+    declarations (``evaluation.settings``, ``runtime.roles``, ``optimizers.settings``), not a hand-kept list."""
+    from evaluation import settings as evaluation_settings
+    from optimizers import settings as compile_settings
+
+    run_id = optimize.main(["--program", "direct", "--dataset", "demo", "--train", "2", "--dev", "0", "--test", "1",
+                            "--threads", "2", "--demos", "1"])
+    params = mlflow.get_run(run_id).data.params
+    assert {s.name for s in evaluation_settings.SETTINGS} <= params.keys() and params["threads"] == "2"
+    assert {compile_settings.PARAMS.get(s.name, s.name) for s in compile_settings.SETTINGS} <= params.keys()
+    assert params["max_demos"] == "1" and params["compile_metric"] == "f1" and params["budget"] == ""
