@@ -6,7 +6,7 @@
 from __future__ import annotations
 
 import programs
-from experiments.cli import as_compiled, check_applies, evaluate_run, fail, given_flags, interruptible
+from experiments.cli import as_compiled, check_applies, check_needs, evaluate_run, fail, given_flags, interruptible
 from experiments.sessions import session
 from experiments.eval_run import evaluate_program, parser
 from experiments.suite import run_suite
@@ -19,6 +19,7 @@ def main(argv=None) -> dict:
     flags = given_flags(p, argv)
     check_applies(flags, evaluate_run(args))
     if args.suite:
+        check_needs(flags, args)
         return run_suite(args.replace(split=args.split or "test"))
     args = args.replace(split=args.split or "dev")
     if not (args.program or args.compiled):
@@ -32,6 +33,7 @@ def main(argv=None) -> dict:
         except (FileNotFoundError, ValueError) as err:
             fail(str(err))
         args = as_compiled(args, artifact, set(given))
+    check_needs(flags, args)
     s = session(args, programs.spec(args.program).needs_search)
     run_id, run_name, summary = evaluate_program(s, artifact, given)
     print(f"\nrun {run_id} ({run_name}): {summary['answered']} answered of {summary['n']} asked")

@@ -11,7 +11,7 @@ import programs
 from evaluation import serving
 from evaluation.leaderboard import answered, timing
 from evaluation.stats import bootstrap_ci, paired_scores
-from experiments.cli import (COMPILE, add_flags, check_applies, compile_metric, evaluate_command, fail,
+from experiments.cli import (COMPILE, add_flags, check_applies, check_needs, compile_metric, evaluate_command, fail,
                              given_flags, interruptible, parser)
 from experiments.sessions import check_oracle, session
 from experiments.compile_run import check_compile_flags, compile_and_score
@@ -28,6 +28,7 @@ def main(argv=None) -> str:
     args = p.parse_args(argv)
     given = given_flags(p, argv)
     check_applies(given, COMPILE[args.optimizer])
+    check_needs(given, args)
     if not args.program:
         fail(f"--program is required; choose one of: {', '.join(programs.names())}")
     check_compile_flags(args)

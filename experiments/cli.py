@@ -9,6 +9,7 @@ import errno
 import shlex
 import sys
 import threading
+from collections.abc import Callable
 
 import programs
 from data import settings as data_settings
@@ -182,6 +183,20 @@ APPLIES: dict[str, tuple[str, ...]] = {
 }
 
 
+#: The flags that mean something only beside another (what it is said as, and whether ``args`` has it): given
+#: without it, they would change nothing, so they are refused (:func:`check_needs`).
+NEEDS: dict[str, tuple[str, Callable[[Settings], bool]]] = {
+    "judge_lms": ("--judge", lambda a: a.judge),
+    "judge_lm": ("--judge or --error-profile", lambda a: a.judge or getattr(a, "error_profile", False)),
+    "mc_calibration": ("--mc-scoring pride", lambda a: a.mc_scoring == "pride"),
+    "rerank_depth": ("--rerank", lambda a: a.rerank != "none"),
+    "fuse_depth": ("--retriever hybrid", lambda a: a.retriever.startswith("hybrid")),
+    "rrf_k": ("--retriever hybrid", lambda a: a.retriever.startswith("hybrid")),
+    "search_depth": ("--search-rerank", lambda a: a.search_rerank not in (None, "none")),
+    "max_docs": ("--corpus jsonl:DIR or wikipedia:LANGS", lambda a: str(a.corpus).startswith(("jsonl:", "wikipedia:"))),
+}
+
+
 def evaluate_run(args: Settings) -> str:
     """What evaluate.py's ``args`` run (:data:`EVALUATE`)."""
     return (RAY if args.ray else SUITE) if args.suite else COMPILED if args.compiled else PROGRAM
@@ -192,6 +207,14 @@ def check_applies(given: set[str], run: str) -> None:
     for name, runs in APPLIES.items():
         if name in given and run not in runs:
             fail(f"--{name.replace('_', '-')} does not apply to {run} (only to {said(runs)}): leave it out")
+
+
+def check_needs(given: set[str], args: Settings) -> None:
+    """Refuse in one line a flag of ``given`` that :data:`NEEDS` says means nothing without another ``args`` lacks."""
+    for name, (other, holds) in NEEDS.items():
+        if name in given and not holds(args):
+            flag = f"--{name.replace('_', '-')}"
+            fail(f"{flag} needs {other}: give {other.split(' or ')[0]} too, or leave {flag} out")
 
 
 def said(runs: tuple[str, ...]) -> str:

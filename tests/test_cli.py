@@ -270,6 +270,28 @@ def test_nothing_below_the_experiments_layer_reads_a_session_settings():
     assert read == []
 
 
+@pytest.mark.parametrize("flag, alone, beside", [
+    (["--judge-lms", "local:qwen-1.5b"], "--judge-lms needs --judge", ["--judge"]),
+    (["--judge-lm", "openai/j"], "--judge-lm needs --judge or --error-profile", ["--judge"]),
+    (["--mc-calibration", "4"], "--mc-calibration needs --mc-scoring pride", ["--mc-scoring", "pride"]),
+    (["--rerank-depth", "30"], "--rerank-depth needs --rerank", ["--rerank", "embed"]),
+    (["--fuse-depth", "30"], "--fuse-depth needs --retriever hybrid", ["--retriever", "hybrid"]),
+    (["--rrf-k", "30"], "--rrf-k needs --retriever hybrid", ["--retriever", "hybrid"]),
+    (["--search-depth", "30"], "--search-depth needs --search-rerank", ["--search-rerank", "embed"]),
+    (["--max-docs", "30"], "--max-docs needs --corpus jsonl:DIR or wikipedia:LANGS", ["--corpus", "jsonl:/x"]),
+])
+def test_a_flag_that_needs_another_is_refused_alone_in_one_line(flag, alone, beside, capsys):
+    """``cli.NEEDS``: a flag that means nothing without another would change nothing; alone it is one line, exit 2,
+    beside the other it passes."""
+    argv = ["--program", "rag", *flag]
+    given = cli.given_flags(cli.parser("x"), argv)
+    with pytest.raises(SystemExit) as stop:
+        cli.check_needs(given, cli.parser("x").parse_args(argv))
+    assert stop.value.code == 2 and capsys.readouterr().err.strip().splitlines() == [
+        f"error: {alone}: give {alone.split(' needs ')[1].split(' or ')[0]} too, or leave {flag[0]} out"]
+    cli.check_needs(cli.given_flags(cli.parser("x"), argv + beside), cli.parser("x").parse_args(argv + beside))
+
+
 def test_mlflow_params_are_the_declared_settings(scripted_lm):
     """A run logs every declared setting of how it asks and scores, and a compile every compile setting, from the
     declarations (``evaluation.settings``, ``runtime.roles``, ``optimizers.settings``), not a hand-kept list."""
