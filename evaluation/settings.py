@@ -1,12 +1,29 @@
-"""The evaluation settings, declared once (``runtime.settings.Setting``): how answers are scored (the judge, the
-multiple-choice scoring, circular evaluation) and how questions are asked (retries, threads, the cache, the run's
-checkpoint and MLflow experiment). The command line's flags and a run's MLflow params are read from here."""
+"""The evaluation settings, declared once (``runtime.settings.Setting``): the LMs a run asks (each role's, and the
+endpoint), how answers are scored (the judge, the multiple-choice scoring, circular evaluation) and how questions are
+asked (retries, threads, the cache, the run's checkpoint and MLflow experiment). The command line's flags and a run's
+MLflow params are read from here. (Not answer code: ``experiments.code`` keys no checkpoint by this file.)"""
 from __future__ import annotations
+
+import urllib.parse
 
 from decoding.choice import MODES
 from runtime.lm import LOCAL_PREFIX
 from runtime.models import MODELS
+from runtime.roles import ROLE_NAMES
 from runtime.settings import Setting
+
+
+def endpoint(text: str) -> bool:
+    """Whether ``text`` is an ``--api-base``: an http(s) URL with a host (and a port, if any, that can be one), else
+    ValueError. A malformed one failed every request as a connection error, retried as transient."""
+    url = urllib.parse.urlsplit(text)
+    try:
+        ok = url.scheme in ("http", "https") and bool(url.hostname) and url.port != 0
+    except ValueError:  # a port that is no number or out of range
+        ok = False
+    if not ok:
+        raise ValueError(f"must be an http(s) URL such as http://127.0.0.1:8000/v1 (got {text!r})")
+    return True
 
 
 def named(text: str) -> bool:
@@ -16,6 +33,12 @@ def named(text: str) -> bool:
     return True
 
 
+#: The LMs: the writer's, the endpoint that serves it and each other role's.
+LMS = (Setting("lm", str, f"{LOCAL_PREFIX}qwen-0.5b",
+               " | ".join(LOCAL_PREFIX + name for name in MODELS) + " | DSPy/LiteLLM model"),
+       Setting("api_base", str, None, "OpenAI-compatible base URL for --lm (vLLM, llama.cpp, Ollama, ...)",
+               check=endpoint),
+       *(Setting(f"{role}_lm", str, None, f"LM for the {role} role (default: --lm)") for role in ROLE_NAMES[1:]))
 JUDGE = Setting("judge", bool, False, "also score answers with the LLM judge (--judge-lm)", switch=True)
 JUDGE_LMS = Setting("judge_lms", str, None, "XRAG datasets: comma-separated panel of 1-3 judge LMs, majority vote; a "
                     "tie is wrong and every split is counted (default: both local LMs, "
@@ -52,4 +75,4 @@ ASKING = (
     Setting("trace", bool, True, "one MLflow trace per evaluated question (its DSPy calls, score and the method's "
             "decisions); --no-trace turns it off"),
 )
-SETTINGS = (*SCORING, *ASKING)
+SETTINGS = (*LMS, *SCORING, *ASKING)

@@ -19,15 +19,12 @@ from evaluation.metrics import ANSWER_METRICS
 from optimizers.compile import OPTIMIZERS
 from programs import registry
 from retrieval import settings as retrieval_settings
-from runtime import roles
 from runtime.files import Busy
 from runtime.lm import ServerError
 from runtime.settings import Setting, Settings
 
 #: The settings a run's flags set, each declared once: the data's, the methods', the retriever's.
 SETTINGS = (*data_settings.SETTINGS, *registry.SETTINGS, *retrieval_settings.SETTINGS)
-#: How a run asks and scores, each declared once: its LMs and its evaluation's settings.
-RUN = (*roles.SETTINGS, *evaluation_settings.SETTINGS)
 
 
 class Parser(argparse.ArgumentParser):
@@ -76,14 +73,14 @@ def add_flags(p: argparse.ArgumentParser, settings) -> None:
                            metavar="|".join(s.choices) or None, **shape)
 
 
-#: The program a run runs, and where its data is.
-RUNS = (Setting("program", str, None, "registered program", choices=tuple(programs.names())),
+#: What every command names: the program it runs, and where its data is.
+COMMAND = (Setting("program", str, None, "registered program", choices=tuple(programs.names())),
         Setting("data_dir", str, None, "benchmark data folder (default: $RAG_DATA_DIR)"))
 
 
 def parser(description: str) -> argparse.ArgumentParser:
     p = Parser(description=description, formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    add_flags(p, (*RUNS, *SETTINGS, *RUN))
+    add_flags(p, (*COMMAND, *SETTINGS, *evaluation_settings.SETTINGS))
     return p
 
 

@@ -32,7 +32,7 @@ from runtime import models
 from runtime.files import write_whole
 from runtime.lm import LOCAL_PREFIX, engine, make_lm, prompt_cache_mb
 from runtime.paths import project_cache
-from runtime.roles import SETTINGS as role_settings, Roles, assign_roles, init_dspy
+from runtime.roles import Roles, assign_roles, init_dspy
 from runtime.settings import Settings
 
 
@@ -90,9 +90,9 @@ class Session:
                                  self.bundle.source, self.bundle.fingerprint)
 
     def lm_ids(self) -> dict:
-        """The LM settings (``runtime.roles.SETTINGS``) as run: a role's LM left out is ``--lm``."""
+        """The LM settings (``evaluation.settings.LMS``) as run: a role's LM left out is ``--lm``."""
         a = self.args
-        return {s.name: getattr(a, s.name) or (a.lm if s.name.endswith("_lm") else "") for s in role_settings}
+        return {s.name: getattr(a, s.name) or (a.lm if s.name.endswith("_lm") else "") for s in evaluation_settings.LMS}
 
     @property
     def judge_lms(self) -> list[str]:
@@ -125,7 +125,8 @@ class Session:
                 "split_ids": self.splits.ids(), "embedder": self.retriever.embedder.id if self.retriever else "",
                 "index": a.index, **a.of(retrieval_settings.OPTIONS),
                 "corpora": {c.name: len(c) for c in self.bundle.corpora},
-                **a.of(evaluation_settings.SETTINGS), "judge_lms": ",".join(self.judge_lms), **self.lm_ids(),
+                **a.of(evaluation_settings.SCORING + evaluation_settings.ASKING), "judge_lms": ",".join(self.judge_lms),
+                **self.lm_ids(),
                 **self.corpus_params()}
 
     def corpus_params(self) -> dict:

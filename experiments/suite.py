@@ -27,7 +27,7 @@ import mlflow
 
 import programs
 from experiments import cli
-from evaluation import leaderboard, tracking
+from evaluation import leaderboard, settings as evaluation_settings, tracking
 from evaluation.settings import named
 from experiments.cli import fail
 from experiments.sessions import Session, oracle_suffix, program_oracle, session
@@ -393,7 +393,7 @@ SETTINGS = (
     Setting("ray_cpus", float, 1, "CPUs Ray reserves per cell", 0),
 )
 #: What a suite's parent run logs: its settings and every setting its cells share.
-PARAMS = (SPLIT, *SETTINGS, *cli.SETTINGS, *cli.RUN)
+PARAMS = (SPLIT, *SETTINGS, *cli.SETTINGS, *evaluation_settings.SETTINGS)
 
 
 def parser(description: str) -> argparse.ArgumentParser:

@@ -6,41 +6,15 @@ per-predictor ``lm`` attribute, never by globals inside ``forward()``.
 """
 from __future__ import annotations
 
-import urllib.parse
 from dataclasses import dataclass
 
 import dspy
 
 from runtime.caps import CappedChatAdapter, note_truncations
-from runtime.lm import LOCAL_PREFIX
 from runtime.metering import COUNTER
-from runtime.models import MODELS
 from runtime.paths import project_cache
-from runtime.settings import Setting
 
 ROLE_NAMES = ("writer", "planner", "critic", "judge")
-
-
-def endpoint(text: str) -> bool:
-    """Whether ``text`` is an ``--api-base``: an http(s) URL with a host (and a port, if any, that can be one), else
-    ValueError. A malformed one failed every request as a connection error, retried as transient."""
-    url = urllib.parse.urlsplit(text)
-    try:
-        ok = url.scheme in ("http", "https") and bool(url.hostname) and url.port != 0
-    except ValueError:  # a port that is no number or out of range
-        ok = False
-    if not ok:
-        raise ValueError(f"must be an http(s) URL such as http://127.0.0.1:8000/v1 (got {text!r})")
-    return True
-
-
-#: The LM settings, declared once: the writer's LM, the endpoint that serves it and each other role's LM.
-LM = Setting("lm", str, f"{LOCAL_PREFIX}qwen-0.5b",
-             " | ".join(LOCAL_PREFIX + name for name in MODELS) + " | DSPy/LiteLLM model")
-SETTINGS = (LM,
-            Setting("api_base", str, None, "OpenAI-compatible base URL for --lm (vLLM, llama.cpp, Ollama, ...)",
-                    check=endpoint),
-            *(Setting(f"{role}_lm", str, None, f"LM for the {role} role (default: --lm)") for role in ROLE_NAMES[1:]))
 
 
 @dataclass

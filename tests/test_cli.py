@@ -294,7 +294,7 @@ def test_a_flag_that_needs_another_is_refused_alone_in_one_line(flag, alone, bes
 
 def test_mlflow_params_are_the_declared_settings(scripted_lm):
     """A run logs every declared setting of how it asks and scores, and a compile every compile setting, from the
-    declarations (``evaluation.settings``, ``runtime.roles``, ``optimizers.settings``), not a hand-kept list."""
+    declarations (``evaluation.settings``, ``optimizers.settings``), not a hand-kept list."""
     from evaluation import settings as evaluation_settings
     from optimizers import settings as compile_settings
 
