@@ -8,7 +8,7 @@ import evaluate
 import optimize
 import programs
 from experiments import cli
-from experiments import eval_run, sessions
+from experiments import sessions, stages
 from runtime import store
 
 
@@ -137,8 +137,8 @@ def test_k_left_out_is_the_methods_own_in_the_run_its_params_and_its_checkpoint(
     lm = DummyLM({"question": {"answer": "Paris"}})
     monkeypatch.setattr(sessions, "make_lm", lambda *a, **k: lm)
     scored_at = []
-    real = eval_run.evaluate
-    monkeypatch.setattr(eval_run, "evaluate", lambda *a, **kw: scored_at.append(kw["k"]) or real(*a, **kw))
+    real = stages.evaluate
+    monkeypatch.setattr(stages, "evaluate", lambda *a, **kw: scored_at.append(kw["k"]) or real(*a, **kw))
     argv = ["--dataset", "demo", "--split", "dev", "--train", "0", "--dev", "2", "--test", "0", "--no-trace"]
     evaluate.main(["--program", "rag", *argv])
     evaluate.main(["--program", "seal", *argv])
@@ -233,8 +233,6 @@ def test_every_stage_runs_with_the_run_settings_optimize_threads_too(scripted_lm
     """evaluate.py's run, optimize.py's four stages and a suite's cells are one stage (``experiments.stages``): each
     evaluates with the settings the command line gave, ``--threads`` among them (optimize.py accepted it and never
     passed it on)."""
-    from experiments import stages
-
     asked, real = [], stages.evaluate
     monkeypatch.setattr(stages, "evaluate", lambda *a, **k: asked.append((k["desc"], k["threads"])) or real(*a, **k))
     small = ["--dataset", "demo", "--train", "2", "--dev", "1", "--test", "1", "--threads", "2", "--retries", "0"]
