@@ -73,14 +73,13 @@ def add_flags(p: argparse.ArgumentParser, settings) -> None:
                            metavar="|".join(s.choices) or None, **shape)
 
 
-#: What every command names: the program it runs, and where its data is.
-COMMAND = (Setting("program", str, None, "registered program", choices=tuple(programs.names())),
-        Setting("data_dir", str, None, "benchmark data folder (default: $RAG_DATA_DIR)"))
+DATA_DIR = Setting("data_dir", str, None, "benchmark data folder (default: $RAG_DATA_DIR)")
 
 
 def parser(description: str) -> argparse.ArgumentParser:
     p = Parser(description=description, formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    add_flags(p, (*COMMAND, *SETTINGS, *evaluation_settings.SETTINGS))
+    program = Setting("program", str, None, "registered program", choices=tuple(programs.names()))  # as registered now
+    add_flags(p, (program, DATA_DIR, *SETTINGS, *evaluation_settings.SETTINGS))
     return p
 
 
