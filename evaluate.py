@@ -6,7 +6,7 @@
 from __future__ import annotations
 
 import programs
-from experiments.cli import as_compiled, check_applies, evaluate_run, fail, given_flags, interruptible
+from experiments.cli import as_compiled, check_applies, check_needs, evaluate_run, fail, given_flags, interruptible
 from experiments.sessions import session
 from experiments.eval_run import evaluate_program, parser
 from experiments.suite import run_suite
@@ -19,9 +19,9 @@ def main(argv=None) -> dict:
     flags = given_flags(p, argv)
     check_applies(flags, evaluate_run(args))
     if args.suite:
-        args.split = args.split or "test"
-        return run_suite(args)
-    args.split = args.split or "dev"
+        check_needs(flags, args)
+        return run_suite(args.replace(split=args.split or "test"))
+    args = args.replace(split=args.split or "dev")
     if not (args.program or args.compiled):
         fail(f"give one of --program ({', '.join(programs.names())}) or --compiled PATH|RUN_ID")
     artifact, given = None, {}
@@ -32,7 +32,8 @@ def main(argv=None) -> dict:
             programs.check_compiled(artifact, given)
         except (FileNotFoundError, ValueError) as err:
             fail(str(err))
-        as_compiled(args, artifact, set(given))
+        args = as_compiled(args, artifact, set(given))
+    check_needs(flags, args)
     s = session(args, programs.spec(args.program).needs_search)
     run_id, run_name, summary = evaluate_program(s, artifact, given)
     print(f"\nrun {run_id} ({run_name}): {summary['answered']} answered of {summary['n']} asked (scores over the "

@@ -11,34 +11,34 @@ import programs
 from evaluation import serving
 from evaluation.leaderboard import answered, timing
 from evaluation.stats import bootstrap_ci, paired_scores
-from experiments.cli import (COMPILE, check_applies, compile_metric, evaluate_command, fail, given_flags, interruptible,
-                             parser)
+from experiments.cli import (COMPILE, add_flags, check_applies, check_needs, compile_metric, evaluate_command, fail,
+                             given_flags, interruptible, parser)
 from experiments.sessions import check_oracle, session
-from experiments.compile_run import check_compile_flags, compile_and_score, compile_flags, teacher_flag
-from optimizers.compile import OPTIMIZERS
+from experiments.compile_run import check_compile_flags, compile_and_score
+from optimizers import settings as compile_settings
 from programs.shared.oracle import ALL
 from runtime import spent, store
-from runtime.settings import Settings
 
 
 @interruptible
 def main(argv=None) -> str:
     p = parser(__doc__.splitlines()[0])
-    p.add_argument("--optimizer", default="bootstrap", choices=OPTIMIZERS)
-    compile_flags(p)
-    teacher_flag(p)
-    p.add_argument("--out", help="where to write the compiled program JSON (also logged to MLflow)")
+    add_flags(p, (compile_settings.OPTIMIZER, *compile_settings.SETTINGS, compile_settings.TEACHER,
+                  compile_settings.OUT))
     args = p.parse_args(argv)
-    check_applies(given_flags(p, argv), COMPILE[args.optimizer])
+    given = given_flags(p, argv)
+    check_applies(given, COMPILE[args.optimizer])
+    check_needs(given, args)
     if not args.program:
         fail(f"--program is required; choose one of: {', '.join(programs.names())}")
     check_compile_flags(args)
     s = session(args, programs.spec(args.program).needs_search)
+    args = s.args  # as resolved: the dataset, split sizes and k it runs
     if not s.splits.train or (args.optimizer != "bootstrap" and not s.splits.dev):
         fail(f"--optimizer {args.optimizer} needs --train" + ("" if args.optimizer == "bootstrap" else " and --dev")
              + " of at least 1 example")
     if args.teacher == "oracle":  # the teacher reads every role's gold labels of the train questions
-        check_oracle(Settings(**{**vars(args), "oracle": ALL}), s.splits.train,
+        check_oracle(args.replace(oracle=ALL), s.splits.train,
                      "--teacher oracle builds the program with --oracle all: ")
     metric_name, metric = compile_metric(s.bundle.task, args.metric, s.judge)
     run = compile_and_score(s, metric_name, metric)

@@ -10,20 +10,18 @@ import shlex
 import sqlite3
 import sys
 import threading
-import urllib.parse
+from collections.abc import Callable
 
 import programs
 from data import settings as data_settings
-from decoding.choice import MODES
-from evaluation import tracking
+from evaluation import settings as evaluation_settings, tracking
 from evaluation.loop import RunStopped
 from evaluation.metrics import ANSWER_METRICS
 from optimizers.compile import OPTIMIZERS
 from programs import registry
 from retrieval import settings as retrieval_settings
 from runtime.files import Busy
-from runtime.lm import LOCAL_PREFIX, ServerError
-from runtime.models import MODELS
+from runtime.lm import ServerError
 from runtime.settings import Setting, Settings
 
 #: The settings a run's flags set, each declared once: the data's, the methods', the retriever's.
@@ -38,7 +36,8 @@ class Parser(argparse.ArgumentParser):
         fail(re.sub(r"^argument (-[^:/ ]+)(/\S+)?: ", r"\1 ", message))
 
     def parse_known_args(self, args=None, namespace=None):
-        return super().parse_known_args(args, Settings() if namespace is None else namespace)
+        parsed, extra = super().parse_known_args(args, argparse.Namespace() if namespace is None else namespace)
+        return (Settings(**vars(parsed)) if namespace is None else parsed), extra
 
 
 def flag_type(setting: Setting):
@@ -57,84 +56,31 @@ def at_least(low: float, kind: type = int):
     return flag_type(Setting("", kind, low=low))
 
 
-def named(text: str) -> str:
-    """argparse type: a name that is not blank."""
-    if not text.strip():
-        raise argparse.ArgumentTypeError(f"must name something (got {text!r})")
-    return text
-
-
-def endpoint(text: str) -> str:
-    """argparse type of ``--api-base``: an http(s) URL with a host (and a port, if any, that can be one). A malformed
-    one failed every request as a connection error, retried as transient."""
-    url = urllib.parse.urlsplit(text)
-    try:
-        ok = url.scheme in ("http", "https") and bool(url.hostname) and url.port != 0
-    except ValueError:  # a port that is no number or out of range
-        ok = False
-    if not ok:
-        raise argparse.ArgumentTypeError(f"must be an http(s) URL such as http://127.0.0.1:8000/v1 (got {text!r})")
-    return text
-
-
 def add_flags(p: argparse.ArgumentParser, settings) -> None:
-    """The flags of ``settings`` as declared: type, default, range or choices, help; a method's own defaults are
-    named in the help where the flag has none (``registry.defaults``)."""
+    """The flags of ``settings`` as declared: type, default, range or choices, help, shape; a method's own defaults
+    are named in the help where the flag has none (``registry.defaults``)."""
     for s in settings:
         own = (f" (the method's own: {registry.defaults(s)})"
                if s.default is None and not s.none_ok and s in registry.SETTINGS else "")
         if s.kind is bool:
-            p.add_argument(s.flag, action=argparse.BooleanOptionalAction, default=s.default, help=s.help)
-        elif s.choices and s.check is None:
-            p.add_argument(s.flag, default=s.default, choices=s.choices, help=s.help + own)
+            p.add_argument(s.flag, action="store_true" if s.switch else argparse.BooleanOptionalAction,
+                           default=s.default, help=s.help)
+            continue
+        shape = {"nargs": "+"} if s.many else {"nargs": "?", "const": s.const} if s.const is not None else {}
+        if s.choices and s.check is None:
+            p.add_argument(s.flag, default=s.default, choices=s.choices, help=s.help + own, **shape)
         else:
             p.add_argument(s.flag, type=flag_type(s), default=s.default, help=s.help + own,
-                           metavar="|".join(s.choices) or None)
+                           metavar="|".join(s.choices) or None, **shape)
+
+
+DATA_DIR = Setting("data_dir", str, None, "benchmark data folder (default: $RAG_DATA_DIR)")
 
 
 def parser(description: str) -> argparse.ArgumentParser:
     p = Parser(description=description, formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--program", choices=programs.names(), help="registered program")
-    p.add_argument("--data-dir", help="benchmark data folder (default: $RAG_DATA_DIR)")
-    add_flags(p, SETTINGS)
-    p.add_argument("--lm", default="local:qwen-0.5b", help="local:qwen-0.5b | local:qwen-1.5b | DSPy/LiteLLM model")
-    p.add_argument("--api-base", type=endpoint,
-                   help="OpenAI-compatible base URL for --lm (vLLM, llama.cpp, Ollama, ...)")
-    for role in ("planner", "critic", "judge"):
-        p.add_argument(f"--{role}-lm", help=f"LM for the {role} role (default: --lm)")
-    p.add_argument("--judge", action="store_true", help="also score answers with the LLM judge (--judge-lm)")
-    p.add_argument("--judge-lms", help="XRAG datasets: comma-separated panel of 1-3 judge LMs, majority vote; a tie "
-                                       "is wrong and every split is counted (default: both local LMs, "
-                                       + ",".join(LOCAL_PREFIX + name for name in MODELS) + ")")
-    p.add_argument("--no-retrieval", action="store_true",
-                   help="parametric mode: answer with the closed-book writer (direct, or cot for --program cot) "
-                        "on the same examples, in the question's language")
-    p.add_argument("--retries", type=at_least(0), default=1,
-                   help="retries of an example whose LM output fails to parse (sampled) or whose LM endpoint fails "
-                        "(greedy; still failing, it is recorded as retryable and asked again by the next run)")
-    p.add_argument("--retry-failed", action="store_true",
-                   help="ask again the questions the checkpoint records as failed (default: resume them as final)")
-    p.add_argument("--wait-for-checkpoint", action="store_true",
-                   help="when another run is writing the same checkpoint, wait for it to finish, then resume what it "
-                        "answered (default: stop with one line naming its pid, exit 75)")
-    p.add_argument("--circular", action="store_true",
-                   help="multiple choice: evaluate each question once per cyclic shift of its options and report "
-                        "circular_<metric> (right at every shift), which a letter-position bias cannot inflate; "
-                        "costs one evaluation per option")
-    p.add_argument("--mc-scoring", default="generate", choices=MODES,
-                   help="multiple choice: parse the written letter (generate), take the most probable option letter "
-                        "from the LM's token logprobs (logprob), or divide out the option-ID prior estimated on "
-                        "--mc-calibration train questions (pride, Zheng et al. 2024); no logprobs -> generate")
-    p.add_argument("--mc-calibration", type=at_least(1), default=8,
-                   help="pride: train-split questions asked at every option shift to estimate the prior")
-    p.add_argument("--no-cache", action="store_true", help="disable DSPy's LM response cache")
-    p.add_argument("--threads", type=at_least(1), default=1,
-                   help="examples evaluated at once (for endpoints that serve concurrent requests; the embedded "
-                        "server answers one at a time)")
-    p.add_argument("--experiment", type=named, default="agentic-rag", help="MLflow experiment")
-    p.add_argument("--trace", action=argparse.BooleanOptionalAction, default=True,
-                   help="one MLflow trace per evaluated question (its DSPy calls, score and the method's decisions); "
-                        "--no-trace turns it off")
+    program = Setting("program", str, None, "registered program", choices=tuple(programs.names()))  # as registered now
+    add_flags(p, (program, DATA_DIR, *SETTINGS, *evaluation_settings.SETTINGS))
     return p
 
 
@@ -220,7 +166,7 @@ def interruptible(main):
 def given_flags(p: argparse.ArgumentParser, argv: list[str] | None) -> set[str]:
     """The ``args`` names the command line ``argv`` sets, as opposed to those left at their defaults."""
     unset = object()
-    args = p.parse_args(argv, namespace=Settings(**dict.fromkeys(vars(p.parse_args([])), unset)))
+    args = p.parse_args(argv, namespace=argparse.Namespace(**dict.fromkeys(vars(p.parse_args([])), unset)))
     return {key for key, value in vars(args).items() if value is not unset}
 
 
@@ -238,7 +184,6 @@ APPLIES: dict[str, tuple[str, ...]] = {
     "program": (PROGRAM, *COMPILE.values()),
     "compiled": (COMPILED,),
     "no_retrieval": (PROGRAM, SUITE, RAY, *COMPILE.values()),
-    "threads": EVALUATE,
     "error_profile": (PROGRAM, COMPILED),
     "datasets": (SUITE, RAY),
     "methods": (SUITE, RAY),
@@ -248,6 +193,20 @@ APPLIES: dict[str, tuple[str, ...]] = {
     "demos": (COMPILE["bootstrap"], COMPILE["random_search"], COMPILE["mipro"]),  # GEPA writes instructions only
     "candidates": (COMPILE["random_search"], COMPILE["mipro"]),
     "budget": (COMPILE["mipro"], COMPILE["gepa"]),
+}
+
+
+#: The flags that mean something only beside another (what it is said as, and whether ``args`` has it): given
+#: without it, they would change nothing, so they are refused (:func:`check_needs`).
+NEEDS: dict[str, tuple[str, Callable[[Settings], bool]]] = {
+    "judge_lms": ("--judge", lambda a: a.judge),
+    "judge_lm": ("--judge or --error-profile", lambda a: a.judge or getattr(a, "error_profile", False)),
+    "mc_calibration": ("--mc-scoring pride", lambda a: a.mc_scoring == "pride"),
+    "rerank_depth": ("--rerank", lambda a: a.rerank != "none"),
+    "fuse_depth": ("--retriever hybrid", lambda a: a.retriever.startswith("hybrid")),
+    "rrf_k": ("--retriever hybrid", lambda a: a.retriever.startswith("hybrid")),
+    "search_depth": ("--search-rerank", lambda a: a.search_rerank not in (None, "none")),
+    "max_docs": ("--corpus jsonl:DIR or wikipedia:LANGS", lambda a: str(a.corpus).startswith(("jsonl:", "wikipedia:"))),
 }
 
 
@@ -263,6 +222,14 @@ def check_applies(given: set[str], run: str) -> None:
             fail(f"--{name.replace('_', '-')} does not apply to {run} (only to {said(runs)}): leave it out")
 
 
+def check_needs(given: set[str], args: Settings) -> None:
+    """Refuse in one line a flag of ``given`` that :data:`NEEDS` says means nothing without another ``args`` lacks."""
+    for name, (other, holds) in NEEDS.items():
+        if name in given and not holds(args):
+            flag = f"--{name.replace('_', '-')}"
+            fail(f"{flag} needs {other}: give {other.split(' or ')[0]} too, or leave {flag} out")
+
+
 def said(runs: tuple[str, ...]) -> str:
     """``runs`` as a user names them: ``optimize.py`` for every optimizer's compile, ``evaluate.py --suite`` for a
     suite with or without ``--ray``."""
@@ -271,11 +238,11 @@ def said(runs: tuple[str, ...]) -> str:
                      + ["optimize.py"] * every)
 
 
-def as_compiled(args: Settings, artifact: dict, given: set[str]) -> None:
-    """Set ``args`` to what the compiled ``artifact`` was built with (its program, its config with the method's
-    defaults where it holds none, its retrieval data and split -- the questions its compile asked; its dataset unless
-    ``--dataset`` names another), so a run builds, keys and logs the program as compiled. A setting the command line
-    (``given``) sets otherwise is one line: leave the flag out, or recompile with it."""
+def as_compiled(args: Settings, artifact: dict, given: set[str]) -> Settings:
+    """``args`` as the compiled ``artifact`` was built with (its program, its config with the method's defaults where
+    it holds none, its retrieval data and split -- the questions its compile asked; its dataset unless ``--dataset``
+    names another), so a run builds, keys and logs the program as compiled. A setting the command line (``given``)
+    sets otherwise is one line: leave the flag out, or recompile with it."""
     name = artifact["program"]
     settings = {**artifact["data"], **programs.accepted_config(name, dict.fromkeys(programs.spec(name).compiled)),
                 **artifact["config"]}
@@ -285,11 +252,10 @@ def as_compiled(args: Settings, artifact: dict, given: set[str]) -> None:
             flag = f"--{key.replace('_', '-')}"
             fail(f"{flag} {getattr(args, key)} conflicts with {artifact['source']}, compiled with {key} {value}: "
                  f"leave {flag} out to run the compiled program, or recompile it with {flag} {getattr(args, key)}")
-        setattr(args, key, value)
-    args.program, args.dataset = name, args.dataset or compiled_on
     if missing := [s.flag for s in data_settings.SPLIT if s.name not in artifact["data"]]:  # compiled before kept
         print(f"note: {artifact['source']} records no split; evaluating the one {'/'.join(missing)} give (the "
               "dataset's sizes where left out), which may not be its compile's", file=sys.stderr)
+    return args.replace(**settings, program=name, dataset=args.dataset or compiled_on)
 
 
 def evaluate_command(run_id: str, args: Settings) -> str:

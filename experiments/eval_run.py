@@ -6,20 +6,26 @@ import argparse
 
 import programs
 from evaluation import tracking
-from evaluation.loop import evaluate
-from experiments.cli import fail
+from experiments.cli import add_flags, fail
 from experiments.sessions import Session, oracle_suffix
+from experiments.stages import run_stage
 from experiments.suite import parser as suite_parser
+from runtime.settings import Setting
+
+
+#: evaluate.py's own settings, declared once.
+SETTINGS = (
+    Setting("compiled", str, None, "compiled program: program.json path or MLflow run id"),
+    Setting("error_profile", bool, False, "label the program's wrong answers with RAG-Critic's error critic on the "
+            "judge LM (--judge-lm: labelling is evaluation, not part of the program) and log the tier-1/tier-2 "
+            "distribution (table + bar chart); needs $RAG_DATA_DIR/rag_critic/", switch=True),
+)
 
 
 def parser(description: str) -> argparse.ArgumentParser:
     """evaluate.py's flags: a suite's, the compiled program to run, and the error profile."""
     p = suite_parser(description)
-    p.add_argument("--compiled", help="compiled program: program.json path or MLflow run id")
-    p.add_argument("--error-profile", action="store_true",
-                   help="label the program's wrong answers with RAG-Critic's error critic on the judge LM (--judge-lm: "
-                        "labelling is evaluation, not part of the program) and log the "
-                        "tier-1/tier-2 distribution (table + bar chart); needs $RAG_DATA_DIR/rag_critic/")
+    add_flags(p, SETTINGS)
     return p
 
 
@@ -43,12 +49,7 @@ def evaluate_program(s: Session, artifact: dict | None, given: dict) -> tuple[st
         tracking.tag_effective(program, args.program)
         if args.program in s.calibrations:
             tracking.log_json("calibration.json", s.calibrations[args.program])
-        records, summary = evaluate(program, examples, s.metrics, k=args.k if s.retriever else None,
-                                    retries=args.retries, checkpoint=s.checkpoint(args.split, args.program, program),
-                                    desc=args.split, groups=s.groups, threads=args.threads,
-                                    retry_failed=args.retry_failed, wait=args.wait_for_checkpoint,
-                                    traces=tracking.question_traces(run.info.run_id, s.metrics, args.trace))
-        tracking.log_evaluation(args.split, records, summary, s.metrics, s.eval_data(args.split, examples))
+        records, summary = run_stage(s, program, examples, args.program, args.split, run_id=run.info.run_id)
         if args.error_profile:
             print(error_profile(s, records, taxonomy, f"{run_name} (labels by {s.lm_ids()['judge_lm']})"))
     return run.info.run_id, run_name, summary

@@ -17,7 +17,7 @@ import programs
 from data import corpora as sources
 from data import settings as data_settings
 from decoding.choice import MCScoring
-from evaluation import loop as evaluation, tracking
+from evaluation import loop as evaluation, settings as evaluation_settings, tracking
 from optimizers.calibration import calibrate_pride
 from evaluation.metrics import Judge, gold_of
 from evaluation.task_metrics import answer_metrics
@@ -90,9 +90,9 @@ class Session:
                                  self.bundle.source, self.bundle.fingerprint)
 
     def lm_ids(self) -> dict:
+        """The LM settings (``evaluation.settings.LMS``) as run: a role's LM left out is ``--lm``."""
         a = self.args
-        return {"lm": a.lm, "api_base": a.api_base or "", "planner_lm": a.planner_lm or a.lm,
-                "critic_lm": a.critic_lm or a.lm, "judge_lm": a.judge_lm or a.lm}
+        return {s.name: getattr(a, s.name) or (a.lm if s.name.endswith("_lm") else "") for s in evaluation_settings.LMS}
 
     @property
     def judge_lms(self) -> list[str]:
@@ -115,6 +115,8 @@ class Session:
                 | ({"judge_lms": [pinned(lm) for lm in self.judge_lms]} if self.judge_lms else {}))
 
     def params(self, program_name: str) -> dict:
+        """The run's MLflow params: the program and its config, the data as loaded and split, the retriever, the
+        evaluation's settings (``evaluation.settings``, the judge panel as resolved) and the LMs (:meth:`lm_ids`)."""
         a, sizes = self.args, {k: len(v) for k, v in self.splits.ids().items()}
         return {"program": program_name, "program_config": self.program_config(program_name),
                 "oracle": self.oracle(program_name),
@@ -123,9 +125,8 @@ class Session:
                 "split_ids": self.splits.ids(), "embedder": self.retriever.embedder.id if self.retriever else "",
                 "index": a.index, **a.of(retrieval_settings.OPTIONS),
                 "corpora": {c.name: len(c) for c in self.bundle.corpora},
-                "judge": a.judge, "judge_lms": ",".join(self.judge_lms), "no_retrieval": a.no_retrieval,
-                "circular": a.circular, "retries": a.retries, "cache": not a.no_cache, **self.lm_ids(),
-                "mc_scoring": a.mc_scoring, **({"mc_calibration": a.mc_calibration} if a.mc_scoring == "pride" else {}),
+                **a.of(evaluation_settings.SCORING + evaluation_settings.ASKING), "judge_lms": ",".join(self.judge_lms),
+                **self.lm_ids(),
                 **self.corpus_params()}
 
     def corpus_params(self) -> dict:
@@ -238,15 +239,16 @@ def pinned(lm: str) -> str:
     return f"{lm}@sha256:{models.spec(lm[len(LOCAL_PREFIX):]).sha256}+cache{prompt_cache_mb()}MB+{engine()}"
 
 
-def check_data(args: Settings, task: str, splits: datasets.Splits) -> None:
+def check_data(args: Settings, task: str, splits: datasets.Splits) -> str:
     """The checks of flags against the data (before any LM starts or corpus is embedded): PriDe's calibration
-    slice, ``--circular`` on multiple choice, and a gold label in every question for each ``--oracle`` role."""
+    slice, ``--circular`` on multiple choice, and a gold label in every question for each ``--oracle`` role (the
+    roles returned, as checked)."""
     if args.mc_scoring == "pride" and task == "mcq" and not 0 < args.mc_calibration <= len(splits.train):
         fail(f"--mc-scoring pride calibrates on --mc-calibration train questions: give 1..{len(splits.train)} "
              "(or raise --train)")
     if args.circular and task != "mcq":
         fail(f"--circular needs a multiple-choice dataset; {args.dataset} has free-form answers")
-    check_oracle(args, [ex for part in (splits.train, splits.dev, splits.test) for ex in part])
+    return check_oracle(args, [ex for part in (splits.train, splits.dev, splits.test) for ex in part])
 
 
 def closed_book(program: str) -> str:
@@ -257,28 +259,31 @@ def closed_book(program: str) -> str:
 def session(args: Settings, needs_search: bool, no_lm: bool = False) -> Session:
     """Resolve every setting into ready objects, turning bad input into a one-line error before anything starts:
     settings (:func:`check_args`), then the data and the settings against it (:func:`check_data`), then LMs and
-    retriever. The split sizes left out become the dataset's (``args`` then holds the split it ran), and ``--k`` left
-    out becomes ``--program``'s own. ``no_lm``: the run's programs make no LM call (each built with ``--oracle all``,
-    no ``--judge``): no LM is built, so no server starts, and a stray call fails its question."""
+    retriever. ``args`` are resolved into the session's own (``args`` itself is frozen, never changed): the dataset
+    left out becomes ``--program``'s, the split sizes left out the dataset's, ``--k`` left out ``--program``'s own,
+    ``--no-retrieval`` runs the closed-book writer and ``--oracle`` is its roles as checked. ``no_lm``: the run's
+    programs make no LM call (each built with ``--oracle all``, no ``--judge``): no LM is built, so no server starts,
+    and a stray call fails its question."""
     signal.signal(signal.SIGTERM, on_sigterm)
     if args.dataset is None:
-        args.dataset = programs.spec(args.program).default_dataset if args.program else "demo"
+        args = args.replace(dataset=programs.spec(args.program).default_dataset if args.program else "demo")
     check_args(args, [args.program] if args.program else [])
     if args.no_retrieval and args.program and args.program != closed_book(args.program):
         print(f"--no-retrieval: {args.program} runs as {closed_book(args.program)} (its closed-book writer), and its "
               "run, checkpoint and saved program are named so", file=sys.stderr)
-        args.program = closed_book(args.program)
-    if args.program:  # args then holds the k the program runs at (recall@k, params, checkpoint key)
-        args.k = programs.run_k(args.program, args.k)
+        args = args.replace(program=closed_book(args.program))
+    if args.program:  # the k the program runs at (recall@k, params, checkpoint key)
+        args = args.replace(k=programs.run_k(args.program, args.k))
     try:
         bundle = sources.load(args.dataset, args.data_dir, args.corpus, args.leave_question_out, args.max_docs)
         if needs_search and not args.no_retrieval:
             sources.require(bundle)  # nq, triviaqa: no corpus of their own
-        args.train, args.dev, args.test = data_settings.split_sizes(args.dataset, args.train, args.dev, args.test)
+        args = args.replace(**dict(zip(("train", "dev", "test"), data_settings.split_sizes(
+            args.dataset, args.train, args.dev, args.test))))
         splits = datasets.split(bundle.examples, args.train, args.dev, args.test, args.seed)
     except (FileNotFoundError, ValueError, KeyError) as err:
         fail(str(err).strip("'\""))
-    check_data(args, bundle.task, splits)
+    args = args.replace(oracle=check_data(args, bundle.task, splits))
     if no_lm and args.judge:
         fail("--judge needs an LM; this run makes no LM call (every role oracle): drop --judge")
     try:
@@ -327,9 +332,10 @@ ORACLE_HINTS = {"relevance": PASSAGE_HINT, "sufficiency": PASSAGE_HINT, "control
                 "plan": PASSAGE_HINT, "writer": "reference answers"}
 
 
-def check_oracle(args: Settings, examples: list[dspy.Example], why: str = "") -> None:
+def check_oracle(args: Settings, examples: list[dspy.Example], why: str = "") -> str:
     """``--oracle``: known roles, each one a decision of ``--program`` (outside a suite), and a gold label for it in
-    every example; else one line naming the problem (after ``why``: what asked for the roles, if not the flag)."""
+    every example; else one line naming the problem (after ``why``: what asked for the roles, if not the flag).
+    Returns the roles, comma-separated as parsed."""
     try:
         roles = parse_roles(args.oracle)
     except ValueError as err:
@@ -345,4 +351,4 @@ def check_oracle(args: Settings, examples: list[dspy.Example], why: str = "") ->
         if lacking := [ex.id for ex in examples if gold_of(ex).missing(role)]:
             fail(f"{why}--oracle {role} needs {ORACLE_HINTS[role]} in every question; {len(lacking)} of "
                  f"{len(examples)} {args.dataset} questions have none (e.g. {lacking[0]})")
-    args.oracle = ",".join(roles)
+    return ",".join(roles)

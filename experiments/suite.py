@@ -16,7 +16,6 @@ their method's diagnostics."""
 from __future__ import annotations
 
 import argparse
-import copy
 import itertools
 import json
 import os
@@ -29,13 +28,15 @@ import mlflow
 
 import programs
 from experiments import cli
-from evaluation import leaderboard, tracking
+from evaluation import leaderboard, settings as evaluation_settings, tracking
+from evaluation.settings import named
 from experiments.cli import fail
 from experiments.sessions import Session, oracle_suffix, program_oracle, session
-from evaluation.loop import Checkpoint, Collected, RunStopped, evaluate, is_record
+from experiments.stages import run_stage
+from evaluation.loop import Checkpoint, Collected, RunStopped, is_record
 from runtime.files import write_whole
 from runtime.paths import PROJECT_ROOT, project_cache
-from runtime.settings import Settings
+from runtime.settings import Setting, Settings
 
 SHORT = {"k": "k", "loops": "L"}  # grid keys in cell labels: seal_k3_L1
 
@@ -149,12 +150,9 @@ def plan(suite: tuple[Entry, ...], only_datasets=None, only_methods=None, oracle
 
 def cell_session(base: Session, cell: Cell) -> Session:
     """The dataset's session with the cell's grid values in place of ``--k``/``--loops``, and the k the cell's
-    program runs at in ``args.k`` (recall@k, params, checkpoint key)."""
-    args = copy.copy(base.args)
-    for key, value in cell.config:
-        setattr(args, key, value)
-    args.k = programs.run_k(cell.program, args.k)
-    return replace(base, args=args)
+    program runs at (recall@k, params, checkpoint key)."""
+    args = base.args.replace(**dict(cell.config))
+    return replace(base, args=args.replace(k=programs.run_k(cell.program, args.k)))
 
 
 def run_cell(s: Session, cell: Cell, parent_run_id: str, suite_name: str, program=None, examples=None,
@@ -166,17 +164,12 @@ def run_cell(s: Session, cell: Cell, parent_run_id: str, suite_name: str, progra
     a = s.args
     program = s.build(cell.program) if program is None else program
     examples = s.evaluated(getattr(s.splits, a.split)) if examples is None else examples
-    stage = stage or a.split
     name = cell_name(s, cell)
     with cell_run(a, cell, name, parent_run_id, suite_name, entry, run_id) as run:
         tracking.log_params(cell_params(s, cell, name, examples))
         shown = tracking.tag_effective(program, name)
-        records, summary = evaluate(program, examples, s.metrics, k=a.k if s.retriever else None,
-                                    retries=a.retries, desc=f"{cell.label}/{cell.dataset}", groups=s.groups,
-                                    checkpoint=s.checkpoint(stage, cell.label, program), threads=a.threads,
-                                    retry_failed=a.retry_failed, wait=a.wait_for_checkpoint,
-                                    traces=tracking.question_traces(run.info.run_id, s.metrics, a.trace))
-        tracking.log_evaluation(a.split, records, summary, s.metrics, s.eval_data(a.split, examples))
+        records, summary = run_stage(s, program, examples, cell.label, a.split, key=stage,
+                                     desc=f"{cell.label}/{cell.dataset}", run_id=run.info.run_id)
         mlflow.flush_trace_async_logging()
     return Result(cell, run.info.run_id, summary, records, shown if shown != name else "")
 
@@ -188,8 +181,7 @@ def cell_name(s: Session, cell: Cell) -> str:
 
 def cell_params(s: Session, cell: Cell, name: str, examples: list) -> dict:
     a = s.args
-    return s.params(cell.program) | {"split": a.split, "threads": a.threads, "cell": name,
-                                     "eval_ids": [ex.id for ex in examples]}
+    return s.params(cell.program) | {"split": a.split, "cell": name, "eval_ids": [ex.id for ex in examples]}
 
 
 def cell_run(a: Settings, cell: Cell, name: str, parent_run_id: str, suite_name: str,
@@ -244,18 +236,15 @@ def _remote_cell(args: Settings, cell: Cell, known: tuple[str, dict] | None, hoo
     """A Ray task: its own session (data, retriever, LMs) for the cell's dataset, then the cell's questions,
     resuming ``known`` (the driver's last checkpoint of this cell: its name and records) where this session keys the
     same checkpoint. It writes nothing (no checkpoint, no MLflow run, no question traces): the driver does."""
-    args = copy.copy(args)
-    args.dataset = cell.dataset
-    s = session(args, programs.spec(cell.program).needs_search)
+    s = session(args.replace(dataset=cell.dataset), programs.spec(cell.program).needs_search)
     s = cell_session(hook(s) if hook is not None else s, cell)
     a, program = s.args, s.build(cell.program)
     examples = s.evaluated(getattr(s.splits, a.split))
     key, name = s.checkpoint(a.split, cell.label, program).name, cell_name(s, cell)
     sink = Collected(known[1] if known and known[0] == key else {}, key)
     try:
-        records, summary = evaluate(program, examples, s.metrics, k=a.k if s.retriever else None, retries=a.retries,
-                                    checkpoint=sink, desc=f"{cell.label}/{cell.dataset}", groups=s.groups,
-                                    threads=a.threads, retry_failed=a.retry_failed)
+        records, summary = run_stage(s, program, examples, cell.label, a.split, key=sink,
+                                     desc=f"{cell.label}/{cell.dataset}")
     except RunStopped as err:
         return Outcome(key, sink.new, error=f"{type(err).__name__}: {str(err).splitlines()[0]}")
     return Outcome(key, sink.new, records, summary, cell_params(s, cell, name, examples), list(s.metrics),
@@ -382,19 +371,15 @@ def run_suite(args: Settings, hook=None, custom: tuple[Entry, ...] | None = None
     results: list[Result] = []
     sessions: dict[str, Session] = {}
     with tracking.run(args.experiment, f"suite-{args.suite}", tags={"entry": "evaluate.py --suite"}) as parent:
-        tracking.log_params({"suite": args.suite, "cells": [f"{c.label}@{c.dataset}" for c in cells],
-                             "split": args.split, "threads": args.threads, "ray": args.ray or "", "trace": args.trace,
-                             "cache": not args.no_cache, "lm": args.lm, "judge": args.judge,
-                             **args.of(cli.SETTINGS)})  # the suite's settings as declared (a cell's: its run)
+        # the suite's settings as declared (a cell's: its run)
+        tracking.log_params({"cells": [f"{c.label}@{c.dataset}" for c in cells]} | args.of(PARAMS))
         failed = []
         if args.ray:
             results, failed = _ray_results(args, cells, parent.info.run_id, hook)
         else:
             for dataset in dict.fromkeys(c.dataset for c in cells):
                 mine = [c for c in cells if c.dataset == dataset]
-                ds_args = copy.copy(args)
-                ds_args.dataset = dataset
-                s = session(ds_args, any(programs.spec(c.program).needs_search for c in mine))
+                s = session(args.replace(dataset=dataset), any(programs.spec(c.program).needs_search for c in mine))
                 s = sessions[dataset] = hook(s) if hook else s
                 results += [run_cell(cell_session(s, c), c, parent.info.run_id, args.suite) for c in mine]
         board = log_leaderboard(results, pairs, f"suite {args.suite}, split {args.split} (seed {args.seed}), "
@@ -411,19 +396,23 @@ def run_suite(args: Settings, hook=None, custom: tuple[Entry, ...] | None = None
     return {"run_id": parent.info.run_id, "results": results, "leaderboard": board, "report": extra}
 
 
+SPLIT = Setting("split", str, None, "default: dev, test for --suite", choices=("train", "dev", "test"))
+#: The suite's settings, declared once.
+SETTINGS = (
+    Setting("suite", str, None, f"run a suite ({', '.join(SUITES)}, or METHOD,BASELINE,... on --dataset): every cell "
+            "on the same seeded split, one parent MLflow run, a leaderboard"),
+    Setting("datasets", str, None, "suite: only these datasets", many=True),
+    Setting("methods", str, None, "suite: only these methods (with their baselines)", many=True),
+    Setting("ray", str, None, "suite: run cells as Ray tasks (local ray.init(), or a cluster address); pip install "
+            "'.[ray]'", choices=("ADDRESS",), check=named, const="local"),
+    Setting("ray_cpus", float, 1, "CPUs Ray reserves per cell", 0),
+)
+#: What a suite's parent run logs: its settings and every setting its cells share.
+PARAMS = (SPLIT, *SETTINGS, *cli.SETTINGS, *evaluation_settings.SETTINGS)
+
+
 def parser(description: str) -> argparse.ArgumentParser:
     """evaluate.py's flags with the suite's: what ``evaluate.py --suite`` and the comparison scripts parse."""
     p = cli.parser(description)
-    p.add_argument("--split", choices=["train", "dev", "test"], help="default: dev, test for --suite")
-    add_flags(p)
+    cli.add_flags(p, (SPLIT, *SETTINGS))
     return p
-
-
-def add_flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--suite", help=f"run a suite ({', '.join(SUITES)}, or METHOD,BASELINE,... on --dataset): "
-                                   "every cell on the same seeded split, one parent MLflow run, a leaderboard")
-    p.add_argument("--datasets", nargs="+", help="suite: only these datasets")
-    p.add_argument("--methods", nargs="+", help="suite: only these methods (with their baselines)")
-    p.add_argument("--ray", nargs="?", const="local", metavar="ADDRESS",
-                   help="suite: run cells as Ray tasks (local ray.init(), or a cluster address); pip install '.[ray]'")
-    p.add_argument("--ray-cpus", type=cli.at_least(0, float), default=1, help="CPUs Ray reserves per cell")

@@ -21,6 +21,7 @@ from evaluation import tracking
 from optimizers import calibration, compile as compile_module
 from optimizers.calibration import calibrate_decisions
 from optimizers.compile import compile_program, fit_demos, unecho_demos
+from optimizers.settings import CompileOptions
 from runtime.files import locked, write_whole
 from runtime.metering import Limit, metered
 from runtime.roles import assign_roles
@@ -30,30 +31,29 @@ from runtime.roles import assign_roles
 COMPILE_CODE = (compile_module, calibration, sys.modules[__name__])
 
 
-def compile_fitted(s, program: dspy.Module, optimizer: str, metric, proposer: dspy.LM,
+def compile_fitted(s, program: dspy.Module, optimizer: str, options: CompileOptions, metric, proposer: dspy.LM,
                    ledger: Path | None = None, teacher: dspy.Module | None = None) -> tuple[dspy.Module, dict]:
-    """Compile ``program`` with ``optimizer`` as the compile flags say (its calls metered, within the compile
-    budget; ``proposer``: MIPROv2's instruction proposer and GEPA's reflection LM), fit its demos to
-    ``--demo-tokens`` and its gates to dev (:func:`fit_gates`: before the compile too, so the compile bootstraps,
-    searches and scores the program as it will run, not through unfitted gates); all logged to the active run.
-    Returns the compiled program and what the compile cost: LM calls, tokens, seconds, the budget that stopped it
-    (empty: none) and the demo tokens of each predictor. ``ledger``: a file keyed by the compile's setting that
-    keeps its cost across runs (:func:`carried`), so a compile re-run from the LM cache reports what it cost; under
-    ``--no-cache`` the compile's own answers are kept beside it (:func:`answers_kept`), so a re-run resumes an
-    interrupted compile and reproduces a finished one there too. ``teacher``: bootstrap's teacher program
-    (``compile_program``; None: the program itself)."""
-    args = s.args
-    t0, limit = time.perf_counter(), Limit(args.compile_budget, args.compile_minutes)
+    """Compile ``program`` of session ``s`` (its roles, splits and checkpoints) with ``optimizer`` as the compile
+    ``options`` say (its calls metered, within the compile budget; ``proposer``: MIPROv2's instruction proposer and
+    GEPA's reflection LM), fit its demos to ``--demo-tokens`` and its gates to dev (:func:`fit_gates`: before the
+    compile too, so the compile bootstraps, searches and scores the program as it will run, not through unfitted
+    gates); all logged to the active run. Returns the compiled program and what the compile cost: LM calls, tokens,
+    seconds, the budget that stopped it (empty: none) and the demo tokens of each predictor. ``ledger``: a file keyed
+    by the compile's setting that keeps its cost across runs (:func:`carried`), so a compile re-run from the LM cache
+    reports what it cost; under ``--no-cache`` the compile's own answers are kept beside it (:func:`answers_kept`),
+    so a re-run resumes an interrupted compile and reproduces a finished one there too. ``teacher``: bootstrap's
+    teacher program (``compile_program``; None: the program itself)."""
+    t0, limit = time.perf_counter(), Limit(options.compile_budget, options.compile_minutes)
     cost = None
-    kept = ledger.with_suffix(".answers") if ledger and args.no_cache else None
+    kept = ledger.with_suffix(".answers") if ledger and options.no_cache else None
     lms = [lm for lm in (*vars(s.roles).values(), proposer) if lm is not None]  # (astuple would copy them)
     program = assign_roles(program.deepcopy(), s.roles)  # the caller's program keeps its gates; the roles' LMs
-    fit_gates(s, program, metric, "calibration_before_compile")
+    fit_gates(s, program, options, metric, "calibration_before_compile")
     try:
         with tracking.untraced(), metered() as cost, answers_kept(kept, lms):  # counted, not traced
             compiled = compile_program(program, optimizer, s.splits.train, s.splits.dev, metric,
-                                       max_demos=args.demos, candidates=args.candidates, budget=args.budget,
-                                       seed=args.seed, reflection_lm=proposer, limit=limit, teacher=teacher)
+                                       max_demos=options.demos, candidates=options.candidates, budget=options.budget,
+                                       seed=options.seed, reflection_lm=proposer, limit=limit, teacher=teacher)
     except BaseException:
         if ledger and cost:
             carried(ledger, time.perf_counter() - t0, cost, finished=False)
@@ -67,13 +67,13 @@ def compile_fitted(s, program: dspy.Module, optimizer: str, metric, proposer: ds
     assign_roles(compiled, s.roles)  # as a loaded program runs (MIPROv2's and GEPA's copies hold copied LMs)
     for name, n in unecho_demos(compiled).items():
         print(f"{name}: removed DSPy's echoed format text from {n} demo(s)", file=sys.stderr)
-    demos = fit_demos(compiled, args.demo_tokens)
+    demos = fit_demos(compiled, options.demo_tokens)
     for name, (tokens, dropped) in demos.items():
         mlflow.log_metric(f"demo_tokens_{name}", tokens)
         if dropped:
-            print(f"{name}: dropped its {dropped} longest demo(s) to fit --demo-tokens {args.demo_tokens} "
+            print(f"{name}: dropped its {dropped} longest demo(s) to fit --demo-tokens {options.demo_tokens} "
                   f"({tokens} estimated tokens kept)", file=sys.stderr)
-    fit_gates(s, compiled, metric)
+    fit_gates(s, compiled, options, metric)
     return compiled, spent | {"budget_stop": limit.reached, "demo_tokens": {n: t for n, (t, _) in demos.items()}}
 
 
@@ -123,15 +123,15 @@ def answers_kept(where: Path | None, lms: list[dspy.LM]):
             lm.cache = flag
 
 
-def compile_ledger(s, label: str, program: dspy.Module, params: dict) -> Path:
+def compile_ledger(s, label: str, program: dspy.Module, params: dict, seed: int) -> Path:
     """Where the cost of compiling ``program`` (as ``label``, with compile ``params``) is kept across runs: beside
     its checkpoints, keyed like them (the program, its settings, the models, the answer code), and by what else made
-    the compile: the train and dev questions it learns and fits from, the seed, its settings and its own code (the
-    optimizers' modules: a changed optimizer is another compile, not a resumable one)."""
+    the compile: the train and dev questions it learns and fits from, the ``seed``, its settings (``params``) and its
+    own code (the optimizers' modules: a changed optimizer is another compile, not a resumable one)."""
     base = s.checkpoint("compile", label, program)
     code = hashlib.sha256("".join(inspect.getsource(m) for m in COMPILE_CODE).encode()).hexdigest()
     ids = s.splits.ids()
-    made = params | {"code": code, "seed": s.args.seed, "train": ids["train"], "dev": ids["dev"]}
+    made = params | {"code": code, "seed": seed, "train": ids["train"], "dev": ids["dev"]}
     setting = hashlib.sha256(json.dumps(made, sort_keys=True, default=str).encode()).hexdigest()[:12]
     return base.with_name(f"{base.stem}-{setting}.json")
 
@@ -153,16 +153,16 @@ def carried(ledger: Path, seconds: float, cost, finished: bool) -> dict:
     return spent
 
 
-def fit_gates(s, program: dspy.Module, metric, name: str = "calibration") -> None:
-    """With ``--decisions logprob|fused``: fit the thresholds (and fusion weights) of ``program``'s gates on dev,
-    answer-level gates by the compile ``metric``'s verdict; logged to the active run under ``name``. The dev
+def fit_gates(s, program: dspy.Module, options: CompileOptions, metric, name: str = "calibration") -> None:
+    """With ``options.decisions`` ``logprob|fused``: fit the thresholds (and fusion weights) of ``program``'s gates on
+    dev, answer-level gates by the compile ``metric``'s verdict; logged to the active run under ``name``. The dev
     decisions are journalled per question, keyed like a checkpoint (the program as it is, the dev questions, the
     metric), so a fit of the same program again (an interrupted run, each optimizer's start) asks nothing."""
-    if s.args.decisions == "generate" or not s.splits.dev:
+    if options.decisions == "generate" or not s.splits.dev:
         return
-    journal = s.checkpoint("gates", s.args.program, program,
-                           (*(str(ex.id) for ex in s.splits.dev), f"metric={s.args.metric}"))
-    fits = calibrate_decisions(program, s.splits.dev, s.args.decisions == "fused", s.args.retries,
+    journal = s.checkpoint("gates", options.program, program,
+                           (*(str(ex.id) for ex in s.splits.dev), f"metric={options.metric}"))
+    fits = calibrate_decisions(program, s.splits.dev, options.decisions == "fused", options.retries,
                                lambda ex, answer: bool(metric(ex, dspy.Prediction(answer=answer), trace=True)),
                                journal=journal)
     for gate, fit in fits.items():
@@ -172,9 +172,8 @@ def fit_gates(s, program: dspy.Module, metric, name: str = "calibration") -> Non
         print(f"{name.replace('_', ' ')} {gate}: {describe(fit)}", file=sys.stderr)
 
 
-def log_compiled(s, compiled: dspy.Module, out: Path) -> None:
-    """Save ``compiled`` to ``out`` (program.json: what ``evaluate.py --compiled RUN`` loads) and log it to the
-    active run."""
-    a = s.args
-    programs.save_compiled(compiled, out, a.program, s.config, s.data)
+def log_compiled(s, compiled: dspy.Module, program_name: str, out: Path) -> None:
+    """Save ``compiled`` (``program_name``, built with the session ``s``'s settings) to ``out`` (program.json: what
+    ``evaluate.py --compiled RUN`` loads) and log it to the active run."""
+    programs.save_compiled(compiled, out, program_name, s.config, s.data)
     mlflow.log_artifact(str(out))

@@ -17,7 +17,9 @@ class Setting:
     on a value it does not accept (then ``choices`` only names them: ``cross:<model>``). ``none_ok``: None is a value
     (e.g. whole passages), not a flag left out. ``external``: whether a value points outside the project (a path, a
     server, a model to download). ``omit_default``: left out of a run's settings (and checkpoint key) at its default
-    (a setting added after checkpoints were keyed without it, so those keys still hold)."""
+    (a setting added after checkpoints were keyed without it, so those keys still hold). The shape of its flag:
+    ``switch``, a bool set by the bare flag (no ``--no-`` form); ``many``, one or more values; ``const``, the value of
+    the flag given without one."""
     name: str
     kind: type
     default: Any = None
@@ -29,6 +31,9 @@ class Setting:
     none_ok: bool = False
     external: Callable[[Any], bool] | None = None
     omit_default: bool = False
+    switch: bool = False
+    many: bool = False
+    const: Any = None
 
     def __post_init__(self):
         if isinstance(self.choices, str):
@@ -60,8 +65,7 @@ class Setting:
                 span = f"from {low} to {high}" if high is not None and low is not None else \
                     f">= {low}" if low is not None else f"<= {high}"
                 return f"must be {span}{scope} (got {value})"
-            return ""
-        if not isinstance(value, self.kind):
+        elif not isinstance(value, self.kind):
             return f"must be a {self.kind.__name__} (got {value!r})"
         if self.check is None and self.choices and value not in self.choices:
             return f"must be one of {', '.join(self.choices)} (got {value!r})"
@@ -76,7 +80,17 @@ class Setting:
 
 class Settings(SimpleNamespace):
     """A run's settings by name, as its entry point parsed them (``experiments.cli.parser`` fills one): plain values
-    that library code reads, with no parser behind them."""
+    that library code reads, with no parser behind them. Frozen: a resolved or changed value is a new one
+    (:meth:`replace`), so what one layer resolved is never changed under another."""
+
+    def __setattr__(self, name, value):
+        raise AttributeError(f"settings are frozen: {name} is set with .replace({name}=...), a new Settings")
+
+    __delattr__ = __setattr__
+
+    def replace(self, **changes) -> Settings:
+        """These settings with ``changes``."""
+        return type(self)(**{**vars(self), **changes})
 
     def of(self, declared: Iterable[Setting]) -> dict:
         """The values of the ``declared`` settings, by name."""

@@ -14,7 +14,6 @@ make), beside rag's at the same k.
 """
 from __future__ import annotations
 
-import copy
 
 import mlflow
 
@@ -78,10 +77,9 @@ def main(argv=None) -> dict:
         tracking.log_params({"methods": args.ceiling_methods, "datasets": args.datasets, "oracle": args.oracle,
                              "cells": [f"{c.label}@{c.dataset}" for c in cells]})
         for dataset in dict.fromkeys(c.dataset for c in cells):
-            ds_args = copy.copy(args)
-            ds_args.dataset = dataset
-            ds_args.test = args.test or len(bundles[dataset].examples)  # every question (train and dev 0)
-            s = session(ds_args, True, no_lm=True)  # every program under --oracle all: none starts an LM
+            # every question (train and dev 0)
+            s = session(args.replace(dataset=dataset, test=args.test or len(bundles[dataset].examples)), True,
+                        no_lm=True)  # every program under --oracle all: none starts an LM
             results += [suite.run_cell(suite.cell_session(s, c), c, parent.info.run_id, "ceiling", entry=ENTRY)
                         for c in cells if c.dataset == dataset]
         board = suite.log_leaderboard(results, pairs, f"ceiling: --oracle {args.oracle}, whole shared data")

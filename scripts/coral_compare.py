@@ -244,6 +244,7 @@ def main(argv=None) -> dict[str, dict]:
     p.set_defaults(dataset="demo_culture", split="test")
     args = p.parse_args(argv)
     s = session(args, needs_search=any(programs.spec(name).needs_search for name in args.programs))
+    args = s.args  # as resolved
     examples = getattr(s.splits, args.split)
     if args.balance:
         train = set(s.splits.ids()["train"])

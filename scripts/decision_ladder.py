@@ -19,7 +19,6 @@ The writer is ``--lm`` in every rung and in the baseline, and the baseline must 
 ``par2`` with ``rag_cot``, ``seal`` and ``crag`` with ``rag_cited``), so rungs differ in the decisions only."""
 from __future__ import annotations
 
-import copy
 import dataclasses
 import json
 import sys
@@ -44,12 +43,10 @@ ENTRY = "scripts/decision_ladder.py"
 
 def rung_args(args, rung: str):
     """The command-line arguments of one rung: its ``--decisions``, critic LM and ``--oracle`` roles."""
-    a = copy.copy(args)
-    a.decisions = "fused" if rung.startswith("fused") else "generate"
-    a.critic_lm = args.critic_lm if rung == "fused-critic" else None
     decisions = [r for r in programs.oracle_roles(args.program) if r in DECISION_ROLES]  # not the generative roles
-    a.oracle = ",".join(decisions) if rung == "oracle" else ""
-    return a
+    return args.replace(decisions="fused" if rung.startswith("fused") else "generate",
+                        critic_lm=args.critic_lm if rung == "fused-critic" else None,
+                        oracle=",".join(decisions) if rung == "oracle" else "")
 
 
 def check_same_writer(s, method: str, baseline: str) -> None:
@@ -109,8 +106,9 @@ def main(argv=None) -> dict:
         fail("--oracle and --decisions are set per rung by this script; leave them out")
     if "fused-critic" in args.rungs and not args.critic_lm:
         fail("the fused-critic rung needs --critic-lm (e.g. local:qwen-1.5b); or leave it out of --rungs")
-    args.split, args.suite = "test", f"ladder-{args.program}"
+    args = args.replace(split="test", suite=f"ladder-{args.program}")
     base = session(args, True)
+    args = base.args  # as resolved: the dataset, split sizes and k it runs
     check_same_writer(base, args.program, args.baseline)
     if any(r.startswith("fused") for r in args.rungs) and not base.splits.dev:
         fail("the fused rungs fit their gates on the dev split: pass --dev N (N >= 10)")

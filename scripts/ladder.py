@@ -18,9 +18,9 @@ the LM.
 """
 from __future__ import annotations
 
-import copy
 import json
 from collections import Counter
+from dataclasses import replace
 
 import mlflow
 
@@ -66,8 +66,7 @@ def given_back(cell: suite.Cell) -> str:
 def arm_session(s, cell: suite.Cell):
     """The dataset's session as ``cell``'s arm runs: its k and its oracle roles."""
     cs = suite.cell_session(s, cell)
-    cs.args.oracle = cell.oracle
-    return cs
+    return replace(cs, args=cs.args.replace(oracle=cell.oracle))
 
 
 def run_arm(s, cell: suite.Cell, parent_run_id: str) -> tuple[suite.Result, Counter]:
@@ -190,9 +189,7 @@ def main(argv=None, hook=None) -> dict:
                              "full": args.full, "lm": args.lm, "judge": args.judge, "split": args.split,
                              "seed": args.seed, "cells": [f"{c.label}@{c.dataset}" for c in cells]})
         for dataset in dict.fromkeys(c.dataset for c in cells):
-            ds_args = copy.copy(args)
-            ds_args.dataset = dataset
-            s = session(ds_args, any(programs.spec(c.program).needs_search for c in cells))
+            s = session(args.replace(dataset=dataset), any(programs.spec(c.program).needs_search for c in cells))
             s = sessions[dataset] = hook(s) if hook else s
             for c in cells:
                 if c.dataset == dataset:

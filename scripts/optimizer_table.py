@@ -25,8 +25,9 @@ from experiments import cli, compile_run, suite
 from evaluation import tracking
 from experiments.cli import compile_metric, fail, interruptible
 from experiments.sessions import session
-from optimizers import fitting
+from optimizers import fitting, settings as compile_settings
 from optimizers.compile import OPTIMIZERS
+from optimizers.settings import CompileOptions
 from runtime.lm import make_lm
 
 ENTRY = "scripts/optimizer_table.py"
@@ -46,13 +47,14 @@ def main(argv=None) -> dict:
     p.add_argument("--optimizers", nargs="+", default=list(OPTIMIZERS), choices=OPTIMIZERS)
     p.add_argument("--proposer-lm", help="MIPROv2's instruction proposer and GEPA's reflection LM (e.g. "
                                          "local:qwen-1.5b; default: --planner-lm, else --lm)")
-    compile_run.compile_flags(p)
+    cli.add_flags(p, compile_settings.SETTINGS)
     args = p.parse_args(argv)
     if not args.program:
         fail(f"--program is required; choose one of: {', '.join(programs.names())}")
     compile_run.check_compile_flags(args)
-    args.split, args.suite = "test", f"optimizers-{args.program}"
+    args = args.replace(split="test", suite=f"optimizers-{args.program}")
     s = session(args, programs.spec(args.program).needs_search)
+    args = s.args  # as resolved: the dataset, split sizes and k it runs
     searching = [o for o in args.optimizers if o != "bootstrap"]
     if not s.splits.train or not s.splits.test or (searching and not s.splits.dev):
         fail("the optimizer table needs --train and --test" + (f" and --dev (for {', '.join(searching)})"
@@ -72,16 +74,17 @@ def main(argv=None) -> dict:
                               nested=True) as child:
                 program, cost = s.build(args.program), {}
                 if optimizer == "uncompiled":  # its gates fitted on dev too: the rows differ in the prompts only
-                    fitting.fit_gates(s, program, metric)
+                    fitting.fit_gates(s, program, CompileOptions.of(args), metric)
                 else:
-                    params = (compile_run.compile_params(args, optimizer, metric_name)
+                    params = (compile_settings.params(args, optimizer, metric_name)
                               | {"proposer": proposer_id if optimizer in ("mipro", "gepa") else ""})
                     tracking.log_params(params)
-                    program, spent = fitting.compile_fitted(s, program, optimizer, metric, proposer,
-                                                             fitting.compile_ledger(s, cell.label, program, params))
+                    ledger = fitting.compile_ledger(s, cell.label, program, params, args.seed)
+                    program, spent = fitting.compile_fitted(s, program, optimizer, CompileOptions.of(args), metric,
+                                                             proposer, ledger)
                     cost = compile_cost(spent)
                     with tempfile.TemporaryDirectory() as tmp:
-                        fitting.log_compiled(s, program, Path(tmp) / "program.json")
+                        fitting.log_compiled(s, program, args.program, Path(tmp) / "program.json")
             result = suite.run_cell(s, cell, parent.info.run_id, args.suite, program=program, entry=ENTRY,
                                     run_id=child.info.run_id)
             result.summary |= cost

@@ -80,8 +80,9 @@ def main(argv=None) -> dict[str, dict]:
     p.add_argument("--demos", type=int, default=2, help="max bootstrapped and labeled demos per predictor")
     p.set_defaults(dataset="musique", split="test")
     args = p.parse_args(argv)
-    args.k = programs.run_k(REFERENCE, args.k)  # every arm at par2's k
+    args = args.replace(k=programs.run_k(REFERENCE, args.k))  # every arm at par2's k
     s = session(args, needs_search=True)
+    args = s.args  # as resolved
     examples = getattr(s.splits, args.split)
     title = (f"PAR2-RAG comparison: {args.dataset} {args.split}, n={len(examples)}, seed={args.seed}, k={args.k}, "
              f"lm={args.lm}, planner={args.planner_lm or args.lm}, judge={s.judged_by}")

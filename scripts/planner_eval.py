@@ -54,6 +54,7 @@ def main(argv=None) -> dict[str, dict]:
     p.set_defaults(dataset="demo_culture", split="test", experiment="planner-eval")
     args = p.parse_args(argv)
     s = session(args, needs_search=True)
+    args = s.args  # as resolved
     examples = getattr(s.splits, args.split)
     if args.balance:
         train = set(s.splits.ids()["train"])

@@ -25,7 +25,6 @@ in every retrieval condition the first ``--programs`` entry is paired with the o
 (report.md)."""
 from __future__ import annotations
 
-import copy
 import random
 from collections import Counter
 from dataclasses import replace
@@ -118,8 +117,8 @@ def main(argv=None) -> dict:
                         "by default the panel is asked only where accuracy needs it (language right, no exact match)")
     p.set_defaults(split="test")
     args = p.parse_args(argv)
-    args.judge, args.train, args.dev, args.test = True, 0, 0, 1
-    args.k = programs.run_k("rag", args.k)  # the open condition's top k: every program at rag's
+    # the open condition's top k: every program at rag's
+    args = args.replace(judge=True, train=0, dev=0, test=1, k=programs.run_k("rag", args.k))
     chosen = sample_ids(datasets.data_dir(args.data_dir), args.n, args.seed)
     summaries, results, pairs = {}, [], []
     with tracking.run(args.experiment, f"xrag-eval-n{args.n}", tags={"entry": ENTRY}) as run:
@@ -129,9 +128,8 @@ def main(argv=None) -> dict:
         key = s = None
         for kind, cond, name, prog, k in cells(args):
             if (name, cond != "none") != key:  # one session (data, retriever, judge) per setting at a time
-                key, setting = (name, cond != "none"), copy.copy(args)
-                setting.dataset = name
-                s = session(setting, needs_search=key[1])
+                key = (name, cond != "none")
+                s = session(args.replace(dataset=name), needs_search=key[1])
                 s = s if args.judge_all else replace(s, metrics={m: f for m, f in s.metrics.items() if m != "judge"})
             cell = replace(suite.cell(prog, name, {"k": k}, args.oracle), variant=f"{kind}_{cond}")
             examples = [ex for ex in s.bundle.examples if ex.id.split("@")[0] in chosen]

@@ -260,8 +260,6 @@ def test_a_bad_compile_flag_is_one_line_and_exit_2_before_anything_is_built(flag
      "--datasets does not apply to evaluate.py --compiled (only to evaluate.py --suite)"),
     (["--suite", "direct,rag", "--error-profile"],
      "--error-profile does not apply to evaluate.py --suite (only to evaluate.py --program, evaluate.py --compiled)"),
-    (["optimize.py", "--program", "rag", "--threads", "2"], "--threads does not apply to optimize.py --optimizer "
-     "bootstrap (only to evaluate.py --program, evaluate.py --compiled, evaluate.py --suite)"),
     (["optimize.py", "--program", "rag", "--candidates", "8"], "--candidates does not apply to optimize.py --optimizer "
      "bootstrap (only to optimize.py --optimizer random_search, optimize.py --optimizer mipro)"),
     (["optimize.py", "--program", "rag", "--optimizer", "gepa", "--teacher", "self"], "--teacher does not apply to "

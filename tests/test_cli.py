@@ -8,7 +8,7 @@ import evaluate
 import optimize
 import programs
 from experiments import cli
-from experiments import eval_run, sessions
+from experiments import sessions, stages
 from runtime import store
 
 
@@ -137,8 +137,8 @@ def test_k_left_out_is_the_methods_own_in_the_run_its_params_and_its_checkpoint(
     lm = DummyLM({"question": {"answer": "Paris"}})
     monkeypatch.setattr(sessions, "make_lm", lambda *a, **k: lm)
     scored_at = []
-    real = eval_run.evaluate
-    monkeypatch.setattr(eval_run, "evaluate", lambda *a, **kw: scored_at.append(kw["k"]) or real(*a, **kw))
+    real = stages.evaluate
+    monkeypatch.setattr(stages, "evaluate", lambda *a, **kw: scored_at.append(kw["k"]) or real(*a, **kw))
     argv = ["--dataset", "demo", "--split", "dev", "--train", "0", "--dev", "2", "--test", "0", "--no-trace"]
     evaluate.main(["--program", "rag", *argv])
     evaluate.main(["--program", "seal", *argv])
@@ -227,3 +227,78 @@ def test_a_retrieval_flag_that_contradicts_the_compiled_program_is_one_line(scri
             f"error: {flag} {value} conflicts with {out}, compiled with {compiled}: leave {flag} out to run the "
             f"compiled program, or recompile it with {flag} {value}")
     assert evaluate.main(["--compiled", str(out), "--split", "test", "--k", "3", *sizes])["n"] == 1  # the same: fine
+
+
+def test_every_stage_runs_with_the_run_settings_optimize_threads_too(scripted_lm, monkeypatch):
+    """evaluate.py's run, optimize.py's four stages and a suite's cells are one stage (``experiments.stages``): each
+    evaluates with the settings the command line gave, ``--threads`` among them (optimize.py accepted it and never
+    passed it on)."""
+    asked, real = [], stages.evaluate
+    monkeypatch.setattr(stages, "evaluate", lambda *a, **k: asked.append((k["desc"], k["threads"])) or real(*a, **k))
+    small = ["--dataset", "demo", "--train", "2", "--dev", "1", "--test", "1", "--threads", "2", "--retries", "0"]
+    optimize.main(["--program", "direct", *small])
+    evaluate.main(["--program", "direct", *small])
+    evaluate.main(["--suite", "direct,cot", *small])
+    assert asked == [("dev_before", 2), ("test_before", 2), ("dev_after", 2), ("test_after", 2), ("dev", 2),
+                     ("direct/demo", 2), ("cot/demo", 2)]
+
+
+def test_a_run_resolves_its_settings_into_its_own_and_never_changes_the_parsed_ones():
+    """The parsed settings are frozen; the session holds them resolved (the dataset, split sizes and k it runs)."""
+    args = cli.parser("x").parse_args(["--program", "rag", "--train", "2", "--dev", "1", "--test", "1"])
+    with pytest.raises(AttributeError, match="frozen"):
+        args.k = 3
+    s = sessions.session(args, needs_search=False, no_lm=True)
+    assert (args.dataset, args.k, args.test) == (None, None, 1) and s.args.dataset == "demo"
+    assert s.args.k == programs.run_k("rag", None) is not None
+    assert s.args.replace(k=7).k == 7 and s.args.k != 7
+
+
+def test_nothing_below_the_experiments_layer_reads_a_session_settings():
+    """A compile takes the options it needs (``optimizers.settings.CompileOptions``), not the experiments layer's
+    parsed ``args``, a dependency the import contract cannot see."""
+    import ast
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    read = [f"{path.relative_to(root)}:{node.lineno}" for folder in ("optimizers", "evaluation", "programs")
+            for path in sorted((root / folder).rglob("*.py"))
+            for node in ast.walk(ast.parse(path.read_text())) if isinstance(node, ast.Attribute) and node.attr == "args"
+            and isinstance(node.value, ast.Name) and node.value.id in ("s", "session")]
+    assert read == []
+
+
+@pytest.mark.parametrize("flag, alone, beside", [
+    (["--judge-lms", "local:qwen-1.5b"], "--judge-lms needs --judge", ["--judge"]),
+    (["--judge-lm", "openai/j"], "--judge-lm needs --judge or --error-profile", ["--judge"]),
+    (["--mc-calibration", "4"], "--mc-calibration needs --mc-scoring pride", ["--mc-scoring", "pride"]),
+    (["--rerank-depth", "30"], "--rerank-depth needs --rerank", ["--rerank", "embed"]),
+    (["--fuse-depth", "30"], "--fuse-depth needs --retriever hybrid", ["--retriever", "hybrid"]),
+    (["--rrf-k", "30"], "--rrf-k needs --retriever hybrid", ["--retriever", "hybrid"]),
+    (["--search-depth", "30"], "--search-depth needs --search-rerank", ["--search-rerank", "embed"]),
+    (["--max-docs", "30"], "--max-docs needs --corpus jsonl:DIR or wikipedia:LANGS", ["--corpus", "jsonl:/x"]),
+])
+def test_a_flag_that_needs_another_is_refused_alone_in_one_line(flag, alone, beside, capsys):
+    """``cli.NEEDS``: a flag that means nothing without another would change nothing; alone it is one line, exit 2,
+    beside the other it passes."""
+    argv = ["--program", "rag", *flag]
+    given = cli.given_flags(cli.parser("x"), argv)
+    with pytest.raises(SystemExit) as stop:
+        cli.check_needs(given, cli.parser("x").parse_args(argv))
+    assert stop.value.code == 2 and capsys.readouterr().err.strip().splitlines() == [
+        f"error: {alone}: give {alone.split(' needs ')[1].split(' or ')[0]} too, or leave {flag[0]} out"]
+    cli.check_needs(cli.given_flags(cli.parser("x"), argv + beside), cli.parser("x").parse_args(argv + beside))
+
+
+def test_mlflow_params_are_the_declared_settings(scripted_lm):
+    """A run logs every declared setting of how it asks and scores, and a compile every compile setting, from the
+    declarations (``evaluation.settings``, ``optimizers.settings``), not a hand-kept list."""
+    from evaluation import settings as evaluation_settings
+    from optimizers import settings as compile_settings
+
+    run_id = optimize.main(["--program", "direct", "--dataset", "demo", "--train", "2", "--dev", "0", "--test", "1",
+                            "--threads", "2", "--demos", "1"])
+    params = mlflow.get_run(run_id).data.params
+    assert {s.name for s in evaluation_settings.SETTINGS} <= params.keys() and params["threads"] == "2"
+    assert {compile_settings.PARAMS.get(s.name, s.name) for s in compile_settings.SETTINGS} <= params.keys()
+    assert params["max_demos"] == "1" and params["compile_metric"] == "f1" and params["budget"] == ""

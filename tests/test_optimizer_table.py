@@ -238,29 +238,33 @@ def test_the_table_needs_its_splits(table, capsys, monkeypatch):
 
 def ledger_session(tmp_path, train=("q1", "q2"), dev=("q3",), seed=13):
     """A session as :func:`fitting.compile_ledger` reads it: its checkpoint (one file whatever the split: checkpoints
-    are keyed by the program, not by the questions), its split and its seed."""
+    are keyed by the program, not by the questions) and its split; and the seed it is given."""
     ids = {"train": list(train), "dev": list(dev), "test": ["q9"]}
-    return SimpleNamespace(checkpoint=lambda *key: tmp_path / "compile-abc.jsonl", args=SimpleNamespace(seed=seed),
+    return SimpleNamespace(checkpoint=lambda *key: tmp_path / "compile-abc.jsonl", seed=seed,
                            splits=SimpleNamespace(ids=lambda: ids))
+
+
+def ledger_of(s, params: dict):
+    return fitting.compile_ledger(s, "rag_k2_mipro", None, params, s.seed)
 
 
 def test_a_compile_ledger_is_keyed_by_the_questions_and_the_seed_that_made_it(tmp_path):
     """A compile on other train or dev questions, or with another seed, is another compile: it does not report the
     earlier one's seconds and calls (nor resume its kept answers)."""
-    ledger = fitting.compile_ledger(ledger_session(tmp_path), "rag_k2_mipro", None, {"optimizer": "mipro"})
-    assert ledger == fitting.compile_ledger(ledger_session(tmp_path), "rag_k2_mipro", None, {"optimizer": "mipro"})
+    ledger = ledger_of(ledger_session(tmp_path), {"optimizer": "mipro"})
+    assert ledger == ledger_of(ledger_session(tmp_path), {"optimizer": "mipro"})
     for other in (ledger_session(tmp_path, train=("q1", "q4")), ledger_session(tmp_path, dev=("q4",)),
                   ledger_session(tmp_path, seed=14)):
-        assert fitting.compile_ledger(other, "rag_k2_mipro", None, {"optimizer": "mipro"}) != ledger
+        assert ledger_of(other, {"optimizer": "mipro"}) != ledger
 
 
 def test_a_compile_ledger_is_keyed_by_the_compile_code(tmp_path, monkeypatch):
     """A changed optimizer (optimizers/compile.py) is another compile: its cost and kept answers start anew."""
     s = ledger_session(tmp_path)
-    ledger = fitting.compile_ledger(s, "rag_k2_mipro", None, {"optimizer": "mipro"})
-    assert ledger == fitting.compile_ledger(s, "rag_k2_mipro", None, {"optimizer": "mipro"})
-    assert ledger != fitting.compile_ledger(s, "rag_k2_mipro", None, {"optimizer": "gepa"})
+    ledger = ledger_of(s, {"optimizer": "mipro"})
+    assert ledger == ledger_of(s, {"optimizer": "mipro"})
+    assert ledger != ledger_of(s, {"optimizer": "gepa"})
     real = fitting.inspect.getsource
     monkeypatch.setattr(fitting.inspect, "getsource",
                         lambda obj: real(obj) + "# edited" if obj is fitting.compile_module else real(obj))
-    assert ledger != fitting.compile_ledger(s, "rag_k2_mipro", None, {"optimizer": "mipro"})
+    assert ledger != ledger_of(s, {"optimizer": "mipro"})

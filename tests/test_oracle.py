@@ -279,10 +279,9 @@ def test_a_program_that_reads_the_culture_label_is_marked_as_an_oracle_row():
 def test_oracle_rows_are_marked_in_config_params_and_suite_labels_and_bad_roles_are_one_line(capsys):
     args = suite_parser("x").parse_args(["--suite", "crag,rag", "--oracle", "verdict, relevance"])
     examples = [dspy.Example(id="h1", question="q", answer="a", answers=["a"], gold_titles=["T"])]
-    sessions.check_oracle(args, examples)
-    assert args.oracle == "relevance,verdict"
+    assert sessions.check_oracle(args, examples) == "relevance,verdict"
+    args = args.replace(oracle="relevance,verdict", max_chars=600)
     s = sessions.Session(args, SimpleNamespace(task="short"), None, None, None, {}, None)
-    s.args.max_chars = 600
     assert s.config["oracle"] == "relevance,verdict"  # in every checkpoint key of the run
     assert s.oracle("crag") == "relevance" and s.program_config("crag")["oracle"] == "relevance"
     assert s.oracle("rag") == "" and "oracle" not in s.program_config("rag")

@@ -5,7 +5,6 @@ with the code that ran (:data:`~experiments.tables.stored.STAMP`); before it, on
 from __future__ import annotations
 
 import argparse
-import copy
 import shlex
 import sys
 from dataclasses import replace
@@ -39,8 +38,8 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def settle(table: Table, args, given: set[str]) -> None:
-    """Set ``args`` to what ``table`` declares; a flag that sets a declared setting (or one the table leaves at its
+def settle(table: Table, args, given: set[str]):
+    """``args`` as ``table`` declares them; a flag that sets a declared setting (or one the table leaves at its
     default) otherwise is one line, exit 2."""
     declared = {"train": 0, "dev": 0, "judge": table.judge, "split": "test", **table.settings}
     defaults = vars(parser().parse_args([]))
@@ -51,9 +50,8 @@ def settle(table: Table, args, given: set[str]) -> None:
             shown = value if value is not None else "left to each dataset and method"
             fail(f"{flag} {getattr(args, key)}: table {table.name} runs with {key} {shown}; leave {flag} out (a "
                  "different setting is a different table: declare it in experiments/tables/declared.py)")
-        setattr(args, key, value)
-    if "lm" not in given:
-        args.lm = table.lm
+        args = args.replace(**{key: value})
+    return args if "lm" in given else args.replace(lm=table.lm)
 
 
 def parts(table: Table, only=None) -> list[tuple[str, tuple]]:
@@ -121,7 +119,7 @@ def run(table: Table, args, given: set[str], argv: list[str], hook=None) -> list
     """Run ``table`` (its parts); returns each part's ``run_suite`` output."""
     if table.kind != "suite":
         fail(f"table {table.name} is a compile table: its cells run with scripts/optimizer_table.py ({table.note})")
-    settle(table, args, given)
+    args = settle(table, args, given)
     local = args.lm.startswith(LOCAL_PREFIX) and all(
         (getattr(args, f"{r}_lm") or args.lm).startswith(LOCAL_PREFIX) for r in ("planner", "critic", "judge"))
     if args.estimate:
@@ -132,8 +130,7 @@ def run(table: Table, args, given: set[str], argv: list[str], hook=None) -> list
     made = stamp.current(table) | {"table": table.name, "command": command(argv)}
     out = []
     for dataset, entries in parts(table, args.datasets):
-        part = copy.copy(args)
-        part.suite, part.test = stored.suite_tag(table), table.sizes[dataset]
+        part = args.replace(suite=stored.suite_tag(table), test=table.sizes[dataset])
         result = suite.run_suite(part, hook=hook, custom=entries)
         with mlflow.start_run(run_id=result["run_id"]):
             mlflow.set_tag("table", table.name)
