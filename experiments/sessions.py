@@ -17,7 +17,7 @@ import programs
 from data import corpora as sources
 from data import settings as data_settings
 from decoding.choice import MCScoring
-from evaluation import loop as evaluation, settings as evaluation_settings, tracking
+from evaluation import settings as evaluation_settings, tracking
 from optimizers.calibration import calibrate_pride
 from evaluation.metrics import Judge, gold_of
 from evaluation.task_metrics import answer_metrics
