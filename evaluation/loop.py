@@ -28,8 +28,8 @@ from runtime.files import locked, sync_folder, write_whole
 from runtime.lm import ATTEMPT, TRANSIENT_ERRORS, UNREADABLE_ERRORS, ServerError, describe, env_number
 from runtime.metering import IDLE_LOAD, metered
 
-#: Record fields that differ between two runs of the same answers: the clock's and the machine's.
-TIMINGS = ("seconds", "lm_seconds", "load")
+#: Record and summary fields that differ between two runs of the same answers: the clock's and the machine's.
+TIMINGS = ("seconds", "lm_seconds", "load", "seconds_idle", "lm_seconds_idle", "timed_idle")
 
 
 def _run(program: dspy.Module, example: dspy.Example, retries: int):
