@@ -91,37 +91,50 @@ def test_the_server_reports_the_prompt_prefix_a_request_resumed_from_as_cached_t
 
 
 def test_the_server_reports_the_seconds_of_a_requests_prompt_and_generated_tokens(monkeypatch):
-    """``runtime.llama_serve.report_timings``: the change of llama.cpp's performance counters over the request, in
-    the usage the server's response model passes on (``runtime.spent`` adds them up for the demo's time line)."""
+    """``runtime.llama_serve.report_timings``: the synchronised wall time of the request's evaluations, prompt batches
+    apart from single generated tokens, in the usage the server's response model passes on (``runtime.spent`` adds
+    them up for the demo's time line)."""
     llama = pytest.importorskip("llama_cpp.llama")
+    import time
+
     import llama_cpp
     from llama_cpp import llama_types
     from pydantic import TypeAdapter
 
     from runtime import llama_serve
 
+    now, synced = [100.0], []
+
     class Stub(llama.Llama):
         def __init__(self):
-            self.perf = SimpleNamespace(t_p_eval_ms=1000.0, t_eval_ms=400.0)  # earlier requests' time
+            pass
 
         def __del__(self):
             pass
 
         ctx = property(lambda self: self)
 
-    def create_completion(self, prompt):  # llama.cpp's generate: 250 ms of prompt batches, 90 ms of single tokens
-        self.perf = SimpleNamespace(t_p_eval_ms=self.perf.t_p_eval_ms + 250, t_eval_ms=self.perf.t_eval_ms + 90)
+    def evaluate(self, tokens):  # a prompt batch takes 250 ms, a generated token 45 ms
+        now[0] += 0.25 if len(tokens) > 1 else 0.045
+
+    def create_completion(self, prompt):  # llama.cpp's generate: the prompt in one batch, then two tokens
+        for tokens in (prompt, [7], [8]):
+            self.eval(tokens)
         return {"usage": {"prompt_tokens": len(prompt), "completion_tokens": 2, "total_tokens": len(prompt) + 2}}
 
     usage = llama_types.CompletionUsage
     monkeypatch.setattr(usage, "__annotations__", dict(usage.__annotations__))
     monkeypatch.setattr(usage, "__optional_keys__", usage.__optional_keys__)
     monkeypatch.setattr(llama.Llama, "create_completion", create_completion)
-    monkeypatch.setattr(llama_cpp, "llama_perf_context", lambda ctx: ctx.perf)
+    monkeypatch.setattr(llama.Llama, "eval", evaluate)
+    monkeypatch.setattr(llama_cpp, "llama_synchronize", synced.append)
+    monkeypatch.setattr(time, "perf_counter", lambda: now[0])
     llama_serve.report_timings()
     stub = Stub()
+    stub.eval([1, 2])  # outside a request: counted nowhere
     reply = {"id": "x", "object": "chat.completion", "created": 0, "model": "m", "choices": [],
              "usage": stub.create_completion([1, 2, 3])["usage"]}
     served = TypeAdapter(Union[llama_types.ChatCompletion, str])  # the server's response model
     assert served.dump_python(served.validate_python(reply))["usage"]["timings"] == {"prompt_ms": 250.0,
                                                                                       "predicted_ms": 90.0}
+    assert len(synced) == 4  # every evaluation waited for its compute before its time was read
