@@ -13,6 +13,7 @@ import ast
 import functools
 import hashlib
 import inspect
+from itertools import islice
 from pathlib import Path
 
 from evaluation import loop
@@ -83,14 +84,19 @@ def common_files(root: Path = PROJECT_ROOT) -> list[Path]:
     return sorted(p for p in files if p.exists() and is_answer_code(p.relative_to(root).as_posix()))
 
 
+def answer_files(modules: tuple[str, ...], root: Path) -> list[Path]:
+    """The files of the code that answers and scores through ``modules``: their :func:`closure` with the scoring
+    modules, and :func:`common_files`."""
+    return sorted({*closure((*sorted(modules), *SCORING), root), *common_files(root)})
+
+
 @functools.lru_cache(maxsize=64)
 def answer_code(modules: tuple[str, ...], root: Path | None = None) -> str:
-    """A hash of the code that answers and scores through ``modules`` (:func:`object_modules` of a run): their
-    :func:`closure` with the scoring modules, :func:`common_files` and ``evaluation.loop.record``; ``root``: the
-    project's (:data:`PROJECT_ROOT` as it is when called)."""
+    """A hash of :func:`answer_files` of ``modules`` (:func:`object_modules` of a run) and ``evaluation.loop.record``;
+    ``root``: the project's (:data:`PROJECT_ROOT` as it is when called)."""
     root = root or PROJECT_ROOT
     digest = hashlib.sha256(inspect.getsource(loop.record).encode())
-    for path in sorted({*closure((*sorted(modules), *SCORING), root), *common_files(root)}):
+    for path in answer_files(modules, root):
         digest.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes())
     return digest.hexdigest()[:12]
 
@@ -105,10 +111,8 @@ def object_modules(*objects, depth: int = 4) -> tuple[str, ...]:
         if left < 0 or id(obj) in seen or isinstance(obj, (str, bytes, int, float, bool, type(None))):
             return
         seen.add(id(obj))
-        if isinstance(obj, dict):
-            obj = list(obj.values())
-        if isinstance(obj, (list, tuple, set, frozenset)):
-            for item in list(obj)[:8]:  # a corpus's passages are all of one class
+        if isinstance(obj, (dict, list, tuple, set, frozenset)):
+            for item in islice(obj.values() if isinstance(obj, dict) else obj, 8):  # a corpus's passages: one class
                 visit(item, left)
             return
         module = type(obj).__module__

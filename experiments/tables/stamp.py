@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 import programs
-from experiments.code import SCORING, answer_code, closure, common_files
+from experiments.code import answer_code, answer_files
 from experiments.tables.declared import Table
 from retrieval import first_stage
 from runtime.paths import PROJECT_ROOT
@@ -63,8 +63,7 @@ def stale_since(table: Table, stamp: dict, root: Path = PROJECT_ROOT) -> str:
     (``uncommitted changes`` when none did: the working tree differs)."""
     made = stamp.get("commit", "").removesuffix("-dirty")
     files = {p.relative_to(root).as_posix() for name in table.programs
-             for p in closure([programs.spec(name).cls.__module__, *FIRST_STAGES, *SCORING], root)}
-    files |= {p.relative_to(root).as_posix() for p in common_files(root)}
+             for p in answer_files((programs.spec(name).cls.__module__, *FIRST_STAGES), root)}
     files |= {"experiments/tables/declared.py", "programs/registry.py"}
     if made and root == PROJECT_ROOT:
         log = git("log", "--reverse", "--format=%h", f"{made}..HEAD", "--", *sorted(files))
