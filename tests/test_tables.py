@@ -139,3 +139,15 @@ def test_export_writes_the_official_prediction_formats(monkeypatch):
     line = json.loads(export.musique_format([{"id": "m1", "answer": "x",
                                                "passages": [{"id": "musique:00001", "title": "B"}]}]))
     assert line == {"id": "m1", "predicted_answer": "x", "predicted_support_idxs": [1], "predicted_answerable": True}
+
+
+def test_export_writes_the_gold_of_the_exported_questions_only(monkeypatch):
+    """The official scripts average over every gold question: a gold file holding questions the run did not answer
+    would score them as misses."""
+    raw = [{"_id": "q1", "answer": "x"}, {"_id": "q2", "answer": "y"}, {"_id": "q3", "answer": "z"}]
+    monkeypatch.setattr(export, "_raw", lambda files: raw)
+    text, suffix = export.gold("2wiki", {"q1", "q3"})
+    assert suffix == ".gold.json" and [r["_id"] for r in json.loads(text)] == ["q1", "q3"]
+    monkeypatch.setattr(export, "_raw", lambda files: [{"id": "m1"}, {"id": "m2"}])
+    text, suffix = export.gold("musique", {"m2"})
+    assert suffix == ".gold.jsonl" and [json.loads(line)["id"] for line in text.splitlines()] == ["m2"]

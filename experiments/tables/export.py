@@ -2,7 +2,10 @@
 scripts score them: HotpotQA's (and 2WikiMultiHopQA's) ``{"answer": {id: text}, "sp": {id: [[title, sentence]]}}``,
 MuSiQue's jsonl ``{"id", "predicted_answer", "predicted_support_idxs", "predicted_answerable"}``. Supporting facts
 are paragraph-level: every sentence of each passage the answer cites (else of each passage the writer read), as our
-programs pick passages, not sentences. A question the run left unanswered (retryable) is left out and counted."""
+programs pick passages, not sentences. A question the run left unanswered (retryable) is left out and counted.
+
+Beside each prediction file, the gold file its official script reads, cut to the questions exported (the scripts
+average over every gold question, so the shared file's others would count as misses), and the command to score it."""
 from __future__ import annotations
 
 import json
@@ -49,6 +52,22 @@ def musique_format(records: list[dict]) -> str:
     return "".join(json.dumps(line, ensure_ascii=False) + "\n" for line in lines)
 
 
+#: The official scorer of each format (docs/cli.md: where each comes from), run as ``python SCRIPT PREDICTIONS GOLD``;
+#: 2Wiki's takes an alias file too (an empty file: no aliases).
+SCRIPTS = {"hotpotqa": "hotpot_evaluate_v1.py", "2wiki": "2wikimultihop_evaluate_v1.1.py",
+           "musique": "evaluate_v1.0.py"}
+
+
+def gold(dataset: str, ids: set[str]) -> tuple[str, str]:
+    """The shared file's records of questions ``ids``, in its own format (HotpotQA/2Wiki: a JSON list; MuSiQue:
+    jsonl), and the file suffix."""
+    if dataset == "musique":
+        return "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in _raw(musique.FILES) if r["id"] in ids), \
+            ".gold.jsonl"
+    files = hotpotqa.FILES if dataset == "hotpotqa" else twowiki.FILES
+    return json.dumps([r for r in _raw(files) if r["_id"] in ids], ensure_ascii=False), ".gold.json"
+
+
 def export(table: Table, out: Path) -> list[Path]:
     """Write each arm's predictions under ``out``; returns the files written."""
     written = []
@@ -70,6 +89,10 @@ def export(table: Table, out: Path) -> list[Path]:
             print(f"{cell.label}@{cell.dataset}: no official prediction format for {cell.dataset}; not exported",
                   file=sys.stderr)
             continue
-        written.append(path)
-        print(f"{path} ({len(answered)} predictions, run {row.result.run_id[:8]})")
+        text, suffix = gold(cell.dataset, {r["id"] for r in answered})
+        truth = out / f"{name}{suffix}"
+        truth.write_text(text, encoding="utf-8")
+        written += [path, truth]
+        print(f"{path} ({len(answered)} predictions, run {row.result.run_id[:8]}); score it: python "
+              f"{SCRIPTS[cell.dataset]} {path} {truth}{' ALIASES' if cell.dataset == '2wiki' else ''}")
     return written
