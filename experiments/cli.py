@@ -187,6 +187,7 @@ APPLIES: dict[str, tuple[str, ...]] = {
     "error_profile": (PROGRAM, COMPILED),
     "datasets": (SUITE, RAY),
     "methods": (SUITE, RAY),
+    "arms": (SUITE, RAY),
     "ray": (RAY,),
     "ray_cpus": (RAY,),
     "teacher": (COMPILE["bootstrap"],),

@@ -125,10 +125,11 @@ def at_k(program: str, point: dict, k: int | None) -> dict:
 
 
 def plan(suite: tuple[Entry, ...], only_datasets=None, only_methods=None, oracle: str = "",
-         k: int | None = None) -> tuple[list[Cell], list[tuple]]:
+         k: int | None = None, only_arms=None) -> tuple[list[Cell], list[tuple]]:
     """The distinct cells to run (in suite order) and the (dataset, method cell, baseline cell) pairs to test;
     ``oracle``: the ``--oracle`` roles, which mark the cells of programs that have them; ``k``: ``--k`` (None: the
-    grid's, else each entry's method's own, for its baselines too)."""
+    grid's, else each entry's method's own, for its baselines too); ``only_arms``: only the cells whose program or
+    label is named (a baseline keeps the k its entry gives it), and the pairs of two such cells."""
     cells, pairs = {}, []
     for entry in suite:
         if only_methods and entry.method not in only_methods:
@@ -145,6 +146,9 @@ def plan(suite: tuple[Entry, ...], only_datasets=None, only_methods=None, oracle
                     cells.setdefault(base, None)
                     if (dataset, method, base) not in pairs:
                         pairs.append((dataset, method, base))
+    if only_arms:
+        kept = {c for c in cells if c.program in only_arms or c.label in only_arms}
+        return [c for c in cells if c in kept], [p for p in pairs if {p[1], p[2]} <= kept]
     return list(cells), pairs
 
 
@@ -364,9 +368,10 @@ def run_suite(args: Settings, hook=None, custom: tuple[Entry, ...] | None = None
     ``report(results, sessions) -> markdown`` (a script's own diagnostics; ``sessions`` by dataset, empty under
     Ray) runs inside the parent run and is logged as report.md."""
     suite = custom or entries(args.suite, args.dataset)
-    cells, pairs = plan(suite, args.datasets, args.methods, args.oracle, args.k)
+    cells, pairs = plan(suite, args.datasets, args.methods, args.oracle, args.k, args.arms)
     if not cells:
-        fail(f"suite '{args.suite}' has no cell for --datasets {args.datasets} / --methods {args.methods}")
+        fail(f"suite '{args.suite}' has no cell for --datasets {args.datasets} / --methods {args.methods} / --arms "
+             f"{args.arms}")
     cli.check_args(args, list(dict.fromkeys(c.program for c in cells)))
     results: list[Result] = []
     sessions: dict[str, Session] = {}
@@ -403,6 +408,8 @@ SETTINGS = (
             "on the same seeded split, one parent MLflow run, a leaderboard"),
     Setting("datasets", str, None, "suite: only these datasets", many=True),
     Setting("methods", str, None, "suite: only these methods (with their baselines)", many=True),
+    Setting("arms", str, None, "suite: only these arms (a program or cell label, e.g. rag: a baseline at the k its "
+            "method gives it), in any entry", many=True),
     Setting("ray", str, None, "suite: run cells as Ray tasks (local ray.init(), or a cluster address); pip install "
             "'.[ray]'", choices=("ADDRESS",), check=named, const="local"),
     Setting("ray_cpus", float, 1, "CPUs Ray reserves per cell", 0),

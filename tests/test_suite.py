@@ -51,6 +51,17 @@ def test_plan_expands_grids_per_program_and_pairs_at_the_same_point():
     assert {c.dataset for c in only} == {"click"} and "coral" in {c.program for c in only}
 
 
+def test_arms_runs_only_the_named_cells_at_the_k_their_entry_gives_them():
+    """``--arms``: a table run in parts by arm; a baseline keeps its entry's k (rag_cited at SEAL's 3), a program
+    name selects each of its cells, and only the pairs of two selected cells are tested."""
+    cells, pairs = suite.plan(suite.SUITES["paper"], only_datasets=["hotpotqa"], only_arms=["rag_cited", "seal",
+                                                                                             "self_rag"])
+    assert [c.label for c in cells] == ["seal", "self_rag", "rag_cited_k3", "self_rag_k5"]
+    assert [(p[1].label, p[2].label) for p in pairs] == [("seal", "self_rag"), ("seal", "rag_cited_k3")]
+    one = suite.plan(suite.SUITES["paper"], only_datasets=["hotpotqa"], only_arms=["rag_cited_k3"])[0]
+    assert [c.label for c in one] == ["rag_cited_k3"]
+
+
 def test_the_arms_of_an_entry_run_at_its_methods_k_unless_k_is_given():
     """A baseline runs at its entry's method's k (rag_cited in SEAL's entry at SEAL's 3, named so), each cell's
     session holds the k its program runs at, and ``--k`` puts every arm at that k."""

@@ -67,7 +67,7 @@ def estimate(table: Table, args) -> dict:
     (:func:`~experiments.tables.stored.measured`), the totals and, with prices, the cost; printed as a table."""
     rows, total = [], dict.fromkeys(stored.COST, 0.0)
     for dataset, entries in parts(table, args.datasets):
-        for cell in suite.plan(entries, only_methods=args.methods, k=args.k)[0]:
+        for cell in suite.plan(entries, only_methods=args.methods, k=args.k, only_arms=args.arms)[0]:
             n = table.sizes[dataset]
             cost, source = stored.measured(cell, args.lm)
             rows.append((cell.label, dataset, n, cost, source))
