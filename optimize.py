@@ -56,7 +56,7 @@ def main(argv=None) -> str:
     print(f"prompt versions: {', '.join(run.prompts)}")
     print(f"compiled program: {run.stored} (MLflow run {run.run_id}, artifact {run.artifact})")
     print(f"load it with programs.load_compiled({run.run_id!r}) or {evaluate_command(run.run_id, args)}")
-    allow = ",".join(serving.outside(s.data).values())  # what a served model may open only when its server allows
+    allow = ",".join(serving.outside(s.derived.data).values())  # what a served model may open only when its server allows
     print(f"served model: {run.model} (registered {run.registered} version {run.version}): "
           f"mlflow.pyfunc.load_model({run.model!r}) or mlflow models serve -m {run.model} --env-manager local"
           + (f", with {serving.ALLOW}={allow} in its environment" if allow else ""))

@@ -69,14 +69,14 @@ def compile_and_score(s: Session, metric_name: str, metric) -> CompileRun:
         stage("test_after", compiled, s.splits.test)
 
         out = Path(args.out) if args.out else Path(tempfile.mkdtemp()) / "program.json"
-        log_compiled(s, compiled, args.program, out)
+        log_compiled(compiled, args.program, s.derived.config, s.derived.data, out)
         prompts = tracking.register_prompts(compiled, args.program, {"optimizer": args.optimizer,
                                                                      "dataset": args.dataset,
                                                                      "teacher": args.teacher})
         example = next(ex for ex in (*s.splits.test, *s.splits.dev, *s.splits.train)).inputs().toDict()
         with tracking.untraced():  # MLflow answers the example with the logged model: not one of the run's questions
             model = serving.log_served(out, args.program, serving.serving_config(args, compiled), example,
-                                       [f"prompts:/{p}" for p in prompts], args.api_base, s.data)
+                                       [f"prompts:/{p}" for p in prompts], args.api_base, s.derived.data)
         stored = tracking.artifact_path(out.name)
         if not args.out:
             shutil.rmtree(out.parent)  # the lasting copy is the run's artifact

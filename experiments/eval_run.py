@@ -36,13 +36,13 @@ def evaluate_program(s: Session, artifact: dict | None, given: dict) -> tuple[st
     taxonomy = error_taxonomy(args.data_dir) if args.error_profile else None
     try:
         program = (s.build_scored(args.program, lambda mc: programs.load_compiled(
-                       artifact, search=s.retriever, roles=s.roles, oracle=s.oracle(args.program), mc=mc,
+                       artifact, search=s.retriever, roles=s.roles, oracle=s.derived.oracle(args.program), mc=mc,
                        given=given))
                    if artifact else s.build(args.program))
     except ValueError as err:  # a compiled program saved by another version of the program
         fail(str(err))
     examples = s.evaluated(getattr(s.splits, args.split))
-    run_name = (f"{args.program}{oracle_suffix(s.oracle(args.program), args.program)}-{args.dataset}-{args.split}"
+    run_name = (f"{args.program}{oracle_suffix(s.derived.oracle(args.program), args.program)}-{args.dataset}-{args.split}"
                 + ("-compiled" if artifact else ""))
     with tracking.run(args.experiment, run_name, tags={"entry": "evaluate.py"}) as run:
         tracking.log_params(s.params(args.program) | {"split": args.split, "compiled_from": args.compiled or ""})
@@ -51,7 +51,7 @@ def evaluate_program(s: Session, artifact: dict | None, given: dict) -> tuple[st
             tracking.log_json("calibration.json", s.calibrations[args.program])
         records, summary = run_stage(s, program, examples, args.program, args.split, run_id=run.info.run_id)
         if args.error_profile:
-            print(error_profile(s, records, taxonomy, f"{run_name} (labels by {s.lm_ids()['judge_lm']})"))
+            print(error_profile(s, records, taxonomy, f"{run_name} (labels by {s.derived.lm_ids()['judge_lm']})"))
     return run.info.run_id, run_name, summary
 
 

@@ -1,5 +1,6 @@
-"""A run's session: its settings resolved into ready objects (data and splits, role LMs, retriever, metrics, judge),
-and what keys its checkpoints (the code that answers, the pinned models)."""
+"""A run's session: its settings resolved into ready objects (data and splits, role LMs, retriever, metrics, judge)
+beside what they derive (:mod:`experiments.derived`), and what keys its checkpoints (the code that answers, the
+pinned models)."""
 from __future__ import annotations
 
 import hashlib
@@ -7,7 +8,7 @@ import json
 import signal
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import dspy
@@ -23,14 +24,13 @@ from evaluation.metrics import Judge, gold_of
 from evaluation.task_metrics import answer_metrics
 from experiments.cli import check_args, fail, on_sigterm
 from experiments.code import answer_code, object_modules
-from programs import registry
+from experiments.derived import Derived, judge_panel, panel_note
 from programs.shared.oracle import ALL, expand, parse_roles
 from programs.shared.writer import mc_state
 from retrieval import settings as retrieval_settings
 from retrieval.retriever import Retriever
-from runtime import models
 from runtime.files import write_whole
-from runtime.lm import LOCAL_PREFIX, engine, make_lm, prompt_cache_mb
+from runtime.lm import make_lm
 from runtime.paths import project_cache
 from runtime.roles import Roles, assign_roles, init_dspy
 from runtime.settings import Settings
@@ -38,7 +38,10 @@ from runtime.settings import Settings
 
 @dataclass
 class Session:
-    args: Settings
+    """A run's settings resolved into ready objects: the data and its split, role LMs, retriever, metrics and judge,
+    beside what the settings derive (:class:`~experiments.derived.Derived`); its MLflow params and checkpoint keys
+    are made of both."""
+    derived: Derived
     bundle: datasets.Bundle
     splits: datasets.Splits
     roles: Roles
@@ -48,32 +51,14 @@ class Session:
     calibrations: dict = field(default_factory=dict)  # program name -> PriDe calibration (prior, ids, cost)
 
     @property
-    def config(self) -> dict:
-        """The settings the run passes to programs (``registry.SETTINGS``); an ``omit_default`` one is left out at it.
-        ``max_chars`` None is whole passages."""
-        values = self.args.of(registry.SETTINGS)
-        return {s.name: values[s.name] for s in registry.SETTINGS
-                if not (s.omit_default and values[s.name] == s.default)}
+    def args(self) -> Settings:
+        """The run's settings as resolved (:func:`session`)."""
+        return self.derived.args
 
-    @property
-    def data(self) -> dict:
-        """What rebuilds the run's retriever and its split (``data.settings``, ``retrieval.settings``): a compiled
-        program's ``data``."""
-        return self.args.of((*data_settings.SETTINGS, *retrieval_settings.SETTINGS))
-
-    def oracle(self, program_name: str) -> str:
-        """The ``--oracle`` roles program ``program_name`` has (``""`` when none), as it is built: ``all`` for
-        ``--oracle all`` (every role it has)."""
-        return program_oracle(self.args.oracle, program_name)
-
-    def program_config(self, program_name: str, oracle: str | None = None) -> dict:
-        """:attr:`config` as program ``program_name`` takes it, its own ``--oracle`` roles only (``oracle``: roles
-        asked in place of ``--oracle``'s, e.g. ``all`` for an oracle teacher)."""
-        config = self.config
-        config.pop("oracle", None)
-        if roles := program_oracle(self.args.oracle if oracle is None else oracle, program_name):
-            config["oracle"] = roles  # none of its roles: as a run without --oracle
-        return programs.accepted_config(program_name, config)
+    def with_settings(self, **changes) -> Session:
+        """This session with ``changes`` to its settings (a cell's grid values, its oracle roles), its data, LMs and
+        retriever shared."""
+        return replace(self, derived=replace(self.derived, args=self.args.replace(**changes)))
 
     @property
     def groups(self) -> tuple[str, ...]:
@@ -89,56 +74,27 @@ class Session:
         return tracking.EvalData(f"{self.args.dataset}/{split}/seed{self.args.seed}", split, tuple(examples),
                                  self.bundle.source, self.bundle.fingerprint)
 
-    def lm_ids(self) -> dict:
-        """The LM settings (``evaluation.settings.LMS``) as run: a role's LM left out is ``--lm``."""
-        a = self.args
-        return {s.name: getattr(a, s.name) or (a.lm if s.name.endswith("_lm") else "") for s in evaluation_settings.LMS}
-
-    @property
-    def judge_lms(self) -> list[str]:
-        """The LMs of the XRAG judge panel that scores this run's answers (:func:`judge_panel`); none when no panel
-        does (no ``--judge``, or not an XRAG dataset)."""
-        return judge_panel(self.args) if self.args.judge and self.bundle.task == "xrag" else []
-
-    @property
-    def judged_by(self) -> str:
-        """Who judges this run's answers, as report titles name it: the XRAG panel (``+``-joined), else the judge LM;
-        ``-`` without ``--judge``."""
-        a = self.args
-        return (panel_note(self.judge_lms, a.lm) or "+".join(self.judge_lms)
-                or (a.judge_lm or a.lm if a.judge else "-"))
-
-    def model_ids(self) -> dict:
-        """The models behind the answers and their scores, as checkpoints are keyed: :meth:`lm_ids` with each local
-        model pinned by its file's sha256 (the one ``runtime.models.verify`` checks) and the XRAG judge panel."""
-        return ({role: pinned(lm) for role, lm in self.lm_ids().items()}
-                | ({"judge_lms": [pinned(lm) for lm in self.judge_lms]} if self.judge_lms else {}))
-
     def params(self, program_name: str) -> dict:
         """The run's MLflow params: the program and its config, the data as loaded and split, the retriever, the
-        evaluation's settings (``evaluation.settings``, the judge panel as resolved) and the LMs (:meth:`lm_ids`)."""
-        a, sizes = self.args, {k: len(v) for k, v in self.splits.ids().items()}
-        return {"program": program_name, "program_config": self.program_config(program_name),
-                "oracle": self.oracle(program_name),
+        evaluation's settings (``evaluation.settings``, the judge panel as resolved) and the LMs (``Derived.lm_ids``)."""
+        a, d, sizes = self.args, self.derived, {k: len(v) for k, v in self.splits.ids().items()}
+        return {"program": program_name, "program_config": d.program_config(program_name),
+                "oracle": d.oracle(program_name),
                 "dataset": a.dataset, "data_source": self.bundle.source, "data_fingerprint": self.bundle.fingerprint,
                 "task": self.bundle.task, "split_seed": a.seed, **{f"n_{k}": v for k, v in sizes.items()},
                 "split_ids": self.splits.ids(), "embedder": self.retriever.embedder.id if self.retriever else "",
                 "index": a.index, **a.of(retrieval_settings.OPTIONS),
                 "corpora": {c.name: len(c) for c in self.bundle.corpora},
-                **a.of(evaluation_settings.SCORING + evaluation_settings.ASKING), "judge_lms": ",".join(self.judge_lms),
-                **self.lm_ids(),
-                **self.corpus_params()}
-
-    def corpus_params(self) -> dict:
-        return sources.provenance(self.args.dataset, self.args.corpus, self.args.leave_question_out,
-                                  self.args.max_docs)
+                **a.of(evaluation_settings.SCORING + evaluation_settings.ASKING), "judge_lms": ",".join(d.judge_lms),
+                **d.lm_ids(),
+                **d.corpus_params()}
 
     def build(self, program_name: str, oracle: str | None = None) -> dspy.Module:
         """The program with its role LMs and ``--mc-scoring`` (``pride`` calibrates it here, on train questions);
-        ``oracle``: its oracle roles in place of ``--oracle``'s (:meth:`program_config`)."""
+        ``oracle``: its oracle roles in place of ``--oracle``'s (``Derived.program_config``)."""
         if self.args.no_retrieval:
             program_name = closed_book(program_name)
-        config = self.program_config(program_name, oracle)
+        config = self.derived.program_config(program_name, oracle)
 
         def make(mc: MCScoring | None) -> dspy.Module:
             try:
@@ -174,22 +130,23 @@ class Session:
 
     def checkpoint(self, stage: str, program_name: str, program: dspy.Module, pooled: tuple[str, ...] = ()) -> Path:
         """Per-example results file keyed by everything that changes them (the dataset and what its examples and
-        corpora hold, a prebuilt index and its search settings, the models (:meth:`model_ids`), the embedder's
+        corpora hold, a prebuilt index and its search settings, the models (``Derived.model_ids``), the embedder's
         versioned id, settings, prompts and demos, the code that answers through it,
         :func:`experiments.code.answer_code`), so an interrupted run resumes and a changed one starts afresh. The slice is not part of the key: records are looked up by question
         id (and used only for the question and gold they answered, ``evaluation.answered``), so a larger ``--test``
         reuses the questions a smaller one answered, and a smaller one reads its subset. ``pooled``: the
         questions (as the program sees them) that the whole file depends on (PriDe's calibration prior), which are
         keyed."""
-        retrieval = self.args.of(retrieval_settings.OPTIONS)  # left out at its defaults: earlier keys stay valid
+        a, d = self.args, self.derived
+        retrieval = a.of(retrieval_settings.OPTIONS)  # left out at its defaults: earlier keys stay valid
         indexes = [c.index_fingerprint for c in self.bundle.corpora]  # a prebuilt index and its search settings
-        key = json.dumps([stage, program_name, self.args.dataset, self.bundle.fingerprint, self.model_ids(),
-                          self.retriever.embedder.id if self.retriever else None, self.args.index, self.config,
+        key = json.dumps([stage, program_name, a.dataset, self.bundle.fingerprint, d.model_ids(),
+                          self.retriever.embedder.id if self.retriever else None, a.index, d.config,
                           *([] if retrieval == {s.name: s.default for s in retrieval_settings.OPTIONS}
                             else [retrieval]),
                           *([indexes] if any(indexes) else []),
-                          self.args.judge, self.corpus_params(), programs.portable_state(program),
-                          *([mc_state(program)] if self.args.mc_scoring != "generate" else []),
+                          a.judge, d.corpus_params(), programs.portable_state(program),
+                          *([mc_state(program)] if a.mc_scoring != "generate" else []),
                           *([list(pooled)] if pooled else []), answer_code(object_modules(program, self.retriever))],
                          default=str, sort_keys=True)
         return project_cache() / "evals" / f"{stage}-{hashlib.sha256(key.encode()).hexdigest()[:20]}.jsonl"
@@ -210,33 +167,6 @@ def saved_calibration(path: Path) -> dict | None:
         problem = f"{type(err).__name__}: {str(err)[:80]}"
     print(f"warning: saved PriDe prior {path} is unreadable ({problem}); calibrating again", file=sys.stderr)
     return None
-
-
-def judge_panel(args: Settings) -> list[str]:
-    """The XRAG judge panel: ``--judge-lms``, else the local LMs (``runtime.models``) but the generator's (``--lm``):
-    the paper judges by a panel's majority, and no judge judges its own answers (with one other LM, that one judges
-    alone: :func:`panel_note`). ``--judge-lms`` naming the generator's LM stops the run in one line."""
-    if not args.judge_lms:
-        return [LOCAL_PREFIX + name for name in models.MODELS if LOCAL_PREFIX + name != args.lm]
-    panel = [m.strip() for m in args.judge_lms.split(",") if m.strip()]
-    if args.lm in panel:
-        fail(f"--judge-lms names the generator's LM {args.lm}: a judge never judges its own answers; "
-             f"name other judge LMs (e.g. --judge-lms {','.join(m for m in panel if m != args.lm) or 'A,B,C'})")
-    return panel
-
-
-def panel_note(panel: list[str], lm: str) -> str:
-    """What a report says of a one-judge panel: that judge alone, the generator's LM never on its panel."""
-    return f"{panel[0]} alone (the generator's LM {lm} never judges its own answers)" if len(panel) == 1 else ""
-
-
-def pinned(lm: str) -> str:
-    """``lm`` with a local model's sha256, its server's prompt cache and its engine build (resuming another prefix,
-    or other kernels, can move a near tie: docs/results/infrastructure.md):
-    ``local:qwen-0.5b@sha256:...+cache1024MB+llama-cpp-python-0.3.36[AVX,...]``; any other LM as it is named."""
-    if not lm.startswith(LOCAL_PREFIX):
-        return lm
-    return f"{lm}@sha256:{models.spec(lm[len(LOCAL_PREFIX):]).sha256}+cache{prompt_cache_mb()}MB+{engine()}"
 
 
 def check_data(args: Settings, task: str, splits: datasets.Splits) -> str:
@@ -307,14 +237,8 @@ def session(args: Settings, needs_search: bool, no_lm: bool = False) -> Session:
             fail(str(err))
         if alone := panel_note(panel, args.lm):
             print(f"note: XRAG answers judged by {alone}", file=sys.stderr)
-    return Session(args, bundle, splits, roles, retriever, answer_metrics(bundle.task, judge, args.dataset), judge)
-
-
-def program_oracle(text: str, program_name: str) -> str:
-    """The ``--oracle`` roles (``text``) program ``program_name`` has, as its run is named and it is built: ``all``
-    for ``all`` when it has any role, else those it has, comma-separated ("" when none)."""
-    requested, own = parse_roles(text), programs.oracle_roles(program_name)
-    return ALL if ALL in requested and own else ",".join(expand(requested, own))
+    return Session(Derived(args, bundle.task), bundle, splits, roles, retriever,
+                   answer_metrics(bundle.task, judge, args.dataset), judge)
 
 
 def oracle_suffix(roles: str, program_name: str | None = None) -> str:

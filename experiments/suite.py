@@ -31,7 +31,8 @@ from experiments import cli
 from evaluation import leaderboard, settings as evaluation_settings, tracking
 from evaluation.settings import named
 from experiments.cli import fail
-from experiments.sessions import Session, oracle_suffix, program_oracle, session
+from experiments.derived import program_oracle
+from experiments.sessions import Session, oracle_suffix, session
 from experiments.stages import run_stage
 from evaluation.loop import Checkpoint, Collected, RunStopped, is_record
 from runtime.files import write_whole
@@ -155,8 +156,8 @@ def plan(suite: tuple[Entry, ...], only_datasets=None, only_methods=None, oracle
 def cell_session(base: Session, cell: Cell) -> Session:
     """The dataset's session with the cell's grid values in place of ``--k``/``--loops``, and the k the cell's
     program runs at (recall@k, params, checkpoint key)."""
-    args = base.args.replace(**dict(cell.config))
-    return replace(base, args=args.replace(k=programs.run_k(cell.program, args.k)))
+    s = base.with_settings(**dict(cell.config))
+    return s.with_settings(k=programs.run_k(cell.program, s.args.k))
 
 
 def run_cell(s: Session, cell: Cell, parent_run_id: str, suite_name: str, program=None, examples=None,
@@ -180,7 +181,7 @@ def run_cell(s: Session, cell: Cell, parent_run_id: str, suite_name: str, progra
 
 def cell_name(s: Session, cell: Cell) -> str:
     """The cell's row name, with the oracle roles its program runs with (a script's cell names none of its own)."""
-    return cell.label if cell.oracle else replace(cell, oracle=s.oracle(cell.program)).label
+    return cell.label if cell.oracle else replace(cell, oracle=s.derived.oracle(cell.program)).label
 
 
 def cell_params(s: Session, cell: Cell, name: str, examples: list) -> dict:
@@ -210,11 +211,11 @@ def log_leaderboard(results: list[Result], pairs: list[tuple], title: str) -> le
 
 
 def judged_by(args: Settings, sessions: dict[str, Session]) -> str:
-    """The judge a multi-dataset title names: each dataset's :attr:`Session.judged_by`, once when they agree (under
-    Ray no session is built here: each cell's run names its own)."""
+    """The judge a multi-dataset title names: each dataset's ``Derived.judged_by``, once when they agree (under Ray
+    no session is built here: each cell's run names its own)."""
     if not sessions:
         return "per cell run" if args.judge else "-"
-    named = {d: s.judged_by for d, s in sessions.items()}
+    named = {d: s.derived.judged_by for d, s in sessions.items()}
     return (next(iter(named.values())) if len(set(named.values())) == 1
             else "; ".join(f"{d}: {j}" for d, j in named.items()))
 

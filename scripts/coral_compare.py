@@ -254,7 +254,7 @@ def main(argv=None) -> dict[str, dict]:
     examples = s.evaluated(examples)
     metric = next(iter(s.metrics))
     results = {}
-    run_name = f"coral-compare-{args.dataset}-{s.corpus_params()['corpus_source'].split()[0]}"
+    run_name = f"coral-compare-{args.dataset}-{s.derived.corpus_params()['corpus_source'].split()[0]}"
     with tracking.run(args.experiment, run_name, tags={"entry": ENTRY}) as run:
         tracking.log_params(s.params("coral") | {
             "programs": args.programs, "split": args.split, "balance": args.balance or "",
@@ -290,7 +290,7 @@ def main(argv=None) -> dict[str, dict]:
         cells = [r.cell for r in results.values()]
         reference = next((c for c in cells if c.label == "coral"), cells[0])
         board = suite.log_leaderboard(list(results.values()), suite.against(reference, cells),
-                                      f"CORAL comparison, {args.dataset}, {s.corpus_params()['corpus_source']}, "
+                                      f"CORAL comparison, {args.dataset}, {s.derived.corpus_params()['corpus_source']}, "
                                       f"lm {args.lm}")
         rows = {label: r.summary for label, r in results.items()}
         records_by = {label: r.records for label, r in results.items()}
@@ -313,7 +313,7 @@ def main(argv=None) -> dict[str, dict]:
             mlflow.log_figure(fig, "coral_language_mix.png")
             plt.close(fig)
         mlflow.log_text(text + "\n", "comparison.md")
-    print(f"\n{args.dataset} | corpus: {s.corpus_params()['corpus_source']} | leave-question-out: "
+    print(f"\n{args.dataset} | corpus: {s.derived.corpus_params()['corpus_source']} | leave-question-out: "
           f"{args.leave_question_out} | lm: {args.lm} | run {run.info.run_id}\n\n{board.markdown}\n{text}")
     return rows
 

@@ -54,7 +54,7 @@ def check_same_writer(s, method: str, baseline: str) -> None:
     variants of the baseline's class that do (``rag`` -> ``rag_cot`` for ``par2``)."""
     def form(name: str) -> list:
         try:
-            return writer_form(programs.build(name, search=s.retriever, **s.program_config(name)))
+            return writer_form(programs.build(name, search=s.retriever, **s.derived.program_config(name)))
         except FileNotFoundError as err:  # e.g. rag_critic's taxonomy file
             fail(str(err))
 
@@ -120,7 +120,7 @@ def main(argv=None) -> dict:
         for rung in args.rungs:
             s = session(rung_args(args, rung), True)
             cell = dataclasses.replace(suite.cell(args.program, args.dataset, {"k": args.k, "loops": args.loops},
-                                                  s.oracle(args.program)), variant=rung.replace("-", "_"))
+                                                  s.derived.oracle(args.program)), variant=rung.replace("-", "_"))
             program = None
             if rung.startswith("fused"):
                 program, fits = fitted(s, args.program)

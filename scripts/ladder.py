@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from dataclasses import replace
 
 import mlflow
 
@@ -66,7 +65,7 @@ def given_back(cell: suite.Cell) -> str:
 def arm_session(s, cell: suite.Cell):
     """The dataset's session as ``cell``'s arm runs: its k and its oracle roles."""
     cs = suite.cell_session(s, cell)
-    return replace(cs, args=cs.args.replace(oracle=cell.oracle))
+    return cs.with_settings(oracle=cell.oracle)
 
 
 def run_arm(s, cell: suite.Cell, parent_run_id: str) -> tuple[suite.Result, Counter]:
@@ -198,7 +197,7 @@ def main(argv=None, hook=None) -> dict:
         pairs = [pair for c in cells if c.oracle == ALL for pair in suite.against(c, [
             o for o in cells if o.program == c.program])]
         board = suite.log_leaderboard(results, pairs, f"ladder: {title}, judge {suite.judged_by(args, sessions)}")
-        text = report(results, calls, title, {d: s.judged_by for d, s in sessions.items()})
+        text = report(results, calls, title, {d: s.derived.judged_by for d, s in sessions.items()})
         mlflow.log_text(text, "report.md")
         mlflow.log_text(json.dumps({f"{c.label}@{c.dataset}": dict(n) for c, n in calls.items()}, indent=1),
                         "lm_calls_by_predictor.json")

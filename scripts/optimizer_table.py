@@ -62,7 +62,7 @@ def main(argv=None) -> dict:
     metric_name, metric = compile_metric(s.bundle.task, args.metric, s.judge)
     proposer = (make_lm(args.proposer_lm, args.api_base, cache=not args.no_cache) if args.proposer_lm
                 else s.roles.lm("planner"))
-    proposer_id = args.proposer_lm or s.lm_ids()["planner_lm"]
+    proposer_id = args.proposer_lm or s.derived.lm_ids()["planner_lm"]
     base = suite.cell(args.program, args.dataset, {"k": args.k, "loops": args.loops})
     results = []
     with tracking.run(args.experiment, f"{args.suite}-{args.dataset}", tags={"entry": ENTRY}) as parent:
@@ -84,7 +84,8 @@ def main(argv=None) -> dict:
                                                              proposer, ledger)
                     cost = compile_cost(spent)
                     with tempfile.TemporaryDirectory() as tmp:
-                        fitting.log_compiled(s, program, args.program, Path(tmp) / "program.json")
+                        fitting.log_compiled(program, args.program, s.derived.config, s.derived.data,
+                                             Path(tmp) / "program.json")
             result = suite.run_cell(s, cell, parent.info.run_id, args.suite, program=program, entry=ENTRY,
                                     run_id=child.info.run_id)
             result.summary |= cost

@@ -85,7 +85,7 @@ def main(argv=None) -> dict[str, dict]:
     args = s.args  # as resolved
     examples = getattr(s.splits, args.split)
     title = (f"PAR2-RAG comparison: {args.dataset} {args.split}, n={len(examples)}, seed={args.seed}, k={args.k}, "
-             f"lm={args.lm}, planner={args.planner_lm or args.lm}, judge={s.judged_by}")
+             f"lm={args.lm}, planner={args.planner_lm or args.lm}, judge={s.derived.judged_by}")
     groups = {args.loops: [suite.cell(name, args.dataset, {"loops": args.loops}, args.oracle)
                            for name in args.programs]}
     for h in args.budgets:

@@ -92,7 +92,7 @@ def main(argv=None) -> dict[str, dict]:
                 print(f"run {run.info.run_id}: {lines[-1]}", file=sys.stderr, flush=True)
         text = "\n".join(lines)
         mlflow.log_text(text + "\n", "planner_eval.md")
-    print(f"\n{args.dataset} | corpus: {s.corpus_params()['corpus_source']} | run {run.info.run_id}\n\n{text}")
+    print(f"\n{args.dataset} | corpus: {s.derived.corpus_params()['corpus_source']} | run {run.info.run_id}\n\n{text}")
     return results
 
 

@@ -94,7 +94,7 @@ def report(args, taxonomy):
             if r.cell.program in (args.error_profile or ()):
                 s = sessions[r.cell.dataset]
                 out += ["", f"### error profile of {r.cell.label}", "", error_profile(
-                    s, r.records, taxonomy, f"{r.cell.label} (labels by {s.lm_ids()['judge_lm']})")]
+                    s, r.records, taxonomy, f"{r.cell.label} (labels by {s.derived.lm_ids()['judge_lm']})")]
         return "\n".join(out) + "\n"
     return make
 

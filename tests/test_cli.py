@@ -1,5 +1,3 @@
-from types import SimpleNamespace
-
 import mlflow
 import pytest
 from dspy.utils.dummies import DummyLM
@@ -9,6 +7,7 @@ import optimize
 import programs
 from experiments import cli
 from experiments import sessions, stages
+from experiments.derived import Derived
 from runtime import store
 
 
@@ -115,8 +114,8 @@ def test_multilingual_programs_default_to_the_multilingual_demo_set():
 def test_each_method_takes_its_own_default_budgets_and_par2_flags_reach_it_and_are_logged():
     def config(*argv):
         args = cli.parser("x").parse_args(["--program", "par2", *argv])
-        s = sessions.Session(args, SimpleNamespace(task="short"), None, None, None, {}, None)
-        return {name: programs.accepted_config(name, s.config) for name in ("par2", "par2_chain", "ircot", "rag")}
+        config = Derived(args, "short").config
+        return {name: programs.accepted_config(name, config) for name in ("par2", "par2_chain", "ircot", "rag")}
 
     default = config()
     assert default["par2"]["loops"] == default["par2_chain"]["loops"] == 5 and default["par2"]["subqueries"] == 5

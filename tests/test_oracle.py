@@ -1,6 +1,5 @@
 """Oracle roles (--oracle): each role reads only its own gold labels, no prompt carries a label, and the loops do what
 the gold says -- CORAL and CRAG keep exactly the gold passages they retrieve, SEAL stops exactly when it holds them."""
-from types import SimpleNamespace
 
 import dspy
 import pytest
@@ -9,6 +8,7 @@ import data
 import programs
 from experiments import cli
 from experiments import sessions
+from experiments.derived import Derived
 from evaluation import loop as evaluation
 from evaluation.metrics import accuracy, exact_match, gold_of
 from experiments.suite import Cell, Entry, cell_name, plan, parser as suite_parser
@@ -272,7 +272,7 @@ def test_a_program_that_reads_the_culture_label_is_marked_as_an_oracle_row():
     cells, _ = plan((Entry("coral", ("mono_rag", "multi_rag", "own_en_rag"), ("blend",)),))
     assert [c.label for c in cells] == ["coral", "mono_rag+oracle:own", "multi_rag", "own_en_rag+oracle:own"]
     args = suite_parser("x").parse_args(["--suite", "coral,mono_rag"])
-    s = sessions.Session(args, SimpleNamespace(task="mcq"), None, None, None, {}, None)
+    s = sessions.Session(Derived(args, "mcq"), None, None, None, None, {}, None)
     assert cell_name(s, Cell("mono_rag", "blend", (), "compiled")) == "mono_rag_compiled+oracle:own"
 
 
@@ -281,7 +281,7 @@ def test_oracle_rows_are_marked_in_config_params_and_suite_labels_and_bad_roles_
     examples = [dspy.Example(id="h1", question="q", answer="a", answers=["a"], gold_titles=["T"])]
     assert sessions.check_oracle(args, examples) == "relevance,verdict"
     args = args.replace(oracle="relevance,verdict", max_chars=600)
-    s = sessions.Session(args, SimpleNamespace(task="short"), None, None, None, {}, None)
+    s = Derived(args, "short")
     assert s.config["oracle"] == "relevance,verdict"  # in every checkpoint key of the run
     assert s.oracle("crag") == "relevance" and s.program_config("crag")["oracle"] == "relevance"
     assert s.oracle("rag") == "" and "oracle" not in s.program_config("rag")

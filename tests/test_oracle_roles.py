@@ -9,7 +9,7 @@ import pytest
 import data
 import programs
 from evaluation.metrics import gold_of
-from experiments import cli, sessions
+from experiments import cli, derived, sessions
 from programs.rag_critic.plan import oracle_plan
 from programs.shared.oracle import ALL, Gold, Hop, check_roles, gold_labels, labelling, parse_roles
 from programs.shared.text import IDK
@@ -107,9 +107,9 @@ def test_all_expands_to_every_role_a_program_has_and_unknown_roles_are_refused()
 
 
 def test_a_run_names_its_oracle_all_and_only_roles_it_has():
-    assert sessions.program_oracle("all", "rag") == "all"
-    assert sessions.program_oracle("writer,relevance", "rag") == "writer"
-    assert sessions.program_oracle("relevance", "rag") == ""
+    assert derived.program_oracle("all", "rag") == "all"
+    assert derived.program_oracle("writer,relevance", "rag") == "writer"
+    assert derived.program_oracle("relevance", "rag") == ""
 
 
 def test_the_generative_roles_need_their_labels():
@@ -179,7 +179,7 @@ def sessions_config(name: str) -> dict:
     """The config a session builds ``name`` with under ``--oracle all`` (small budgets: k=2 of 4 passages, so the
     loops must find the second hop)."""
     args = SimpleNamespace(oracle="all")
-    return programs.accepted_config(name, {"oracle": sessions.program_oracle(args.oracle, name), "k": 2,
+    return programs.accepted_config(name, {"oracle": derived.program_oracle(args.oracle, name), "k": 2,
                                            "loops": 3, "rounds": 1, "max_chars": None})
 
 

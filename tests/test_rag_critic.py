@@ -13,6 +13,7 @@ import evaluate
 import programs
 from experiments import cli
 from experiments import sessions
+from experiments.derived import Derived
 from evaluation import error_profile as ep
 from programs.rag_critic.error_critic import ErrorCritic, parse_verdict
 from programs.rag_critic.executor import PlanExecutor
@@ -469,7 +470,7 @@ def test_self_refine_runs_rounds_until_its_feedback_finds_no_error_within_the_bu
     pred = SelfRefine(ScriptedSearch(), k=2)(question=Q)
     assert pred.answer == "Paris" and pred.trace["stop_reason"] == "unchanged" and pred.trace["iterations"] == 2
     args = cli.parser("x").parse_args(["--program", "self_refine", "--rounds", "5"])
-    config = sessions.Session(args, SimpleNamespace(task="short"), None, None, None, {}, None).config
+    config = Derived(args, "short").config
     assert programs.accepted_config("self_refine", config)["rounds"] == 5
 
 

@@ -16,6 +16,7 @@ import pytest
 from evaluation import leaderboard, tracking
 
 from experiments import suite
+from experiments.derived import Derived
 from experiments.sessions import Session
 from runtime import store
 
@@ -70,7 +71,7 @@ def test_the_arms_of_an_entry_run_at_its_methods_k_unless_k_is_given():
                                          "self_rag_k5", "self_refine", "flare", "metarag", "rag_critic_cot",
                                          "self_refine_cot"]
     def session(*argv):
-        return Session(suite_args(list(argv)), SimpleNamespace(task="short"), None, None, None, {}, None)
+        return Session(Derived(suite_args(list(argv)), "short"), None, None, None, None, {}, None)
 
     base = session()
     assert [suite.cell_session(base, c).args.k for c in cells] == [3, 3, 3, 3, 5, 5, 5, 5, 5, 5, 5, 5, 5]
@@ -122,7 +123,7 @@ def test_self_rag_is_compared_where_the_papers_compare_with_it_at_their_k():
     against = {(d, m.program, b.label) for d, m, b in pairs}
     for dataset in ("hotpotqa", "2wiki"):
         assert {(dataset, "seal", "self_rag"), (dataset, "rag_critic", "self_rag_k5")} <= against
-    base = Session(suite_args([]), SimpleNamespace(task="short"), None, None, None, {}, None)
+    base = Session(Derived(suite_args([]), "short"), None, None, None, None, {}, None)
     critic = [c for d, m, c in pairs if m.program.startswith("rag_critic")]
     assert {suite.cell_session(base, c).args.k for c in critic} == {5}
 

@@ -1,12 +1,12 @@
 """What the writers of the evidence programs are shown at a run's default settings (issue 61, items 4 and 6c): whole
 passages, cut only when ``--max-chars`` asks, and the question's language, as ``rag``'s writer is told it. Programs
 are built as a run builds them (flags parsed, the session's config) and run on a routed DummyLM."""
-from types import SimpleNamespace
 
 import pytest
 
 import programs
-from experiments import cli, sessions
+from experiments import cli
+from experiments.derived import Derived
 from retrieval.corpus import Passage
 from runtime.language import language_name
 from tests.dummies import routed
@@ -49,9 +49,8 @@ def taxonomy(monkeypatch):
 def writer_prompts(name: str, *flags: str, lang: str | None = None) -> list[str]:
     """The prompts of program ``name``'s writer calls, built from the command line ``flags`` as a run builds it."""
     args = cli.parser("t").parse_args(["--program", name, *flags])
-    s = sessions.Session(args, SimpleNamespace(task="short"), None, None, None, {}, None)
     lm = routed(ROUTES)
-    programs.build(name, search=OnePassage(), **s.program_config(name))(question=QUESTION, lang=lang)
+    programs.build(name, search=OnePassage(), **Derived(args, "short").program_config(name))(question=QUESTION, lang=lang)
     prompts = [h["messages"][-1]["content"] for h in lm.history if WRITER in h["messages"][-1]["content"]]
     assert prompts, f"{name} wrote no answer"
     return prompts

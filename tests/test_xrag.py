@@ -371,7 +371,7 @@ def test_a_runs_judge_is_named_as_the_panel_on_xrag_and_as_the_judge_lm_elsewher
               "--test", "0", "--lm", "openai/w"]
 
     def judged(*flags):
-        return sessions.session(cli.parser("t").parse_args(common + list(flags)), needs_search=False).judged_by
+        return sessions.session(cli.parser("t").parse_args(common + list(flags)), needs_search=False).derived.judged_by
     assert judged("--dataset", "xrag_mono:de", "--judge", "--judge-lms", "a,b") == "a+b"
     assert judged("--dataset", "demo", "--judge", "--judge-lms", "a,b", "--judge-lm", "openai/j") == "openai/j"
     assert judged("--dataset", "xrag_mono:de") == "-"
@@ -598,10 +598,10 @@ def test_xrag_sessions_show_whole_passages_with_their_dates(xquad_dir, dummy):
         return sessions.session(args, needs_search=False)
 
     def config(name, *flags):
-        return session(name, *flags).config["max_chars"]
+        return session(name, *flags).derived.config["max_chars"]
     assert config("xrag_mono_oracle:de") is None and config("demo") is None and config("xrag_mono:de", "--max-chars",
                                                                                          "300") == 300
-    built = build("rag", search=object(), **session("xrag_mono_oracle:de").program_config("rag"))
+    built = build("rag", search=object(), **session("xrag_mono_oracle:de").derived.program_config("rag"))
     assert built.writer.max_chars is None  # the program as built shows the whole passage, not the 600 default
     late = "Filler words about the harbor. " * 30 + "The lighthouse was built in 1902."  # gold past 900 chars
     passage = Corpus("en", [{"id": "1", "title": "Harbor", "text": late, "date": "2024-05-04"}], "en").passage(0)
@@ -673,10 +673,10 @@ def test_xrag_answers_are_judged_by_the_local_lms_but_the_generators_and_keyed_b
     assert "judged by local:qwen-1.5b alone (the generator's LM local:qwen-0.5b" in capsys.readouterr().err
     s = sessions.session(evaluate.parser("t").parse_args(argv), needs_search=False)
     assert len(s.judge.judges) == 1 and s.params("rag")["judge_lms"] == "local:qwen-1.5b"
-    assert [lm.split("@")[0] for lm in s.model_ids()["judge_lms"]] == ["local:qwen-1.5b"]
-    assert s.judged_by.startswith("local:qwen-1.5b alone")
+    assert [lm.split("@")[0] for lm in s.derived.model_ids()["judge_lms"]] == ["local:qwen-1.5b"]
+    assert s.derived.judged_by.startswith("local:qwen-1.5b alone")
     other = sessions.session(evaluate.parser("t").parse_args([*argv, "--lm", "openai/x"]), needs_search=False)
-    assert other.params("rag")["judge_lms"] == "local:qwen-0.5b,local:qwen-1.5b" and other.judged_by == (
+    assert other.params("rag")["judge_lms"] == "local:qwen-0.5b,local:qwen-1.5b" and other.derived.judged_by == (
         "local:qwen-0.5b+local:qwen-1.5b")
     with pytest.raises(SystemExit) as stop:
         sessions.session(evaluate.parser("t").parse_args([*argv, "--judge-lms", "local:qwen-0.5b,openai/j"]),
