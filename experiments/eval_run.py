@@ -13,13 +13,12 @@ from experiments.suite import parser as suite_parser
 from runtime.settings import Setting
 
 
+ERROR_PROFILE = Setting("error_profile", bool, False, "label the program's wrong answers with RAG-Critic's error "
+                        "critic on the judge LM (--judge-lm: labelling is evaluation, not part of the program) and log "
+                        "the tier-1/tier-2 distribution (table + bar chart); needs $RAG_DATA_DIR/rag_critic/",
+                        switch=True)
 #: evaluate.py's own settings, declared once.
-SETTINGS = (
-    Setting("compiled", str, None, "compiled program: program.json path or MLflow run id"),
-    Setting("error_profile", bool, False, "label the program's wrong answers with RAG-Critic's error critic on the "
-            "judge LM (--judge-lm: labelling is evaluation, not part of the program) and log the tier-1/tier-2 "
-            "distribution (table + bar chart); needs $RAG_DATA_DIR/rag_critic/", switch=True),
-)
+SETTINGS = (Setting("compiled", str, None, "compiled program: program.json path or MLflow run id"), ERROR_PROFILE)
 
 
 def parser(description: str) -> argparse.ArgumentParser:
@@ -34,15 +33,16 @@ def evaluate_program(s: Session, artifact: dict | None, given: dict) -> tuple[st
     run; returns its run id, its name and the summary."""
     args = s.args
     taxonomy = error_taxonomy(args.data_dir) if args.error_profile else None
+    roles = s.derived.oracle(args.program)
     try:
         program = (s.build_scored(args.program, lambda mc: programs.load_compiled(
-                       artifact, search=s.retriever, roles=s.roles, oracle=s.derived.oracle(args.program), mc=mc,
+                       artifact, search=s.retriever, roles=s.roles, oracle=roles, mc=mc,
                        given=given))
                    if artifact else s.build(args.program))
     except ValueError as err:  # a compiled program saved by another version of the program
         fail(str(err))
     examples = s.evaluated(getattr(s.splits, args.split))
-    run_name = (f"{args.program}{oracle_suffix(s.derived.oracle(args.program), args.program)}-{args.dataset}-{args.split}"
+    run_name = (f"{args.program}{oracle_suffix(roles, args.program)}-{args.dataset}-{args.split}"
                 + ("-compiled" if artifact else ""))
     with tracking.run(args.experiment, run_name, tags={"entry": "evaluate.py"}) as run:
         tracking.log_params(s.params(args.program) | {"split": args.split, "compiled_from": args.compiled or ""})

@@ -76,7 +76,8 @@ class Session:
 
     def params(self, program_name: str) -> dict:
         """The run's MLflow params: the program and its config, the data as loaded and split, the retriever, the
-        evaluation's settings (``evaluation.settings``, the judge panel as resolved) and the LMs (``Derived.lm_ids``)."""
+        evaluation's settings (``evaluation.settings``, the judge panel as resolved) and the LMs
+        (``Derived.lm_ids``)."""
         a, d, sizes = self.args, self.derived, {k: len(v) for k, v in self.splits.ids().items()}
         return {"program": program_name, "program_config": d.program_config(program_name),
                 "oracle": d.oracle(program_name),
@@ -132,9 +133,10 @@ class Session:
         """Per-example results file keyed by everything that changes them (the dataset and what its examples and
         corpora hold, a prebuilt index and its search settings, the models (``Derived.model_ids``), the embedder's
         versioned id, settings, prompts and demos, the code that answers through it,
-        :func:`experiments.code.answer_code`), so an interrupted run resumes and a changed one starts afresh. The slice is not part of the key: records are looked up by question
-        id (and used only for the question and gold they answered, ``evaluation.answered``), so a larger ``--test``
-        reuses the questions a smaller one answered, and a smaller one reads its subset. ``pooled``: the
+        :func:`experiments.code.answer_code`), so an interrupted run resumes and a changed one starts afresh. The
+        slice is not part of the key: records are looked up by question id (and used only for the question and gold
+        they answered, ``evaluation.answered``), so a larger ``--test`` reuses the questions a smaller one answered,
+        and a smaller one reads its subset. ``pooled``: the
         questions (as the program sees them) that the whole file depends on (PriDe's calibration prior), which are
         keyed."""
         a, d = self.args, self.derived

@@ -424,3 +424,23 @@ def parser(description: str) -> argparse.ArgumentParser:
     p = cli.parser(description)
     cli.add_flags(p, (SPLIT, *SETTINGS))
     return p
+
+
+#: The suite's own flags, which a script that runs its own cells (not through :func:`run_suite`) never reads.
+OWN_CELLS = ("suite", "datasets", "methods", "ray", "ray_cpus")
+
+
+def script_args(p: argparse.ArgumentParser, argv: list[str] | None, fixed: tuple[str, ...] = (),
+                takes: tuple[str, ...] = ()) -> Settings:
+    """A comparison script's command line (``p``: :func:`parser` with the script's own flags) parsed and refused as
+    ``evaluate.py --suite``'s is: a flag :data:`cli.APPLIES` keeps from a suite (but those the script ``takes``), or
+    one :data:`cli.NEEDS` says means nothing alone, is one line; so is a flag of ``fixed``, the settings the script
+    sets itself."""
+    args = p.parse_args(argv)
+    given = cli.given_flags(p, argv)
+    if taken := [name for name in fixed if name in given]:
+        flag = f"--{taken[0].replace('_', '-')}"
+        fail(f"{flag} does not apply to this script (it sets it itself, or never reads it): leave it out")
+    cli.check_applies(given - set(takes), cli.SUITE)
+    cli.check_needs(given, args)
+    return args

@@ -18,11 +18,12 @@ def positive(value: float) -> bool:
 
 
 OPTIMIZER = Setting("optimizer", str, "bootstrap", "the teleprompter that compiles the program", choices=OPTIMIZERS)
+DEMOS = Setting("demos", int, 2, "max bootstrapped and labeled demos per predictor", 0)
 #: The settings of a compile with any optimizer, each logged (:func:`params`) as it was given.
 SETTINGS = (
     Setting("metric", str, None, "compile metric (default: f1, or accuracy for MCQ; judge needs --judge)",
             choices=METRIC_NAMES),
-    Setting("demos", int, 2, "max bootstrapped and labeled demos per predictor", 0),
+    DEMOS,
     Setting("candidates", int, 4, "candidate programs (random_search, mipro)", 1),
     Setting("budget", int, None, "mipro trials / gepa metric calls", 1),
     Setting("compile_budget", int, None, "stop the compile at this many LM calls (cache hits included) and keep the "

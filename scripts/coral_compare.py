@@ -30,11 +30,12 @@ import matplotlib.pyplot as plt  # noqa: E402
 import mlflow  # noqa: E402
 
 import programs  # noqa: E402
-from experiments import suite  # noqa: E402
+from experiments import cli, suite  # noqa: E402
 from evaluation import tracking  # noqa: E402
 from evaluation.leaderboard import answered  # noqa: E402
 from experiments.cli import compile_metric, interruptible  # noqa: E402
 from experiments.sessions import session  # noqa: E402
+from optimizers import settings as compile_settings  # noqa: E402
 from optimizers.compile import compile_program  # noqa: E402
 from evaluation.loop import summarize  # noqa: E402
 from programs.shared.writer import Writer  # noqa: E402
@@ -240,9 +241,9 @@ def main(argv=None) -> dict[str, dict]:
     p.add_argument("--balance", metavar="FIELD", help="draw the evaluated questions (as many as the split) evenly "
                                                       "over this example field, e.g. country, from non-train examples")
     p.add_argument("--compile", action="store_true", help="also bootstrap coral on train and report it compiled")
-    p.add_argument("--demos", type=int, default=2, help="max bootstrapped and labeled demos per predictor")
+    cli.add_flags(p, (compile_settings.DEMOS,))
     p.set_defaults(dataset="demo_culture", split="test")
-    args = p.parse_args(argv)
+    args = suite.script_args(p, argv, suite.OWN_CELLS)
     s = session(args, needs_search=any(programs.spec(name).needs_search for name in args.programs))
     args = s.args  # as resolved
     examples = getattr(s.splits, args.split)
@@ -289,9 +290,9 @@ def main(argv=None) -> dict[str, dict]:
             run_program(suite.Cell("coral", args.dataset, (), "compiled"), compiled)
         cells = [r.cell for r in results.values()]
         reference = next((c for c in cells if c.label == "coral"), cells[0])
+        source = s.derived.corpus_params()["corpus_source"]
         board = suite.log_leaderboard(list(results.values()), suite.against(reference, cells),
-                                      f"CORAL comparison, {args.dataset}, {s.derived.corpus_params()['corpus_source']}, "
-                                      f"lm {args.lm}")
+                                      f"CORAL comparison, {args.dataset}, {source}, lm {args.lm}")
         rows = {label: r.summary for label, r in results.items()}
         records_by = {label: r.records for label, r in results.items()}
         text = table(rows, metric)

@@ -20,10 +20,11 @@ import math
 import mlflow
 
 import programs
-from experiments import suite
+from experiments import cli, suite
 from evaluation import tracking
 from experiments.cli import compile_metric, interruptible
 from experiments.sessions import session
+from optimizers import settings as compile_settings
 from optimizers.compile import compile_program
 from programs.registry import PAR2_H
 from evaluation.leaderboard import answered, fmt
@@ -77,9 +78,9 @@ def main(argv=None) -> dict[str, dict]:
     p.add_argument("--budgets", type=int, nargs="*", default=[], help="loop budgets H for the step-budget table")
     p.add_argument("--budget-programs", nargs="+", default=list(BUDGET_PROGRAMS), choices=programs.names())
     p.add_argument("--compile", action="store_true", help="also bootstrap par2 on train and report it compiled")
-    p.add_argument("--demos", type=int, default=2, help="max bootstrapped and labeled demos per predictor")
+    cli.add_flags(p, (compile_settings.DEMOS,))
     p.set_defaults(dataset="musique", split="test")
-    args = p.parse_args(argv)
+    args = suite.script_args(p, argv, suite.OWN_CELLS)
     args = args.replace(k=programs.run_k(REFERENCE, args.k))  # every arm at par2's k
     s = session(args, needs_search=True)
     args = s.args  # as resolved

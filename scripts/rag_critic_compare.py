@@ -2,7 +2,7 @@
 
 ``python -m scripts.rag_critic_compare --dataset hotpotqa --train 20 --dev 30 --test 30 --no-cache
 [--programs rag_critic rag rag_cot self_rag self_refine flare metarag] [--critic-lm local:qwen-1.5b]
-[--judge --judge-lm local:qwen-1.5b] [--error-profile rag]``
+[--judge --judge-lm local:qwen-1.5b] [--error-profile]``
 A thin use of ``evaluate.py --suite`` (takes every flag of evaluate.py): the first program is paired with the
 others in the suite's leaderboard (EM, F1, judge, LM calls, tokens and seconds per question, McNemar with CIs and
 Holm), one child run per program, checkpointed per question (an interrupted run resumes). By default the paper
@@ -13,7 +13,7 @@ share of answers the critic (self-feedback for self_refine, the monitor for meta
 plans, the plans whose answer read original plus newly found documents (supplementary retrieval) and the valid plans
 that ran without a step error, the critic's identification of wrong first answers (F1 < 0.5) from each critic
 program's own trace, with ``--judge`` the critic's confusion matrix against the judge's verdict on each first answer,
-and with ``--error-profile PROGRAM...`` those programs' wrong answers labelled by the error critic on the judge LM
+and with ``--error-profile`` each program's wrong answers labelled by the error critic on the judge LM
 (``--judge-lm``).
 """
 from __future__ import annotations
@@ -24,7 +24,7 @@ import dspy
 import mlflow
 
 from experiments import cli, suite
-from experiments.eval_run import error_profile, error_taxonomy
+from experiments.eval_run import ERROR_PROFILE, error_profile, error_taxonomy
 from evaluation.critic_scores import answer_is_wrong, identification
 from evaluation.leaderboard import fmt
 
@@ -90,11 +90,10 @@ def report(args, taxonomy):
                 mlflow.log_metrics({f"{r.cell.label}_critic_{k}": v for k, v in ident.items() if not math.isnan(v)})
                 out += ["", f"{r.cell.label} critic vs gold correctness of its first answer (F1 < 0.5 = wrong): "
                         + ", ".join(f"{k}={fmt(v)}" for k, v in ident.items())]
-        for r in results:
-            if r.cell.program in (args.error_profile or ()):
-                s = sessions[r.cell.dataset]
-                out += ["", f"### error profile of {r.cell.label}", "", error_profile(
-                    s, r.records, taxonomy, f"{r.cell.label} (labels by {s.derived.lm_ids()['judge_lm']})")]
+        for r in results if args.error_profile else ():
+            s = sessions[r.cell.dataset]
+            out += ["", f"### error profile of {r.cell.label}", "", error_profile(
+                s, r.records, taxonomy, f"{r.cell.label} (labels by {s.derived.lm_ids()['judge_lm']})")]
         return "\n".join(out) + "\n"
     return make
 
@@ -104,9 +103,9 @@ def main(argv=None) -> dict:
     entry = next(e for e in suite.SUITES["paper"] if e.method == "rag_critic")
     p.add_argument("--programs", nargs="+", default=[entry.method, *entry.baselines],
                    help="the method first, then the programs it is paired with (default: the paper suite's)")
-    p.add_argument("--error-profile", nargs="+", metavar="PROGRAM", help="label these programs' wrong answers")
+    cli.add_flags(p, (ERROR_PROFILE,))
     p.set_defaults(dataset="hotpotqa", split="test", suite="rag-critic-compare")
-    args = p.parse_args(argv)
+    args = suite.script_args(p, argv, ("datasets", "methods"), takes=("error_profile",))
     if args.ray:
         cli.fail("rag_critic_compare.py runs its cells in this process (the error profile needs the sessions); "
                  "use evaluate.py --suite for --ray")

@@ -1,15 +1,16 @@
 """SEAL-RAG grid: k x loop budget L x {seal, self_rag, crag, rag_cited} on one seeded multi-hop slice (HotpotQA by
 default), as a suite run.
 
-``python -m scripts.seal_grid --n 30 --lm local:qwen-0.5b --seed 13 [--judge-lm local:qwen-1.5b]
+``python -m scripts.seal_grid --dev 30 --lm local:qwen-0.5b --seed 13 [--judge-lm local:qwen-1.5b]
 [--ks 1 3] [--budgets 0 1 3 5] [--programs seal self_rag crag rag_cited] [--ledger-to-writer] [--corpus bundled]
 [--dataset musique]``
 
-A thin use of ``evaluate.py --suite`` (``experiments/suite.py``): the grid is one suite entry (seal against its
-baselines at every (k, L)), so every cell gets its child run, per-question checkpoint and the suite's leaderboard
-(judge, EM, F1, retrieval, cost; seal vs each arm by exact McNemar with bootstrap CIs and Holm). This script adds
-what only SEAL has, logged as the parent run's ``report.md``: how many held passages the ranking replaced per
-repair, and paired t-tests on gold-title precision/recall/F1@k (bootstrap CIs, Holm across the whole grid).
+A thin use of ``evaluate.py --suite`` (``experiments/suite.py``), whose flags it takes (``--dev``: the questions of
+the seeded slice; a flag the grid sets itself, or one a suite refuses, is one line): the grid is one suite entry
+(seal against its baselines at every (k, L)), so every cell gets its child run, per-question checkpoint and the
+suite's leaderboard (judge, EM, F1, retrieval, cost; seal vs each arm by exact McNemar with bootstrap CIs and
+Holm). This script adds what only SEAL has, logged as the parent run's ``report.md``: how many held passages the
+ranking replaced per repair, and paired t-tests on gold-title precision/recall/F1@k (bootstrap CIs, Holm across the whole grid).
 
 Every arm answers with the same writer over its final k passages (2-4 words with cited passages, or "I don't
 know"; ``rag_cited`` is single-pass rag under that writer, run once per k); ``--ledger-to-writer`` adds seal_ledger
@@ -24,8 +25,7 @@ import math
 
 import mlflow
 
-from data import corpora as sources
-from experiments import suite
+from experiments import cli, suite
 from experiments.cli import interruptible
 from evaluation.leaderboard import fmt
 from evaluation.stats import bootstrap_ci, holm, paired_scores, paired_t
@@ -91,34 +91,35 @@ def report(results: list, sessions=None) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main(argv=None) -> dict:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--dataset", default="hotpotqa", choices=("hotpotqa", "2wiki", "musique"),
-                   help="multi-hop dataset of the seeded slice")
-    p.add_argument("--n", type=int, default=30, help="questions in the seeded slice")
-    p.add_argument("--lm", default="local:qwen-0.5b", help="LM for every role but the judge")
-    p.add_argument("--judge-lm", help="judge LM (default: --lm)")
-    p.add_argument("--seed", type=int, default=13, help="slice seed")
+DATASETS = ("hotpotqa", "2wiki", "musique")
+#: What the grid sets itself: its suite and split (every question of ``--dev`` is a grid question), its k and L
+#: (``--ks``, ``--budgets``) and the LM cache (``--cache``).
+FIXED = ("suite", "datasets", "methods", "split", "train", "test", "k", "loops", "no_cache")
+
+
+def parser() -> argparse.ArgumentParser:
+    """The suite's flags (``experiments.suite.parser``) at the grid's defaults, with the grid's own."""
+    p = suite.parser(__doc__.splitlines()[0])
+    p.set_defaults(dataset="hotpotqa", dev=30, corpus="multihop_pool", experiment="seal-grid", judge=True)
     p.add_argument("--ks", type=int, nargs="+", default=[1, 3], help="retrieval depths")
     p.add_argument("--budgets", type=int, nargs="+", default=[0, 1, 3, 5], help="loop budgets L")
     p.add_argument("--programs", nargs="+", default=list(PROGRAMS), choices=PROGRAMS, help="arms (seal is always run)")
-    p.add_argument("--ledger-to-writer", action="store_true", help="add seal_ledger rows (writer sees the ledger)")
-    p.add_argument("--corpus", default="multihop_pool", type=sources.source_arg,
-                   help="retrieval corpus (default: multihop_pool; bundled: HotpotQA's own paragraphs)")
-    p.add_argument("--data-dir", help="benchmark data folder (default: $RAG_DATA_DIR)")
-    p.add_argument("--experiment", default="seal-grid", help="MLflow experiment")
     p.add_argument("--cache", action="store_true", help="reuse cached LM responses (faster, but cells that share "
                                                         "prompts, e.g. seal at L=1 and L=3, then report fewer s/q)")
-    args = p.parse_args(argv)
-    flags = ["--suite", "seal-grid", "--dataset", args.dataset, "--train", "0", "--dev", str(args.n), "--test", "0",
-             "--split", "dev", "--seed", str(args.seed), "--lm", args.lm, "--judge", "--experiment", args.experiment,
-             "--corpus", args.corpus]
-    flags += ["--judge-lm", args.judge_lm] if args.judge_lm else []
-    flags += ["--data-dir", args.data_dir] if args.data_dir else []
-    flags += [] if args.cache else ["--no-cache"]
+    return p
+
+
+def main(argv=None) -> dict:
+    p = parser()
+    args = suite.script_args(p, argv, FIXED)
+    if args.dataset not in DATASETS:
+        cli.fail(f"--dataset {args.dataset}: the grid's title metrics need a multi-hop dataset ({', '.join(DATASETS)})")
+    # --ledger-to-writer adds the seal_ledger rows (seal whose writer sees the ledger) beside seal's own
     baselines = [n for n in args.programs if n != "seal"] + ([LEDGER] if args.ledger_to_writer else [])
     entry = suite.Entry("seal", tuple(baselines), (args.dataset,), {"k": tuple(args.ks), "loops": tuple(args.budgets)})
-    out = suite.run_suite(suite.parser(__doc__.splitlines()[0]).parse_args(flags), custom=(entry,), report=report)
+    args = args.replace(suite="seal-grid", split="dev", train=0, test=0, no_cache=not args.cache,
+                        ledger_to_writer=False)
+    out = suite.run_suite(args, custom=(entry,), report=report)
     return {r.cell.label: r.summary | replacements(r.records) for r in out["results"]}
 
 

@@ -36,7 +36,8 @@ import programs
 from experiments import suite
 from evaluation import tracking
 from experiments.cli import interruptible
-from experiments.sessions import judge_panel, panel_note, session
+from experiments.derived import judge_panel, panel_note
+from experiments.sessions import session
 
 CONDITIONS = ("none", "oracle", "full", "open")
 FULL_K = 8  # supporting + distractors: every visible document
@@ -115,10 +116,10 @@ def main(argv=None) -> dict:
     p.add_argument("--judge-all", action="store_true",
                    help="also report the judge verdict alone (costs a judge call on wrong-language answers too); "
                         "by default the panel is asked only where accuracy needs it (language right, no exact match)")
-    p.set_defaults(split="test")
-    args = p.parse_args(argv)
+    p.set_defaults(split="test", judge=True)
+    args = suite.script_args(p, argv, (*suite.OWN_CELLS, "dataset", "train", "dev", "test"))
     # the open condition's top k: every program at rag's
-    args = args.replace(judge=True, train=0, dev=0, test=1, k=programs.run_k("rag", args.k))
+    args = args.replace(train=0, dev=0, test=1, k=programs.run_k("rag", args.k))
     chosen = sample_ids(datasets.data_dir(args.data_dir), args.n, args.seed)
     summaries, results, pairs = {}, [], []
     with tracking.run(args.experiment, f"xrag-eval-n{args.n}", tags={"entry": ENTRY}) as run:

@@ -542,7 +542,7 @@ def test_compare_script_runs_the_suite_and_profiles_the_named_program(taxonomy, 
                   "question": {"answer": "Paris"}})
     monkeypatch.setattr(sessions, "make_lm", lambda *a, **k: lm)
     summaries = rag_critic_compare.main(["--dataset", "demo", "--train", "0", "--dev", "0", "--test", "2", "--k", "2",
-                                         "--programs", "rag", "direct", "--error-profile", "rag"])
+                                         "--programs", "rag", "direct", "--error-profile"])
     assert set(summaries) == {"rag", "direct"} and summaries["rag"]["n"] == 2
     out = capsys.readouterr().out
     assert "| demo | rag | direct | em | 2 |" in out and "### error profile of rag" in out

@@ -63,7 +63,7 @@ def test_grid_runs_every_arm_in_the_pool_and_logs_one_run(pool_dir, embedder, mo
                   "`[[ ## same ## ]]`": Queue({"same": "False"})})
     monkeypatch.setattr(sessions, "make_lm", lambda *a, **k: lm)
     monkeypatch.setattr(sessions, "Retriever", lambda corpora, *a, **kw: Retriever(corpora, embedder))
-    summaries = grid.main(["--n", "2", "--ks", "2", "--budgets", "0", "1", "--data-dir", str(pool_dir),
+    summaries = grid.main(["--dev", "2", "--ks", "2", "--budgets", "0", "1", "--data-dir", str(pool_dir),
                            "--ledger-to-writer"])
     assert set(summaries) == {"rag_cited_k2", "seal_k2_L0", "self_rag_k2_L0", "crag_k2_L0", "seal_ledger_k2_L0",
                               "seal_k2_L1", "self_rag_k2_L1", "crag_k2_L1", "seal_ledger_k2_L1"}
