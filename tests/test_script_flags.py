@@ -20,8 +20,7 @@ LEFT = {"bench_ann": {"--out"}, "bench_engines": {"--rounds", "--threads", "--ou
         "bench_threads": {"--threads", "--program", "--dataset", "--lm", "--api-base", "--out"},
         "bench_tracing": {"--program", "--lm"}, "build_index": {"--out", "--embedder", "--index"},
         "chaos_run": {"--program", "--embedder", "--seed"}, "check_mlflow_ui": {"--experiment"},
-        "critic_auc": {"--datasets", "--candidates", "--lm", "--api-base", "--k", "--embedder", "--max-chars",
-                       "--seed", "--data-dir", "--no-cache", "--out", "--experiment"},
+        "critic_auc": {"--datasets", "--candidates", "--lm", "--k", "--out"},
         "critic_eval": {"--data-dir", "--experiment"}, "gold_span_cut": {"--data-dir"},
         "retrieval_difficulty": {"--dataset", "--k", "--embedder", "--data-dir"},
         "xrag_build": {"--lm", "--api-base", "--data-dir", "--seed", "--out"}}
