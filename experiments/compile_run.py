@@ -69,7 +69,7 @@ def compile_and_score(s: Session, metric_name: str, metric) -> CompileRun:
         stage("test_after", compiled, s.splits.test)
 
         out = Path(args.out) if args.out else Path(tempfile.mkdtemp()) / "program.json"
-        log_compiled(compiled, args.program, s.derived.config, s.derived.data, out)
+        log_compiled(s.derived, compiled, args.program, out)
         prompts = tracking.register_prompts(compiled, args.program, {"optimizer": args.optimizer,
                                                                      "dataset": args.dataset,
                                                                      "teacher": args.teacher})

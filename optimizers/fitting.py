@@ -1,4 +1,4 @@
-"""A run's program compiled as the compile flags say: its gates fitted on dev (before the compile and after),
+"""A session's program compiled as the compile flags say: its gates fitted on dev (before the compile and after),
 its demos fitted to a token budget, the compile's cost kept in a ledger across runs (and under ``--no-cache`` its
 answers, so a re-run resumes it), the compiled program saved and logged."""
 from __future__ import annotations
@@ -10,14 +10,12 @@ import sys
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Protocol
 
 import dspy
 import mlflow
 from dspy.clients.cache import Cache
 
 import programs
-from data import Splits
 from decoding.decisions import describe
 from evaluation import tracking
 from optimizers import calibration, compile as compile_module
@@ -26,27 +24,16 @@ from optimizers.compile import compile_program, fit_demos, unecho_demos
 from optimizers.settings import CompileOptions
 from runtime.files import locked, write_whole
 from runtime.metering import Limit, metered
-from runtime.roles import Roles, assign_roles
+from runtime.roles import assign_roles
 
 #: The code a compile runs beyond the answer code its checkpoints are keyed by: the optimizers, the gate fitting and
 #: this module.
 COMPILE_CODE = (compile_module, calibration, sys.modules[__name__])
 
 
-class Run(Protocol):
-    """What a compile reads of its run (``experiments.sessions.Session`` is one): the role LMs, the questions it
-    learns from (train) and fits gates on (dev), and where a program's per-question files are kept, keyed as its
-    checkpoints are."""
-    roles: Roles
-    splits: Splits
-
-    def checkpoint(self, stage: str, program_name: str, program: dspy.Module, pooled: tuple[str, ...] = ()) -> Path:
-        ...
-
-
-def compile_fitted(s: Run, program: dspy.Module, optimizer: str, options: CompileOptions, metric, proposer: dspy.LM,
+def compile_fitted(s, program: dspy.Module, optimizer: str, options: CompileOptions, metric, proposer: dspy.LM,
                    ledger: Path | None = None, teacher: dspy.Module | None = None) -> tuple[dspy.Module, dict]:
-    """Compile ``program`` of run ``s`` (its roles, splits and checkpoints) with ``optimizer`` as the compile
+    """Compile ``program`` of session ``s`` (its roles, splits and checkpoints) with ``optimizer`` as the compile
     ``options`` say (its calls metered, within the compile budget; ``proposer``: MIPROv2's instruction proposer and
     GEPA's reflection LM), fit its demos to ``--demo-tokens`` and its gates to dev (:func:`fit_gates`: before the
     compile too, so the compile bootstraps, searches and scores the program as it will run, not through unfitted
@@ -136,7 +123,7 @@ def answers_kept(where: Path | None, lms: list[dspy.LM]):
             lm.cache = flag
 
 
-def compile_ledger(s: Run, label: str, program: dspy.Module, params: dict, seed: int) -> Path:
+def compile_ledger(s, label: str, program: dspy.Module, params: dict, seed: int) -> Path:
     """Where the cost of compiling ``program`` (as ``label``, with compile ``params``) is kept across runs: beside
     its checkpoints, keyed like them (the program, its settings, the models, the answer code), and by what else made
     the compile: the train and dev questions it learns and fits from, the ``seed``, its settings (``params``) and its
@@ -166,7 +153,7 @@ def carried(ledger: Path, seconds: float, cost, finished: bool) -> dict:
     return spent
 
 
-def fit_gates(s: Run, program: dspy.Module, options: CompileOptions, metric, name: str = "calibration") -> None:
+def fit_gates(s, program: dspy.Module, options: CompileOptions, metric, name: str = "calibration") -> None:
     """With ``options.decisions`` ``logprob|fused``: fit the thresholds (and fusion weights) of ``program``'s gates on
     dev, answer-level gates by the compile ``metric``'s verdict; logged to the active run under ``name``. The dev
     decisions are journalled per question, keyed like a checkpoint (the program as it is, the dev questions, the
@@ -185,8 +172,8 @@ def fit_gates(s: Run, program: dspy.Module, options: CompileOptions, metric, nam
         print(f"{name.replace('_', ' ')} {gate}: {describe(fit)}", file=sys.stderr)
 
 
-def log_compiled(compiled: dspy.Module, program_name: str, config: dict, data: dict, out: Path) -> None:
-    """Save ``compiled`` (``program_name``, built with ``config``; ``data``: the settings that rebuild its retriever
-    and split) to ``out`` (program.json: what ``evaluate.py --compiled RUN`` loads) and log it to the active run."""
-    programs.save_compiled(compiled, out, program_name, config, data)
+def log_compiled(s, compiled: dspy.Module, program_name: str, out: Path) -> None:
+    """Save ``compiled`` (``program_name``, built with the session ``s``'s settings) to ``out`` (program.json: what
+    ``evaluate.py --compiled RUN`` loads) and log it to the active run."""
+    programs.save_compiled(compiled, out, program_name, s.config, s.data)
     mlflow.log_artifact(str(out))

@@ -84,8 +84,7 @@ def main(argv=None) -> dict:
                                                              proposer, ledger)
                     cost = compile_cost(spent)
                     with tempfile.TemporaryDirectory() as tmp:
-                        fitting.log_compiled(program, args.program, s.derived.config, s.derived.data,
-                                             Path(tmp) / "program.json")
+                        fitting.log_compiled(s.derived, program, args.program, Path(tmp) / "program.json")
             result = suite.run_cell(s, cell, parent.info.run_id, args.suite, program=program, entry=ENTRY,
                                     run_id=child.info.run_id)
             result.summary |= cost
