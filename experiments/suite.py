@@ -427,7 +427,7 @@ def parser(description: str) -> argparse.ArgumentParser:
 
 
 #: The suite's own flags, which a script that runs its own cells (not through :func:`run_suite`) never reads.
-OWN_CELLS = ("suite", "datasets", "methods", "ray", "ray_cpus")
+OWN_CELLS = ("suite", "datasets", "methods", "arms", "ray", "ray_cpus")
 
 
 def script_args(p: argparse.ArgumentParser, argv: list[str] | None, fixed: tuple[str, ...] = (),

@@ -61,7 +61,7 @@ def main(argv=None) -> dict:
     p.set_defaults(oracle="all", split="test", train=0, dev=0, datasets=list(DATASETS))
     p.add_argument("--ceiling-methods", nargs="+", default=list(METHODS), choices=programs.names(),
                    help="methods measured against rag (default: every agentic method)")
-    args = suite.script_args(p, argv, ("suite", "methods", "ray", "ray_cpus", "dataset"))
+    args = suite.script_args(p, argv, ("suite", "methods", "arms", "ray", "ray_cpus", "dataset"))
     if args.oracle != "all":
         cli.fail("--oracle: the ceiling is every role oracle (all); for one role's bound use evaluate.py --oracle ROLE")
     bundles = {d: datasets.load(d, args.data_dir) for d in args.datasets}

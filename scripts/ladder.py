@@ -161,7 +161,7 @@ def main(argv=None, hook=None) -> dict:
     p.add_argument("--programs", nargs="+", default=list(PROGRAMS), choices=programs.names(),
                    help="methods to ladder (default: par2 seal coral)")
     p.add_argument("--full", action="store_true", help="a last arm with no oracle at all (every role the LM's)")
-    args = suite.script_args(p, argv, ("suite", "methods", "ray", "ray_cpus"))
+    args = suite.script_args(p, argv, ("suite", "methods", "arms", "ray", "ray_cpus"))
     if args.oracle:
         cli.fail("--oracle: the ladder sets each arm's oracle roles itself; drop --oracle")
     if bare := [m for m in args.programs if not programs.oracle_roles(m)]:
