@@ -13,8 +13,9 @@ LLAMA    := 0.3.36
 TORCH    := 2.13.0
 TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 # llama.cpp's instruction sets: those this machine compiles and runs (probed: scripts/llama_flags.py), never those
-# the CPU merely lists (GGML_NATIVE=ON crashed on a VM that hides some); the wheel is cached by version and sets.
-LLAMA_PROBE := $(shell $(PYTHON) -m scripts.llama_flags)
+# the CPU merely lists (GGML_NATIVE=ON crashed on a VM that hides some); the wheel is cached by version and sets, the
+# probe's answer by what it depends on (the CPU's listed sets, kernel, compiler, the script).
+LLAMA_PROBE := $(shell $(PYTHON) -m scripts.llama_flags --cache $(CACHE)/llama-flags)
 LLAMA_CPU := $(firstword $(LLAMA_PROBE))
 LLAMA_BUILD := llama-cpp-python-$(LLAMA)-$(LLAMA_CPU)
 LLAMA_WHEELS := $(CACHE)/wheels/$(LLAMA_BUILD)

@@ -9,8 +9,11 @@ machine. Not x86-64: the machine's name and no instruction flags (llama.cpp's de
 ``make setup`` runs it before the venv exists."""
 from __future__ import annotations
 
+import argparse
+import hashlib
 import os
 import platform
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -87,12 +90,54 @@ def flags(ran: list[str], machine: str, probes=PROBES) -> str:
     return " ".join([f"{machine}-{'-'.join(ran) or 'generic'}", BASE, *args])
 
 
-def main() -> None:
+def listed() -> str | None:
+    """The instruction sets the CPU lists (``/proc/cpuinfo``'s first ``flags`` line), or None where it cannot be read."""
+    try:
+        with open("/proc/cpuinfo") as fh:
+            return next((line for line in fh if line.startswith("flags")), None)
+    except OSError:
+        return None
+
+
+def key(cc: str, machine: str) -> str | None:
+    """A hash of what the probe's answer depends on: this script, the CPU's listed sets, the kernel (it decides
+    what a listed set may run), the compiler (which sets it emits); None if the list or the compiler is missing."""
+    cpu = listed()
+    try:
+        compiler = cpu and subprocess.run([cc, "--version"], capture_output=True, text=True).stdout
+    except OSError:
+        return None
+    if not compiler:
+        return None
+    parts = (Path(__file__).read_text(), cpu, machine, platform.release(), shutil.which(cc) or cc, compiler)
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:16]
+
+
+def answer(cc: str, machine: str, cache: Path | None = None) -> str:
+    """``TAG ARGS...`` for x86-64 ``machine`` with compiler ``cc``: read from ``cache`` under :func:`key`, else probed
+    (and kept there)."""
+    name = key(cc, machine) if cache else None
+    kept = cache / name if name else None
+    if kept and kept.exists():
+        return kept.read_text().strip()
+    line = flags(probe(cc), machine)
+    if kept:
+        kept.parent.mkdir(parents=True, exist_ok=True)
+        partial = kept.with_name(f"{name}.{os.getpid()}")
+        partial.write_text(line + "\n")
+        os.replace(partial, kept)
+    return line
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--cache", type=Path, help="folder keeping the answer under a hash of what it depends on")
+    args = p.parse_args(argv)
     machine = platform.machine().lower().replace("amd64", "x86_64")
     if machine != "x86_64":
         print(f"{machine} {BASE}")
         return
-    print(flags(probe(os.environ.get("CC") or "cc"), machine))
+    print(answer(os.environ.get("CC") or "cc", machine, args.cache))
 
 
 if __name__ == "__main__":

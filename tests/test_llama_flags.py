@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from scripts.llama_flags import PROBES, flags, probe, program
+from scripts.llama_flags import PROBES, answer, flags, probe, program
 
 x86 = pytest.mark.skipif(platform.machine().lower() not in ("x86_64", "amd64") or not shutil.which("cc"),
                          reason="probes x86-64 instructions with the C compiler")
@@ -35,3 +35,23 @@ def test_every_probe_compiles_and_the_baseline_runs(tmp_path):
                                capture_output=True, text=True)
         assert built.returncode == 0, f"{name}: {built.stderr[-300:]}"
     assert probe("cc")[0] == "avx2"
+
+
+@x86
+def test_the_answer_is_kept_under_what_it_depends_on_and_probed_again_when_that_changes(tmp_path, monkeypatch):
+    """``make`` asks on every run and the probe compiles for seconds: a kept answer is reused while the CPU's listed
+    sets (and the script, kernel, compiler) are the same, and probed again when they change; no list, no keeping."""
+    import scripts.llama_flags as llama_flags
+
+    probed = []
+    monkeypatch.setattr(llama_flags, "probe", lambda cc: probed.append(cc) or ["avx2"])
+    monkeypatch.setattr(llama_flags, "listed", lambda: "flags : fpu avx2")
+    assert answer("cc", "x86_64", tmp_path) == answer("cc", "x86_64", tmp_path) == flags(["avx2"], "x86_64")
+    assert len(probed) == 1 and len(list(tmp_path.iterdir())) == 1
+    monkeypatch.setattr(llama_flags, "listed", lambda: "flags : fpu avx2 avx512f")
+    answer("cc", "x86_64", tmp_path)
+    assert len(probed) == 2 and len(list(tmp_path.iterdir())) == 2
+    monkeypatch.setattr(llama_flags, "listed", lambda: None)
+    answer("cc", "x86_64", tmp_path)
+    answer("cc", "x86_64", tmp_path)
+    assert len(probed) == 4 and len(list(tmp_path.iterdir())) == 2
