@@ -66,12 +66,19 @@ def test_seal_and_its_baseline(name):
 @pytest.mark.parametrize("name, k", [("coral", 1), ("mono_rag", 3)])
 def test_coral_and_its_baseline(name, k):
     """CORAL's critic rates each candidate in a call of its own, up to ``k`` per chosen corpus and round: one passage
-    per corpus runs the same loop on the model at about a third of its calls (with k=3 it was over half the tier)."""
-    records, summary = run(name, "demo_culture", 3, k=k, loops=2)
+    per corpus runs the same loop on the model at about a third of its calls (with k=3 it was over half the tier).
+    Two questions: the first re-plans into a second round, the second stops at the first round's sufficiency check
+    (a third, stopping there too, was a quarter of the test's LM calls). Under the grammar the planner names only
+    corpora of the pool, and every planner, critic and sufficiency output parses."""
+    records, summary = run(name, "demo_culture", 2, k=k, loops=2)
     assert all(r["answer"] in ("", "A", "B", "C", "D") for r in records)  # "" = no letter found, scored wrong
     if name == "coral":
         assert 1 <= summary["iterations"] <= 2 and summary["lm_calls"] >= 3
         assert all(r["trace"]["stop_reason"] in ("sufficient", "max_rounds", "no_change_possible") for r in records)
+        pool = {corpus.name for corpus in data.load("demo_culture").corpora}
+        for r in records:
+            trace = r["trace"]
+            assert trace["unknown_corpora"] == trace["parse_failures"] == 0 and set(trace["corpora"][0]) <= pool
     else:
         assert all(one_call_per_try(r) and len(r["passages"]) == k for r in records)
 

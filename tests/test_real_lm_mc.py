@@ -1,5 +1,5 @@
-"""Multiple choice from token logprobs and grammar-constrained corpus names on the embedded llama.cpp server
-(RAG_REAL_LM=1; two demo questions)."""
+"""Multiple choice from token logprobs on the embedded llama.cpp server (RAG_REAL_LM=1; two demo questions). CORAL's
+grammar-constrained corpus names are checked in ``test_real_lm.test_coral_and_its_baseline``."""
 import pytest
 
 import data
@@ -30,13 +30,3 @@ def test_the_server_returns_option_letter_probabilities(capsys):
     for seen in observed:
         assert set(seen["probs"]) == set(examples[0].options) and abs(sum(seen["probs"].values()) - 1) < 1e-9
 
-
-def test_planner_names_only_pool_corpora_under_the_grammar():
-    from retrieval.retriever import Retriever
-
-    bundle = data.load("demo_culture")
-    program = programs.build("coral", search=Retriever(bundle.corpora), k=1, loops=1)
-    ex = bundle.examples[0]
-    trace = program(**ex.inputs()).trace
-    assert trace["unknown_corpora"] == 0 and trace["parse_failures"] == 0
-    assert set(trace["corpora"][0]) <= set(program.search.languages())

@@ -30,7 +30,7 @@ def lm(monkeypatch):
 @pytest.mark.parametrize("dataset, name", [("xrag_mono:de", "direct"), ("xrag_mono_oracle:zh", "rag")])
 def test_bounds_score_with_the_protocol(lm, dataset, name):
     bundle = data.load(dataset)
-    examples = data.split(bundle.examples, 0, 2, 0, seed=13).dev
+    examples = data.split(bundle.examples, 0, 1, 0, seed=13).dev
     search = Retriever(bundle.corpora) if programs.spec(name).needs_search else None
     program = programs.build(name, search=search, k=8)
     records, summary = evaluate(program, examples, xrag_metrics(JudgePanel([lm])), groups=bundle.groups)
