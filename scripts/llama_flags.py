@@ -91,7 +91,7 @@ def flags(ran: list[str], machine: str, probes=PROBES) -> str:
 
 
 def listed() -> str | None:
-    """The instruction sets the CPU lists (``/proc/cpuinfo``'s first ``flags`` line), or None where it cannot be read."""
+    """The instruction sets the CPU lists (``/proc/cpuinfo``'s first ``flags`` line); None where there is none."""
     try:
         with open("/proc/cpuinfo") as fh:
             return next((line for line in fh if line.startswith("flags")), None)
@@ -103,11 +103,11 @@ def key(cc: str, machine: str) -> str | None:
     """A hash of what the probe's answer depends on: this script, the CPU's listed sets, the kernel (it decides
     what a listed set may run), the compiler (which sets it emits); None if the list or the compiler is missing."""
     cpu = listed()
-    try:
-        compiler = cpu and subprocess.run([cc, "--version"], capture_output=True, text=True).stdout
-    except OSError:
+    if cpu is None:
         return None
-    if not compiler:
+    try:
+        compiler = subprocess.run([cc, "--version"], capture_output=True, text=True).stdout
+    except OSError:  # no compiler: the probe fails and says so
         return None
     parts = (Path(__file__).read_text(), cpu, machine, platform.release(), shutil.which(cc) or cc, compiler)
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:16]
