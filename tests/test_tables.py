@@ -84,6 +84,7 @@ def test_a_table_runs_renders_and_goes_stale_when_its_program_changes(tiny, docs
     rows = stored.rows(tiny)
     assert [r.result.cell.label for r in rows] == ["rag", "direct"] and all(r.result.summary["n"] == 2 for r in rows)
     assert "current (measured on" in text and "McNemar" in text and "LM calls/q" in text
+    assert "| 2 of 2 |" in text and ".0 of 2" not in text  # counts read back from MLflow (floats there) are counts
     assert all(r.result.run_id[:8] in text for r in rows) and "python -m experiments.tables run tiny" in text
     assert (docs / "results" / "tables" / "tiny-demo.png").exists()
     made = json.loads((docs / "results" / "tables" / "tiny.json").read_text())

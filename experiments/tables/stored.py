@@ -15,7 +15,7 @@ from experiments.suite import Cell, Result, plan
 from experiments.tables.declared import Table
 
 STAMP = "table_stamp.json"  # the artifact of a table run's parent: what code ran (``run.stamp``)
-COUNTS = ("n", "failed_examples", "retryable_examples", "n_questions")  # summary keys that count questions
+COUNTS = ("n", "answered", "timed_idle", "failed_examples", "retryable_examples", "n_questions")  # question counts
 
 
 def suite_tag(table: Table) -> str:
