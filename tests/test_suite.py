@@ -67,8 +67,8 @@ def test_the_arms_of_an_entry_run_at_its_methods_k_unless_k_is_given():
     """A baseline runs at its entry's method's k (rag_cited in SEAL's entry at SEAL's 3, named so), each cell's
     session holds the k its program runs at, and ``--k`` puts every arm at that k."""
     cells = suite.plan(suite.SUITES["paper"], only_datasets=["hotpotqa"])[0]
-    assert [c.label for c in cells] == ["seal", "self_rag", "crag", "rag_cited_k3", "rag_critic", "rag", "rag_cot",
-                                         "self_rag_k5", "self_refine", "flare", "metarag", "rag_critic_cot",
+    assert [c.label for c in cells] == ["seal", "self_rag", "crag", "rag_cited_k3", "rag_critic", "rag", "self_rag_k5",
+                                         "self_refine", "flare", "metarag", "rag_critic_cot", "rag_cot",
                                          "self_refine_cot"]
     def session(*argv):
         return Session(Derived(suite_args(list(argv)), "short"), None, None, None, None, {}, None)
@@ -76,13 +76,13 @@ def test_the_arms_of_an_entry_run_at_its_methods_k_unless_k_is_given():
     base = session()
     assert [suite.cell_session(base, c).args.k for c in cells] == [3, 3, 3, 3, 5, 5, 5, 5, 5, 5, 5, 5, 5]
     given = suite.plan(suite.SUITES["paper"], only_datasets=["hotpotqa"], k=4)[0]
-    assert [c.label for c in given] == ["seal", "self_rag", "crag", "rag_cited", "rag_critic", "rag", "rag_cot",
-                                         "self_refine", "flare", "metarag", "rag_critic_cot", "self_refine_cot"]
+    assert [c.label for c in given] == ["seal", "self_rag", "crag", "rag_cited", "rag_critic", "rag", "self_refine",
+                                         "flare", "metarag", "rag_critic_cot", "rag_cot", "self_refine_cot"]
     assert {suite.cell_session(session("--k", "4"), c).args.k for c in given} == {4}
     grid = suite.plan(suite.SUITES["seal-grid"])[0]  # the grid sets k: every arm at the grid's
     assert "rag_cited_k1_L0" not in [c.label for c in grid] and "rag_cited_k1" in [c.label for c in grid]
     par2 = suite.plan(suite.SUITES["paper"], only_datasets=["musique"])[0]
-    assert [suite.cell_session(base, c).args.k for c in par2] == [5, None, None, 5, 5, 5, 5, 5, 5]  # direct, cot: none
+    assert [suite.cell_session(base, c).args.k for c in par2] == [5, None, None, 5, 5, 5, 5, 5]  # direct, cot: none
 
 
 def test_a_baseline_in_seals_suite_answers_from_seals_k_passages(dummy):
@@ -96,8 +96,9 @@ def test_a_baseline_in_seals_suite_answers_from_seals_k_passages(dummy):
 
 
 def test_every_paper_method_is_paired_with_a_single_pass_under_its_own_writer(embedder, monkeypatch):
-    """Issue 61 item 3: the single pass that answers with the method's writer (rag_cot for rag_critic and par2,
-    rag_cited for seal), so one pair measures the method and not its writer."""
+    """Issue 61 item 3: the single pass that answers with the method's writer (rag for rag_critic, rag_cot for
+    rag_critic_cot and par2, rag_cited for seal), so one pair measures the method and not its writer; and no single
+    pass under another writer is paired with a method (issue 75: rag_critic - rag_cot paired two writers)."""
     import programs
     from programs.baselines.rag import RAG
     from programs.coral.mrag import MultilingualRAG
@@ -111,9 +112,12 @@ def test_every_paper_method_is_paired_with_a_single_pass_under_its_own_writer(em
 
     def form(name):
         return writer_form(programs.build(name, search=retriever))
-    for entry in suite.SUITES["paper"]:
+    from experiments.tables.declared import TABLES
+    for entry in (*suite.SUITES["paper"], *(e for t in TABLES.values() for e in t.entries)):
         single = [b for b in entry.baselines if programs.spec(b).cls in (RAG, MultilingualRAG)]
-        assert any(form(b) == form(entry.method) for b in single), (entry.method, single)
+        assert all(form(b) == form(entry.method) for b in single), (entry.method, single)
+    for entry in suite.SUITES["paper"]:
+        assert any(programs.spec(b).cls in (RAG, MultilingualRAG) for b in entry.baselines), entry.method
 
 
 def test_self_rag_is_compared_where_the_papers_compare_with_it_at_their_k():

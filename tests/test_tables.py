@@ -2,6 +2,7 @@
 estimated before a paid run, exported in the official prediction formats; each dataset's F1 by its official rules."""
 import json
 import shutil
+from dataclasses import replace
 
 import dspy
 import pytest
@@ -47,7 +48,7 @@ def stale_after(root, path: str) -> set[str]:
 def test_changing_a_program_stales_the_tables_that_run_it_and_only_those(tmp_path):
     root = answer_code_copy(tmp_path)
     assert stale_after(root, "programs/seal/seal.py") == {"seal", "compile"}
-    assert stale_after(root, "programs/baselines/self_rag.py") == {"seal"}
+    assert stale_after(root, "programs/baselines/self_rag.py") == {"seal", "rag_critic"}
     assert stale_after(root, "programs/par2/par2.py") == {"par2", "compile"}
     assert stale_after(root, "evaluation/metrics.py") == set(TABLES)  # the scoring every answer goes through
 
@@ -95,7 +96,25 @@ def test_a_table_runs_renders_and_goes_stale_when_its_program_changes(tiny, docs
     monkeypatch.setattr(stamp, "program_code",
                         lambda name, root=PROJECT_ROOT: real(name, root) + "x" * (name == "direct"))
     assert tables.check(write=True, data=True)["tiny"].startswith("**stale since ")
-    assert "direct's code differ" in (docs / "results" / "tables" / "tiny.md").read_text()
+    assert "direct's code differs from today's" in (docs / "results" / "tables" / "tiny.md").read_text()
+
+
+def test_pairing_an_arm_anew_re_renders_a_table_a_setting_stales_it(tiny, monkeypatch):
+    """What the cells ran with stamps a table; how its arms are paired, its paper and note are rendering (issue 75:
+    re-pairing rag_critic's arms must not throw away the runs already made)."""
+    made = stamp.current(tiny)
+    repaired = replace(tiny, entries=(suite.Entry("rag", ("direct", "rag_cot"), ("demo",)),), note="re-paired")
+    assert stamp.differences(repaired, made, stamp.current(repaired)) == []
+    moved = replace(tiny, settings={"retriever": "dense"})
+    assert stamp.differences(moved, made, stamp.current(moved)) == ["its declaration"]
+
+
+def test_a_table_made_on_several_commits_is_stale_since_a_commit_not_since_mixed():
+    head = stamp.git("rev-parse", "HEAD")
+    if head is None:
+        pytest.skip("not a git checkout")
+    made = {"commit": "mixed", "cells": {"a": {"commit": head}, "b": {"commit": head + "-dirty"}}}
+    assert "mixed" not in stamp.stale_since(TABLES["rag_critic"], made)
 
 
 def test_a_flag_that_changes_a_declared_setting_is_refused(tiny, capsys):

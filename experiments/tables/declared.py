@@ -42,10 +42,13 @@ class Table:
         return list(dict.fromkeys(p for e in self.entries for p in (e.method, *e.baselines)))
 
     def declaration(self) -> dict:
-        """What the table is, as data (its LM aside: a table may run against any LM)."""
+        """What the table's cells run with, as data: its settings, sizes, metrics, kind, variants and grids. Its LM is
+        not in it (a table may run against any LM), nor what only the rendering reads (its arms' pairing, paper, note):
+        pairing an arm anew re-renders the runs already made, it does not stale them."""
         out = asdict(self)
-        out.pop("lm")
-        out["entries"] = [[e.method, list(e.baselines), list(e.datasets), e.grid] for e in self.entries]
+        for key in ("lm", "name", "paper", "note", "entries"):
+            out.pop(key)
+        out["grids"] = [e.grid for e in self.entries if e.grid]
         return out
 
     def settings_hash(self) -> str:
@@ -66,12 +69,16 @@ TABLES: dict[str, Table] = {t.name: t for t in (
                   "k = 3 and L = 3 (the methods' own defaults)",
           (Entry("seal", ("self_rag", "crag", "rag_cited"), ("hotpotqa", "2wiki")),),
           {"hotpotqa": HOTPOT, "2wiki": TWOWIKI}, ("judge", "em", "f1")),
-    Table("par2", "PAR2-RAG: PAR2 vs IRCoT, ReAct, rag and rag_cot, and its ablations (anchor only, chain only)",
-          (Entry("par2", ("ircot", "react", "rag", "rag_cot", "par2_anchor", "par2_chain"), ("musique", "2wiki")),),
+    Table("par2", "PAR2-RAG: PAR2 vs IRCoT, ReAct, a single pass under its writer (rag_cot), and its ablations "
+                  "(anchor only, chain only)",
+          (Entry("par2", ("ircot", "react", "rag_cot", "par2_anchor", "par2_chain"), ("musique", "2wiki")),),
           {"musique": MUSIQUE, "2wiki": TWOWIKI}),
     Table("rag_critic", "RAG-Critic: the critic-guided corrector vs its baselines at k = 5",
-          (Entry("rag_critic", ("rag_cot", "rag", "self_refine", "flare", "metarag"), ("hotpotqa", "2wiki")),),
-          {"hotpotqa": HOTPOT, "2wiki": TWOWIKI}, settings={"k": 5}),
+          (Entry("rag_critic", ("rag", "self_rag", "self_refine", "flare", "metarag"), ("hotpotqa", "2wiki")),
+           Entry("rag_critic_cot", ("rag_cot", "self_refine_cot"), ("hotpotqa", "2wiki"))),
+          {"hotpotqa": HOTPOT, "2wiki": TWOWIKI}, settings={"k": 5},
+          note="method-only pairs: rag_critic - rag (draft and corrections by rag's plain writer) and rag_critic_cot - "
+               "rag_cot (both think step by step); self_rag, flare and metarag answer with their own writers"),
     Table("coral", "CORAL: CORAL vs its monolingual, multilingual and translation baselines on BLEnD and CLIcK",
           (Entry("coral", ("direct", "en_rag", "mono_rag", "multi_rag", "own_en_rag", "cross_rag", "t_rag",
                            "coral_select"), ("blend", "click")),),

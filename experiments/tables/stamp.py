@@ -61,7 +61,10 @@ def git(*args: str) -> str | None:
 def stale_since(table: Table, stamp: dict, root: Path = PROJECT_ROOT) -> str:
     """The first commit after the one ``stamp`` was made at that changed a file of its programs or its declaration
     (``uncommitted changes`` when none did: the working tree differs)."""
-    made = stamp.get("commit", "").removesuffix("-dirty")
+    made = stamp.get("commit", "")
+    if made == "mixed":  # cells made on several commits: from the oldest of them (history is linear on main)
+        made = git("merge-base", "--octopus", *{c["commit"].removesuffix("-dirty") for c in stamp["cells"].values()})
+    made = (made or "").removesuffix("-dirty")
     files = {p.relative_to(root).as_posix() for name in table.programs
              for p in answer_files((programs.spec(name).cls.__module__, *FIRST_STAGES), root)}
     files |= {"experiments/tables/declared.py", "programs/registry.py"}
