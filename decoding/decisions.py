@@ -2,7 +2,7 @@
 
 A decision is a DSPy Signature whose output fields hold labels from a closed set (labels differing at their first
 token: ``yes``/``no``, ``True``/``False``, ``correct``/``ambiguous``/``incorrect``, the digits of a 0-5 scale).
-Modes (set when a program is built, ``decisions=``):
+Decision modes (a program's ``decisions`` setting, set when it is built):
 
 - ``generate``: the written label, parsed;
 - ``logprob``: the distribution over the labels at the field's first token, from the endpoint's token logprobs
@@ -10,10 +10,11 @@ Modes (set when a program is built, ``decisions=``):
   ``sum p(s) s``. The reply is written freely (no grammar), so the same call also gives the written label;
 - ``fused``: ``logprob``, and a decision about one passage also weighs the retriever's score for it (:class:`Gate`).
 
-An endpoint that returns no logprobs gets the written label read as probability 1 (the ``generate`` reading), with
+An endpoint that returns no logprobs gets the written label read as probability 1 (as ``generate`` reads it), with
 one warning line per LM. Thresholds and fusion weights are program state (:class:`Gate`, saved in the compiled
 JSON); uncompiled programs use each paper's fixed thresholds; ``fit_gate`` fits them on labelled dev decisions.
-A program asks its decisions through the gates of ``programs.shared.gates``, which own the mode.
+A program asks its decisions through the gates of ``programs.shared.gates``, which own the mode
+(``DecisionMode``).
 """
 from __future__ import annotations
 

@@ -71,7 +71,8 @@ def error_profile(s, records: list[dict], taxonomy, title: str) -> str:
     from evaluation import error_profile as ep
     from programs.rag_critic.error_critic import ErrorCritic
 
-    critic = ErrorCritic(taxonomy, s.args.max_chars, embedder=s.retriever.embedder if s.retriever else None)
+    critic = ErrorCritic(taxonomy=taxonomy, max_chars=s.args.max_chars,
+                         embedder=s.retriever.embedder if s.retriever else None)
     for predictor in critic.predictors():
         predictor.lm = s.roles.lm("judge")
     ids = {p["id"] for r in records for p in r.get("passages") or []}

@@ -93,7 +93,7 @@ def main(argv=None) -> dict:
         init_dspy(make_lm(args.reference_lm), cache=True)
         ids = {i for it in items[:args.limit] for i in it["passage_ids"]}
         lookup = passage_lookup(data.load(params["dataset"], args.data_dir).corpora, ids)
-        reference = reference_labels(items[:args.limit], ErrorCritic(taxonomy), lookup)
+        reference = reference_labels(items[:args.limit], ErrorCritic(taxonomy=taxonomy), lookup)
     text, metrics = report(items, reference, params.get("critic_lm", "?"), args.reference_lm)
     with tracking.run(args.experiment, f"critic-eval-{args.run[:8]}", tags={"entry": "scripts/critic_eval.py"}) as run:
         tracking.log_params({"source_run": args.run, "predictions": args.predictions, "critic_lm":

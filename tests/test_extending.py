@@ -35,18 +35,27 @@ GUIDE = ROOT / "docs" / "extending.md"
 
 # Step 2 of "Add a method": the program (in the project it is a file, programs/<paper>/<name>.py).
 class EchoRAG(dspy.Module):
-    """Search once, keep the passages the relevance gate passes, write the answer from them."""
+    """Search once, keep the passages the relevance gate passes, write the answer from them.
+
+    Args:
+        search: the retriever.
+        k: passages retrieved.
+        max_chars: each passage shown to the LM cut after this many characters (None: whole).
+        decisions: the decision mode of the relevance gate (``--decisions``).
+        oracle: the oracle roles (``--oracle``).
+        mc: how the writer picks multiple-choice letters.
+    """
 
     ROLES = {"keep": "critic"}  # predictor-name prefix -> role (runtime.roles); the rest are writers
     ORACLE_ROLES = ("relevance",)  # the decisions --oracle may answer from gold labels
 
-    def __init__(self, search: Retriever, k: int = 3, max_chars: int | None = None, decisions: str = "generate",
+    def __init__(self, search: Retriever, *, k: int = 3, max_chars: int | None = None, decisions: str = "generate",
                  oracle: str = "", mc: MCScoring | None = None):
         super().__init__()
         self.oracle = check_roles(oracle, self.ORACLE_ROLES, "echo_rag")
         self.search, self.k, self.max_chars = search, k, max_chars
         self.keep = dspy.Predict(JudgeRelevance)
-        self.keep_gate = LabelGate(self.keep, "relevant", ("yes", "no"), kind="passage", decisions=decisions,
+        self.keep_gate = LabelGate(self.keep, "relevant", ("yes", "no"), kind="passage", mode=decisions,
                                    roles=self.oracle, role="relevance")
         self.writer = Writer(use_passages=True, max_chars=max_chars, mc=mc)
 
@@ -125,7 +134,7 @@ def test_a_registered_method_keeps_the_house_rules(echo_rag, embedder, monkeypat
     search = Retriever([Corpus("toy", [{"id": "1", "title": "Paris", "text": "Paris is in France."}])], embedder)
     scoring = MCScoring("logprob")
     program = programs.build(echo_rag, search=search, mc=scoring, decisions="fused", oracle="")
-    assert program.k == 3 and program.keep_gate.decisions.mode == "fused"
+    assert program.k == 3 and program.keep_gate.mode.name == "fused"
     assert all(output_cap(p.signature) is not None for _, p in program.named_predictors())
     assert [w.mc for _, w in program.named_sub_modules(Writer)] == [scoring]
     assert "lang" in inspect.signature(EchoRAG.forward).parameters
@@ -171,5 +180,5 @@ def test_a_fused_compile_fits_the_new_gate_with_nothing_more_registered(echo_rag
     run_id = optimize.main(["--program", echo_rag, "--decisions", "fused", "--out", str(out), *SIZES])
     assert "calibration before compile keep_gate: dev AUC" in capsys.readouterr().err
     loaded = programs.load_compiled(str(out))
-    assert loaded.keep_gate.decisions.mode == "fused" and loaded.resting() == "keep at rest = rag"
+    assert loaded.keep_gate.mode.name == "fused" and loaded.resting() == "keep at rest = rag"
     assert mlflow.get_run(run_id).data.tags["effective_program"] == "echo_rag (keep at rest = rag)"  # resting()

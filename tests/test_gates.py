@@ -8,7 +8,7 @@ from dspy.utils.dummies import DummyLM
 
 import programs
 from decoding.decisions import ONE_CLASS, REST, decide_all, gates, recorded_decisions
-from programs.shared.gates import Decisions, LabelGate, Ruling
+from programs.shared.gates import DecisionMode, LabelGate, Ruling
 from programs.shared.oracle import Gold, gold_labels
 from retrieval.corpus import Passage
 from runtime.roles import init_dspy
@@ -19,7 +19,7 @@ HELD = [Passage("en:a", "A", "x", "en", "en")]
 
 
 def gate(mode="generate", **kwargs) -> LabelGate:
-    return LabelGate(dspy.Predict(ENOUGH), "enough", ("True", "False"), kind="set", decisions=mode, **kwargs)
+    return LabelGate(dspy.Predict(ENOUGH), "enough", ("True", "False"), kind="set", mode=mode, **kwargs)
 
 
 def p_true(p):
@@ -96,16 +96,17 @@ def test_asking_reads_scales_as_written_numbers_clamped_or_as_expected_values():
     scales, digits = ("relevance", "usefulness"), tuple("012345")
     init_dspy(DummyLM([{"relevance": "7", "usefulness": "-1", "specificity": "3", "compatibility": "3",
                         "critique": "ok"}]), cache=False)
-    out, values = Decisions().scales(dspy.Predict(RateDocument), scales, digits, {}, question="Q", document="D")
+    out, values = DecisionMode().scales(dspy.Predict(RateDocument), scales, digits, {}, question="Q", document="D")
     assert values == [5, 0] and out.critique == "ok"
     payload = (field("relevance", [("2", math.log(0.5)), ("3", math.log(0.5))])
                + field("usefulness", [("4", math.log(1 - 1e-9))]))
     init_dspy(PayloadLM([{"relevance": "2", "usefulness": "4", "specificity": "3", "compatibility": "3",
                           "critique": "ok"}], payload), cache=False)
-    _, values = Decisions("logprob").scales(dspy.Predict(RateDocument), scales, digits, {}, question="Q", document="D")
+    _, values = DecisionMode("logprob").scales(dspy.Predict(RateDocument), scales, digits, {}, question="Q",
+                                               document="D")
     assert values == pytest.approx([2.5, 4.0], abs=1e-4)
     with pytest.raises(ValueError, match="unknown --decisions 'votes'"):
-        Decisions("votes")
+        DecisionMode("votes")
 
 
 def test_a_fused_grade_gate_fitted_to_the_retriever_alone_asks_no_lm():

@@ -65,6 +65,39 @@ def test_each_constructor_default_is_its_declared_default():
     assert wrong == {}
 
 
+def test_a_constructor_of_more_than_five_parameters_takes_its_settings_by_keyword_and_documents_them():
+    """Issue 74: every program, gate and step in ``programs/`` whose constructor takes more than five parameters takes
+    its settings (those with a default) by keyword only, and its docstring's ``Args:`` block names every parameter
+    (DSPy's habit): ``CRAG(search, k=3)``, never ``CRAG(search, 3, 3, None, 12)``."""
+    import dataclasses
+    import importlib
+    import inspect
+    import pkgutil
+    import re
+
+    checked, problems = [], []
+    for info in pkgutil.walk_packages(programs.__path__, "programs."):
+        module = importlib.import_module(info.name)
+        for cls in vars(module).values():
+            if not (inspect.isclass(cls) and cls.__module__ == module.__name__ and "__init__" in vars(cls)) \
+                    or dataclasses.is_dataclass(cls):  # a record, not a component: its fields are its documentation
+                continue
+            params = list(inspect.signature(cls.__init__).parameters.values())[1:]
+            if len(params) <= 5:
+                continue
+            checked.append(cls.__name__)
+            positional = [p.name for p in params if p.default is not p.empty and p.kind is not p.KEYWORD_ONLY]
+            doc = inspect.getdoc(cls) or ""
+            named = {n for names in re.findall(r"^    (\w+(?:, \w+)*):", doc.partition("Args:")[2], re.M)
+                     for n in names.split(", ")}
+            undocumented = [p.name for p in params if p.name not in named]
+            if positional or undocumented:
+                problems.append(f"{info.name}.{cls.__name__}: positional settings {positional}, "
+                                f"not in its Args: block {undocumented}")
+    assert {"SEAL", "PAR2", "LabelGate", "CRAG", "RoleStep"} <= set(checked)
+    assert problems == []
+
+
 def test_rag_retrieves_k_and_answers_from_them(dummy, retriever):
     lm = dummy([{"answer": "Paris"}])
     pred = programs.build("rag", search=retriever, k=1)(question="capital of France")

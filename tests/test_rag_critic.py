@@ -127,7 +127,7 @@ def test_verdicts(text, verdict):
 
 def test_the_critic_labels_coarse_to_fine_among_each_tiers_children(taxonomy):
     lm = routed({CRITIC: ERROR, **LABELS})
-    c = ErrorCritic(taxonomy)(question=Q, passages=[P["Blue Fox"]], prediction="Blue Fox",
+    c = ErrorCritic(taxonomy=taxonomy)(question=Q, passages=[P["Blue Fox"]], prediction="Blue Fox",
                               reasoning="Blue Fox is the film in the first passage.")
     assert c.verdict == "Error" and c.flagged and "Blue Fox is the film in the first passage." in prompts(lm, CRITIC)[0]
     assert c.tier1 == ["Inaccurate Response", "Incomplete Information"] and (c.snapped, c.dropped) == (1, 1)
@@ -140,16 +140,17 @@ def test_the_critic_labels_coarse_to_fine_among_each_tiers_children(taxonomy):
 
 def test_a_correct_verdict_asks_for_no_labels_and_a_single_option_needs_no_call(taxonomy):
     lm = routed({CRITIC: CORRECT, **LABELS})
-    assert ErrorCritic(taxonomy)(question=Q, passages=[], prediction="Lyon").tier1 == [] and len(lm.history) == 1
+    critique = ErrorCritic(taxonomy=taxonomy)(question=Q, passages=[], prediction="Lyon")
+    assert critique.tier1 == [] and len(lm.history) == 1
     lm = routed({CRITIC: ERROR, T1: {"picks": "Overly Verbose Response"}})
-    c = ErrorCritic(taxonomy)(question=Q, passages=[], prediction="Lyon, which is a city in France, ...")
+    c = ErrorCritic(taxonomy=taxonomy)(question=Q, passages=[], prediction="Lyon, which is a city in France, ...")
     assert (c.tier1, c.tier2, c.tier3) == (["Overly Verbose Response"], ["Rambling Answer"], ["Too Long"])
     assert len(lm.history) == 2                                 # verdict + tier 1; tiers 2 and 3 had one option
 
 
 def test_an_unparsed_verdict_is_not_an_error_and_asks_for_no_labels(taxonomy):
     lm = routed({CRITIC: {"judgement": "Hard to say.", "analysis": "unclear"}, **LABELS})
-    c = ErrorCritic(taxonomy)(question=Q, passages=[], prediction="Lyon")
+    c = ErrorCritic(taxonomy=taxonomy)(question=Q, passages=[], prediction="Lyon")
     assert c.verdict is None and not c.flagged and c.tier1 == [] and len(lm.history) == 1
 
 
@@ -161,7 +162,7 @@ def test_labels_with_commas_and_colons_stay_whole_and_tier3_is_shortlisted_by_si
                                  {"idx": 1, "tag1": "Off-Topic Response", "tag2": "Other", "tag3": ["X"]}])
     lm = routed({CRITIC: {"judgement": "Error", "analysis": "It misreads the dates and names in the passage."},
                  T1: {"picks": "1"}, T3: {"picks": "Misreading dates, names or numbers\nRatio: wrong units"}})
-    c = ErrorCritic(tax, shortlist=4)(question=Q, passages=[], prediction="1931")
+    c = ErrorCritic(taxonomy=tax, shortlist=4)(question=Q, passages=[], prediction="1931")
     assert c.tier3 == ["Misreading dates, names or numbers", "Ratio: wrong units"] and c.dropped == 0
     assert "Misreading dates, names or numbers" in prompts(lm, T3)[0]
     assert sum(f"Filler label {i}" in prompts(lm, T3)[0] for i in range(12)) == 2   # 4 of the 14 shown
@@ -505,7 +506,7 @@ def test_error_profile_counts_labels_of_wrong_answers_only(taxonomy, tmp_path):
     lm = routed({CRITIC: ERROR, **LABELS})
     recs = records()
     lookup = {p.id: p for p in P.values()}
-    result = ep.profile(recs, ErrorCritic(taxonomy), lookup)
+    result = ep.profile(recs, ErrorCritic(taxonomy=taxonomy), lookup)
     assert result["n_wrong"] == 1 and len(lm.history) == 4                        # verdict + one call per tier
     assert "[Red Owl]" in lm.history[0]["messages"][-1]["content"]                 # evidence rebuilt from ids
     assert result["tier1"] == {"Incomplete Information": 1, "Inaccurate Response": 1}
@@ -518,7 +519,7 @@ def test_error_profile_counts_labels_of_wrong_answers_only(taxonomy, tmp_path):
 
 def test_error_profile_counts_an_unparsed_verdict_as_unparsed_not_as_flagged_without_a_label(taxonomy):
     routed({CRITIC: {"judgement": "Hard to say.", "analysis": "unclear"}, **LABELS})
-    result = ep.profile(records(), ErrorCritic(taxonomy), {p.id: p for p in P.values()})
+    result = ep.profile(records(), ErrorCritic(taxonomy=taxonomy), {p.id: p for p in P.values()})
     assert (result["unparsed"], result["unlabelled"], result["critic_said_correct"]) == (1, 0, 0)
     assert not +result["tier1"] and not result["rows"][0]["tier1"]  # no labels asked for
 

@@ -170,7 +170,7 @@ def test_seal_shows_each_sufficiency_decision_as_a_gate_span(embedder):
     assert [g.name for g in gates] == ["LabelGate.sufficient"] * 2
     assert [g.attributes["label"] for g in gates] == ["False", "True"]
     assert all({k: v for k, v in g.attributes.items() if not k.startswith("mlflow.") and k != "label"} == {
-        "asked": "generate", "reading": "written", "kind": "set", "threshold": 0.5, "at_rest": False, "called": True,
+        "asked": "generate", "path": "written", "kind": "set", "threshold": 0.5, "at_rest": False, "called": True,
         "failures": 0} for g in gates)
     asked, = {c.attributes["predictor"] for c in _spans(trace, SpanType.CHAT_MODEL)
               if gates[0].start_time_ns <= c.start_time_ns <= gates[0].end_time_ns}
@@ -205,7 +205,7 @@ def test_crags_grader_names_the_passages_it_kept_and_dropped():
 
 
 def test_a_gate_at_rest_says_so_on_its_span():
-    gate = LabelGate(dspy.Predict(AssessSufficiency), "sufficient", ("True", "False"), kind="set", decisions="logprob")
+    gate = LabelGate(dspy.Predict(AssessSufficiency), "sufficient", ("True", "False"), kind="set", mode="logprob")
     gate.thresholds = {"threshold": 0.0}  # every probability passes: the set is always enough, asked of no one
     trace, _ = _traced(lambda: gate({"question": Q, "facts": ["Ana Berg | born in | Lyon"]}))
     span, = _spans(trace, GATE_SPAN)

@@ -25,7 +25,7 @@ import dspy
 from decoding.choice import MCScoring
 from decoding.decisions import YES_NO, decide, record, relative, rest_note
 from programs.shared.evidence import EvidenceWriter, lenient, search_excluding
-from programs.shared.gates import DecisionGate, Decisions, sorted_passages
+from programs.shared.gates import DecisionGate, DecisionMode, sorted_passages
 from programs.shared.oracle import check_roles
 from programs.shared.steps import RoleStep
 from programs.shared.text import clip, content_words, repeats, sentences
@@ -68,8 +68,8 @@ class GradeGate(DecisionGate):
     passage correct and any other incorrect, without a call."""
 
     def __init__(self, grade: dspy.Predict, relevance: dspy.Predict | None, chars: int,
-                 decisions: str | Decisions = "generate", roles: frozenset[str] = frozenset()):
-        super().__init__("passage", decisions, roles, "relevance", **THRESHOLDS)
+                 mode: str | DecisionMode = "generate", roles: frozenset[str] = frozenset()):
+        super().__init__("passage", mode, roles, "relevance", **THRESHOLDS)
         self.grade, self.relevance, self.chars = grade, relevance, chars
 
     def __call__(self, question: str, passages: list[Passage], grades: dict[str, str]) -> int:
@@ -81,7 +81,7 @@ class GradeGate(DecisionGate):
                 grades.update((p.id, "correct" if self.gold(p) else "incorrect") for p in passages)
                 failures = 0
             else:
-                failures = getattr(self, self.reading)(question, passages, grades)
+                failures = getattr(self, self.path)(question, passages, grades)
             if span is not None:
                 span.set_outputs({p.id: grades[p.id] for p in passages})
                 sorted_passages(span, passages, {p.id for p in passages if grades[p.id] != "incorrect"})
@@ -121,17 +121,29 @@ class GradeGate(DecisionGate):
 class CRAG(dspy.Module):
     """Grade the top-k, then keep, refine or re-search with a rewritten query; at most ``loops`` re-searches.
 
-    ``lang`` (the question's language, passed by multilingual datasets) asks the writer for the answer in it."""
+    ``lang`` (the question's language, passed by multilingual datasets) asks the writer for the answer in it.
+
+    Args:
+        search: the retriever.
+        k: passages per search.
+        loops: re-searches at most.
+        max_chars: each passage shown to the LM cut after this many characters (None: whole).
+        max_query_words: a rewritten query's words at most.
+        stuck_jaccard: a rewritten query this close (content-word Jaccard) to an earlier one is stuck.
+        decisions: the decision mode of the grade gate (``--decisions``).
+        oracle: the oracle roles (``--oracle``; see the module).
+        mc: how the writer picks multiple-choice letters.
+    """
 
     ROLES = {"grade": "critic", "grade_relevance": "critic", "rewrite": "planner"}
     ORACLE_ROLES = ("relevance", "query", "writer")
 
-    def __init__(self, search: Retriever, k: int = 3, loops: int = 3, max_chars: int | None = None,
+    def __init__(self, search: Retriever, *, k: int = 3, loops: int = 3, max_chars: int | None = None,
                  max_query_words: int = 12, stuck_jaccard: float = 0.7, decisions: str = "generate",
                  oracle: str = "", mc: MCScoring | None = None):
         super().__init__()
         self.oracle = check_roles(oracle, self.ORACLE_ROLES, "crag")
-        self.grade_relevance = Decisions(decisions).predictor(JudgeRelevance)  # scored grades only
+        self.grade_relevance = DecisionMode(decisions).predictor(JudgeRelevance)  # scored grades only
         grade = dspy.Predict(GradeRetrieval)
         self.grade_gate = GradeGate(grade, self.grade_relevance, max_chars, decisions, self.oracle)
         self.search, self.k, self.loops, self.max_chars = search, k, loops, max_chars

@@ -45,12 +45,25 @@ def masked(tokens: list[tuple[str, float]], beta: float) -> str:
 
 class FLARE(dspy.Module):
     """Forward-looking active retrieval: search when a look-ahead sentence holds a token below ``theta``, with the
-    sentence's tokens at or above ``beta``; at most ``loops`` sentences. ``lang`` goes to the writer."""
+    sentence's tokens at or above ``beta``; at most ``loops`` sentences. ``lang`` goes to the writer.
+
+    Args:
+        search: the retriever.
+        k: passages per search.
+        loops: look-ahead sentences at most.
+        max_chars: each passage shown to the LM cut after this many characters (None: whole).
+        theta: a look-ahead sentence holding a token below this probability searches.
+        beta: the search query keeps the sentence's tokens at or above this probability.
+        context_tokens: estimated tokens of passage text the writer sees (:func:`reader_context`).
+        oracle: the oracle roles (``--oracle``; see the module).
+        mc: how the writer picks multiple-choice letters.
+    """
 
     ORACLE_ROLES = STEP_ROLES
 
-    def __init__(self, search: Retriever, k: int = 5, loops: int = 5, max_chars: int | None = None, theta: float = 0.8,
-                 beta: float = 0.4, context_tokens: int = 3000, oracle: str = "", mc: MCScoring | None = None):
+    def __init__(self, search: Retriever, *, k: int = 5, loops: int = 5, max_chars: int | None = None,
+                 theta: float = 0.8, beta: float = 0.4, context_tokens: int = 3000, oracle: str = "",
+                 mc: MCScoring | None = None):
         super().__init__()
         self.oracle = check_roles(oracle, self.ORACLE_ROLES, "flare")
         if not 0 <= beta <= theta <= 1:

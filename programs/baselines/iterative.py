@@ -89,11 +89,22 @@ class IRCoT(dspy.Module):
     """Interleaved retrieval and chain of thought: each new sentence is the next query (top ``k``); a thought step
     sees at most ``max_passages`` passages, newest first. The reader is PAR2's: its chain-of-thought writer over
     everything collected in the same order (the newest search's hits, then the rest in order of first retrieval), cut
-    to ``context_tokens`` estimated tokens of passage text from the end; ``lang`` goes to it."""
+    to ``context_tokens`` estimated tokens of passage text from the end; ``lang`` goes to it.
+
+    Args:
+        search: the retriever.
+        k: passages per search.
+        loops: thought steps at most.
+        max_passages: passages a thought step sees at most, newest first.
+        context_tokens: estimated tokens of passage text the reader sees (:func:`reader_context`).
+        max_chars: each passage shown to the LM cut after this many characters (None: whole).
+        oracle: the oracle roles (``--oracle``; see the module).
+        mc: how the writer picks multiple-choice letters.
+    """
 
     ORACLE_ROLES = STEP_ROLES
 
-    def __init__(self, search: Retriever, k: int = 5, loops: int = 5, max_passages: int = 8,
+    def __init__(self, search: Retriever, *, k: int = 5, loops: int = 5, max_passages: int = 8,
                  context_tokens: int = 3000, max_chars: int | None = None, oracle: str = "",
                  mc: MCScoring | None = None):
         super().__init__()
@@ -170,11 +181,21 @@ class ReAct(dspy.Module):
     final answer cannot be parsed (or on multiple choice, or under the ``controller`` or ``writer`` oracle), the shared
     writer answers from the passages found, by IRCoT's reader rule (:func:`reader_context`: the last search's hits
     first, within ``context_tokens``), told ``lang`` (the agent's own answer is not: DSPy's ReAct signature has no
-    language field)."""
+    language field).
+
+    Args:
+        search: the retriever.
+        k: passages per search.
+        loops: agent steps at most (finishing is one).
+        context_tokens: estimated tokens of passage text the shared writer sees (:func:`reader_context`).
+        max_chars: each passage shown to the LM cut after this many characters (None: whole).
+        oracle: the oracle roles (``--oracle``; see the module).
+        mc: how the writer picks multiple-choice letters.
+    """
 
     ORACLE_ROLES = STEP_ROLES
 
-    def __init__(self, search: Retriever, k: int = 5, loops: int = 5, context_tokens: int = 3000,
+    def __init__(self, search: Retriever, *, k: int = 5, loops: int = 5, context_tokens: int = 3000,
                  max_chars: int | None = None, oracle: str = "", mc: MCScoring | None = None):
         super().__init__()
         self.oracle = check_roles(oracle, self.ORACLE_ROLES, "react")

@@ -59,12 +59,24 @@ def plan(internal: str | None, external: str | None, consistent: str | None) -> 
 
 class MetaRAG(dspy.Module):
     """Draft, then monitor -> evaluate -> plan -> answer again, at most ``rounds`` times. ``lang`` goes to every call
-    that writes an answer (the draft, the monitor's expert, the regeneration)."""
+    that writes an answer (the draft, the monitor's expert, the regeneration).
+
+    Args:
+        search: the retriever.
+        k: passages per search.
+        max_chars: each passage shown to the LM cut after this many characters (None: whole).
+        rounds: monitor -> evaluate -> plan rounds at most.
+        monitor_threshold: the monitor's agreement (Jaccard) with the expert below which it acts, until a fit on
+            dev replaces it.
+        decisions: the decision mode of the knowledge and sufficiency gates (``--decisions``).
+        oracle: the oracle roles (``--oracle``; see the module).
+        mc: how the writer picks multiple-choice letters.
+    """
 
     ROLES = {"expert": "critic", "suffices": "critic", "follows": "critic", "rewrite": "planner"}
     ORACLE_ROLES = ("verdict", "sufficiency", "query", "writer")
 
-    def __init__(self, search: Retriever, k: int = 5, max_chars: int | None = None, rounds: int = 3,
+    def __init__(self, search: Retriever, *, k: int = 5, max_chars: int | None = None, rounds: int = 3,
                  monitor_threshold: float = 0.3, decisions: str = "generate", oracle: str = "",
                  mc: MCScoring | None = None):
         super().__init__()
@@ -76,13 +88,13 @@ class MetaRAG(dspy.Module):
         self.expert = dspy.Predict(AnswerFromPassages)
         self.monitor_gate = Gate("correct", threshold=monitor_threshold)
         self.knows = dspy.Predict(KnowsAnswer)
-        self.knows_gate = LabelGate(self.knows, "known", YES_NO, kind="correct", decisions=decisions,
+        self.knows_gate = LabelGate(self.knows, "known", YES_NO, kind="correct", mode=decisions,
                                     roles=roles, role="verdict")
         self.suffices = dspy.Predict(PassagesSuffice)
-        self.suffices_gate = LabelGate(self.suffices, "enough", YES_NO, kind="set", decisions=decisions,
+        self.suffices_gate = LabelGate(self.suffices, "enough", YES_NO, kind="set", mode=decisions,
                                        roles=roles, role="sufficiency")
         self.follows = dspy.Predict(ReasoningLeads)
-        self.follows_gate = LabelGate(self.follows, "follows", YES_NO, kind="correct", decisions=decisions,
+        self.follows_gate = LabelGate(self.follows, "follows", YES_NO, kind="correct", mode=decisions,
                                       roles=roles, role="verdict")
         self.rewrite = dspy.Predict(QueryForMissing)
         self.rewrite_step = RoleStep(self.rewrite, "query", roles, given=lambda query: clip(query, MAX_QUERY_WORDS),

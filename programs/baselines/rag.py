@@ -34,11 +34,21 @@ class RAG(dspy.Module):
 
     ``cite=True`` uses the evidence loops' writer (2-4 words with cited passages, or "I don't know"), so ``rag``
     is compared with seal, self_rag and crag under one answer profile; ``reasoning=True`` the chain-of-thought
-    writer of RAG-Critic's first draft, Self-Refine's draft and PAR2's steps. Oracle role: ``writer``."""
+    writer of RAG-Critic's first draft, Self-Refine's draft and PAR2's steps. Oracle role: ``writer``.
+
+    Args:
+        search: the retriever.
+        k: passages retrieved.
+        max_chars: each passage shown to the LM cut after this many characters (None: whole).
+        cite: the evidence loops' writer.
+        reasoning: the chain-of-thought writer.
+        oracle: the oracle roles (``--oracle``; see the module).
+        mc: how the writer picks multiple-choice letters.
+    """
 
     ORACLE_ROLES = ("writer",)
 
-    def __init__(self, search: Retriever, k: int = 5, max_chars: int | None = None, cite: bool = False,
+    def __init__(self, search: Retriever, *, k: int = 5, max_chars: int | None = None, cite: bool = False,
                  reasoning: bool = False, oracle: str = "", mc: MCScoring | None = None):
         super().__init__()
         self.oracle = check_roles(oracle, self.ORACLE_ROLES, "rag")

@@ -76,9 +76,9 @@ class AcceptGate(DecisionGate):
     thresholds, recorded for calibration as their minimum, labelled by the draft's correctness. Under the verdict
     oracle, no call: the critique of :func:`oracle_critique`, accepted exactly when the answer is right."""
 
-    def __init__(self, critic: dspy.Predict, min_usefulness: int, decisions: str = "generate",
+    def __init__(self, critic: dspy.Predict, min_usefulness: int, mode: str = "generate",
                  roles: frozenset[str] = frozenset()):
-        super().__init__("correct", decisions, roles, "verdict", relevant=0.5, support=0.5)
+        super().__init__("correct", mode, roles, "verdict", relevant=0.5, support=0.5)
         self.critic, self.min_usefulness = critic, min_usefulness
 
     def __call__(self, inputs: dict, answer: str) -> tuple[dspy.Prediction | None, dict | None]:
@@ -115,12 +115,24 @@ class AcceptGate(DecisionGate):
 class SelfRAG(dspy.Module):
     """Retrieve -> draft -> critique -> retrieve again or stop, with at most ``loops`` re-retrievals.
 
-    ``lang`` (the question's language, passed by multilingual datasets) asks the writer for the answer in it."""
+    ``lang`` (the question's language, passed by multilingual datasets) asks the writer for the answer in it.
+
+    Args:
+        search: the retriever.
+        k: passages per search.
+        loops: re-retrievals at most.
+        max_chars: each passage shown to the LM cut after this many characters (None: whole).
+        min_usefulness: the critic's usefulness (1-5) a draft needs to be accepted.
+        stuck_jaccard: a next query this close (content-word Jaccard) to an earlier one is stuck.
+        decisions: the decision mode of the acceptance gate (``--decisions``).
+        oracle: the oracle roles (``--oracle``; see the module).
+        mc: how the writer picks multiple-choice letters.
+    """
 
     ROLES = {"critic": "critic"}
     ORACLE_ROLES = ("verdict", "query", "writer")
 
-    def __init__(self, search: Retriever, k: int = 3, loops: int = 3, max_chars: int | None = None,
+    def __init__(self, search: Retriever, *, k: int = 3, loops: int = 3, max_chars: int | None = None,
                  min_usefulness: int = 4, stuck_jaccard: float = 0.7, decisions: str = "generate",
                  oracle: str = "", mc: MCScoring | None = None):
         super().__init__()
@@ -130,7 +142,7 @@ class SelfRAG(dspy.Module):
         self.writer = EvidenceWriter(max_chars, mc=mc)
         self.critic = dspy.Predict(CritiqueDraft)
         self.critic_gate = AcceptGate(self.critic, min_usefulness, decisions, self.oracle)
-        self.query_step = RoleStep(self.critic, "query", self.oracle, "next_query")
+        self.query_step = RoleStep(self.critic, "query", self.oracle, field="next_query")
 
     def resting(self) -> str | None:
         """What Self-RAG runs as while its acceptance gate decides whatever the probability (see

@@ -253,8 +253,8 @@ class CORAL(dspy.Module):
         step = replan.get((c.scope == "dynamic", c.rewrite))
         self.replanner = dspy.Predict(step, temperature=t) if step else None
         named = partial(named_corpora, search, limit=c.max_corpora)  # the planner oracle's corpora
-        self.planner_step = RoleStep(self.planner, "planner", self.oracle, "corpora", given=named)
-        self.replanner_step = RoleStep(self.replanner, "planner", self.oracle, "corpora", given=named)
+        self.planner_step = RoleStep(self.planner, "planner", self.oracle, field="corpora", given=named)
+        self.replanner_step = RoleStep(self.replanner, "planner", self.oracle, field="corpora", given=named)
         self.query_step = RoleStep(self.replanner, "query", self.oracle)
         self.critic = dspy.Predict(RateDocuments, temperature=t)
         self.critic_each = dspy.Predict(RateDocument, temperature=t)
@@ -262,9 +262,9 @@ class CORAL(dspy.Module):
         self.writer = answer_writer(c.max_chars, c.writer_temperature, mc)
         each = EachCritic(self.critic_each, decisions, self.critic_chars)
         critic = BatchCritic(self.critic, each, self.critic_chars, c.critic_chunk) if c.critic_batch else each
-        self.keep_gate = KeepGate(critic, c.min_each, c.min_total, decisions, self.oracle)
+        self.keep_gate = KeepGate(critic, c.min_each, c.min_total, mode=decisions, roles=self.oracle)
         self.sufficiency_gate = LabelGate(self.sufficiency, "enough", ("True", "False"), kind="set",
-                                          decisions=decisions, roles=self.oracle, role="sufficiency",
+                                          mode=decisions, roles=self.oracle, role="sufficiency",
                                           grammar={"enough": BOOL})
 
     @classmethod

@@ -9,7 +9,7 @@ import dspy
 
 from decoding.constrained import constrained_config, one_of
 from decoding.decisions import PARSE_ERRORS, SCALE, record, relative
-from programs.shared.gates import DecisionGate, Decisions, sorted_passages
+from programs.shared.gates import DecisionGate, DecisionMode, sorted_passages
 from retrieval.corpus import Passage
 from runtime.caps import field_cap
 from signatures.critic import RateDocument
@@ -75,18 +75,18 @@ def passes(rated: Rated, min_each: int = 2, min_total: float = 6.0) -> bool:
 
 class EachCritic:
     """One call per candidate: its four scales as written, or as expected values over the score tokens (the
-    program's ``decisions``, :class:`~programs.shared.gates.Decisions`), with a short critique; an unreadable reply
+    decision ``mode``, :class:`~programs.shared.gates.DecisionMode`), with a short critique; an unreadable reply
     scores 0."""
 
-    def __init__(self, predictor: dspy.Predict, decisions: str | Decisions, chars: int | None):
+    def __init__(self, predictor: dspy.Predict, mode: str | DecisionMode, chars: int | None):
         self.predictor, self.chars = predictor, chars
-        self.decisions = decisions if isinstance(decisions, Decisions) else Decisions(decisions)
+        self.mode = mode if isinstance(mode, DecisionMode) else DecisionMode(mode)
 
     def rate_one(self, passage: Passage, asked: str, trace) -> Rated:
         trace.calls["critic"] += 1
         config = constrained_config(self.predictor, {**dict.fromkeys(SCALES, SCORE), "critique": CRITIQUE})
-        out, values = self.decisions.scales(self.predictor, SCALES, SCALE, config, question=asked,
-                                            document=passage.format(self.chars))
+        out, values = self.mode.scales(self.predictor, SCALES, SCALE, config, question=asked,
+                                       document=passage.format(self.chars))
         if values is None:
             trace.parse_failures += 1
             return Rated.of(passage, [0, 0, 0, 0], "unparsed critic output")
@@ -142,12 +142,20 @@ class KeepGate(DecisionGate):
     any other 0 (no call); a fused gate whose fit gave the critic no weight rates none (it keeps by retrieval
     alone); else ``critic`` rates them. Keeping: the paper's rule (:func:`passes`), or with fused decisions (not
     under the oracle) the gate over the critic's ``s_tot / 12.5`` fused with the candidate's retrieval score
-    relative to the best candidate of its corpus this round."""
+    relative to the best candidate of its corpus this round.
 
-    def __init__(self, critic: EachCritic | BatchCritic, min_each: int, min_total: float,
-                 decisions: str | Decisions = "generate", roles: frozenset[str] = frozenset(),
+    Args:
+        critic: rates the candidates.
+        min_each, min_total: the paper's keep rule (:func:`passes`).
+        mode: the decision mode (``--decisions``: a mode's name or its :class:`~programs.shared.gates.DecisionMode`).
+        roles: the program's oracle roles (``relevance`` answers it from gold).
+        threshold: the fused probability that keeps a candidate, until a fit on dev replaces it.
+    """
+
+    def __init__(self, critic: EachCritic | BatchCritic, min_each: int, min_total: float, *,
+                 mode: str | DecisionMode = "generate", roles: frozenset[str] = frozenset(),
                  threshold: float = 0.5):
-        super().__init__("passage", decisions, roles, "relevance", threshold=threshold)
+        super().__init__("passage", mode, roles, "relevance", threshold=threshold)
         self.critic, self.min_each, self.min_total = critic, min_each, min_total
 
     def __call__(self, passages: list[Passage], candidates: list[Passage], asked: str,
@@ -165,7 +173,7 @@ class KeepGate(DecisionGate):
     @property
     def weighs_retrieval(self) -> bool:
         """The fused keep decision (not under the oracle)."""
-        return self.decisions.fuses and not self.from_gold
+        return self.mode.fuses and not self.from_gold
 
     @property
     def decided(self) -> str | None:

@@ -92,12 +92,23 @@ class Translator(dspy.Module):
 
 
 class MultilingualRAG(dspy.Module):
-    """Retrieve top-``k`` once over a fixed corpus scope (optionally translating), then write the answer."""
+    """Retrieve top-``k`` once over a fixed corpus scope (optionally translating), then write the answer.
+
+    Args:
+        search: the retriever.
+        k: passages retrieved.
+        scope: the corpora searched (:data:`SCOPES`, :func:`scope_corpora`).
+        translate_query: search with the question translated into English.
+        translate_docs: translate the passages into English for the writer.
+        max_chars: each passage shown to the LM cut after this many characters (None: whole).
+        oracle: the oracle roles (``--oracle``).
+        mc: how the writer picks multiple-choice letters.
+    """
 
     DEFAULT_DATASET = "demo_culture"
     ORACLE_ROLES = ("query", "writer")
 
-    def __init__(self, search: Retriever, k: int = 5, scope: str = "own", translate_query: bool = False,
+    def __init__(self, search: Retriever, *, k: int = 5, scope: str = "own", translate_query: bool = False,
                  translate_docs: bool = False, max_chars: int | None = None, oracle: str = "",
                  mc: MCScoring | None = None):
         super().__init__()

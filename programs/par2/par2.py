@@ -173,7 +173,7 @@ class PAR2(dspy.Module):
             :meth:`_Run.ranked` for what a cut drops).
         max_chars: each passage shown to the LM cut after this many characters (None: whole).
         anchor, chain: run the Coverage Anchor and the Iterative Chain (the ablations leave one out).
-        decisions: how the controller's gate is asked (``--decisions``).
+        decisions: the decision mode of the controller's gate (``--decisions``).
         oracle: the oracle roles (``--oracle``; see the module).
         mc: how the writer picks multiple-choice letters.
     """
@@ -196,14 +196,14 @@ class PAR2(dspy.Module):
         self.use_anchor, self.use_chain = anchor, chain
         self.reranker = get_reranker(search_rerank, search)
         self.planner = dspy.Predict(PlanSearches)
-        self.plan_step = RoleStep(self.planner, "query", self.oracle, "searches", tries=2,
+        self.plan_step = RoleStep(self.planner, "query", self.oracle, field="searches", tries=2,
                                   read=lambda out: plan_lines(out.searches, subqueries),
                                   given=lambda query: [SubQuery(query, "oracle query")],
                                   demo=lambda plan: {"searches": plan[0].query})  # the oracle's plan: its one query
         self.esc = dspy.Predict(DecideNextStep)
-        self.next_query = RoleStep(self.esc, "query", self.oracle, "next_query",
+        self.next_query = RoleStep(self.esc, "query", self.oracle, field="next_query",
                                    demo=lambda query: {"decision": "CONTINUE", "next_query": query})
-        self.esc_gate = LabelGate(self.esc, "decision", ("STOP", "CONTINUE"), kind="correct", decisions=decisions,
+        self.esc_gate = LabelGate(self.esc, "decision", ("STOP", "CONTINUE"), kind="correct", mode=decisions,
                                   roles=self.oracle, role="controller", parse=controller_reply, tries=2)
         self.writer = Writer(use_passages=True, reasoning=True, max_chars=max_chars, mc=mc)
 

@@ -43,7 +43,7 @@ def parse_verdict(text: str | None) -> str | None:
 
 
 def verdict_of(field: str):
-    """A gate's reading of a Correct/Error ``field`` (:func:`parse_verdict`; a label decided elsewhere stands)."""
+    """A gate's ``parse`` of a Correct/Error ``field`` (:func:`parse_verdict`; a label decided elsewhere stands)."""
     return lambda out, label=None: label or parse_verdict(out.get(field))
 
 
@@ -111,14 +111,22 @@ def chosen(text: str | None, options: list[str], critique: Critique) -> list[str
 
 class ErrorCritic(dspy.Module):
     """question + passages + prediction (+ the generator's reasoning) -> :class:`Critique`: one verdict call, then
-    at most one call per tier for an Error. ``max_labels`` labels are kept per tier, tier-3 picks among the
-    ``shortlist`` labels most similar to the analysis, ``embedder`` (a :class:`runtime.embedders.Embedder`)
-    measures that similarity; ``decisions`` reads the verdict as written or as P(Error) (see the module)."""
+    at most one call per tier for an Error.
+
+    Args:
+        taxonomy: the three-tier error taxonomy (default: the bundled one, :func:`load_taxonomy`).
+        max_chars: each passage shown to the LM cut after this many characters (None: whole).
+        embedder: a :class:`runtime.embedders.Embedder` measuring a label's similarity to the analysis.
+        shortlist: tier-3 picks among this many labels most similar to the analysis.
+        max_labels: labels kept per tier.
+        mode: the decision mode of the verdict: written, or P(Error) (``--decisions``; see the module).
+        oracle: the oracle roles, of ``verdict`` and ``plan``.
+    """
 
     LEVELS = ("error category", "error type", "specific mistake")
 
-    def __init__(self, taxonomy: Taxonomy | None = None, max_chars: int | None = None, embedder=None,
-                 shortlist: int = 8, max_labels: int = 2, decisions: str = "generate", oracle: str = ""):
+    def __init__(self, *, taxonomy: Taxonomy | None = None, max_chars: int | None = None, embedder=None,
+                 shortlist: int = 8, max_labels: int = 2, mode: str = "generate", oracle: str = ""):
         super().__init__()
         self.oracle = check_roles(oracle, ("verdict", "plan"), "the error critic")
         self.taxonomy = taxonomy or load_taxonomy()
@@ -126,7 +134,7 @@ class ErrorCritic(dspy.Module):
         self.judge = dspy.Predict(CheckAnswer)
         self.label = dspy.Predict(PickErrorLabels)
         self.planned = Role("plan", self.oracle)  # the plan oracle reads no labels
-        self.verdict_gate = LabelGate(self.judge, "judgement", (ERROR, CORRECT), kind="error", decisions=decisions,
+        self.verdict_gate = LabelGate(self.judge, "judgement", (ERROR, CORRECT), kind="error", mode=mode,
                                       roles=self.oracle, role="verdict", parse=verdict_of("judgement"),
                                       oracle_asks=not self.planned.from_gold)
 

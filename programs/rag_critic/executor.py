@@ -56,11 +56,11 @@ class PlanExecutor(dspy.Module):
         self.rewrite = dspy.Predict(RewriteForSearch)
         self.decompose = dspy.Predict(DecomposeQuestion)
         # the query oracle's one query from the documents held stands in for a rewrite and a decomposition
-        self.rewrite_step = RoleStep(self.rewrite, "query", oracle, "queries", given=lambda query: [query],
+        self.rewrite_step = RoleStep(self.rewrite, "query", oracle, field="queries", given=lambda query: [query],
                                      read=lambda out: _lines(out.queries)[:MAX_QUERIES],
                                      demo=lambda queries: {"queries": "\n".join(queries)})
-        self.decompose_step = RoleStep(self.decompose, "query", oracle, "sub_questions", given=lambda query: [query],
-                                       read=lambda out: _lines(out.sub_questions)[:4],
+        self.decompose_step = RoleStep(self.decompose, "query", oracle, field="sub_questions",
+                                       given=lambda query: [query], read=lambda out: _lines(out.sub_questions)[:4],
                                        demo=lambda queries: {"sub_questions": "\n".join(queries)})
         self.reader = Role("writer", oracle)  # the perfect reader: reads documents as they are, answers as the writer
         self.refine = dspy.Predict(RefineDocument)

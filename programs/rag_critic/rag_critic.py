@@ -53,12 +53,25 @@ def planned(plan: Plan) -> tuple[Plan, str, None, bool]:
 
 
 class RAGCritic(dspy.Module):
-    """Critic-guided correction of a single-shot RAG answer (``rounds`` critic/plan/execute rounds at most)."""
+    """Critic-guided correction of a single-shot RAG answer (``rounds`` critic/plan/execute rounds at most).
+
+    Args:
+        search: the retriever.
+        k: passages per search.
+        max_chars: each passage shown to the LM cut after this many characters (None: whole).
+        rounds: critic/plan/execute rounds at most.
+        max_steps: the steps of a correction plan at most.
+        taxonomy: the error critic's taxonomy (default: the bundled one).
+        decisions: the decision mode of the critic's verdict (``--decisions``).
+        oracle: the oracle roles (``--oracle``; see the module).
+        mc: how the writer picks multiple-choice letters.
+        cot: the chain-of-thought writer drafts and corrects (``rag_critic_cot``).
+    """
 
     ROLES = {"critic": "critic", "planner": "planner"}
     ORACLE_ROLES = ("verdict", "plan", "query", "writer")
 
-    def __init__(self, search: Retriever, k: int = 5, max_chars: int | None = None, rounds: int = 1,
+    def __init__(self, search: Retriever, *, k: int = 5, max_chars: int | None = None, rounds: int = 1,
                  max_steps: int = 5, taxonomy: Taxonomy | None = None, decisions: str = "generate", oracle: str = "",
                  mc: MCScoring | None = None, cot: bool = False):
         super().__init__()
@@ -70,10 +83,10 @@ class RAGCritic(dspy.Module):
         # one writer drafts and corrects (the critic reads its reasoning where it has a chain of thought)
         self.writer = Writer(use_passages=True, reasoning=cot, max_chars=max_chars, mc=mc)
         self.oracle = check_roles(oracle, self.ORACLE_ROLES, "rag_critic")
-        self.critic = ErrorCritic(taxonomy, max_chars, embedder=getattr(search, "embedder", None),
-                                  decisions=decisions, oracle=self.oracle & {"verdict", "plan"})
+        self.critic = ErrorCritic(taxonomy=taxonomy, max_chars=max_chars, embedder=getattr(search, "embedder", None),
+                                  mode=decisions, oracle=self.oracle & {"verdict", "plan"})
         self.planner = dspy.Predict(PlanCorrection)
-        self.plan_step = RoleStep(self.planner, "plan", self.oracle, "plan", demo=lambda plan: {"plan": plan[1]},
+        self.plan_step = RoleStep(self.planner, "plan", self.oracle, field="plan", demo=lambda plan: {"plan": plan[1]},
                                   given=lambda query: planned(oracle_plan(query, k)))
         self.executor = PlanExecutor(search, self.writer, max_chars, oracle=self.oracle & {"query", "writer"})
 

@@ -29,9 +29,22 @@ from signatures.revise import REVISION, GiveFeedback
 
 
 class SelfRefine(dspy.Module):
+    """Draft, then review and revise with the same writer until its feedback finds no error (see the module).
+
+    Args:
+        search: the retriever.
+        k: passages retrieved.
+        max_chars: each passage shown to the LM cut after this many characters (None: whole).
+        rounds: feedback/revision rounds at most.
+        decisions: the decision mode of the feedback's verdict (``--decisions``).
+        oracle: the oracle roles (``--oracle``; see the module).
+        mc: how the writer picks multiple-choice letters.
+        cot: the chain-of-thought writer drafts and revises (``self_refine_cot``).
+    """
+
     ORACLE_ROLES = ("verdict", "writer")
 
-    def __init__(self, search: Retriever, k: int = 5, max_chars: int | None = None, rounds: int = 3,
+    def __init__(self, search: Retriever, *, k: int = 5, max_chars: int | None = None, rounds: int = 3,
                  decisions: str = "generate", oracle: str = "", mc: MCScoring | None = None, cot: bool = False):
         super().__init__()
         self.oracle = check_roles(oracle, self.ORACLE_ROLES, "self_refine")
@@ -43,7 +56,7 @@ class SelfRefine(dspy.Module):
         self.writer = Writer(use_passages=True, reasoning=cot, max_chars=max_chars, mc=mc)  # drafts and revises
         self.feedback = dspy.Predict(GiveFeedback)
         self.reader = Role("writer", self.oracle)  # a perfect reader needs no feedback
-        self.stop_gate = LabelGate(self.feedback, "verdict", (CORRECT, ERROR), kind="correct", decisions=decisions,
+        self.stop_gate = LabelGate(self.feedback, "verdict", (CORRECT, ERROR), kind="correct", mode=decisions,
                                    roles=self.oracle, role="verdict", parse=verdict_of("verdict"),
                                    oracle_asks=not self.reader.from_gold)
 

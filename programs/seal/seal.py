@@ -278,7 +278,7 @@ class SEAL(dspy.Module):
         ledger_to_writer: also show the final writer the verified facts (off: the writer sees what every
             baseline's writer sees, the final k passages; passages only the writer would read are not extracted,
             and ``loops=0`` is exactly ``rag_cited``).
-        decisions: how the sufficiency gate is asked (``--decisions``).
+        decisions: the decision mode of the sufficiency gate (``--decisions``).
         oracle: the oracle roles (``--oracle``; see the module).
         mc: how the writer picks multiple-choice letters.
     """
@@ -298,7 +298,7 @@ class SEAL(dspy.Module):
         self.stuck_jaccard, self.max_query_words = stuck_jaccard, max_query_words
         self.extract = dspy.Predict(ExtractFacts)
         self.assess = dspy.Predict(AssessSufficiency)
-        self.assess_gate = LabelGate(self.assess, "sufficient", ("True", "False"), kind="set", decisions=decisions,
+        self.assess_gate = LabelGate(self.assess, "sufficient", ("True", "False"), kind="set", mode=decisions,
                                      roles=self.oracle, role="sufficiency", rests=False)
         self.gap = dspy.Predict(SpecifyGap)
         self.gap_step = RoleStep(self.gap, "gap", self.oracle, given=Gap, demo=gap_demo,

@@ -1,12 +1,13 @@
-"""Gates that own a decision: how it is asked (``--decisions``), its fitted thresholds, its oracle answer, its rest
-state and its trace entry. A method calls its gate and reads the :class:`Ruling`; it never looks at the mode.
+"""Gates that own a decision: how it is asked (its decision mode, ``--decisions``), its fitted thresholds, its oracle
+answer, its rest state and its trace entry. A method calls its gate and reads the :class:`Ruling`; it never looks at
+the mode.
 
-- :class:`Decisions` is how a program's decisions are asked (``--decisions``), by its ``mode``: the written label
-  parsed (``generate``), the label probability read from token logprobs (``logprob``), and for a decision about one
-  passage the probability fused with the retriever's score (``fused``). It is the one place that knows the modes;
-  a gate's ``reading`` is which of its paths (``written``, ``scored``, ``fused``) the mode takes.
+- :class:`DecisionMode` is the decision mode (a program's ``decisions`` setting, ``--decisions``) by its ``name``:
+  the written label parsed (``generate``), the label probability read from token logprobs (``logprob``), and for a
+  decision about one passage the probability fused with the retriever's score (``fused``). It is the one place that
+  knows the modes; a gate's ``path`` is which of its methods (``written``, ``scored``, ``fused``) its mode takes.
 - :class:`DecisionGate` is a :class:`~decoding.decisions.Gate` (thresholds and weights, fitted on dev by
-  ``optimizers.calibration``, saved with the program) that also knows its :class:`Decisions` and its oracle role.
+  ``optimizers.calibration``, saved with the program) that also knows its :class:`DecisionMode` and its oracle role.
 - :class:`LabelGate` is the two-label decision on one output field (a sufficiency verdict, a stop, an error
   verdict).
 
@@ -31,24 +32,24 @@ from programs.shared.oracle import labelling, taught
 GATE_SPAN = "GATE"
 
 
-class Decisions:
-    """How a program's decisions are asked (``--decisions``), by ``mode``: ``generate``, ``logprob`` or ``fused``
-    (``decoding.decisions.MODES``).
+class DecisionMode:
+    """The decision mode, how a program's decisions are asked (``--decisions``), by ``name``: ``generate``,
+    ``logprob`` or ``fused`` (``decoding.decisions.MODES``).
     A scored decision goes through :func:`decoding.decisions.decide` (a one-label one through its adapter,
     ``LabelAdapter``)."""
 
-    def __init__(self, mode: str = "generate"):
-        self.mode = check_mode(mode)
+    def __init__(self, name: str = "generate"):
+        self.name = check_mode(name)
 
     @property
     def scored(self) -> bool:
         """Labels are read as probabilities from token logprobs."""
-        return self.mode != "generate"
+        return self.name != "generate"
 
     @property
     def fuses(self) -> bool:
         """A decision about one passage also weighs the retriever's score for it."""
-        return self.mode == "fused"
+        return self.name == "fused"
 
     def predictor(self, signature) -> dspy.Predict | None:
         """A predictor that only scored decisions ask (None when they are written)."""
@@ -78,26 +79,26 @@ class Decisions:
 
 
 class DecisionGate(Gate):
-    """A :class:`~decoding.decisions.Gate` asked as ``decisions`` (a mode name or its :class:`Decisions`) says,
+    """A :class:`~decoding.decisions.Gate` asked in decision ``mode`` (a mode's name or its :class:`DecisionMode`),
     answered by the gold labels of its oracle ``role`` when that role is among the program's oracle ``roles``. A
-    subclass asks through :meth:`asked`, which picks its ``written``, ``scored`` or ``fused`` reading by the mode."""
+    subclass asks through :meth:`asked`, which takes its ``written``, ``scored`` or ``fused`` path by the mode."""
 
-    def __init__(self, kind: str, decisions: str | Decisions = "generate", roles: frozenset[str] = frozenset(),
+    def __init__(self, kind: str, mode: str | DecisionMode = "generate", roles: frozenset[str] = frozenset(),
                  role: str | None = None, **thresholds: float):
         super().__init__(kind, **thresholds)
-        self.decisions = decisions if isinstance(decisions, Decisions) else Decisions(decisions)
+        self.mode = mode if isinstance(mode, DecisionMode) else DecisionMode(mode)
         self.roles, self.role = frozenset(roles), role
 
     @property
-    def reading(self) -> str:
-        """The reading the mode asks for (a subclass without a ``fused`` reading reads it as ``scored``)."""
-        return "fused" if self.decisions.fuses and hasattr(self, "fused") else \
-            "scored" if self.decisions.scored else "written"
+    def path(self) -> str:
+        """The method the mode takes (a subclass without a ``fused`` path takes ``scored`` for it)."""
+        return "fused" if self.mode.fuses and hasattr(self, "fused") else "scored" if self.mode.scored else "written"
 
     def asked(self, *args, **kwargs):
-        """The decision read as the mode says, in a :meth:`span` whose outputs are what the reading returned."""
+        """The decision taken by the mode's :attr:`path`, in a :meth:`span` whose outputs are what the path
+        returned."""
         with self.span(type(self).__name__) as span:
-            result = getattr(self, self.reading)(*args, **kwargs)
+            result = getattr(self, self.path)(*args, **kwargs)
             if span is not None:
                 span.set_outputs(result)
             return result
@@ -105,12 +106,12 @@ class DecisionGate(Gate):
     @contextmanager
     def span(self, name: str) -> Iterator:
         """Inside a trace, a :data:`GATE_SPAN` around one decision, its attributes how it is asked (``asked``: the
-        oracle, or the mode and its ``reading``), the gate's ``kind``, thresholds and ``at_rest``; None outside a
+        oracle, or the mode and its ``path``), the gate's ``kind``, thresholds and ``at_rest``; None outside a
         trace (nothing is built)."""
         if mlflow.get_current_active_span() is None:
             yield None
             return
-        asked = {"asked": "oracle"} if self.from_gold else {"asked": self.decisions.mode, "reading": self.reading}
+        asked = {"asked": "oracle"} if self.from_gold else {"asked": self.mode.name, "path": self.path}
         with mlflow.start_span(name, span_type=GATE_SPAN, attributes={
                 **asked, "kind": self.kind, **self.thresholds, "at_rest": self.at_rest}) as span:
             yield span
@@ -126,11 +127,11 @@ class DecisionGate(Gate):
         :data:`~decoding.decisions.REST` where the LM is not asked (a fused gate whose fit gave it no weight),
         :data:`~decoding.decisions.RESTING` where it still is; None while a probability decides, under the oracle,
         or when the mode reads written labels (a fit decides none of those)."""
-        if self.state is None or self.from_gold or not self.decisions.scored:
+        if self.state is None or self.from_gold or not self.mode.scored:
             return None
         if self.state == ONE_CLASS:
             return ONE_CLASS
-        return REST if self.decisions.fuses and not self.reads_lm else RESTING
+        return REST if self.mode.fuses and not self.reads_lm else RESTING
 
     def gold(self, *about) -> bool | None:
         """The oracle's answer about ``about`` (the passages held, the answer judged), None without the oracle."""
@@ -188,8 +189,10 @@ class LabelGate(DecisionGate):
     is the at-rest label without a call; its other answer overrides the label read.
 
     Args:
+        predictor, field: the predictor asked, and its output field that holds the label.
+        labels: the two labels, the positive one first.
         kind: what the decision is about, as calibration labels it (``decoding.decisions.KINDS``).
-        decisions: how it is asked (``--decisions``: a mode name or its :class:`Decisions`).
+        mode: the decision mode, how it is asked (``--decisions``: a mode's name or its :class:`DecisionMode`).
         roles, role: the program's oracle roles, and the one that answers this decision from gold.
         parse: ``parse(output, label=None)`` reads a written reply (default: the label the field starts with); it
             may refuse a label whose other fields are unusable.
@@ -202,10 +205,10 @@ class LabelGate(DecisionGate):
     """
 
     def __init__(self, predictor: dspy.Predict, field: str, labels: tuple[str, str], *, kind: str,
-                 decisions: str | Decisions = "generate", roles: frozenset[str] = frozenset(), role: str | None = None,
+                 mode: str | DecisionMode = "generate", roles: frozenset[str] = frozenset(), role: str | None = None,
                  parse: Callable | None = None, tries: int = 1, rests: bool = True, oracle_asks: bool = False,
                  grammar: dict[str, str] | None = None, threshold: float = 0.5):
-        super().__init__(kind, decisions, roles, role, threshold=threshold)
+        super().__init__(kind, mode, roles, role, threshold=threshold)
         self.predictor, self.field, self.labels, self.grammar = predictor, field, tuple(labels), grammar
         self.parse, self.tries, self.rests, self.oracle_asks = parse, tries, rests, oracle_asks
 
@@ -237,7 +240,7 @@ class LabelGate(DecisionGate):
     def ask(self, passages, answer, inputs: dict) -> Ruling:
         if self.rests and self.at_rest:
             return Ruling(self.rest_label, dspy.Prediction(**{self.field: self.rest_label}), decided=REST)
-        return getattr(self, self.reading)(inputs, passages=passages, answer=answer)
+        return getattr(self, self.path)(inputs, passages=passages, answer=answer)
 
     def read(self, out: dspy.Prediction, label: str | None = None) -> str | None:
         if self.parse is not None:

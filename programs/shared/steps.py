@@ -60,11 +60,21 @@ class RoleStep(Role):
     ``field``), at most ``tries`` times while it reads as None (later tries sample anew, ``evidence.retried``).
     Under the oracle, ``given`` turns the gold answer about what is held into the step's value (default: as is)
     and ``demo`` into the predictor's output fields (default: ``{field: value}``; None: no demo), recorded as
-    its call on the same inputs (:func:`~programs.shared.oracle.taught`)."""
+    its call on the same inputs (:func:`~programs.shared.oracle.taught`).
 
-    def __init__(self, predictor: dspy.Predict | None, role: str, roles: frozenset[str] = frozenset(),
-                 field: str = "query", read: Callable | None = None, given: Callable | None = None,
-                 demo: Callable | None = None, tries: int = 1):
+    Args:
+        predictor: asks the step (None: a step only the oracle answers).
+        role, roles: the step's oracle role, and the program's oracle roles.
+        field: the output field read, and the demo's.
+        read: ``read(output)``, the step's value from a reply (returning None: unusable).
+        given: ``given(gold)``, the oracle's answer as the step's value.
+        demo: ``demo(value)``, the output fields of the oracle's demo (returning None: no demo).
+        tries: attempts while the reply reads as None.
+    """
+
+    def __init__(self, predictor: dspy.Predict | None, role: str, roles: frozenset[str], *, field: str = "query",
+                 read: Callable | None = None, given: Callable | None = None, demo: Callable | None = None,
+                 tries: int = 1):
         super().__init__(role, roles)
         self.predictor, self.field, self.tries = predictor, field, tries
         self.read = read or (lambda out: out.get(field))
