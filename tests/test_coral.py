@@ -585,22 +585,27 @@ def test_the_question_language_corpus_is_in_every_first_plan(dummy, search):
     assert t["corpora"] == [["en"]]  # at most max_corpora: the question's language first
 
 
-@pytest.mark.parametrize("dropped, second", [
-    (None, ["en", "ko"]),  # a reply without the field reads, and keeps the corpus
-    ("none", ["en", "ko"]), ("", ["en", "ko"]), ("N/A.", ["en", "ko"]),
-    ("its documents were about Spain, not Korea", ["ko"])])
-def test_a_replan_drops_the_question_language_corpus_only_with_a_stated_reason(dummy, search, dropped, second):
+@pytest.mark.parametrize("dropped, kept, second", [
+    (None, False, ["en", "ko"]),  # a reply without the field reads, and keeps the corpus
+    ("none", False, ["en", "ko"]), ("", False, ["en", "ko"]), ("N/A.", False, ["en", "ko"]),
+    ("its documents were about Spain, not Korea", False, ["ko"]),
+    ("its documents were about Spain, not Korea", True, ["en", "ko"])])  # the critic kept one: not low-relevance
+def test_a_replan_drops_the_question_language_corpus_only_with_a_stated_reason(dummy, search, dropped, kept, second):
     """Issue 75 item 4, the paper's re-planner prompt: it keeps the corpus in the question's language "unless the
     system's reasoning explicitly shows it is consistently low-relevance": a re-plan that leaves it out without a
-    reason in ``dropped_because`` gets it back (traced in ``own_added``), one with a reason drops it (traced in
-    ``own_dropped``)."""
+    reason in ``dropped_because``, or while the critic keeps one of its documents (the real 0.5B dropped English
+    with four of its five documents kept), gets it back (traced in ``own_added``); one with a reason and none of its
+    documents kept drops it (traced in ``own_dropped``)."""
     replan = {"corpora": ["ko"], "query": "seaweed soup"} | ({} if dropped is None else {"dropped_because": dropped})
-    lm = scripted(dummy, plan=Queue({"corpora": ["en"]}), batch=Queue(batched(rating(1, 5, 5, 5, 5))),
+    score = 5 if kept else 0
+    lm = scripted(dummy, plan=Queue({"corpora": ["en"]}), batch=Queue(batched(rating(1, score, score, score, score))),
                   enough=Queue({"enough": False, "reason": "nothing on Korea"}), replan=Queue(replan),
                   write=Queue({"answer": "C"}))
     t = CORAL(search, CORALConfig(k=1, loops=2, critic_batch=True))(question=QUESTION, options=OPTIONS, lang="en").trace
     assert t["corpora"] == [["en"], second] and t["parse_failures"] == 0 and t["calls"]["planner"] == 2
-    assert t["own_added"] == ([] if second == ["ko"] else ["re-plan dropped it without a stated reason"])
+    why = "re-plan dropped it while the critic keeps its documents" if kept else \
+        "re-plan dropped it without a stated reason"
+    assert t["own_added"] == ([] if second == ["ko"] else [why])
     assert t["own_dropped"] == ([dropped] if second == ["ko"] else [])
     replans = [h for h in lm.history if REPLAN in h["messages"][-1]["content"]]
     assert len(replans) == 1 and "dropped_because" in replans[0]["messages"][0]["content"]  # told of the field

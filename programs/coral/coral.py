@@ -2,8 +2,8 @@
 
 Each round: (1) the planner picks at most ``max_corpora`` language corpora (the paper's planner prompt: always the
 corpus in the question's language, plus those of a culture or region the question is about; a first plan without it
-gets it, traced in ``own_added``; a re-plan leaves it out only with a reason stated in its ``dropped_because``,
-traced in ``own_dropped``, else it is put back, traced in ``own_added``), (2) top-``k`` per chosen corpus, (3) the
+gets it, traced in ``own_added``; a re-plan leaves it out only when none of its documents is kept and with a reason
+stated in its ``dropped_because``, traced in ``own_dropped``, else it is put back, traced in ``own_added``), (2) top-``k`` per chosen corpus, (3) the
 critic rates
 every new candidate 0-5 on relevance, usefulness, clarity/specificity and compatibility and the keep gate keeps
 some (``programs.coral.critics``); kept documents accumulate over rounds, (4) the sufficiency gate decides whether
@@ -392,7 +392,7 @@ class CORAL(dspy.Module):
                 continue
             new_query = self.query_step.over(lambda: unechoed(getattr(out, "query", "")) if self.rewrite else "", held)
             new_corpora = self.replanner_step.over(
-                lambda: self.read_corpora(out, corpora, trace) if choose_corpora else corpora, held)
+                lambda: self.read_corpora(out, corpora, trace, held) if choose_corpora else corpora, held)
             if not same_plan(new_corpora, new_query or query, corpora, query):
                 return new_query or query, new_corpora
             if attempt == 0:
@@ -401,11 +401,13 @@ class CORAL(dspy.Module):
                 trace.repeated_plans += 1
         return None
 
-    def read_corpora(self, out: dspy.Prediction, corpora: list[str], trace: Trace) -> list[str]:
+    def read_corpora(self, out: dspy.Prediction, corpora: list[str], trace: Trace,
+                     held: list[Passage] = ()) -> list[str]:
         """The replanner's corpora, validated against the pool; ``corpora`` when it names no valid one (only the
-        query may change). The corpus in the question's language, searched last round, leaves only with a reason
-        :func:`stated` in ``dropped_because`` (traced in ``own_dropped``); without one it is put back
-        (:meth:`with_own`)."""
+        query may change). The corpus in the question's language, searched last round, leaves only when the critic
+        has kept none of its documents (``held``: the paper's "consistently low-relevance" as the system found it,
+        not as the re-planner says) and with a reason :func:`stated` in ``dropped_because`` (traced in
+        ``own_dropped``); else it is put back (:meth:`with_own`)."""
         new_corpora, unknown = validate_corpora(out.corpora, self.search.languages(), self.max_corpora)
         trace.unknown_corpora += unknown
         if not new_corpora:
@@ -414,6 +416,8 @@ class CORAL(dspy.Module):
         own, reason = trace.question_corpus, unechoed(out.get("dropped_because") or "")
         if own not in corpora or own in new_corpora:
             return new_corpora
+        if any(p.corpus == own for p in held):
+            return self.with_own(new_corpora, trace, "re-plan dropped it while the critic keeps its documents")
         if stated(reason):
             trace.own_dropped.append(reason)
             return new_corpora
