@@ -12,7 +12,7 @@ from experiments.cli import fail
 from experiments.sessions import Session
 from experiments.stages import run_stage
 from optimizers import settings as compile_settings
-from optimizers.fitting import compile_fitted, compile_ledger, log_compiled
+from optimizers.fitting import CompileInput, compile_fitted, compile_ledger, log_compiled
 from optimizers.settings import CompileOptions
 from programs.shared.oracle import ALL
 
@@ -21,6 +21,12 @@ def check_compile_flags(args) -> None:
     if args.oracle:
         fail("--oracle is for evaluation (evaluate.py, --suite): compiling reads no gold labels; compile without it "
              "and evaluate the compiled program with --oracle")
+
+
+def compile_input(s: Session) -> CompileInput:
+    """What a compile reads of session ``s``, resolved once: the compile options of its settings, its role LMs,
+    splits and checkpoint keys, and the config and data a compiled program is saved with."""
+    return CompileInput(CompileOptions.of(s.args), s.roles, s.splits, s.checkpoint, s.derived.config, s.derived.data)
 
 
 @dataclass
@@ -62,14 +68,15 @@ def compile_and_score(s: Session, metric_name: str, metric) -> CompileRun:
         s.eval_data("train", s.splits.train).log()  # what compile learns from
         stage("dev_before", program, s.splits.dev)
         stage("test_before", program, s.splits.test)
-        compiled, _ = compile_fitted(s, program, args.optimizer, CompileOptions.of(args), metric, s.roles.lm("planner"),
-                                     compile_ledger(s, args.program, program, params, args.seed), teacher)
+        run_input = compile_input(s)
+        compiled, _ = compile_fitted(run_input, program, args.optimizer, metric, s.roles.lm("planner"),
+                                     compile_ledger(run_input, args.program, program, params), teacher)
         tracking.tag_effective(compiled, args.program)  # its gates fitted on dev may rest
         stage("dev_after", compiled, s.splits.dev)
         stage("test_after", compiled, s.splits.test)
 
         out = Path(args.out) if args.out else Path(tempfile.mkdtemp()) / "program.json"
-        log_compiled(s.derived, compiled, args.program, out)
+        log_compiled(run_input, compiled, args.program, out)
         prompts = tracking.register_prompts(compiled, args.program, {"optimizer": args.optimizer,
                                                                      "dataset": args.dataset,
                                                                      "teacher": args.teacher})

@@ -27,7 +27,6 @@ from experiments.cli import compile_metric, fail, interruptible
 from experiments.sessions import session
 from optimizers import fitting, settings as compile_settings
 from optimizers.compile import OPTIMIZERS
-from optimizers.settings import CompileOptions
 from runtime.lm import make_lm
 
 ENTRY = "scripts/optimizer_table.py"
@@ -63,6 +62,7 @@ def main(argv=None) -> dict:
     proposer = (make_lm(args.proposer_lm, args.api_base, cache=not args.no_cache) if args.proposer_lm
                 else s.roles.lm("planner"))
     proposer_id = args.proposer_lm or s.derived.lm_ids()["planner_lm"]
+    run_input = compile_run.compile_input(s)
     base = suite.cell(args.program, args.dataset, {"k": args.k, "loops": args.loops})
     results = []
     with tracking.run(args.experiment, f"{args.suite}-{args.dataset}", tags={"entry": ENTRY}) as parent:
@@ -74,17 +74,16 @@ def main(argv=None) -> dict:
                               nested=True) as child:
                 program, cost = s.build(args.program), {}
                 if optimizer == "uncompiled":  # its gates fitted on dev too: the rows differ in the prompts only
-                    fitting.fit_gates(s, program, CompileOptions.of(args), metric)
+                    fitting.fit_gates(run_input, program, metric)
                 else:
                     params = (compile_settings.params(args, optimizer, metric_name)
                               | {"proposer": proposer_id if optimizer in ("mipro", "gepa") else ""})
                     tracking.log_params(params)
-                    ledger = fitting.compile_ledger(s, cell.label, program, params, args.seed)
-                    program, spent = fitting.compile_fitted(s, program, optimizer, CompileOptions.of(args), metric,
-                                                             proposer, ledger)
+                    ledger = fitting.compile_ledger(run_input, cell.label, program, params)
+                    program, spent = fitting.compile_fitted(run_input, program, optimizer, metric, proposer, ledger)
                     cost = compile_cost(spent)
                     with tempfile.TemporaryDirectory() as tmp:
-                        fitting.log_compiled(s.derived, program, args.program, Path(tmp) / "program.json")
+                        fitting.log_compiled(run_input, program, args.program, Path(tmp) / "program.json")
             result = suite.run_cell(s, cell, parent.info.run_id, args.suite, program=program, entry=ENTRY,
                                     run_id=child.info.run_id)
             result.summary |= cost

@@ -267,6 +267,24 @@ def test_nothing_below_the_experiments_layer_reads_a_session_settings():
     assert read == []
 
 
+def test_a_compile_takes_a_typed_frozen_input_never_a_session():
+    """optimizers/ reads what a compile needs from ``optimizers.fitting.CompileInput`` (built once by
+    ``experiments.compile_run.compile_input``), never a session passed untyped (``s``), whose roles, splits and
+    checkpoint keys the import contract cannot see."""
+    import ast
+    import dataclasses
+    from pathlib import Path
+
+    from optimizers import fitting
+
+    root = Path(__file__).resolve().parent.parent
+    taken = [f"{path.relative_to(root)}:{node.lineno} {node.name}({a.arg})"
+             for path in sorted((root / "optimizers").rglob("*.py")) for node in ast.walk(ast.parse(path.read_text()))
+             if isinstance(node, ast.FunctionDef) for a in node.args.args if a.arg in ("s", "session")]
+    assert taken == []
+    assert dataclasses.fields(fitting.CompileInput) and fitting.CompileInput.__dataclass_params__.frozen
+
+
 @pytest.mark.parametrize("flag, alone, beside", [
     (["--judge-lms", "local:qwen-1.5b"], "--judge-lms needs --judge", ["--judge"]),
     (["--judge-lm", "openai/j"], "--judge-lm needs --judge or --error-profile", ["--judge"]),

@@ -2,7 +2,6 @@
 usage): one row per optimizer plus uncompiled, each paired with uncompiled, its compile cost in its row, one child run
 per cell holding its compiled program (which evaluate.py --compiled reproduces), and a re-run that asks nothing."""
 import json
-from types import SimpleNamespace
 
 import dspy
 import mlflow
@@ -13,9 +12,12 @@ from fake_openai import FakeOpenAI
 
 import evaluate
 import programs
+from data import Splits
 from experiments import sessions
 from optimizers import fitting
+from optimizers.settings import CompileOptions
 from runtime.paths import project_cache
+from runtime.roles import Roles
 from tests.test_decision_ladder import ladder_lm  # noqa: F401 (a fixture)
 
 SPLIT = ["--dataset", "demo", "--k", "2", "--train", "3", "--dev", "2", "--test", "3"]
@@ -237,15 +239,19 @@ def test_the_table_needs_its_splits(table, capsys, monkeypatch):
 
 
 def ledger_session(tmp_path, train=("q1", "q2"), dev=("q3",), seed=13):
-    """A session as :func:`fitting.compile_ledger` reads it: its checkpoint (one file whatever the split: checkpoints
-    are keyed by the program, not by the questions) and its split; and the seed it is given."""
-    ids = {"train": list(train), "dev": list(dev), "test": ["q9"]}
-    return SimpleNamespace(checkpoint=lambda *key: tmp_path / "compile-abc.jsonl", seed=seed,
-                           splits=SimpleNamespace(ids=lambda: ids))
+    """What :func:`fitting.compile_ledger` reads of a compile's input: its checkpoint (one file whatever the split:
+    checkpoints are keyed by the program, not by the questions), its split and its seed."""
+    def examples(ids):
+        return [dspy.Example(id=i) for i in ids]
+    options = CompileOptions(program="rag", demos=2, candidates=4, budget=None, compile_budget=None,
+                             compile_minutes=None, demo_tokens=None, metric=None, seed=seed, decisions="generate",
+                             retries=1, no_cache=False)
+    return fitting.CompileInput(options, Roles(writer=None), Splits(examples(train), examples(dev), examples(["q9"]), seed),
+                                lambda *key: tmp_path / "compile-abc.jsonl", {}, {})
 
 
 def ledger_of(s, params: dict):
-    return fitting.compile_ledger(s, "rag_k2_mipro", None, params, s.seed)
+    return fitting.compile_ledger(s, "rag_k2_mipro", None, params)
 
 
 def test_a_compile_ledger_is_keyed_by_the_questions_and_the_seed_that_made_it(tmp_path):
