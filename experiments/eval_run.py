@@ -35,10 +35,9 @@ def evaluate_program(s: Session, artifact: dict | None, given: dict) -> tuple[st
     taxonomy = error_taxonomy(args.data_dir) if args.error_profile else None
     roles = s.derived.oracle(args.program)
     try:
-        program = (s.build_scored(args.program, lambda mc: programs.load_compiled(
-                       artifact, search=s.retriever, roles=s.roles, oracle=roles, mc=mc,
-                       given=given))
-                   if artifact else s.build(args.program))
+        loaded = (lambda mc: programs.load_compiled(artifact, search=s.retriever, roles=s.roles, oracle=roles, mc=mc,
+                                                    given=given)) if artifact else None
+        program, calibration = s.build_scored(args.program, loaded)
     except ValueError as err:  # a compiled program saved by another version of the program
         fail(str(err))
     examples = s.evaluated(getattr(s.splits, args.split))
@@ -47,8 +46,8 @@ def evaluate_program(s: Session, artifact: dict | None, given: dict) -> tuple[st
     with tracking.run(args.experiment, run_name, tags={"entry": "evaluate.py"}) as run:
         tracking.log_params(s.params(args.program) | {"split": args.split, "compiled_from": args.compiled or ""})
         tracking.tag_effective(program, args.program)
-        if args.program in s.calibrations:
-            tracking.log_json("calibration.json", s.calibrations[args.program])
+        if calibration:
+            tracking.log_json("calibration.json", calibration)
         records, summary = run_stage(s, program, examples, args.program, args.split, run_id=run.info.run_id)
         if args.error_profile:
             print(error_profile(s, records, taxonomy, f"{run_name} (labels by {s.derived.lm_ids()['judge_lm']})"))

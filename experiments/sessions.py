@@ -8,7 +8,7 @@ import json
 import signal
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import dspy
@@ -19,9 +19,9 @@ from data import corpora as sources
 from data import settings as data_settings
 from decoding.choice import MCScoring
 from evaluation import settings as evaluation_settings, tracking
-from optimizers.calibration import calibrate_pride
 from evaluation.metrics import Judge, gold_of
 from evaluation.task_metrics import answer_metrics
+from experiments import pride
 from experiments.cli import check_args, fail, on_sigterm
 from experiments.code import answer_code, object_modules
 from experiments.derived import Derived, judge_panel, panel_note
@@ -29,14 +29,13 @@ from programs.shared.oracle import ALL, expand, parse_roles
 from programs.shared.writer import mc_state
 from retrieval import settings as retrieval_settings
 from retrieval.retriever import Retriever
-from runtime.files import write_whole
 from runtime.lm import make_lm
 from runtime.paths import project_cache
 from runtime.roles import Roles, assign_roles, init_dspy
 from runtime.settings import Settings
 
 
-@dataclass
+@dataclass(frozen=True)
 class Session:
     """A run's settings resolved into ready objects: the data and its split, role LMs, retriever, metrics and judge,
     beside what the settings derive (:class:`~experiments.derived.Derived`); its MLflow params and checkpoint keys
@@ -48,7 +47,6 @@ class Session:
     retriever: Retriever | None
     metrics: dict
     judge: Judge | None
-    calibrations: dict = field(default_factory=dict)  # program name -> PriDe calibration (prior, ids, cost)
 
     @property
     def args(self) -> Settings:
@@ -91,43 +89,28 @@ class Session:
                 **d.corpus_params()}
 
     def build(self, program_name: str, oracle: str | None = None) -> dspy.Module:
-        """The program with its role LMs and ``--mc-scoring`` (``pride`` calibrates it here, on train questions);
-        ``oracle``: its oracle roles in place of ``--oracle``'s (``Derived.program_config``)."""
+        """The program with its role LMs and ``--mc-scoring`` (:meth:`build_scored`); ``oracle``: its oracle roles in
+        place of ``--oracle``'s (``Derived.program_config``)."""
+        return self.build_scored(program_name, oracle=oracle)[0]
+
+    def build_scored(self, program_name: str, make: Callable[[MCScoring | None], dspy.Module] | None = None,
+                     oracle: str | None = None) -> tuple[dspy.Module, dict | None]:
+        """``make(mc)`` (default: the program with its role LMs, :meth:`build`'s), built with the multiple-choice
+        scoring ``--mc-scoring`` asks for, and its PriDe calibration (``experiments.pride.scored``: on the first
+        ``--mc-calibration`` train questions; None unless ``pride``)."""
         if self.args.no_retrieval:
             program_name = closed_book(program_name)
         config = self.derived.program_config(program_name, oracle)
 
-        def make(mc: MCScoring | None) -> dspy.Module:
+        def built(mc: MCScoring | None) -> dspy.Module:
             try:
                 return assign_roles(programs.build(program_name, search=self.retriever, mc=mc, **config), self.roles)
             except FileNotFoundError as err:  # e.g. rag_critic's taxonomy file
                 fail(str(err))
 
-        return self.build_scored(program_name, make)
-
-    def build_scored(self, program_name: str, make: Callable[[MCScoring | None], dspy.Module]) -> dspy.Module:
-        """``make(mc)``, the program built with the multiple-choice scoring ``--mc-scoring`` asks for; for ``pride``
-        a ``logprob`` build is calibrated first, on the first ``--mc-calibration`` train questions (recorded in
-        ``calibrations``)."""
-        mode = self.args.mc_scoring if self.bundle.task == "mcq" else "generate"
-        if mode != "pride":
-            return make(MCScoring(mode) if mode != "generate" else None)
-        slice_ = self.splits.train[:self.args.mc_calibration]
-        # kept like a checkpoint (keyed by the program as built before calibration and by the questions as it sees
-        # them): a re-run reuses the prior, so its evaluation checkpoint (keyed by it) resumes
-        seen = tuple(json.dumps(ex.inputs().toDict(), sort_keys=True, default=str) for ex in slice_)
-        saved = self.checkpoint("pride", program_name, make(None), seen).with_suffix(".json")
-        info = saved_calibration(saved)
-        reused = info is not None
-        if not reused:
-            info = calibrate_pride(make(MCScoring("logprob")), slice_, self.args.retries)
-            write_whole(saved, json.dumps(info))
-        self.calibrations[program_name] = info
-        print(f"pride calibration of {program_name} on {len(info['used'])}/{len(slice_)} train questions "
-              f"({', '.join(info['used'])}): prior " + " ".join(f"{k}={v:.3f}" for k, v in info["prior"].items())
-              + (f" (reused: {saved})" if reused else ""),
-              file=sys.stderr)
-        return make(MCScoring("pride", prior=info["prior"]))
+        a = self.args
+        return pride.scored(program_name, make or built, a.mc_scoring if self.bundle.task == "mcq" else "generate",
+                            self.splits.train[:a.mc_calibration], a.retries, self.checkpoint)
 
     def checkpoint(self, stage: str, program_name: str, program: dspy.Module, pooled: tuple[str, ...] = ()) -> Path:
         """Per-example results file keyed by everything that changes them (the dataset and what its examples and
@@ -152,23 +135,6 @@ class Session:
                           *([list(pooled)] if pooled else []), answer_code(object_modules(program, self.retriever))],
                          default=str, sort_keys=True)
         return project_cache() / "evals" / f"{stage}-{hashlib.sha256(key.encode()).hexdigest()[:20]}.jsonl"
-
-
-def saved_calibration(path: Path) -> dict | None:
-    """The PriDe calibration an earlier run saved at ``path``; None when there is none, or when it is unreadable
-    (then one warning line: it is computed again)."""
-    if not path.exists():
-        return None
-    try:
-        info = json.loads(path.read_text(encoding="utf-8"))
-        prior = info["prior"]
-        if prior and all(isinstance(v, (int, float)) for v in prior.values()) and isinstance(info["used"], list):
-            return info
-        problem = "no numeric prior in it"
-    except (ValueError, KeyError, TypeError, AttributeError) as err:  # not JSON, not UTF-8, not a calibration
-        problem = f"{type(err).__name__}: {str(err)[:80]}"
-    print(f"warning: saved PriDe prior {path} is unreadable ({problem}); calibrating again", file=sys.stderr)
-    return None
 
 
 def check_data(args: Settings, task: str, splits: datasets.Splits) -> str:

@@ -266,12 +266,13 @@ def main(argv=None) -> dict[str, dict]:
                                                  examples=examples, stage="compare", entry=ENTRY)
 
         evaluated_ids = {ex.get("base_id", ex.id) for ex in examples}
+        calibrations = {}  # program name -> its PriDe calibration
         for name in args.programs:
-            program = s.build(name)
+            program, info = s.build_scored(name)
             if args.mc_scoring != "generate" and s.bundle.task == "mcq":
                 program = Observed(program)
-            if name in s.calibrations:  # pride: the calibration slice (train split) must not be evaluated
-                info = s.calibrations[name]
+            if info:  # pride: the calibration slice (train split) must not be evaluated
+                calibrations[name] = info
                 if overlap := evaluated_ids & set(info["asked"]):
                     raise SystemExit(f"error: PriDe calibration questions are also evaluated: {sorted(overlap)}")
                 tracking.log_json(f"calibration/{name}.json", info)
@@ -297,7 +298,7 @@ def main(argv=None) -> dict[str, dict]:
         records_by = {label: r.records for label, r in results.items()}
         text = table(rows, metric)
         if s.bundle.task == "mcq":
-            modes = mc_modes(records_by, metric, s.calibrations)
+            modes = mc_modes(records_by, metric, calibrations)
             text += "\n\n" + by_gold_position(records_by | modes, metric)
             if modes:
                 text += "\n\n" + modes_table(modes, metric)

@@ -125,13 +125,11 @@ def test_a_corrupt_pride_prior_is_computed_again(monkeypatch, capsys):
     args = cli.parser("t").parse_args(["--program", "direct", "--dataset", "demo_culture", "--train", "2", "--dev",
                                        "1", "--test", "0", "--mc-scoring", "pride", "--mc-calibration", "2"])
     s = sessions.session(args, needs_search=False)
-    s.build("direct")
-    first, calls = dict(s.calibrations["direct"]), len(lm.history)
+    first, calls = s.build_scored("direct")[1], len(lm.history)
     saved = next((sessions.project_cache() / "evals").glob("pride-*.json"))
     for damage in (b"{not json", b'{"prior": {"A": "x"}, "used": []}', b'["a list"]', b"\xff\xfe"):
         saved.write_bytes(damage)
-        s.build("direct")
-        assert s.calibrations["direct"]["prior"] == first["prior"] and len(lm.history) > calls
+        assert s.build_scored("direct")[1]["prior"] == first["prior"] and len(lm.history) > calls
         assert f"warning: saved PriDe prior {saved} is unreadable" in capsys.readouterr().err
         calls = len(lm.history)
     s.build("direct")  # the rewritten file is reused

@@ -253,6 +253,20 @@ def test_a_run_resolves_its_settings_into_its_own_and_never_changes_the_parsed_o
     assert s.args.replace(k=7).k == 7 and s.args.k != 7
 
 
+def test_a_session_holds_its_resolved_resources_and_is_never_changed():
+    """PriDe's calibration is ``experiments.pride``'s, returned with the program it calibrates
+    (``Session.build_scored``), not kept on the session: the session holds its resolved resources, frozen."""
+    import dataclasses
+
+    args = cli.parser("x").parse_args(["--program", "rag", "--train", "2", "--dev", "1", "--test", "1"])
+    s = sessions.session(args, needs_search=False, no_lm=True)
+    assert [f.name for f in dataclasses.fields(s)] == ["derived", "bundle", "splits", "roles", "retriever", "metrics",
+                                                       "judge"]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        s.retriever = None
+    assert s.build_scored("direct")[1] is None  # no --mc-scoring pride: nothing calibrated
+
+
 def test_nothing_below_the_experiments_layer_reads_a_session_settings():
     """A compile takes the options it needs (``optimizers.settings.CompileOptions``), not the experiments layer's
     parsed ``args``, a dependency the import contract cannot see."""
