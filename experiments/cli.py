@@ -165,8 +165,8 @@ def interruptible(main):
 
 def given_flags(p: argparse.ArgumentParser, argv: list[str] | None) -> set[str]:
     """The ``args`` names the command line ``argv`` sets, as opposed to those left at their defaults."""
-    unset = object()
-    args = p.parse_args(argv, namespace=argparse.Namespace(**dict.fromkeys(vars(p.parse_args([])), unset)))
+    unset = object()  # (every destination preset, so a required flag needs no value to read the defaults)
+    args = p.parse_args(argv, namespace=argparse.Namespace(**dict.fromkeys((a.dest for a in p._actions), unset)))
     return {key for key, value in vars(args).items() if value is not unset}
 
 

@@ -99,11 +99,9 @@ def main(argv=None) -> dict:
     p = suite.parser(__doc__.splitlines()[0])
     p.add_argument("--baseline", required=True, help="the program every rung is paired with")
     p.add_argument("--rungs", nargs="+", default=list(RUNGS), choices=RUNGS)
-    args = p.parse_args(argv)
+    args = suite.script_args(p, argv, (*suite.OWN_CELLS, "split", "oracle", "decisions"), takes=("program",))
     if not args.program:
         fail("--program is required (the method whose decisions climb the ladder)")
-    if args.oracle or args.decisions != "generate":
-        fail("--oracle and --decisions are set per rung by this script; leave them out")
     if "fused-critic" in args.rungs and not args.critic_lm:
         fail("the fused-critic rung needs --critic-lm (e.g. local:qwen-1.5b); or leave it out of --rungs")
     args = args.replace(split="test", suite=f"ladder-{args.program}")

@@ -47,7 +47,8 @@ def main(argv=None) -> dict:
     p.add_argument("--proposer-lm", help="MIPROv2's instruction proposer and GEPA's reflection LM (e.g. "
                                          "local:qwen-1.5b; default: --planner-lm, else --lm)")
     cli.add_flags(p, compile_settings.SETTINGS)
-    args = p.parse_args(argv)
+    # each optimizer's own flags (--demos, --candidates, --budget) are taken: the table runs several optimizers
+    args = suite.script_args(p, argv, (*suite.OWN_CELLS, "split"), takes=("program", "demos", "candidates", "budget"))
     if not args.program:
         fail(f"--program is required; choose one of: {', '.join(programs.names())}")
     compile_run.check_compile_flags(args)

@@ -63,7 +63,7 @@ def test_every_rung_is_a_child_run_paired_with_the_baseline(ladder_lm, capsys):
 def test_the_ladder_sets_decisions_and_oracle_itself(ladder_lm, capsys):
     ladder, _ = ladder_lm
     base = ["--program", "crag", "--baseline", "rag_cited", "--dataset", "demo", "--dev", "2", "--test", "2"]
-    for extra, message in ((["--oracle", "relevance"], "set per rung"), ([], "needs --critic-lm"),
+    for extra, message in ((["--oracle", "relevance"], "--oracle does not apply to this script (it sets it"), ([], "needs --critic-lm"),
                            (["--rungs", "fused", "--dev", "0"], "pass --dev")):
         with pytest.raises(SystemExit) as stop:
             ladder.main(base + extra)

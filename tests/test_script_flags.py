@@ -11,7 +11,8 @@ from experiments.cli import add_flags
 from optimizers import settings as compile_settings
 
 SCRIPTS = Path(__file__).resolve().parent.parent / "scripts"
-COMPARISONS = ("seal_grid", "coral_compare", "par2_compare", "rag_critic_compare", "xrag_eval", "ladder", "ceiling")
+COMPARISONS = ("seal_grid", "coral_compare", "par2_compare", "rag_critic_compare", "xrag_eval", "ladder", "ceiling",
+               "decision_ladder", "optimizer_table")
 #: The benchmarks and tools that still declare their own copy of a shared flag (issue 74): this list only shrinks.
 LEFT = {"bench_ann": {"--out"}, "bench_engines": {"--rounds", "--threads", "--out"},
         "bench_lm_path": {"--train", "--k", "--loops", "--lm", "--out", "--demos"},
@@ -60,6 +61,14 @@ def test_no_script_declares_its_own_copy_of_a_shared_flag():
     ("xrag_eval", ["--dataset", "demo"], "--dataset does not apply to this script"),
     ("ladder", ["--ray"], "--ray does not apply to this script"),
     ("ceiling", ["--mc-calibration", "4"], "--mc-calibration needs --mc-scoring pride"),
+    ("decision_ladder", ["--program", "crag", "--baseline", "rag_cited", "--ray"], "--ray does not apply to this script"),
+    ("decision_ladder", ["--program", "crag", "--baseline", "rag_cited", "--split", "dev"],
+     "--split does not apply to this script"),
+    ("decision_ladder", ["--program", "crag", "--baseline", "rag_cited", "--judge-lms", "a/b"],
+     "--judge-lms needs --judge"),
+    ("optimizer_table", ["--program", "rag", "--suite", "paper"], "--suite does not apply to this script"),
+    ("optimizer_table", ["--program", "rag", "--split", "dev"], "--split does not apply to this script"),
+    ("optimizer_table", ["--program", "rag", "--rerank-depth", "30"], "--rerank-depth needs --rerank"),
 ])
 def test_a_comparison_script_refuses_in_one_line_what_it_would_not_run(script, argv, said, monkeypatch, capsys):
     """Before, each of these was accepted and changed nothing (or was unknown to seal_grid's own parser)."""
