@@ -134,9 +134,8 @@ def test_a_checkpoint_line_that_is_no_record_is_asked_again(dummy, tmp_path, lin
 # Each thing a result depends on, changed alone, starts a new checkpoint.
 
 def key_of(argv, **change) -> str:
-    s = session(["--program", "direct", "--dataset", "demo", "--train", "0", "--dev", "2", "--test", "0", *argv])
-    for name, value in change.items():
-        setattr(s, name, value)
+    s = dataclasses.replace(session(["--program", "direct", "--dataset", "demo", "--train", "0", "--dev", "2", "--test",
+                                     "0", *argv]), **change)
     return s.checkpoint("dev", "direct", s.build("direct")).name
 
 
