@@ -117,6 +117,14 @@ def test_a_table_made_on_several_commits_is_stale_since_a_commit_not_since_mixed
     assert "mixed" not in stamp.stale_since(TABLES["rag_critic"], made)
 
 
+def test_a_table_never_reads_its_answers_from_the_lm_response_cache(tiny):
+    """A table measures cost: a cell re-keyed by a rename asked the same prompts and read rag's 110 answers from DSPy's
+    cache at 0 prompt tokens and 0.1 s a question."""
+    p = tables.run.parser()
+    assert tables.run.settle(tiny, p.parse_args([]), set()).no_cache
+    assert tables.run.settle(tiny, p.parse_args(["--no-cache"]), {"no_cache"}).no_cache
+
+
 def test_a_flag_that_changes_a_declared_setting_is_refused(tiny, capsys):
     with pytest.raises(SystemExit) as stop:
         tables.main(["run", "tiny", "--retriever", "dense"])

@@ -21,7 +21,7 @@ from runtime.lm import LOCAL_PREFIX
 
 #: Flags a table declares (or leaves at their defaults): a run that sets one otherwise is not the table.
 FIXED = (*(s.name for s in cli.SETTINGS), "judge", "no_retrieval", "circular", "mc_scoring", "mc_calibration",
-         "split", "suite", "program")
+         "split", "suite", "program", "no_cache")
 
 
 def parser() -> argparse.ArgumentParser:
@@ -41,7 +41,9 @@ def parser() -> argparse.ArgumentParser:
 def settle(table: Table, args, given: set[str]):
     """``args`` as ``table`` declares them; a flag that sets a declared setting (or one the table leaves at its
     default) otherwise is one line, exit 2."""
-    declared = {"train": 0, "dev": 0, "judge": table.judge, "split": "test", **table.settings}
+    # no_cache: a table measures cost, and a reply from DSPy's response cache has none (a re-keyed cell whose prompts
+    # did not change would read 0 prompt tokens and 0.1 s a question)
+    declared = {"train": 0, "dev": 0, "judge": table.judge, "split": "test", "no_cache": True, **table.settings}
     defaults = vars(parser().parse_args([]))
     for key in FIXED:
         value = declared.get(key, defaults.get(key))
