@@ -3,20 +3,19 @@
 Each round: (1) the planner picks at most ``max_corpora`` language corpora (the paper's planner prompt: always the
 corpus in the question's language, plus those of a culture or region the question is about; a first plan without it
 gets it, traced in ``own_added``; a re-plan leaves it out only when none of its documents is kept and with a reason
-stated in its ``dropped_because``, traced in ``own_dropped``, else it is put back, traced in ``own_added``), (2) top-``k`` per chosen corpus, (3) the
-critic rates
-every new candidate 0-5 on relevance, usefulness, clarity/specificity and compatibility and the keep gate keeps
-some (``programs.coral.critics``); kept documents accumulate over rounds, (4) the sufficiency gate decides whether
-the kept documents suffice, (5) if not, the planner gets the original question, the previous query and corpora and
-the reason, and must change the corpora and/or rewrite the query. After at most ``loops`` rounds the writer
-answers from the ``writer_docs`` kept documents with the highest ``s_tot``, and from no passages when nothing was
-kept. Its prediction's ``passages`` are the writer's, its ``retrieved`` every candidate in order of first retrieval
-(what retrieval is scored on, as for every method), and its trace's ``kept`` the ids of the documents kept. Oracle
-roles (``programs.shared.oracle``, no call): ``relevance`` keeps exactly the gold candidates, ``sufficiency`` stops
-once every gold passage is kept, ``planner`` searches the corpora holding a gold passage not yet kept (else the
-culture's own corpus; the replanner then only rewrites the query), ``query`` rewrites the query as the oracle query
-from the kept documents (with ``planner``, or a fixed scope, the replanner is not asked), ``writer`` answers as the
-perfect reader.
+stated in its ``dropped_because``, traced in ``own_dropped``, else it is put back, traced in ``own_added``), (2)
+top-``k`` per chosen corpus, (3) the critic rates every new candidate 0-5 on relevance, usefulness,
+clarity/specificity and compatibility and the keep gate keeps some (``programs.coral.critics``); kept documents
+accumulate over rounds, (4) the sufficiency gate decides whether the kept documents suffice, (5) if not, the planner
+gets the original question, the previous query and corpora and the reason, and must change the corpora and/or rewrite
+the query. After at most ``loops`` rounds the writer answers from the ``writer_docs`` kept documents with the highest
+``s_tot``, and from no passages when nothing was kept. Its prediction's ``passages`` are the writer's, its
+``retrieved`` every candidate in order of first retrieval (what retrieval is scored on, as for every method), and its
+trace's ``kept`` the ids of the documents kept. Oracle roles (``programs.shared.oracle``, no call): ``relevance``
+keeps exactly the gold candidates, ``sufficiency`` stops once every gold passage is kept, ``planner`` searches the
+corpora holding a gold passage not yet kept (else the culture's own corpus; the replanner then only rewrites the
+query), ``query`` rewrites the query as the oracle query from the kept documents (with ``planner``, or a fixed scope,
+the replanner is not asked), ``writer`` answers as the perfect reader.
 
 Variants (registry): ``coral_select`` keeps the original query and only re-selects corpora (``rewrite=False``);
 ``coral_fixed_{own,all,own_en}`` replace corpus selection by a fixed scope (C_own: the corpus of the culture's
@@ -402,7 +401,7 @@ class CORAL(dspy.Module):
         return None
 
     def read_corpora(self, out: dspy.Prediction, corpora: list[str], trace: Trace,
-                     held: list[Passage] = ()) -> list[str]:
+                     held: list[Passage]) -> list[str]:
         """The replanner's corpora, validated against the pool; ``corpora`` when it names no valid one (only the
         query may change). The corpus in the question's language, searched last round, leaves only when the critic
         has kept none of its documents (``held``: the paper's "consistently low-relevance" as the system found it,
