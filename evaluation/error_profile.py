@@ -8,16 +8,13 @@ from __future__ import annotations
 
 from collections import Counter
 
-import matplotlib
+import mlflow
+from tqdm.auto import tqdm
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import mlflow  # noqa: E402
-from tqdm.auto import tqdm  # noqa: E402
-
-from evaluation.metrics import F1_PASS  # noqa: E402
-from programs.rag_critic.error_critic import ErrorCritic  # noqa: E402
-from retrieval.corpus import Corpus, Passage  # noqa: E402
+from evaluation.metrics import F1_PASS
+from evaluation.plots import close, pyplot
+from programs.rag_critic.error_critic import ErrorCritic
+from retrieval.corpus import Corpus, Passage
 
 
 def is_wrong(record: dict) -> bool:
@@ -67,8 +64,9 @@ def table(result: dict, taxonomy) -> str:
     return "\n".join(lines)
 
 
-def chart(result: dict, taxonomy, title: str = "") -> plt.Figure:
+def chart(result: dict, taxonomy, title: str = ""):
     """Two horizontal bar charts: tier-1 counts, and tier-2 counts coloured by their tier-1 parent."""
+    plt = pyplot()
     colours = dict(zip(taxonomy.tier1, plt.get_cmap("tab10").colors))
     tier2 = [t for t in taxonomy.tier2 if result["tier2"][t]] or list(taxonomy.tier2)
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(9, 3 + 0.3 * (len(taxonomy.tier1) + len(tier2))),
@@ -91,7 +89,7 @@ def log(result: dict, taxonomy, title: str = "") -> str:
     mlflow.log_text(md, "error_profile/table.md")
     fig = chart(result, taxonomy, title)
     mlflow.log_figure(fig, "error_profile/chart.png")
-    plt.close(fig)
+    close(fig)
     mlflow.log_dict({"rows": result["rows"]}, "error_profile/critiques.json")
     n = max(result["n_wrong"], 1)
     metrics = {"error_profile_n_wrong": result["n_wrong"], "error_profile_critic_said_correct":

@@ -4,13 +4,18 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 
-import matplotlib
+from evaluation.loop import per_question
+from evaluation.stats import bootstrap_ci
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+def pyplot():
+    """matplotlib's pyplot on the headless backend, imported on first use (not at every CLI's start)."""
+    import matplotlib
 
-from evaluation.loop import per_question  # noqa: E402
-from evaluation.stats import bootstrap_ci  # noqa: E402
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
 
 PRIMARY = ("judge", "accuracy", "em", "f1")
 
@@ -40,7 +45,7 @@ def frontier(dataset: str, results: list, costs=TIME_AND_TOKENS):
     inside it)."""
     metric = _metric([r.summary for r in results])
     bars = [interval(r, metric) for r in results]  # one bootstrap per cell, drawn on both axes
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4), sharey=True)
+    fig, axes = pyplot().subplots(1, 2, figsize=(10, 4), sharey=True)
     for ax, (xlabel, cost) in zip(axes, costs):
         for r, (below, above) in zip(results, bars):
             x, y = cost(r.summary), r.summary.get(metric, 0.0)
@@ -67,7 +72,7 @@ def languages(dataset: str, results: list):
             break
     else:
         return None
-    fig, ax = plt.subplots(figsize=(max(6, len(langs) * len(results) * 0.25), 4))
+    fig, ax = pyplot().subplots(figsize=(max(6, len(langs) * len(results) * 0.25), 4))
     width = 0.8 / len(results)
     for i, r in enumerate(results):
         ax.bar([j + i * width for j in range(len(langs))], [r.summary.get(prefix + lang, 0.0) for lang in langs],
@@ -92,7 +97,7 @@ def budgets(dataset: str, results: list):
     if not lines:
         return None
     metric = _metric([s for points in lines.values() for _, s in points])
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    fig, axes = pyplot().subplots(1, 2, figsize=(10, 4))
     for (program, k), points in sorted(lines.items(), key=lambda kv: str(kv[0])):
         label = program + (f" k={k}" if k is not None else "")
         xs = [loops for loops, _ in points]
@@ -121,4 +126,4 @@ def figures(results: list) -> list[tuple[str, object]]:
 
 
 def close(fig) -> None:
-    plt.close(fig)
+    pyplot().close(fig)

@@ -1,12 +1,11 @@
 """Two runs' scores paired by question id, paired significance tests for two programs evaluated on the same
-questions (scipy), a paired bootstrap CI of a mean difference, and Holm-Bonferroni correction across many tests."""
+questions (scipy, imported on first use: it costs every CLI 0.7 s at start), a paired bootstrap CI of a mean difference, and Holm-Bonferroni correction across many tests."""
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
 
 import numpy as np
-from scipy.stats import binomtest, bootstrap, ttest_rel
 
 from evaluation.loop import per_question
 
@@ -20,6 +19,8 @@ def paired_scores(a: list[dict], b: list[dict], metric: str) -> dict[str, tuple[
 
 def mcnemar_exact(a: list[bool], b: list[bool]) -> tuple[int, int, float]:
     """Discordant counts (only a right, only b right) and the exact two-sided McNemar p-value."""
+    from scipy.stats import binomtest
+
     only_a = sum(x and not y for x, y in zip(a, b))
     only_b = sum(y and not x for x, y in zip(a, b))
     return only_a, only_b, float(binomtest(only_a, only_a + only_b, 0.5).pvalue) if only_a + only_b else 1.0
@@ -27,6 +28,8 @@ def mcnemar_exact(a: list[bool], b: list[bool]) -> tuple[int, int, float]:
 
 def paired_t(a: list[float], b: list[float]) -> float:
     """Two-sided paired t-test p-value; NaN when the pairs never differ (the test is undefined)."""
+    from scipy.stats import ttest_rel
+
     return float(ttest_rel(a, b).pvalue) if any(x != y for x, y in zip(a, b)) else math.nan
 
 
@@ -46,6 +49,8 @@ def bootstrap_ci(values_or_pairs: Sequence, confidence: float = 0.95, n_resample
     mean = float(data.mean())
     if np.all(data == data[0]):
         return mean, mean, mean
+    from scipy.stats import bootstrap
+
     ci = bootstrap((data,), np.mean, confidence_level=confidence, n_resamples=n_resamples, method="percentile",
                    rng=np.random.default_rng(seed)).confidence_interval
     return mean, float(ci.low), float(ci.high)

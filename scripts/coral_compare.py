@@ -23,24 +23,21 @@ import random
 from collections import Counter, defaultdict
 
 import dspy
-import matplotlib
+import mlflow
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import mlflow  # noqa: E402
-
-import programs  # noqa: E402
-from experiments import cli, suite  # noqa: E402
-from evaluation import tracking  # noqa: E402
-from evaluation.leaderboard import answered  # noqa: E402
-from experiments.cli import compile_metric, interruptible  # noqa: E402
-from experiments.sessions import session  # noqa: E402
-from optimizers import settings as compile_settings  # noqa: E402
-from optimizers.compile import compile_program  # noqa: E402
-from evaluation.loop import summarize  # noqa: E402
-from programs.shared.writer import Writer  # noqa: E402
-from retrieval.corpus import excluded  # noqa: E402
-from runtime.metering import metered  # noqa: E402
+import programs
+from experiments import cli, suite
+from evaluation import tracking
+from evaluation.leaderboard import answered
+from evaluation.plots import close, pyplot
+from experiments.cli import compile_metric, interruptible
+from experiments.sessions import session
+from optimizers import settings as compile_settings
+from optimizers.compile import compile_program
+from evaluation.loop import summarize
+from programs.shared.writer import Writer
+from retrieval.corpus import excluded
+from runtime.metering import metered
 
 DEFAULT_PROGRAMS = ("direct", "en_rag", "mono_rag", "own_en_rag", "multi_rag", "cross_rag", "t_rag", "self_rag",
                     "coral_select", "coral")
@@ -81,7 +78,7 @@ def mix_figure(records: list[dict], by: str | None):
     if by:
         panels += [(f"{by}={v}", [r for r in records if str(r.get(by)) == v])
                    for v in sorted({str(r.get(by)) for r in records})]
-    fig, axes = plt.subplots(len(panels), 1, figsize=(8, 2.6 * len(panels)), squeeze=False)
+    fig, axes = pyplot().subplots(len(panels), 1, figsize=(8, 2.6 * len(panels)), squeeze=False)
     for ax, (title, subset) in zip(axes[:, 0], panels):
         selected, evidence = language_mix(subset)
         langs = sorted(set(selected) | set(evidence))
@@ -313,7 +310,7 @@ def main(argv=None) -> dict[str, dict]:
         if "coral" in records_by:
             fig = mix_figure(records_by["coral"], "tier" if "tier" in s.bundle.groups else None)
             mlflow.log_figure(fig, "coral_language_mix.png")
-            plt.close(fig)
+            close(fig)
         mlflow.log_text(text + "\n", "comparison.md")
     print(f"\n{args.dataset} | corpus: {s.derived.corpus_params()['corpus_source']} | leave-question-out: "
           f"{args.leave_question_out} | lm: {args.lm} | run {run.info.run_id}\n\n{board.markdown}\n{text}")
