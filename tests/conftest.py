@@ -169,7 +169,8 @@ REAL_LM_TIMEOUT = 1800
 def pytest_collection_modifyitems(config, items):
     """The embedded-model tier runs only when asked for (``make test`` sets RAG_REAL_LM=1): a plain ``pytest``
     stays fast and never starts an LM server. Each real-LM test gets :data:`REAL_LM_TIMEOUT` (unless it sets its
-    own ``timeout`` mark)."""
+    own ``timeout`` mark). Otherwise the tests whose ``timeout`` mark allows them longest start first: the
+    two ``-n 2`` workers then end on short tests instead of one waiting for the other's Ray cluster."""
     if os.environ.get("RAG_REAL_LM") == "1":
         for item in items:
             if "real_lm" in item.keywords and item.get_closest_marker("timeout") is None:
@@ -179,6 +180,7 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "real_lm" in item.keywords:
             item.add_marker(skip)
+    items.sort(key=lambda item: -(item.get_closest_marker("timeout") or pytest.mark.timeout(0)).args[0])
 
 
 def answer_code_copy(tmp_path: Path) -> Path:
