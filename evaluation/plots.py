@@ -7,6 +7,7 @@ from collections import defaultdict
 from evaluation.loop import per_question
 from evaluation.stats import bootstrap_ci
 
+
 def pyplot():
     """matplotlib's pyplot on the headless backend, imported on first use (not at every CLI's start)."""
     import matplotlib

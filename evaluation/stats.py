@@ -1,5 +1,6 @@
 """Two runs' scores paired by question id, paired significance tests for two programs evaluated on the same
-questions (scipy, imported on first use: it costs every CLI 0.7 s at start), a paired bootstrap CI of a mean difference, and Holm-Bonferroni correction across many tests."""
+questions (scipy, imported on first use: it costs every CLI 0.7 s at start), a paired bootstrap CI of a mean
+difference, and Holm-Bonferroni correction across many tests."""
 from __future__ import annotations
 
 import math
