@@ -99,6 +99,21 @@ def test_a_table_runs_renders_and_goes_stale_when_its_program_changes(tiny, docs
     assert "direct's code differs from today's" in (docs / "results" / "tables" / "tiny.md").read_text()
 
 
+def test_an_arm_run_at_the_tables_k_is_found_by_render_though_its_own_k_differs(docs, monkeypatch):
+    """A table that declares k runs every arm at it, so an arm whose own k differs (self_rag's 3 in rag_critic's
+    table at 5) is labelled without a k suffix; render must plan the cells the same way or it never finds the run."""
+    table = Table("tinyk", "test: rag at its method's k", (suite.Entry("self_rag", ("rag",), ("demo",)),), {"demo": 2},
+                  settings={"retriever": "bm25", "k": 3})
+    monkeypatch.setitem(TABLES, "tinyk", table)
+    flags = ["--lm", "openai/unused", "--no-cache", "--experiment", "tables", "--arms", "rag"]
+    p = tables.run.parser()
+    tables.run.run(table, p.parse_args(flags), tables.cli.given_flags(p, flags), ["run", "tinyk", *flags],
+                   hook=make_hook())
+    rows = stored.rows(table)
+    assert [r.result.cell.label for r in rows] == ["rag"] and json.loads(rows[0].params["program_config"])["k"] == 3
+    assert "1 of 2 cells run" in render.render(table, docs)
+
+
 def test_pairing_an_arm_anew_re_renders_a_table_a_setting_stales_it(tiny, monkeypatch):
     """What the cells ran with stamps a table; how its arms are paired, its paper and note are rendering (issue 75:
     re-pairing rag_critic's arms must not throw away the runs already made)."""

@@ -4,9 +4,9 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from experiments import cli, suite
+from experiments import cli
 from experiments.cli import fail, interruptible
-from experiments.tables import render, run, stamp
+from experiments.tables import render, run, stamp, stored
 from experiments.tables.declared import TABLES, Table
 from experiments.tables.export import export
 
@@ -26,7 +26,7 @@ def listing() -> str:
     lines = ["| table | kind | datasets (test questions) | arms | cells | questions asked | LM | status |",
              "|" + "---|" * 8]
     for t in TABLES.values():
-        cells = suite.plan(t.entries)[0] * max(1, len(t.variants))
+        cells = stored.planned(t)[0] * max(1, len(t.variants))
         asked = sum(t.sizes[c.dataset] for c in cells)
         lines.append(f"| {t.name} | {t.kind} | {', '.join(f'{d} {n}' for d, n in t.sizes.items())} | "
                      f"{len(t.programs)} | {len(cells)} | {asked} | {t.lm} | "

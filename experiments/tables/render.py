@@ -13,7 +13,6 @@ import mlflow
 
 from evaluation import leaderboard, plots
 from experiments.cli import fail
-from experiments.suite import plan
 from experiments.tables import stamp, stored
 from experiments.tables.declared import TABLES, Table
 from runtime.paths import PROJECT_ROOT
@@ -45,7 +44,7 @@ def made_by(table: Table, rows: list[stored.Row]) -> dict:
         return {g: v.pop() if len(v) == 1 else "mixed" for g, v in values.items()}
     return {"table": table.name, "commit": shared("commit", lambda c: "")[""],
             "settings": shared("settings", lambda c: "")[""], "programs": shared("code", lambda c: c.program),
-            "data": shared("data", lambda c: c.dataset), "declared_cells": len(plan(table.entries)[0]),
+            "data": shared("data", lambda c: c.dataset), "declared_cells": len(stored.planned(table)[0]),
             "commands": list(dict.fromkeys(r.stamp.get("command", "") for r in rows if r.stamp.get("command"))),
             "cells": cells}
 
@@ -80,7 +79,7 @@ def render(table: Table, docs: Path | None = None) -> str:
     if not rows:
         fail(f"table {table.name} has no finished run: python -m experiments.tables run {table.name}")
     results = [r.result for r in rows]
-    _, pairs = plan(table.entries)
+    _, pairs = stored.planned(table)
     lms = sorted({r.params.get("lm", "") for r in rows})
     board = leaderboard.report(results, pairs, f"{table.name}, lm {', '.join(lms)}, judge "
                                                 f"{'yes' if table.judge else '-'}")

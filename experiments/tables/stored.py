@@ -39,9 +39,15 @@ def search(filter_string: str):
                               order_by=["attributes.start_time DESC"])
 
 
+def planned(table: Table) -> tuple[list[Cell], list[tuple]]:
+    """``table``'s cells and pairs as ``run`` plans them: at its declared k (an arm whose own k differs is labelled
+    as at the table's k), else each entry's method's own."""
+    return plan(table.entries, k=table.settings.get("k"))
+
+
 def rows(table: Table) -> list[Row]:
     """The newest finished child run of each of ``table``'s cells, in table order (cells never run left out)."""
-    cells, _ = plan(table.entries)
+    cells, _ = planned(table)
     runs = search(f"tags.suite = '{suite_tag(table)}' and attributes.status = 'FINISHED'")
     out, stamps = [], {}
     for cell in cells:
