@@ -72,7 +72,7 @@ def docs(tmp_path, monkeypatch):
     folder = tmp_path / "docs"
     folder.mkdir()
     (folder / "results.md").write_text("# Results\n\n<!-- tables:begin -->\n<!-- tables:end -->\n\nhand text\n")
-    monkeypatch.setattr(render, "DOCS", folder)
+    monkeypatch.setattr(stored, "DOCS", folder)
     return folder
 
 
@@ -82,7 +82,7 @@ def test_a_table_runs_renders_and_goes_stale_when_its_program_changes(tiny, docs
     tables.run.run(tiny, p.parse_args(flags), tables.cli.given_flags(p, flags), ["run", "tiny", *flags],
                    hook=make_hook())
     text = render.render(tiny, docs)
-    rows = stored.rows(tiny)
+    rows = stored.rows(tiny, docs)
     assert [r.result.cell.label for r in rows] == ["rag", "direct"] and all(r.result.summary["n"] == 2 for r in rows)
     assert "current (measured on" in text and "McNemar" in text and "LM calls/q" in text
     assert "| 2 of 2 |" in text and ".0 of 2" not in text  # counts read back from MLflow (floats there) are counts
@@ -109,9 +109,34 @@ def test_an_arm_run_at_the_tables_k_is_found_by_render_though_its_own_k_differs(
     p = tables.run.parser()
     tables.run.run(table, p.parse_args(flags), tables.cli.given_flags(p, flags), ["run", "tinyk", *flags],
                    hook=make_hook())
-    rows = stored.rows(table)
+    rows = stored.rows(table, docs)
     assert [r.result.cell.label for r in rows] == ["rag"] and json.loads(rows[0].params["program_config"])["k"] == 3
     assert "1 of 2 cells run" in render.render(table, docs)
+
+
+def test_a_table_renders_on_another_machine_from_its_kept_runs_without_the_benchmarks_text(tiny, docs, monkeypatch,
+                                                                                            capsys):
+    """A session on a new machine lost every table run of the last ten (its MLflow store stayed on the old one): a
+    table's cells are kept in the repository, and render reads them alone."""
+    flags = ["--lm", "openai/unused", "--no-cache", "--experiment", "tables"]
+    p = tables.run.parser()
+    tables.run.run(tiny, p.parse_args(flags), tables.cli.given_flags(p, flags), ["run", "tiny", *flags],
+                   hook=make_hook())
+    files = sorted((docs / "results" / "tables" / "runs" / "tiny").iterdir())
+    assert [f.name for f in files] == ["direct@demo.jsonl", "rag@demo.jsonl"]
+    before = render.render(tiny, docs)
+    for path in files:  # another machine: none of these parents in its store
+        head, *records = path.read_text().splitlines()
+        assert len(records) == 2 and all(json.loads(r)["answer"] is not None for r in records)
+        assert not any({"question", "gold", "trace"} & set(json.loads(r)) for r in records)
+        path.write_text("\n".join([head.replace(json.loads(head)["parent"], "0" * 32), *records]) + "\n")
+    monkeypatch.setattr(stored, "search", lambda *a, **k: pytest.fail("render read the MLflow store"))
+    capsys.readouterr()
+    after = render.render(tiny, docs)
+    assert "plots not logged to 1 parent run(s) this machine's MLflow store does not hold (00000000)" \
+        in capsys.readouterr().err
+    board = [line for line in before.splitlines() if line.startswith(("| rag | 2 of 2", "| direct | 2 of 2"))]
+    assert len(board) == 2 and all(line in after.splitlines() for line in board)  # the rows, from the kept runs
 
 
 def test_pairing_an_arm_anew_re_renders_a_table_a_setting_stales_it(tiny, monkeypatch):

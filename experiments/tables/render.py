@@ -1,4 +1,4 @@
-"""``render NAME``: a table's markdown written from its MLflow runs -- the leaderboard (rows, cost columns, paired
+"""``render NAME``: a table's markdown written from its kept runs (``stored.keep``) -- the leaderboard (rows, cost columns, paired
 differences with intervals, McNemar / paired t, Holm: ``evaluation.leaderboard``), a cost-quality plot per dataset
 (``evaluation.plots.frontier`` against LM calls and prompt tokens a question, logged to the table's newest run and
 embedded), the command, the runs, n, and the stamp of the code that made it (docs/results/tables/NAME.json), which
@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from pathlib import Path
 
 import mlflow
@@ -15,16 +16,14 @@ from evaluation import leaderboard, plots
 from experiments.cli import fail
 from experiments.tables import stamp, stored
 from experiments.tables.declared import TABLES, Table
-from runtime.paths import PROJECT_ROOT
 
-DOCS = PROJECT_ROOT / "docs"
 STATUS = re.compile(r"<!-- status -->.*?<!-- /status -->", re.S)
 INDEX = re.compile(r"<!-- tables:begin -->.*?<!-- tables:end -->", re.S)
 
 
 def folder(docs: Path | None = None) -> Path:
     """Where rendered tables go (``docs``: the docs folder, default the project's)."""
-    return (docs or DOCS) / "results" / "tables"
+    return (docs or stored.DOCS) / "results" / "tables"
 
 
 def made_by(table: Table, rows: list[stored.Row]) -> dict:
@@ -75,7 +74,7 @@ def set_status(table: Table, line: str, docs: Path | None = None) -> None:
 
 def render(table: Table, docs: Path | None = None) -> str:
     """Write docs/results/tables/NAME.md (+ .json, plots) from the table's runs; returns the markdown."""
-    rows = stored.rows(table)
+    rows = stored.rows(table, docs)
     if not rows:
         fail(f"table {table.name} has no finished run: python -m experiments.tables run {table.name}")
     results = [r.result for r in rows]
@@ -86,14 +85,17 @@ def render(table: Table, docs: Path | None = None) -> str:
     made = made_by(table, rows)
     out = folder(docs)
     out.mkdir(parents=True, exist_ok=True)
-    images = []
+    images, elsewhere = [], set()
     parents = list(dict.fromkeys(r.parent for r in rows if r.parent))
     for dataset in dict.fromkeys(r.cell.dataset for r in results):
         fig = plots.frontier(dataset, [r for r in results if r.cell.dataset == dataset], plots.CALLS_AND_PROMPT)
         name = f"{table.name}-{dataset.replace(':', '_')}.png"
         fig.savefig(out / name, dpi=80)
-        for parent in parents:  # the runs the table was rendered from
-            mlflow.MlflowClient().log_figure(parent, fig, f"plots/{name}")
+        for parent in parents:  # the runs the table was rendered from, where this machine's store holds them
+            try:
+                mlflow.MlflowClient().log_figure(parent, fig, f"plots/{name}")
+            except mlflow.exceptions.MlflowException:
+                elsewhere.add(parent)
         plots.close(fig)
         images.append(f"![{dataset}: quality vs cost]({name})")
     runs = ["| cell | dataset | n | run | parent | commit | code | data |", "|" + "---|" * 8]
@@ -117,6 +119,9 @@ def render(table: Table, docs: Path | None = None) -> str:
     (out / f"{table.name}.md").write_text(text, encoding="utf-8")
     (out / f"{table.name}.json").write_text(json.dumps(made, indent=1) + "\n", encoding="utf-8")
     write_index(docs)
+    if elsewhere:
+        print(f"plots not logged to {len(elsewhere)} parent run(s) this machine's MLflow store does not hold "
+              f"({', '.join(sorted(p[:8] for p in elsewhere))}): kept runs made elsewhere", file=sys.stderr)
     return text
 
 
@@ -130,7 +135,7 @@ def write_index(docs: Path | None = None, states: dict | None = None) -> str:
         lines.append(f"| {link} | {table.paper.split(':')[0]} | {sum(table.sizes.values())} | "
                      f"{(states or {}).get(table.name) or status(table, made)} |")
     block = "\n".join(lines + ["<!-- tables:end -->"])
-    path = (docs or DOCS) / "results.md"
+    path = (docs or stored.DOCS) / "results.md"
     text = path.read_text(encoding="utf-8")
     path.write_text(INDEX.sub(lambda _: block, text) if INDEX.search(text) else text, encoding="utf-8")
     return block

@@ -1,6 +1,7 @@
 """``run NAME``: a declared table through the suite machinery (``experiments.suite.run_suite``: checkpointed per
 question, resumable, Ray with ``--ray``), one parent run per dataset (a part: ``--datasets`` runs some), each stamped
-with the code that ran (:data:`~experiments.tables.stored.STAMP`); before it, on a non-local LM or with
+with the code that ran (:data:`~experiments.tables.stored.STAMP`), its finished cells kept in the repository
+(:func:`~experiments.tables.stored.keep`); before it, on a non-local LM or with
 ``--estimate``, what it will cost."""
 from __future__ import annotations
 
@@ -137,6 +138,8 @@ def run(table: Table, args, given: set[str], argv: list[str], hook=None) -> list
         with mlflow.start_run(run_id=result["run_id"]):
             mlflow.set_tag("table", table.name)
             tracking.log_json(stored.STAMP, made | {"commit": tracking.git_commit()})
+        for path in stored.keep(table, result["run_id"]):
+            print(f"kept: {path}")
         out.append(result)
     print(f"\nrender it: python -m experiments.tables render {table.name}")
     return out

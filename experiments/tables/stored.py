@@ -1,10 +1,14 @@
-"""What the MLflow store holds of a table: its cells' newest finished child runs (rows, records, parents' stamps), and
-the cost a program was measured at (for ``--estimate``)."""
+"""A table's runs as the repository keeps them, and the cost a program was measured at (for ``--estimate``).
+
+``run`` keeps each finished cell in docs/results/tables/runs/NAME/ (one JSON Lines file a cell: its run's params,
+summary, parent stamp and per-question records, without the benchmark's text or the trace), so ``render`` works from
+any clone: an MLflow store is a machine's, and a table is measured in parts, often on several machines."""
 from __future__ import annotations
 
 import json
 import math
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -13,9 +17,13 @@ import mlflow
 from evaluation import tracking
 from experiments.suite import Cell, Result, plan
 from experiments.tables.declared import Table
+from runtime.paths import PROJECT_ROOT
 
 STAMP = "table_stamp.json"  # the artifact of a table run's parent: what code ran (``run.stamp``)
 COUNTS = ("n", "answered", "timed_idle", "failed_examples", "retryable_examples", "n_questions")  # question counts
+DOCS = PROJECT_ROOT / "docs"
+#: What a kept record leaves out: the benchmark's text (never committed) and the trace (its MLflow run holds it).
+UNKEPT = ("question", "gold", "trace")
 
 
 def suite_tag(table: Table) -> str:
@@ -45,30 +53,52 @@ def planned(table: Table) -> tuple[list[Cell], list[tuple]]:
     return plan(table.entries, k=table.settings.get("k"))
 
 
-def rows(table: Table) -> list[Row]:
-    """The newest finished child run of each of ``table``'s cells, in table order (cells never run left out)."""
+def kept(table: Table, cell: Cell, docs: Path | None = None) -> Path:
+    """The file that keeps ``cell``'s newest finished run of ``table``."""
+    name = re.sub(r"[^\w.@+-]", "_", f"{cell.label}@{cell.dataset}")
+    return (docs or DOCS) / "results" / "tables" / "runs" / table.name / f"{name}.jsonl"
+
+
+def rows(table: Table, docs: Path | None = None) -> list[Row]:
+    """The kept run of each of ``table``'s cells, in table order (cells never run left out)."""
     cells, _ = planned(table)
-    runs = search(f"tags.suite = '{suite_tag(table)}' and attributes.status = 'FINISHED'")
-    out, stamps = [], {}
-    for cell in cells:
-        match = runs[(runs.get("tags.cell") == cell.label) & (runs.get("tags.dataset") == cell.dataset)] \
-            if len(runs) else runs
-        if not len(match):
+    return [read_kept(cell, path) for cell in cells if (path := kept(table, cell, docs)).exists()]
+
+
+def keep(table: Table, parent: str, docs: Path | None = None) -> list[Path]:
+    """Keep the finished child runs of ``parent`` (a part of ``run``: one dataset) that are cells of ``table``,
+    each replacing the run its file kept; returns the files written."""
+    cells = {(c.label, c.dataset): c for c in planned(table)[0]}
+    runs = search(f"tags.mlflow.parentRunId = '{parent}' and attributes.status = 'FINISHED'")
+    stamp, written = read_json(parent, STAMP), []
+    for _, run in runs.iterrows():
+        cell = cells.get((run.get("tags.cell"), run.get("tags.dataset")))
+        if cell is None:
             continue
-        run = match.iloc[0]
-        parent = run.get("tags.mlflow.parentRunId") or ""
-        if parent and parent not in stamps:
-            stamps[parent] = read_json(parent, STAMP)
         params = {k[len("params."):]: v for k, v in run.items() if k.startswith("params.") and isinstance(v, str)}
         split = params.get("split", "test")
         summary = {k[len(f"metrics.{split}_"):]: v for k, v in run.items()
                    if k.startswith(f"metrics.{split}_") and not (isinstance(v, float) and math.isnan(v))}
         summary |= {k: int(summary[k]) for k in COUNTS if k in summary}  # MLflow keeps every metric as a float
-        records = read_jsonl(run.run_id, f"predictions/{split}.jsonl")
         shown = run.get("tags.effective_program") or ""
-        out.append(Row(Result(cell, run.run_id, summary, records, shown if shown != cell.label else ""), params,
-                       run.get("tags.git_commit") or "", parent, stamps.get(parent, {})))
-    return out
+        head = {"run": run.run_id, "parent": parent, "commit": run.get("tags.git_commit") or "",
+                "effective": shown if shown != cell.label else "", "params": params, "summary": summary,
+                "stamp": stamp}
+        records = [{k: v for k, v in r.items() if k not in UNKEPT}
+                   for r in read_jsonl(run.run_id, f"predictions/{split}.jsonl")]
+        path = kept(table, cell, docs)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("\n".join(json.dumps(x, ensure_ascii=False, sort_keys=True) for x in [head, *records]) + "\n",
+                        encoding="utf-8")
+        written.append(path)
+    return written
+
+
+def read_kept(cell: Cell, path: Path) -> Row:
+    """A kept cell: its first line the run (params, summary, parent stamp), then one record a question."""
+    head, *records = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    return Row(Result(cell, head["run"], head["summary"], records, head["effective"]), head["params"],
+               head["commit"], head["parent"], head["stamp"])
 
 
 def _download(run_id: str, name: str) -> Path | None:
