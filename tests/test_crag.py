@@ -121,3 +121,10 @@ def test_crag_roles(embedder):
     writer, planner, critic = dspy.utils.DummyLM([{}]), dspy.utils.DummyLM([{}]), dspy.utils.DummyLM([{}])
     assign_roles(crag, Roles(writer=writer, planner=planner, critic=critic))
     assert crag.grade.lm is critic and crag.rewrite.lm is planner and crag.writer.short.lm is writer
+
+
+def test_a_rewrite_that_says_none_is_no_query_and_nothing_is_searched_for_it():
+    search = ScriptedSearch({Q: ["Blue Fox"]})
+    routed({GRADE: grades("incorrect"), REWRITE: {"query": "None"}, ANSWER: {"answer": "I don't know"}})
+    pred = CRAG(search, k=1, loops=3)(question=Q)
+    assert pred.stop_reason == "stuck" and [q for q, _ in search.calls] == [Q]

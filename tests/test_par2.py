@@ -1,10 +1,11 @@
 """PAR2-RAG, its ablations and its ReAct / IRCoT baselines on DummyLM with a scripted search."""
+import dspy
 import pytest
 from dspy.utils.dummies import DummyLM
 
 import programs
 from programs.baselines.iterative import first_sentence
-from programs.par2.par2 import esc_decision, interleave, plan_lines
+from programs.par2.par2 import controller_reply, esc_decision, interleave, plan_lines
 from retrieval.corpus import Corpus, Passage
 from retrieval.retriever import Retriever
 from programs.shared.text import approx_tokens
@@ -467,3 +468,11 @@ def test_the_react_search_tool_searches_without_the_format_note_the_agent_echoed
     SearchTool(search, k=1, max_chars=None)('Ana Berg # note: the value you produce must adhere to the JSON schema: '
                                             '{"type": "string"}')
     assert search.calls == ["Ana Berg"]
+
+
+@pytest.mark.parametrize("null", ["None", "N/A", "no further search needed"])
+def test_a_continue_whose_next_query_says_none_is_unreadable_and_no_planned_query_is_none(null):
+    assert controller_reply(dspy.Prediction(decision="CONTINUE", next_query=null)) is None
+    assert controller_reply(dspy.Prediction(decision="CONTINUE", next_query="Ana Berg birthplace")) == "CONTINUE"
+    assert controller_reply(dspy.Prediction(decision="STOP", next_query=null)) == "STOP"
+    assert [s.query for s in plan_lines(f"1. {null}\n2. Ana Berg birthplace", 5)] == ["Ana Berg birthplace"]

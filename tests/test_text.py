@@ -1,7 +1,7 @@
 """Refusal detection, query-repeat checks and echoed format text (programs/shared/text.py)."""
 import pytest
 
-from programs.shared.text import abstained, clip, repeats, unechoed
+from programs.shared.text import abstained, clip, query_text, repeats, unechoed
 
 
 @pytest.mark.parametrize("answer", ["I don't know", "I don’t know", "i dont know.", "I DO NOT KNOW", "",
@@ -46,3 +46,16 @@ def test_echoed_format_text_is_removed_and_nothing_else(text, clean):
 def test_clip_removes_the_echo_before_counting_words():
     assert clip("Amazon rainforest drought 2010" + NOTE, 4) == "Amazon rainforest drought 2010"
     assert clip("Amazon [[ ## completed ## ]] rainforest", 2) == "Amazon rainforest"
+
+
+@pytest.mark.parametrize("reply", ["None", "none.", " NONE ", "'None'", "N/A", "n/a", "null", "Nil", "nothing",
+                                   "None needed.", "No further search needed", "No additional information is needed.",
+                                   "no query", "", "   ", "[[ ## next_query ## ]] None", "None" + NOTE])
+def test_a_reply_that_says_there_is_no_query_is_read_as_none(reply):
+    assert query_text(reply) == "" and clip(reply, 8) == ""
+
+
+@pytest.mark.parametrize("reply", ["None of the Beatles' wives", "Null Island location", "Nothing Compares 2 U singer",
+                                   "N/A ratio Alvin Lee", "further reading on Chad Gray", "search engine founded 1998"])
+def test_a_query_that_merely_holds_a_null_word_is_kept(reply):
+    assert query_text(reply) == reply and clip(reply, 12) == reply

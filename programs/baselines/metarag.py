@@ -35,7 +35,7 @@ from programs.shared.evidence import lenient, search_excluding
 from programs.shared.gates import LabelGate, Ruling
 from programs.shared.oracle import check_roles
 from programs.shared.steps import Role, RoleStep
-from programs.shared.text import clip, content_words, jaccard
+from programs.shared.text import clip, jaccard
 from programs.shared.writer import Writer, told_language
 from retrieval.corpus import Passage
 from retrieval.retriever import Retriever
@@ -98,8 +98,7 @@ class MetaRAG(dspy.Module):
                                       roles=roles, role="verdict")
         self.rewrite = dspy.Predict(QueryForMissing)
         self.rewrite_step = RoleStep(self.rewrite, "query", roles, given=lambda query: clip(query, MAX_QUERY_WORDS),
-                                     read=lambda out: clip(out.query, MAX_QUERY_WORDS) if content_words(out.query)
-                                     else None)  # no query read: the question is searched
+                                     read=lambda out: clip(out.query, MAX_QUERY_WORDS) or None)  # none read: the question is searched
         self.verdict, self.reader = Role("verdict", roles), Role("writer", roles)  # the monitor's; the regeneration's
         self.regenerate = dspy.ChainOfThought(AnswerWithInstruction)
 

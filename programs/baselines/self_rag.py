@@ -24,7 +24,7 @@ from programs.shared.evidence import EvidenceWriter, lenient, search_excluding
 from programs.shared.gates import DecisionGate
 from programs.shared.oracle import check_roles
 from programs.shared.steps import RoleStep
-from programs.shared.text import abstained, normalize, repeats, unechoed
+from programs.shared.text import abstained, normalize, query_text, repeats
 from retrieval.corpus import Passage
 from retrieval.retriever import Retriever
 from signatures.critic import CritiqueDraft
@@ -188,10 +188,10 @@ class SelfRAG(dspy.Module):
 
     def _next_query(self, question: str, answer: str, critique: dspy.Prediction | None,
                     queries: list[str]) -> str | None:
-        """The critic's query; when it gave none or it repeats an earlier query (content-word Jaccard at or above
+        """The critic's query (:func:`query_text`: "None" is none); when it gave none or it repeats an earlier query (content-word Jaccard at or above
         ``stuck_jaccard``), the question conditioned on the draft (not on a refusal), unless exactly that query was
         issued before; None when neither is left. (Repeats still fetch new passages: held ones are blocked.)"""
-        proposal = unechoed(critique.next_query if critique else "")
+        proposal = query_text(critique.next_query if critique else "")
         if not repeats(proposal, queries, self.stuck_jaccard):
             return proposal
         fallback = f"{question} {answer}"

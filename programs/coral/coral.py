@@ -43,7 +43,7 @@ from programs.coral.mrag import (DEFAULT_LANG, SCOPES, answer_writer, corpus_of,
 from programs.shared.gates import LabelGate, Ruling
 from programs.shared.oracle import check_roles, own_language, taught
 from programs.shared.steps import RoleStep
-from programs.shared.text import content_words, negated, unechoed
+from programs.shared.text import content_words, negated, query_text, unechoed
 from retrieval.corpus import Passage, dedup
 from retrieval.retriever import Retriever
 from runtime.language import LANGUAGE_NAMES
@@ -389,7 +389,7 @@ class CORAL(dspy.Module):
             except PARSE_ERRORS:
                 trace.parse_failures += 1
                 continue
-            new_query = self.query_step.over(lambda: unechoed(getattr(out, "query", "")) if self.rewrite else "", held)
+            new_query = self.query_step.over(lambda: query_text(getattr(out, "query", "")) if self.rewrite else "", held)
             new_corpora = self.replanner_step.over(
                 lambda: self.read_corpora(out, corpora, trace, held) if choose_corpora else corpora, held)
             if not same_plan(new_corpora, new_query or query, corpora, query):

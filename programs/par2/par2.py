@@ -40,7 +40,7 @@ from programs.shared.evidence import within_budget
 from programs.shared.gates import LabelGate
 from programs.shared.oracle import check_roles, taught
 from programs.shared.steps import RoleStep
-from programs.shared.text import APOSTROPHES, content_words, negated, normalize, unechoed
+from programs.shared.text import APOSTROPHES, negated, normalize, query_text
 from programs.shared.writer import Writer
 from retrieval.corpus import Passage, dedup
 from retrieval.rerank import get_reranker
@@ -83,7 +83,7 @@ def plan_lines(text: str, m: int) -> list[SubQuery] | None:
             continue
         query, _, reason = line.partition("|")
         query = query.strip().strip('"\'').strip()
-        if content_words(query) and normalize(query) not in plan and normalize(query) not in FORMAT_ECHO:
+        if query_text(query) and normalize(query) not in plan and normalize(query) not in FORMAT_ECHO:
             plan[normalize(query)] = SubQuery(query, reason.strip())
     return list(plan.values())[:m] or None
 
@@ -105,7 +105,7 @@ def controller_reply(out: dspy.Prediction, action: str | None = None) -> str | N
     """The controller's action (``action`` when given, else as written: :func:`esc_decision`), None when it is
     unreadable or asks to CONTINUE with nothing to search for."""
     action = action or esc_decision(out.decision)
-    return None if action == "CONTINUE" and not content_words(out.get("next_query") or "") else action
+    return None if action == "CONTINUE" and not query_text(out.get("next_query")) else action
 
 
 def step_response(out: dspy.Prediction) -> str:
@@ -289,5 +289,5 @@ class PAR2(dspy.Module):
         if ruling.label is None:
             run.fallbacks["esc"] += 1
             return "STOP", ""
-        query = " ".join(unechoed(ruling.output.get("next_query")).split())
+        query = " ".join(query_text(ruling.output.get("next_query")).split())
         return ruling.label, self.next_query.over(lambda: query, run.context) if ruling.label == "CONTINUE" else query

@@ -18,7 +18,7 @@ import dspy
 from programs.shared.evidence import lenient
 from programs.rag_critic.plan import GenerateAnswer, Plan, Ref, Step
 from programs.shared.steps import Role, RoleStep
-from programs.shared.text import unechoed
+from programs.shared.text import query_text
 from programs.shared.writer import Writer
 from retrieval.corpus import Passage, dedup
 from retrieval.retriever import Retriever
@@ -112,7 +112,7 @@ class PlanExecutor(dspy.Module):
 
     def _queries(self, run: _Run, value) -> list[str]:
         value = self._lookup(run, value) if isinstance(value, Ref) else value
-        queries = [unechoed(q) for q in (value if isinstance(value, list) else [value]) if isinstance(q, str)]
+        queries = [query_text(q) for q in (value if isinstance(value, list) else [value]) if isinstance(q, str)]
         queries = [q for q in queries if q]
         if not queries:
             raise StepError("empty query")

@@ -98,7 +98,19 @@ def unechoed(text: str) -> str:
     return FORMAT_ECHO.sub(" ", text or "").strip()
 
 
+#: The content words of a reply that says it has no value ("None", "N/A", "null", "no further search needed").
+NO_VALUE = frozenset("""none null nil n na nothing applicable needed necessary required further additional query queries
+search searches retrieval information empty""".split())
+
+
+def query_text(reply: str | None) -> str:
+    """A query as the LM wrote it, without echoed format text (:func:`unechoed`); empty when all it says is that
+    there is none (its content words all in :data:`NO_VALUE`): a 0.5B critic's "None" was searched as the word."""
+    text = unechoed(reply)
+    return "" if content_words(text) <= NO_VALUE else text
+
+
 def clip(query: str, max_words: int) -> str:
-    """``query`` without echoed format text (:func:`unechoed`), on one line, cut to its first ``max_words`` words (the
-    words themselves are kept as written)."""
-    return " ".join(unechoed(query).split()[:max_words])
+    """``query`` as :func:`query_text` reads it, on one line, cut to its first ``max_words`` words (the words
+    themselves are kept as written)."""
+    return " ".join(query_text(query).split()[:max_words])
