@@ -5,8 +5,10 @@ import shutil
 from dataclasses import replace
 
 import dspy
+import mlflow
 import pytest
 
+from evaluation import tracking
 from evaluation.metrics import f1
 from evaluation.official import f1_metric, hotpot_f1
 from evaluation.task_metrics import answer_metrics
@@ -124,7 +126,10 @@ def test_a_table_renders_on_another_machine_from_its_kept_runs_without_the_bench
                    hook=make_hook())
     files = sorted((docs / "results" / "tables" / "runs" / "tiny").iterdir())
     assert [f.name for f in files] == ["direct@demo.jsonl", "rag@demo.jsonl"]
+    mlflow.set_tracking_uri(f"sqlite:///{docs}/elsewhere.db")  # a new process: pointed at no store yet
     before = render.render(tiny, docs)
+    parent = json.loads(files[0].read_text().splitlines()[0])["parent"]
+    assert "plots/tiny-demo.png" in [a.path for a in stored_artifacts(parent, "plots")]  # this machine's runs
     for path in files:  # another machine: none of these parents in its store
         head, *records = path.read_text().splitlines()
         assert len(records) == 2 and all(json.loads(r)["answer"] is not None for r in records)
@@ -137,6 +142,11 @@ def test_a_table_renders_on_another_machine_from_its_kept_runs_without_the_bench
         in capsys.readouterr().err
     board = [line for line in before.splitlines() if line.startswith(("| rag | 2 of 2", "| direct | 2 of 2"))]
     assert len(board) == 2 and all(line in after.splitlines() for line in board)  # the rows, from the kept runs
+
+
+def stored_artifacts(run_id: str, folder: str):
+    tracking.setup("Default")
+    return mlflow.MlflowClient().list_artifacts(run_id, folder)
 
 
 def test_pairing_an_arm_anew_re_renders_a_table_a_setting_stales_it(tiny, monkeypatch):

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import mlflow
 
-from evaluation import leaderboard, plots
+from evaluation import leaderboard, plots, tracking
 from experiments.cli import fail
 from experiments.tables import stamp, stored
 from experiments.tables.declared import TABLES, Table
@@ -86,6 +86,7 @@ def render(table: Table, docs: Path | None = None) -> str:
     out = folder(docs)
     out.mkdir(parents=True, exist_ok=True)
     images, elsewhere = [], set()
+    tracking.setup("Default")  # this machine's store, which holds the parents of the cells run here
     parents = list(dict.fromkeys(r.parent for r in rows if r.parent))
     for dataset in dict.fromkeys(r.cell.dataset for r in results):
         fig = plots.frontier(dataset, [r for r in results if r.cell.dataset == dataset], plots.CALLS_AND_PROMPT)
