@@ -4,6 +4,8 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import json
+import os
+import platform
 import re
 import subprocess
 import tempfile
@@ -37,6 +39,18 @@ def git_commit() -> str:
         return sha + ("-dirty" if dirty else "")
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
+
+
+def machine() -> str:
+    """Where a run's seconds were taken: the CPU's model, its cores and its widest vector instructions (seconds a
+    question compare only between runs on one machine)."""
+    info = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace") if Path("/proc/cpuinfo").exists() \
+        else ""
+    model = re.search(r"^model name\s*:\s*(.+)$", info, re.M)
+    flags = set(re.findall(r"\b(avx512f|avx2|avx|neon|asimd)\b", info))
+    widest = next((f for f in ("avx512f", "avx2", "avx", "asimd", "neon") if f in flags), "")
+    name = model.group(1).strip() if model else platform.processor() or platform.machine()
+    return ", ".join(x for x in (name, f"{os.cpu_count()} cores", widest) if x)
 
 
 def setup(experiment: str) -> None:

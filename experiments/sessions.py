@@ -85,7 +85,7 @@ class Session:
                 "index": a.index, **a.of(retrieval_settings.OPTIONS),
                 "corpora": {c.name: len(c) for c in self.bundle.corpora},
                 **a.of(evaluation_settings.SCORING + evaluation_settings.ASKING), "judge_lms": ",".join(d.judge_lms),
-                **d.lm_ids(),
+                **d.lm_ids(), "machine": tracking.machine(),
                 **d.corpus_params()}
 
     def build(self, program_name: str, oracle: str | None = None) -> dspy.Module:

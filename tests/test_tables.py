@@ -134,12 +134,18 @@ def test_a_table_renders_on_another_machine_from_its_kept_runs_without_the_bench
         head, *records = path.read_text().splitlines()
         assert len(records) == 2 and all(json.loads(r)["answer"] is not None for r in records)
         assert not any({"question", "gold", "trace"} & set(json.loads(r)) for r in records)
-        path.write_text("\n".join([head.replace(json.loads(head)["parent"], "0" * 32), *records]) + "\n")
+        moved = json.loads(head.replace(json.loads(head)["parent"], "0" * 32))
+        if path.name.startswith("direct"):  # and timed on another machine
+            moved["params"]["machine"] = "Other CPU, 8 cores, avx512f"
+        path.write_text("\n".join([json.dumps(moved), *records]) + "\n")
     monkeypatch.setattr(stored, "search", lambda *a, **k: pytest.fail("render read the MLflow store"))
     capsys.readouterr()
     after = render.render(tiny, docs)
     assert "plots not logged to 1 parent run(s) this machine's MLflow store does not hold (00000000)" \
         in capsys.readouterr().err
+    assert f"Seconds timed on one machine: {tracking.machine()}." in before
+    assert ("**Seconds timed on 2 machines: compare s/q only between cells of one.** "
+            f"{tracking.machine()}: rag@demo; Other CPU, 8 cores, avx512f: direct@demo.") in after
     board = [line for line in before.splitlines() if line.startswith(("| rag | 2 of 2", "| direct | 2 of 2"))]
     assert len(board) == 2 and all(line in after.splitlines() for line in board)  # the rows, from the kept runs
 

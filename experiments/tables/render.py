@@ -48,6 +48,19 @@ def made_by(table: Table, rows: list[stored.Row]) -> dict:
             "cells": cells}
 
 
+def timed_on(rows: list[stored.Row]) -> str:
+    """Which machine took each cell's seconds: one line, or, where cells were timed on several, which cells on each
+    (their s/q compare only within one machine)."""
+    machines: dict[str, list[str]] = {}
+    for r in rows:
+        machines.setdefault(r.params.get("machine") or "not recorded", []).append(
+            f"{r.result.label}@{r.result.cell.dataset}")
+    if len(machines) == 1:
+        return f"Seconds timed on one machine: {next(iter(machines))}."
+    return (f"**Seconds timed on {len(machines)} machines: compare s/q only between cells of one.** "
+            + "; ".join(f"{m}: {', '.join(cells)}" for m, cells in machines.items()) + ".")
+
+
 def status(table: Table, made: dict | None, data: dict | None = None) -> str:
     """The status line of a rendered table: fresh, or stale since the commit that changed what it ran."""
     if not made:
@@ -112,6 +125,7 @@ def render(table: Table, docs: Path | None = None) -> str:
         + (f". {table.note}" if table.note else "") + ".",
         "Commands: " + ("; ".join(f"`{c}`" for c in made["commands"]) or "-"),
         board.markdown.replace("# Leaderboard: ", "## Leaderboard: ", 1).replace("\n## ", "\n### "),
+        timed_on(rows),
         "## Cost and quality\n\n" + "\n\n".join(images),
         "## Runs and the code that made them\n\n" + "\n".join(runs)
         + f"\n\nSettings hash {made['settings']}; program code: "
