@@ -150,6 +150,21 @@ def test_a_table_renders_on_another_machine_from_its_kept_runs_without_the_bench
     assert len(board) == 2 and all(line in after.splitlines() for line in board)  # the rows, from the kept runs
 
 
+def test_an_estimate_on_a_new_machine_reads_the_cost_of_the_kept_runs(tiny, docs, monkeypatch):
+    import pandas
+
+    cell = suite.plan(tiny.entries)[0][0]
+    head = {"run": "abcdef1234", "params": {"program": "rag", "dataset": "demo", "lm": "local:qwen-0.5b"},
+            "summary": {"lm_calls": 1.0, "prompt_tokens": 1060.0, "completion_tokens": 12.0}}
+    path = stored.kept(tiny, cell, docs)
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps(head) + "\n")
+    monkeypatch.setattr(stored, "search", lambda *a, **k: pandas.DataFrame())  # this machine's store: empty
+    assert stored.measured(cell, "openai/x") == (head["summary"], "run abcdef12 (demo, local:qwen-0.5b)")
+    path.unlink()
+    assert stored.measured(cell, "openai/x") == (stored.DEFAULT_COST, "default (no stored run)")
+
+
 def stored_artifacts(run_id: str, folder: str):
     tracking.setup("Default")
     return mlflow.MlflowClient().list_artifacts(run_id, folder)

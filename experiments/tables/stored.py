@@ -127,17 +127,29 @@ DEFAULT_COST = {"lm_calls": 4.0, "prompt_tokens": 3000.0, "completion_tokens": 1
 JUDGE_COST = {"lm_calls": 1.0, "prompt_tokens": 250.0, "completion_tokens": 10.0}
 
 
-def measured(cell: Cell, lm: str) -> tuple[dict, str]:
-    """The cost per question of ``cell``'s program in the newest stored run of it that metered one -- the same
-    dataset and LM where there is one, else the same dataset, else any -- and where it comes from; else
-    :data:`DEFAULT_COST` and ``"default"``."""
+def measured(cell: Cell, lm: str, docs: Path | None = None) -> tuple[dict, str]:
+    """The cost per question of ``cell``'s program in a run of it that metered one -- the same dataset and LM where
+    there is one, else the same dataset, else any; kept runs (any table's) before the runs of this machine's MLflow
+    store (newest first) -- and where it comes from; else :data:`DEFAULT_COST` and ``"default"``."""
+    found = [(h["run"], h["params"].get("dataset"), h["params"].get("lm"), {k: h["summary"].get(k) for k in COST})
+             for h in kept_heads(docs) if h["params"].get("program") == cell.program]
     runs = search(f"params.program = '{cell.program}' and attributes.status = 'FINISHED'")
-    if not len(runs):
+    found += [(run.run_id, run.get("params.dataset"), run.get("params.lm"),
+               {k: run.get(f"metrics.{run.get('params.split') or 'test'}_{k}") for k in COST})
+              for _, run in runs.iterrows()]
+    if not found:
         return DEFAULT_COST, "default (no stored run)"
-    for same in ((runs.get("params.dataset") == cell.dataset) & (runs.get("params.lm") == lm),
-                 runs.get("params.dataset") == cell.dataset, runs["run_id"].notna()):
-        for _, run in runs[same].iterrows():
-            cost = {k: run.get(f"metrics.{run.get('params.split') or 'test'}_{k}") for k in COST}
-            if all(isinstance(v, float) and not math.isnan(v) for v in cost.values()):
-                return cost, f"run {run.run_id[:8]} ({run.get('params.dataset')}, {run.get('params.lm')})"
+    for same in (lambda d, m: d == cell.dataset and m == lm, lambda d, m: d == cell.dataset, lambda d, m: True):
+        for run_id, dataset, model, cost in found:
+            if same(dataset, model) and all(isinstance(v, (int, float)) and not math.isnan(v) for v in cost.values()):
+                return cost, f"run {run_id[:8]} ({dataset}, {model})"
     return DEFAULT_COST, "default (no stored run metered it)"
+
+
+def kept_heads(docs: Path | None = None) -> list[dict]:
+    """The first line (run, params, summary) of every kept cell of every table, in the order of their paths."""
+    heads = []
+    for path in sorted(((docs or DOCS) / "results" / "tables" / "runs").glob("*/*.jsonl")):
+        with path.open(encoding="utf-8") as fh:
+            heads.append(json.loads(fh.readline()))
+    return heads
