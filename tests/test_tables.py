@@ -126,7 +126,8 @@ def test_a_table_renders_on_another_machine_from_its_kept_runs_without_the_bench
                    hook=make_hook())
     files = sorted((docs / "results" / "tables" / "runs" / "tiny").iterdir())
     assert [f.name for f in files] == ["direct@demo.jsonl", "rag@demo.jsonl"]
-    mlflow.set_tracking_uri(f"sqlite:///{docs}/elsewhere.db")  # a new process: pointed at no store yet
+    mlflow.set_tracking_uri(f"sqlite:///{docs}/elsewhere.db")  # a new process: MLflow's default store, not ours
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)  # which set_tracking_uri also exports
     before = render.render(tiny, docs)
     parent = json.loads(files[0].read_text().splitlines()[0])["parent"]
     assert "plots/tiny-demo.png" in [a.path for a in stored_artifacts(parent, "plots")]  # this machine's runs
