@@ -1,8 +1,8 @@
-"""``render NAME``: a table's markdown written from its kept runs (``stored.keep``) -- the leaderboard (rows, cost columns, paired
-differences with intervals, McNemar / paired t, Holm: ``evaluation.leaderboard``), a cost-quality plot per dataset
-(``evaluation.plots.frontier`` against LM calls and prompt tokens a question, logged to the table's newest run and
-embedded), the command, the runs, n, and the stamp of the code that made it (docs/results/tables/NAME.json), which
-``check`` compares with today's code; and the generated list of tables in docs/results.md."""
+"""``render NAME``: a table's markdown written from its kept runs (``stored.keep``) -- the leaderboard (rows, cost
+columns, paired differences with intervals, McNemar / paired t, Holm: ``evaluation.leaderboard``), a cost-quality plot
+per dataset (``evaluation.plots.frontier`` against LM calls and prompt tokens a question, logged to the table's newest
+run and embedded), the command, the runs, n, and the stamp of the code that made it (docs/results/tables/NAME.json),
+which ``check`` compares with today's code; and the generated list of tables in docs/results.md."""
 from __future__ import annotations
 
 import json

@@ -98,7 +98,7 @@ class MetaRAG(dspy.Module):
                                       roles=roles, role="verdict")
         self.rewrite = dspy.Predict(QueryForMissing)
         self.rewrite_step = RoleStep(self.rewrite, "query", roles, given=lambda query: clip(query, MAX_QUERY_WORDS),
-                                     read=lambda out: clip(out.query, MAX_QUERY_WORDS) or None)  # none read: the question is searched
+                                     read=lambda out: clip(out.query, MAX_QUERY_WORDS) or None)  # none: the question
         self.verdict, self.reader = Role("verdict", roles), Role("writer", roles)  # the monitor's; the regeneration's
         self.regenerate = dspy.ChainOfThought(AnswerWithInstruction)
 

@@ -188,9 +188,10 @@ class SelfRAG(dspy.Module):
 
     def _next_query(self, question: str, answer: str, critique: dspy.Prediction | None,
                     queries: list[str]) -> str | None:
-        """The critic's query (:func:`query_text`: "None" is none); when it gave none or it repeats an earlier query (content-word Jaccard at or above
-        ``stuck_jaccard``), the question conditioned on the draft (not on a refusal), unless exactly that query was
-        issued before; None when neither is left. (Repeats still fetch new passages: held ones are blocked.)"""
+        """The critic's query (:func:`query_text`: "None" is none); when it gave none or it repeats an earlier query
+        (content-word Jaccard at or above ``stuck_jaccard``), the question conditioned on the draft (not on a
+        refusal), unless exactly that query was issued before; None when neither is left. (Repeats still fetch new
+        passages: held ones are blocked.)"""
         proposal = query_text(critique.next_query if critique else "")
         if not repeats(proposal, queries, self.stuck_jaccard):
             return proposal

@@ -389,7 +389,8 @@ class CORAL(dspy.Module):
             except PARSE_ERRORS:
                 trace.parse_failures += 1
                 continue
-            new_query = self.query_step.over(lambda: query_text(getattr(out, "query", "")) if self.rewrite else "", held)
+            new_query = self.query_step.over(lambda: query_text(getattr(out, "query", "")) if self.rewrite else "",
+                                             held)
             new_corpora = self.replanner_step.over(
                 lambda: self.read_corpora(out, corpora, trace, held) if choose_corpora else corpora, held)
             if not same_plan(new_corpora, new_query or query, corpora, query):
