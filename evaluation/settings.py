@@ -41,8 +41,8 @@ LMS = (Setting("lm", str, f"{LOCAL_PREFIX}qwen-0.5b",
        *(Setting(f"{role}_lm", str, None, f"LM for the {role} role (default: --lm)") for role in ROLE_NAMES[1:]))
 JUDGE = Setting("judge", bool, False, "also score answers with the LLM judge (--judge-lm)", switch=True)
 JUDGE_LMS = Setting("judge_lms", str, None, "XRAG datasets: comma-separated panel of 1-3 judge LMs, majority vote; a "
-                    "tie is wrong and every split is counted (default: both local LMs, "
-                    + ",".join(LOCAL_PREFIX + name for name in MODELS) + ")")
+                    "tie is a split: recorded, not scored (default: every local LM but --lm's, which never judges its "
+                    "own answers)")
 MC_SCORING = Setting("mc_scoring", str, "generate", "multiple choice: parse the written letter (generate), take the "
                      "most probable option letter from the LM's token logprobs (logprob), or divide out the option-ID "
                      "prior estimated on --mc-calibration train questions (pride, Zheng et al. 2024); no logprobs -> "

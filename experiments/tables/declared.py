@@ -91,8 +91,8 @@ TABLES: dict[str, Table] = {t.name: t for t in (
                 for prefix, grid in (("xrag_mono", {"k": (8,)}), ("xrag_mono_oracle", {}), ("xrag_mono_open", {}))),
           {f"{prefix}:{lang}": 20 for prefix in ("xrag_mono", "xrag_mono_oracle", "xrag_mono_open")
            for lang in XRAG_LANGS}, ("judge",),
-          note="n = 20 XQuAD questions per language and setting (the size the LM time allows), judged by the panel "
-               "of both local LMs"),
+          note="n = 20 XQuAD questions per language and setting (the size the LM time allows), judged by the 1.5B "
+               "alone (the default panel: the writer's 0.5B never judges its own answers)"),
     Table("compile", "Compiling: each seed method uncompiled vs bootstrapped (self and oracle teacher) vs MIPROv2, "
                      "paired on held-out test questions",
           (Entry("rag", (), ("hotpotqa",)), Entry("seal", (), ("hotpotqa",)), Entry("par2", (), ("musique",))),
