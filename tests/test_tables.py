@@ -251,3 +251,24 @@ def test_export_writes_the_gold_of_the_exported_questions_only(monkeypatch):
     monkeypatch.setattr(export, "_raw", lambda files: [{"id": "m1"}, {"id": "m2"}])
     text, suffix = export.gold("musique", {"m2"})
     assert suffix == ".gold.jsonl" and [json.loads(line)["id"] for line in text.splitlines()] == ["m2"]
+
+
+def test_export_prints_our_scores_on_the_exported_questions_beside_the_official_command(monkeypatch, tmp_path,
+                                                                                         capsys):
+    """The official script averages over the exported questions: ours is set beside it on the same ones, an
+    unanswered question in neither."""
+    from types import SimpleNamespace
+    raw = [{"_id": q, "answer": "x", "context": [["A", ["s0"]]]} for q in ("q1", "q2", "q3")]
+    monkeypatch.setattr(export, "_raw", lambda files: raw)
+    records = [{"id": "q1", "answer": "x", "em": 1.0, "f1": 1.0, "passages": []},
+               {"id": "q2", "answer": "x y", "em": 0.0, "f1": 0.5, "passages": []},
+               {"id": "q3", "answer": None, "em": 0.0, "f1": 0.0, "retryable": True, "passages": []}]
+    cell = SimpleNamespace(label="rag", dataset="hotpotqa")
+    row = SimpleNamespace(result=SimpleNamespace(cell=cell, records=records, run_id="abcdef0123"))
+    monkeypatch.setattr(stored, "rows", lambda table: [row])
+    export.export(TABLES["hotpot_smoke"], tmp_path)
+    out, err = capsys.readouterr()
+    assert "(2 predictions, run abcdef01); ours on them: EM 0.5000, F1 0.7500; score it: python hotpot_evaluate_v1.py" \
+        in out
+    assert "rag@hotpotqa: 1 unanswered question(s) left out" in err
+    assert [r["_id"] for r in json.loads((tmp_path / "hotpot_smoke-rag-hotpotqa.gold.json").read_text())] == ["q1", "q2"]

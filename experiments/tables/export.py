@@ -5,7 +5,8 @@ are paragraph-level: every sentence of each passage the answer cites (else of ea
 programs pick passages, not sentences. A question the run left unanswered (retryable) is left out and counted.
 
 Beside each prediction file, the gold file its official script reads, cut to the questions exported (the scripts
-average over every gold question, so the shared file's others would count as misses), and the command to score it."""
+average over every gold question, so the shared file's others would count as misses), our EM and F1 on the same
+questions and the command to score it."""
 from __future__ import annotations
 
 import json
@@ -68,6 +69,12 @@ def gold(dataset: str, ids: set[str]) -> tuple[str, str]:
     return json.dumps([r for r in _raw(files) if r["_id"] in ids], ensure_ascii=False), ".gold.json"
 
 
+def ours(answered: list[dict]) -> str:
+    """Our EM and F1 on the exported questions, to set beside the official script's."""
+    mean = {m: sum(r[m] for r in answered) / len(answered) if answered else float("nan") for m in ("em", "f1")}
+    return f"ours on them: EM {mean['em']:.4f}, F1 {mean['f1']:.4f}"
+
+
 def export(table: Table, out: Path) -> list[Path]:
     """Write each arm's predictions under ``out``; returns the files written."""
     written = []
@@ -93,6 +100,6 @@ def export(table: Table, out: Path) -> list[Path]:
         truth = out / f"{name}{suffix}"
         truth.write_text(text, encoding="utf-8")
         written += [path, truth]
-        print(f"{path} ({len(answered)} predictions, run {row.result.run_id[:8]}); score it: python "
-              f"{SCRIPTS[cell.dataset]} {path} {truth}{' ALIASES' if cell.dataset == '2wiki' else ''}")
+        print(f"{path} ({len(answered)} predictions, run {row.result.run_id[:8]}); {ours(answered)}; score it: "
+              f"python {SCRIPTS[cell.dataset]} {path} {truth}{' ALIASES' if cell.dataset == '2wiki' else ''}")
     return written
