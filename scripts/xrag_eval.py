@@ -4,14 +4,13 @@ English-question baseline on the same items, under no retrieval, oracle, full an
 shape (multilingual retrieval, full context: 1 supporting + 3 distracting paragraphs in X and in English, per X,
 and the En + En_X baseline with the English question).
 
-``python -m scripts.xrag_eval --n 20``                              (judged by the 1.5B: the default panel, every local LM but the writer's)
+``python -m scripts.xrag_eval --n 20``                              (judged by the default panel: the 1.5B alone)
 ``python -m scripts.xrag_eval --n 5 --langs de zh --conditions full open --programs rag coral``
-``python -m scripts.xrag_eval --n 20 --judge-lms local:qwen-1.5b``   (one judge: not the paper's protocol)
+``python -m scripts.xrag_eval --n 20 --judge-lms A,B,C``             (three judge LMs: the paper's protocol)
 
 Answers are judged as the paper judges (``evaluation.xlingual``): a panel's majority vote (``--judge-lms``, default
 every local LM but the writer's: no LM judges its own answers; a tie is split, recorded and not scored) AND lingua's
-language check; only a normalized exact match is
-decided without a judge. The run reports how many judged answers split the panel.
+language check; only a normalized exact match is decided without a judge. The run reports how many judged answers split the panel.
 
 Conditions: ``none`` = the closed-book writer (``direct``); ``oracle`` = ``rag`` that can only see the
 supporting paragraph; ``full`` = ``rag --k 8`` over supporting + distractors (all of them); ``open`` = ``rag``

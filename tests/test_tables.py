@@ -3,6 +3,7 @@ estimated before a paid run, exported in the official prediction formats; each d
 import json
 import shutil
 from dataclasses import replace
+from types import SimpleNamespace
 
 import dspy
 import mlflow
@@ -257,7 +258,6 @@ def test_export_prints_our_scores_on_the_exported_questions_beside_the_official_
                                                                                          capsys):
     """The official script averages over the exported questions: ours is set beside it on the same ones, an
     unanswered question in neither."""
-    from types import SimpleNamespace
     raw = [{"_id": q, "answer": "x", "context": [["A", ["s0"]]]} for q in ("q1", "q2", "q3")]
     monkeypatch.setattr(export, "_raw", lambda files: raw)
     records = [{"id": "q1", "answer": "x", "em": 1.0, "f1": 1.0, "passages": []},
