@@ -8,6 +8,7 @@ import re
 from dataclasses import dataclass, field
 
 import mlflow
+from dspy.evaluate.metrics import normalize_text
 
 from evaluation import plots
 from evaluation.stats import bootstrap_ci, holm, mcnemar_exact, paired_scores, paired_t
@@ -103,12 +104,22 @@ def p_name(metric: str) -> str:
     return "ttest_p" if metric in GRADED else "mcnemar_p"
 
 
+def differing(a: list[dict], b: list[dict], questions) -> int:
+    """How many of ``questions`` (ids or base ids) two runs answered differently, after the SQuAD normalisation (a
+    circular question counts when any of its copies, matched by id, differs): near 0, the method ran as its baseline
+    on them, whatever the two scores say."""
+    other = {r["id"]: normalize_text(r.get("answer") or "") for r in b}
+    return len({r.get("base_id", r["id"]) for r in a
+                if r["id"] in other and normalize_text(r.get("answer") or "") != other[r["id"]]} & set(questions))
+
+
 def paired(method, baseline, metric: str | None = None) -> dict:
     """``method`` vs ``baseline`` on the questions both answered: difference of ``metric`` (default: the primary
     correctness metric; per question, the worst circular copy), its 95% bootstrap CI, and a test -- exact McNemar
     on per-question correctness, or for a graded metric (F1) a paired t-test, with the questions each side wins."""
     metric = metric or primary(method.summary)
-    pairs = list(paired_scores(method.records, baseline.records, metric).values())
+    scored = paired_scores(method.records, baseline.records, metric)
+    pairs = list(scored.values())
     a, b = [x for x, _ in pairs], [y for _, y in pairs]
     diffs = [x - y for x, y in pairs]
     if metric in GRADED:
@@ -124,17 +135,18 @@ def paired(method, baseline, metric: str | None = None) -> dict:
             "baseline_mean": sum(b) / len(b) if b else math.nan,
             "diff": sum(diffs) / len(diffs) if diffs else math.nan, "ci_low": low, "ci_high": high,
             "only_method": only_a, "only_baseline": only_b, "test": test, "p": p,
+            "answers_differ": differing(method.records, baseline.records, scored),
             p_name(metric): p}
 
 
 def pair_table(rows: list[dict]) -> str:
-    lines = ["| dataset | method | baseline | metric | n | method | baseline | diff | 95% CI | only method right | "
-             "only baseline right | test | p | Holm p |", "|" + "---|" * 14]
+    lines = ["| dataset | method | baseline | metric | n | answers differ | method | baseline | diff | 95% CI | "
+             "only method right | only baseline right | test | p | Holm p |", "|" + "---|" * 15]
     for r in rows:
         lines.append(f"| {r['dataset']} | {r['method_label']} | {r['baseline_label']} | {r['metric']} | {r['n']} | "
-                     f"{fmt(r['method_mean'])} | {fmt(r['baseline_mean'])} | {fmt(r['diff'], '{:+.3f}')} | "
-                     f"[{fmt(r['ci_low'], '{:+.3f}')}, {fmt(r['ci_high'], '{:+.3f}')}] | {r['only_method']} | "
-                     f"{r['only_baseline']} | {r['test']} | {fmt(r['p'])} | {fmt(r['holm_p'])} |")
+                     f"{r['answers_differ']} | {fmt(r['method_mean'])} | {fmt(r['baseline_mean'])} | "
+                     f"{fmt(r['diff'], '{:+.3f}')} | [{fmt(r['ci_low'], '{:+.3f}')}, {fmt(r['ci_high'], '{:+.3f}')}] | "
+                     f"{r['only_method']} | {r['only_baseline']} | {r['test']} | {fmt(r['p'])} | {fmt(r['holm_p'])} |")
     return "\n".join(lines)
 
 
@@ -160,7 +172,9 @@ def report(results: list, pairs: list[tuple], title: str) -> Board:
                      "\n\ndiff = method - baseline on the row's metric; 95% percentile bootstrap CI of the mean "
                      "per-question difference; exact McNemar test on per-question correctness, paired t-test on F1 "
                      "(only method/baseline right = questions where its F1 is higher); Holm-Bonferroni over every "
-                     "pair of the same metric in this table. orchestration = share of wall time outside LM calls.")
+                     "pair of the same metric in this table. answers differ = paired questions whose two answers "
+                     "are not the same text after normalising case, punctuation and articles: a method with few ran "
+                     "as its baseline on the rest. orchestration = share of wall time outside LM calls.")
     metrics = {}
     for r in rows:
         key = f"{r['dataset']}_{r['method']}_vs_{r['baseline']}" + ("_" + r["metric"] if r["metric"] in GRADED else "")

@@ -500,3 +500,20 @@ def test_a_cell_that_left_questions_unanswered_is_incomplete_on_its_row_and_runs
         "cot-demo": ("FAILED", "test: 2 answered of 3 asked"), "direct-demo": ("FAILED", "test: 2 answered of 3 asked"),
         "suite-cot,direct": ("FAILED", "cot-demo test: 2 answered of 3 asked; direct-demo test: 2 answered of 3 asked")}
     assert left == [f"run {out['run_id']} (suite-cot,direct): " + runs["suite-cot,direct"].data.tags["incomplete"]]
+
+
+def test_a_pair_counts_the_questions_its_two_runs_answered_differently():
+    """Self-Refine on the 0.5B accepted 108 of 110 drafts: it ran as rag, which two close scores do not say. A pair
+    counts the questions whose answers differ by normalised text, a circular question once whichever copy differs,
+    over the questions both runs scored only."""
+    def run(label, answers):
+        records = [{"id": i, "base_id": i.split("#")[0], "answer": a, "em": None if a is None else float(a == "Paris")}
+                   for i, a in answers.items()]
+        return suite.Result(suite.Cell(label, "d"), "run", {"n": 4, "em": 0.5}, records)
+
+    method = run("self_refine", {"q0": "Paris.", "q1#0": "Lyon", "q1#1": "Nice", "q2": "Rome", "q3": "Oslo",
+                                 "q4": None})
+    base = run("rag", {"q0": "the paris", "q1#0": "Lyon", "q1#1": "Lyon", "q2": "Milan", "q4": "Bern"})
+    board = leaderboard.report([method, base], [("d", method.cell, base.cell)], "t")
+    assert [row["answers_differ"] for row in board.pairs] == [2]  # q1 and q2; q0 the same text; q3, q4 not paired
+    assert "| answers differ |" in board.markdown and "| d | self_refine | rag | em | 3 | 2 |" in board.markdown
