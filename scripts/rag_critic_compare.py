@@ -39,7 +39,8 @@ def behaviour(records: list[dict]) -> dict:
     if "plans" in traces[0]:
         out |= {"plans": plans, "plans_valid": sum(t["plans_valid"] for t in traces) / plans if plans else math.nan,
                 "plans_supplementary": sum(t.get("plans_supplementary", 0) for t in traces),
-                "plans_clean": sum(t.get("plans_clean", 0) for t in traces)}
+                "plans_clean": sum(t.get("plans_clean", 0) for t in traces),
+                "instructions_copied": sum(t.get("instructions_copied", 0) for t in traces)}
     return out
 
 
@@ -69,14 +70,14 @@ def judge_confusion(records: list[dict], session) -> dict:
 def report(args, taxonomy):
     """The parent run's report.md: critic/planner behaviour per program, critic identification, error profiles."""
     def make(results: list, sessions: dict) -> str:
-        lines = ["| program | flagged | plans | plans valid | supplementary retrieval | valid, no step error |",
-                 "|---|---|---|---|---|---|"]
+        lines = ["| program | flagged | plans | plans valid | supplementary retrieval | valid, no step error | "
+                 "instruction copied from the example |", "|---|---|---|---|---|---|---|"]
         for r in results:
             b = behaviour(r.records)
             if b:
                 lines.append(f"| {r.label} | {fmt(b['flagged'], '{:.2f}')} | {b.get('plans', '-')} | "
                              f"{fmt(b.get('plans_valid'), '{:.2f}')} | {b.get('plans_supplementary', '-')} | "
-                             f"{b.get('plans_clean', '-')} |")
+                             f"{b.get('plans_clean', '-')} | {b.get('instructions_copied', '-')} |")
                 mlflow.log_metrics({f"{r.cell.label}_{k}": v for k, v in b.items() if not math.isnan(v)})
         out = ["### What the critics did", "", *lines]
         for r in results:

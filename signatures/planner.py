@@ -92,10 +92,13 @@ GenerateAnswer(query, docs, additional_instruction) -> answer: answer from docs:
 Values: quoted strings, integers, names assigned on earlier lines (queries[0] is the first query).
 Predefined names: question (the question), documents (the retrieved documents)."""
 
-PLAN_EXAMPLE = """\
+#: The example plan's instruction: a placeholder for the planner's own, content-free so that a copy misleads nobody
+#: (a copy is read as no instruction: ``programs.rag_critic.rag_critic.own_instructions``).
+EXAMPLE_INSTRUCTION = "What to fix in the previous answer."
+PLAN_EXAMPLE = f"""\
 queries = RewriteQuery(query=question, instruction="expand")
 found = Retrieval(query=queries[0], topk=3)
-answer = GenerateAnswer(query=question, docs=[documents, found], additional_instruction="Name the person.")"""
+answer = GenerateAnswer(query=question, docs=[documents, found], additional_instruction="{EXAMPLE_INSTRUCTION}")"""
 
 #: Tier-1 error category -> suggested corrective actions (function calls named as in FUNCTIONS), row by row after
 #: the paper's error -> action table (its Table 11), with supplementary retrieval as docs=[documents, found] and

@@ -370,6 +370,23 @@ def test_flagged_answer_is_corrected_by_the_executed_plan(taxonomy):
     assert "Incomplete Information: rewrite the query" in planner_prompt and "Off-Topic Response:" not in planner_prompt
 
 
+@pytest.mark.parametrize("instruction, copied", [("what to fix in the Previous answer", 1),
+                                                  ("Give the birthplace.", 0)])
+def test_an_instruction_copied_from_the_form_example_is_read_as_none(taxonomy, instruction, copied):
+    """The planner's example once told the writer "Name the person.": the 0.5B copied it into all 76 of its plans on
+    2Wiki, and film questions were answered with their director. A copy of the example's instruction (by normalised
+    text) reaches the writer as an empty one and is counted; the planner's own passes as written."""
+    plan = f"answer = GenerateAnswer(query=question, docs=documents, additional_instruction='{instruction}')"
+    lm = routed({CRITIC: ERROR, **LABELS, PLAN: {"plan": plan}, INSTRUCTED: {"answer": "Lyon"},
+                 WRITER: said("Blue Fox")})
+    pred = build(taxonomy)(question=Q)
+    correction = prompts(lm, INSTRUCTED, WRITER)[0]
+    assert pred.answer == "Lyon" and pred.trace["instructions_copied"] == copied
+    assert (instruction in correction) is not bool(copied)
+    assert ((INSTRUCTED + "\n") in correction) is bool(copied)  # a copy: the instruction field is empty
+    assert "What to fix in the previous answer." in prompts(lm, PLAN)[0]  # the example the planner reads
+
+
 def test_invalid_plan_falls_back_to_one_answer_on_the_original_evidence(taxonomy):
     search = ScriptedSearch()
     lm = routed({CRITIC: ERROR, PLAN: {"plan": "x = Search(query=question)"}, INSTRUCTED: {"answer": "Lyon"},
@@ -595,15 +612,17 @@ def test_compare_script_reads_flags_plans_and_critic_accuracy_from_traces():
     import scripts.critic_eval as critic_eval
     import scripts.rag_critic_compare as rag_critic_compare
 
-    def rec(first, verdict, valid, tier1=(), supplementary=0):
+    def rec(first, verdict, valid, tier1=(), supplementary=0, copied=0):
         rounds = [{"answer_in": first, "passages_in": [], "critique": {"verdict": verdict, "tier1": list(tier1)}}]
         return {"id": first, "question": Q, "gold": "Lyon", "trace": {
             "flagged": verdict != "Correct", "plans": int(valid is not None), "plans_valid": int(bool(valid)),
-            "plans_supplementary": supplementary, "plans_clean": int(bool(valid)), "rounds": rounds}}
-    recs = [rec("Lyon", "Correct", None), rec("Paris", "Error", True, ["Inaccurate Response"]),
+            "plans_supplementary": supplementary, "plans_clean": int(bool(valid)), "instructions_copied": copied,
+            "rounds": rounds}}
+    recs = [rec("Lyon", "Correct", None), rec("Paris", "Error", True, ["Inaccurate Response"], copied=1),
             rec("Rome", "Error", False), rec("Lyon city", "Error", True, supplementary=1)]
     assert rag_critic_compare.behaviour(recs) == {"flagged": 0.75, "plans": 3, "plans_valid": pytest.approx(2 / 3),
-                                                  "plans_supplementary": 1, "plans_clean": 2}
+                                                  "plans_supplementary": 1, "plans_clean": 2,
+                                                  "instructions_copied": 1}
     ident = rag_critic_compare.critic_identification(recs)
     assert ident["error_recall"] == 1.0 and ident["correct_recall"] == 0.5 and ident["n_wrong"] == 2
     items = critic_eval.first_rounds(recs)

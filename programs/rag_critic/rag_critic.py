@@ -8,7 +8,8 @@ the round, and so does an unparsed one (counted in the trace as ``unparsed_verdi
 and RAG-Critic runs as its first draft, which is ``rag`` (``rag_cot`` with ``cot``; :meth:`RAGCritic.resting`). For an
 Error the planner reads the critique, the suggested actions for the flagged tier-1 errors and the function menu, and
 writes a program of calls; it is parsed into a typed :class:`programs.rag_critic.plan.Plan` (step cap ``max_steps``)
-and run by the dispatcher, whose GenerateAnswer is the draft's own writer told the step's instruction: draft and
+and run by the dispatcher, whose GenerateAnswer is the draft's own writer told the step's instruction (an
+instruction copied from the planner's form example is read as none, counted as ``instructions_copied``): draft and
 corrections come from one writer, so ``rag_critic`` against ``rag`` measures the correction alone. An invalid plan falls back to one GenerateAnswer on the current
 evidence, guided by the critique. ``rounds=2`` critiques and corrects the corrected answer once more.
 
@@ -21,6 +22,7 @@ perfect reader's; RefineDoc, which only edits what the writer reads, keeps the d
 from __future__ import annotations
 
 import dspy
+from dspy.evaluate.metrics import normalize_text
 
 from decoding.choice import MCScoring
 from decoding.constrained import constrained_config
@@ -35,7 +37,7 @@ from programs.rag_critic.taxonomy import Taxonomy
 from programs.shared.writer import Writer
 from retrieval.corpus import Passage
 from retrieval.retriever import Retriever
-from signatures.planner import ERROR_ACTIONS, FUNCTIONS, PLAN_EXAMPLE, PlanCorrection
+from signatures.planner import ERROR_ACTIONS, EXAMPLE_INSTRUCTION, FUNCTIONS, PLAN_EXAMPLE, PlanCorrection
 
 
 STOPS = {CORRECT: "critic_correct", None: "critic_unparsed"}  # why a round ends without a correction
@@ -45,6 +47,18 @@ def fallback_plan(instruction: str) -> Plan:
     """One GenerateAnswer over the current evidence, told what the critic found."""
     return Plan(steps=[Step(output="answer", call=GenerateAnswer(docs=Ref(name="documents"),
                                                                   additional_instruction=instruction))])
+
+
+def own_instructions(plan: Plan) -> tuple[Plan, int]:
+    """``plan`` with each GenerateAnswer instruction that copies the form example's (by normalised text) emptied,
+    and how many: a copy says nothing about this critique (the 0.5B copied an earlier example's "Name the person."
+    into all its 76 plans on 2Wiki, and the writer, told to name a person, answered film questions with a director)."""
+    copied = [i for i, s in enumerate(plan.steps) if isinstance(s.call, GenerateAnswer)
+              and isinstance(s.call.additional_instruction, str)
+              and normalize_text(s.call.additional_instruction) == normalize_text(EXAMPLE_INSTRUCTION)]
+    steps = [s.model_copy(update={"call": s.call.model_copy(update={"additional_instruction": ""})})
+             if i in copied else s for i, s in enumerate(plan.steps)]
+    return plan.model_copy(update={"steps": steps}), len(copied)
 
 
 def planned(plan: Plan) -> tuple[Plan, str, None, bool]:
@@ -107,8 +121,7 @@ class RAGCritic(dspy.Module):
             plan, record["plan_text"], record["plan_error"], record["truncated"] = self.plan(
                 question, passages, answer, critique)                                             # plan
             record["plan_valid"] = record["plan_error"] is None
-            if plan is None:
-                plan = fallback_plan(critique.analysis)
+            plan, record["instructions_copied"] = own_instructions(plan or fallback_plan(critique.analysis))
             record["plan"] = plan.lines()
             out = self.executor(plan=plan, question=question, passages=passages, options=options,  # execute
                                 lang=lang)
@@ -127,6 +140,7 @@ class RAGCritic(dspy.Module):
                  "fallbacks": sum(r.get("plan_valid") is False for r in rounds),
                  "plans_supplementary": sum(r.get("supplementary", False) for r in rounds),
                  "plans_clean": sum(r.get("plan_valid", False) and r["step_errors"] == 0 for r in rounds),
+                 "instructions_copied": sum(r.get("instructions_copied", 0) for r in rounds),
                  "labels_snapped": sum(r["critique"]["snapped"] for r in rounds),
                  "labels_dropped": sum(r["critique"]["dropped"] for r in rounds)}
         tags = {tier: last["critique"][tier] for tier in ("tier1", "tier2", "tier3")}
