@@ -263,19 +263,20 @@ def test_a_rewritten_query_is_searched_without_the_format_text_the_lm_echoed():
     assert [q for q, _ in search.calls] == ["Ana Berg birthplace", "Blue Fox director"]
 
 def test_executor_edits_evidence_adds_a_final_answer_and_logs_bad_indices():
-    lm = routed({REFINE: {"rewritten": "Blue Fox was directed by Ana Berg."}, INSTRUCTED: {"answer": "Ana Berg"}})
+    lm = routed({REFINE: {"rewritten": "Blue Fox was directed by Ana Berg."}, WRITER: {"answer": "Ana Berg"}})
     plan, _ = parse_plan("RefineDoc(question, 1, 'delete')\nRefineDoc(question, 0, 'summarize')\n"
                          "RefineDoc(question, 7, 'explain')")
     out = executor(ScriptedSearch())(plan=plan, question=Q, passages=[P["Blue Fox"], P["Red Owl"]])
     assert [s["ok"] for s in out.steps] == [True, True, False, True] and "no document 7" in out.steps[2]["error"]
     assert out.steps[-1]["function"] == "GenerateAnswer" and out.steps[-1]["added"]
     assert [p.text for p in out.passages] == ["Blue Fox was directed by Ana Berg."]  # Red Owl deleted
-    assert "[Red Owl]" not in prompts(lm, INSTRUCTED, WRITER)[0] and out.answer == "Ana Berg"
+    added = prompts(lm, WRITER)[0]  # the added answer has no instruction: the draft's request on the evidence
+    assert "[Red Owl]" not in added and INSTRUCTED not in added and out.answer == "Ana Berg"
 
 
 def test_a_name_left_unassigned_by_a_failed_step_is_a_step_error_and_the_fallback_answers():
     search = ScriptedSearch()
-    lm = routed({REWRITE: {"nothing": "parseable"}, INSTRUCTED: {"answer": "Lyon"}})
+    lm = routed({REWRITE: {"nothing": "parseable"}, WRITER: {"answer": "Lyon"}})
     plan, _ = parse_plan("qs = RewriteQuery(query=question, instruction='expand')\n"
                          "found = Retrieval(query=qs[0], topk=2)\n"
                          "a = GenerateAnswer(query=question, docs=found, additional_instruction='Name a city.')")
@@ -292,7 +293,7 @@ def test_an_index_out_of_range_is_a_step_error_inside_the_program(taxonomy):
     routed({CRITIC: ERROR, PLAN: {"plan": plan}, "`[[ ## sub_questions ## ]]`": {"sub_questions": "Who?\nWhere?"},
             INSTRUCTED: {"answer": "Lyon"}, WRITER: said("Blue Fox")})
     pred = build(taxonomy)(question=Q)
-    assert pred.answer == "Lyon" and [s["ok"] for s in pred.steps] == [True, False, False, True]
+    assert pred.answer == "Blue Fox" and [s["ok"] for s in pred.steps] == [True, False, False, True]  # as drafted
     assert "queries[2] is out of range" in pred.steps[1]["error"]
 
 
@@ -355,7 +356,8 @@ def test_an_unparsed_verdict_is_counted_and_not_corrected(taxonomy):
 
 def test_flagged_answer_is_corrected_by_the_executed_plan(taxonomy):
     search = ScriptedSearch({"Ana Berg": ("Ana Berg",)})
-    plan = "found = Retrieval(query='Ana Berg birthplace', topk=1)\nanswer = GenerateAnswer(question, [found, documents])"
+    plan = ("found = Retrieval(query='Ana Berg birthplace', topk=1)\n"
+            "answer = GenerateAnswer(question, [found, documents], 'Give the birthplace.')")
     lm = routed({CRITIC: ERROR, **LABELS, PLAN: {"plan": plan}, INSTRUCTED: {"answer": "Lyon"},
                  WRITER: said("Blue Fox")})
     pred = build(taxonomy, search)(question=Q)
@@ -375,15 +377,15 @@ def test_flagged_answer_is_corrected_by_the_executed_plan(taxonomy):
 def test_an_instruction_copied_from_the_form_example_is_read_as_none(taxonomy, instruction, copied):
     """The planner's example once told the writer "Name the person.": the 0.5B copied it into all 76 of its plans on
     2Wiki, and film questions were answered with their director. A copy of the example's instruction (by normalised
-    text) reaches the writer as an empty one and is counted; the planner's own passes as written."""
+    text) is read as none and counted, and a GenerateAnswer without an instruction asks the writer as the draft did
+    (the paper's None: its Prompt A as is); the planner's own instruction reaches the writer as written."""
     plan = f"answer = GenerateAnswer(query=question, docs=documents, additional_instruction='{instruction}')"
     lm = routed({CRITIC: ERROR, **LABELS, PLAN: {"plan": plan}, INSTRUCTED: {"answer": "Lyon"},
                  WRITER: said("Blue Fox")})
     pred = build(taxonomy)(question=Q)
-    correction = prompts(lm, INSTRUCTED, WRITER)[0]
-    assert pred.answer == "Lyon" and pred.trace["instructions_copied"] == copied
-    assert (instruction in correction) is not bool(copied)
-    assert ((INSTRUCTED + "\n") in correction) is bool(copied)  # a copy: the instruction field is empty
+    assert pred.trace["instructions_copied"] == copied and pred.answer == ("Blue Fox" if copied else "Lyon")
+    draft, correction = prompts(lm, WRITER)
+    assert (draft == correction) is bool(copied) and (instruction in correction) is not bool(copied)
     assert "What to fix in the previous answer." in prompts(lm, PLAN)[0]  # the example the planner reads
 
 
@@ -400,7 +402,7 @@ def test_invalid_plan_falls_back_to_one_answer_on_the_original_evidence(taxonomy
 
 
 def test_second_round_critiques_the_corrected_answer(taxonomy):
-    lm = routed({CRITIC: Queue(ERROR, CORRECT), PLAN: {"plan": "a = GenerateAnswer(question)"},
+    lm = routed({CRITIC: Queue(ERROR, CORRECT), PLAN: {"plan": "a = GenerateAnswer(question, documents, 'City?')"},
                  INSTRUCTED: {"answer": "Lyon"}, WRITER: said("Blue Fox")})
     pred = build(taxonomy, rounds=2)(question=Q)
     assert pred.trace["iterations"] == 2 and pred.trace["stop_reason"] == "critic_correct"
@@ -449,7 +451,7 @@ def test_draft_and_corrections_come_from_one_writer(taxonomy, name, cot):
     """Issue 75 item 1: a correction (RAG-Critic's GenerateAnswer, Self-Refine's revision) is the draft's own
     writer told what to fix: the same predictor, instructions and chain-of-thought setting, so ``rag_critic``
     against ``rag`` (``_cot`` against ``rag_cot``) is the correction alone."""
-    lm = routed({CRITIC: ERROR, **LABELS, PLAN: {"plan": "answer = GenerateAnswer(question, documents)"},
+    lm = routed({CRITIC: ERROR, **LABELS, PLAN: {"plan": "answer = GenerateAnswer(question, documents, 'City?')"},
                  FEEDBACK: Queue({"verdict": "Error", "feedback": "Give the birthplace."},
                                  {"verdict": "Correct", "feedback": "none"}),
                  INSTRUCTED: said("Lyon"), WRITER: said("Blue Fox")})

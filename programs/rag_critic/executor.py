@@ -1,6 +1,7 @@
 """Dispatcher for RAG-Critic plans: runs validated :class:`programs.rag_critic.plan.Plan` steps in order with the writer
 model (the paper's executor), never ``exec``/``eval``. GenerateAnswer is the program's own writer, the one that wrote
-the draft, told the step's additional instruction (the paper's executor generates with the same model and prompt).
+the draft, told the step's additional instruction (the paper's executor generates with the same model and prompt);
+without one (empty, the paper's None) it is the draft's request as it was, on the step's documents.
 
 State: ``question``, ``documents`` (the retrieved passages) and each step's named output; the *evidence* list
 (the documents, then what Retrieval found) grows with Retrieval and is edited by RefineDoc, which addresses a
@@ -176,7 +177,7 @@ class PlanExecutor(dspy.Module):
         question = self._text(run, call.query)
         run.used = docs = docs[:MAX_DOCS]
         out = lenient(self.writer, question=question, passages=docs, options=run.options, lang=run.lang,
-                      instruction=self._text(run, call.additional_instruction))
+                      instruction=self._text(run, call.additional_instruction) or None)
         if out is None:
             raise StepError("answer not parsed")
         return out.answer

@@ -9,7 +9,8 @@ and RAG-Critic runs as its first draft, which is ``rag`` (``rag_cot`` with ``cot
 Error the planner reads the critique, the suggested actions for the flagged tier-1 errors and the function menu, and
 writes a program of calls; it is parsed into a typed :class:`programs.rag_critic.plan.Plan` (step cap ``max_steps``)
 and run by the dispatcher, whose GenerateAnswer is the draft's own writer told the step's instruction (an
-instruction copied from the planner's form example is read as none, counted as ``instructions_copied``): draft and
+instruction copied from the planner's form example is read as none, counted as ``instructions_copied``; without an
+instruction the writer is asked as for the draft): draft and
 corrections come from one writer, so ``rag_critic`` against ``rag`` measures the correction alone. An invalid plan falls back to one GenerateAnswer on the current
 evidence, guided by the critique. ``rounds=2`` critiques and corrects the corrected answer once more.
 
@@ -50,8 +51,8 @@ def fallback_plan(instruction: str) -> Plan:
 
 
 def own_instructions(plan: Plan) -> tuple[Plan, int]:
-    """``plan`` with each GenerateAnswer instruction that copies the form example's (by normalised text) emptied,
-    and how many: a copy says nothing about this critique (the 0.5B copied an earlier example's "Name the person."
+    """``plan`` with each GenerateAnswer instruction that copies the form example's (by normalised text) emptied --
+    the writer is then asked as for the draft -- and how many: a copy says nothing about this critique (the 0.5B copied an earlier example's "Name the person."
     into all its 76 plans on 2Wiki, and the writer, told to name a person, answered film questions with a director)."""
     copied = [i for i, s in enumerate(plan.steps) if isinstance(s.call, GenerateAnswer)
               and isinstance(s.call.additional_instruction, str)
