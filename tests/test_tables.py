@@ -172,6 +172,21 @@ def stored_artifacts(run_id: str, folder: str):
     return mlflow.MlflowClient().list_artifacts(run_id, folder)
 
 
+def test_a_table_is_stale_since_the_commit_that_changed_a_stale_cells_program_after_that_cell_ran():
+    """rag_critic's table said "stale since a5d5038": the commit its rag_critic cell was made on, the first to touch
+    any of its programs after its oldest cell (rag, f18a183). The planner change that staled it came in faf2b21; the
+    declaration's note (b1dd5a6) and rag's cell, whose code is today's, stale nothing."""
+    if stamp.git("cat-file", "-e", "faf2b21^{commit}") is None:
+        pytest.skip("a checkout without the project's history")
+    table, now = TABLES["rag_critic"], stamp.current(TABLES["rag_critic"])
+    made = {"commit": "mixed", "settings": now["settings"], "cells": {
+        "rag_critic@2wiki": {"commit": "a5d50380623a", "program": "rag_critic", "code": "before faf2b21"},
+        "rag@2wiki": {"commit": "f18a18331ae7", "program": "rag", "code": now["programs"]["rag"]}}}
+    assert stamp.git("rev-parse", stamp.stale_since(table, made)) == stamp.git("rev-parse", "faf2b21")
+    made["cells"]["rag_critic@2wiki"]["code"] = now["programs"]["rag_critic"]
+    assert stamp.stale_since(table, made) == "uncommitted changes"  # nothing it ran has changed in a commit
+
+
 def test_pairing_an_arm_anew_re_renders_a_table_a_setting_stales_it(tiny, monkeypatch):
     """What the cells ran with stamps a table; how its arms are paired, its paper and note are rendering (issue 75:
     re-pairing rag_critic's arms must not throw away the runs already made)."""

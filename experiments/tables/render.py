@@ -31,6 +31,7 @@ def made_by(table: Table, rows: list[stored.Row]) -> dict:
     value its cells share (``mixed`` where parts ran on different code or data: never today's)."""
     cells = {f"{r.result.cell.label}@{r.result.cell.dataset}": {
         "run": r.result.run_id, "parent": r.parent, "commit": r.commit, "n": r.result.summary.get("n"),
+        "program": r.result.cell.program,
         "code": r.stamp.get("programs", {}).get(r.result.cell.program, "unstamped"),
         "data": (r.params.get("data_fingerprint") or "")[:12], "settings": r.stamp.get("settings", "unstamped"),
         "lm": r.params.get("lm", "")} for r in rows}

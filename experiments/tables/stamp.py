@@ -59,22 +59,33 @@ def git(*args: str) -> str | None:
 
 
 def stale_since(table: Table, stamp: dict, root: Path = PROJECT_ROOT) -> str:
-    """The first commit after the one ``stamp`` was made at that changed a file of its programs or its declaration
-    (``uncommitted changes`` when none did: the working tree differs)."""
-    made = stamp.get("commit", "")
-    if made == "mixed":  # cells made on several commits: from the oldest of them (history is linear on main)
-        made = git("merge-base", "--octopus", *{c["commit"].removesuffix("-dirty") for c in stamp["cells"].values()})
-    made = (made or "").removesuffix("-dirty")
-    files = {p.relative_to(root).as_posix() for name in table.programs
-             for p in answer_files((programs.spec(name).cls.__module__, *FIRST_STAGES), root)}
-    files |= {"experiments/tables/declared.py", "programs/registry.py"}
-    if made and root == PROJECT_ROOT:
-        log = git("log", "--reverse", "--format=%h", f"{made}..HEAD", "--", *sorted(files))
+    """The first commit that changed what a cell of ``stamp`` ran: per cell whose program's code differs from today's
+    (every cell, when the declaration does), the first commit after the cell's own that changed a file of its program
+    (or the declaration); the earliest of those. ``uncommitted changes`` when no commit did (the working tree
+    differs)."""
+    now = current(table, root)
+    declared = {"experiments/tables/declared.py"} if stamp.get("settings") != now["settings"] else set()
+    starts: dict[str, set] = {}  # a commit cells were made on -> the files whose later change stales them
+    for key, cell in stamp.get("cells", {}).items():
+        name = cell.get("program") or key.split("@")[0]
+        changed = [p for p in ([name] if name in now["programs"] else table.programs)
+                   if cell.get("code") != now["programs"][p]]
+        files = {f.relative_to(root).as_posix() for p in changed
+                 for f in answer_files((programs.spec(p).cls.__module__, *FIRST_STAGES), root)}
+        files |= ({"programs/registry.py"} if changed else set()) | declared
+        if files:
+            starts.setdefault(cell.get("commit", "").removesuffix("-dirty"), set()).update(files)
+    if root != PROJECT_ROOT:
+        return "uncommitted changes"
+    found = []
+    for made, files in starts.items():
+        log = git("log", "--reverse", "--format=%h", f"{made}..HEAD", "--", *sorted(files)) if made else ""
         if log is None:
             return f"after {made[:12]} (a commit this checkout does not have)"
         if log:
-            return log.split("\n")[0]
-    return "uncommitted changes"
+            found.append(log.split("\n")[0])
+    # the earliest: the one most commits have followed
+    return max(found, key=lambda c: int(git("rev-list", "--count", f"{c}..HEAD") or 0), default="uncommitted changes")
 
 
 def data_fingerprints(datasets: list[str], settings: dict) -> dict:
