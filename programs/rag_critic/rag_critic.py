@@ -1,18 +1,19 @@
 """RAG-Critic (Dong et al., 2025) as a DSPy program: generate -> critic -> plan -> execute (Algorithm 1).
 
-The writer answers from the top-k passages (the paper's generator answers directly, as its Standard RAG does: by
-default ``rag``'s plain writer; ``cot=True``, the ``rag_critic_cot`` program, is ``rag_cot``'s chain of thought); the
-error critic judges that answer without the gold answer and labels its errors with the three-tier taxonomy. Only an Error verdict is corrected, as in the paper: a Correct one ends
-the round, and so does an unparsed one (counted in the trace as ``unparsed_verdicts``). A verdict gate at rest
-(``--decisions logprob|fused``, fitted on dev) says Correct without a call: the stop reason is ``critic_at_rest``
-and RAG-Critic runs as its first draft, which is ``rag`` (``rag_cot`` with ``cot``; :meth:`RAGCritic.resting`). For an
-Error the planner reads the critique, the suggested actions for the flagged tier-1 errors and the function menu, and
-writes a program of calls; it is parsed into a typed :class:`programs.rag_critic.plan.Plan` (step cap ``max_steps``)
-and run by the dispatcher, whose GenerateAnswer is the draft's own writer told the step's instruction (an
-instruction copied from the planner's form example is read as none, counted as ``instructions_copied``; without an
-instruction the writer is asked as for the draft): draft and
-corrections come from one writer, so ``rag_critic`` against ``rag`` measures the correction alone. An invalid plan falls back to one GenerateAnswer on the current
-evidence, guided by the critique. ``rounds=2`` critiques and corrects the corrected answer once more.
+The writer answers from the top-k passages (the paper's generator answers directly, as its Standard RAG does: by default
+``rag``'s plain writer; ``cot=True``, the ``rag_critic_cot`` program, is ``rag_cot``'s chain of thought); the error
+critic judges that answer without the gold answer and labels its errors with the three-tier taxonomy. Only an Error
+verdict is corrected, as in the paper: a Correct one ends the round, and so does an unparsed one (counted in the trace
+as ``unparsed_verdicts``). A verdict gate at rest (``--decisions logprob|fused``, fitted on dev) says Correct without a
+call: the stop reason is ``critic_at_rest`` and RAG-Critic runs as its first draft, which is ``rag`` (``rag_cot`` with
+``cot``; :meth:`RAGCritic.resting`). For an Error the planner reads the critique, the suggested actions for the flagged
+tier-1 errors and the function menu, and writes a program of calls; it is parsed into a typed
+:class:`programs.rag_critic.plan.Plan` (step cap ``max_steps``) and run by the dispatcher, whose GenerateAnswer is the
+draft's own writer told the step's instruction (an instruction copied from the planner's form example is read as none,
+counted as ``instructions_copied``; without an instruction the writer is asked as for the draft): draft and corrections
+come from one writer, so ``rag_critic`` against ``rag`` measures the correction alone. An invalid plan falls back to one
+GenerateAnswer on the current evidence, guided by the critique. ``rounds=2`` critiques and corrects the corrected answer
+once more.
 
 Oracle roles (``programs.shared.oracle``): ``verdict`` (the critic's verdict; an Error is labelled by the LM unless
 ``plan`` is set too), ``plan`` (the planner: a supplementary Retrieval of the oracle query while a gold passage is
@@ -52,8 +53,9 @@ def fallback_plan(instruction: str) -> Plan:
 
 def own_instructions(plan: Plan) -> tuple[Plan, int]:
     """``plan`` with each GenerateAnswer instruction that copies the form example's (by normalised text) emptied --
-    the writer is then asked as for the draft -- and how many: a copy says nothing about this critique (the 0.5B copied an earlier example's "Name the person."
-    into all its 76 plans on 2Wiki, and the writer, told to name a person, answered film questions with a director)."""
+    the writer is then asked as for the draft -- and how many: a copy says nothing about this critique (the 0.5B
+    copied an earlier example's "Name the person." into all its 76 plans on 2Wiki, and the writer, told to name a
+    person, answered film questions with a director)."""
     copied = [i for i, s in enumerate(plan.steps) if isinstance(s.call, GenerateAnswer)
               and isinstance(s.call.additional_instruction, str)
               and normalize_text(s.call.additional_instruction) == normalize_text(EXAMPLE_INSTRUCTION)]
