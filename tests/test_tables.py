@@ -182,9 +182,9 @@ def test_a_table_is_stale_since_the_commit_that_changed_a_stale_cells_program_af
     made = {"commit": "mixed", "settings": now["settings"], "cells": {
         "rag_critic@2wiki": {"commit": "a5d50380623a", "program": "rag_critic", "code": "before faf2b21"},
         "rag@2wiki": {"commit": "f18a18331ae7", "program": "rag", "code": now["programs"]["rag"]}}}
-    assert stamp.git("rev-parse", stamp.stale_since(table, made)) == stamp.git("rev-parse", "faf2b21")
+    assert stamp.git("rev-parse", stamp.stale_since(table, made, now)) == stamp.git("rev-parse", "faf2b21")
     made["cells"]["rag_critic@2wiki"]["code"] = now["programs"]["rag_critic"]
-    assert stamp.stale_since(table, made) == "uncommitted changes"  # nothing it ran has changed in a commit
+    assert stamp.stale_since(table, made, now) == "uncommitted changes"  # nothing it ran has changed in a commit
 
 
 def test_pairing_an_arm_anew_re_renders_a_table_a_setting_stales_it(tiny, monkeypatch):
@@ -202,7 +202,8 @@ def test_a_table_made_on_several_commits_is_stale_since_a_commit_not_since_mixed
     if head is None:
         pytest.skip("not a git checkout")
     made = {"commit": "mixed", "cells": {"a": {"commit": head}, "b": {"commit": head + "-dirty"}}}
-    assert "mixed" not in stamp.stale_since(TABLES["rag_critic"], made)
+    table = TABLES["rag_critic"]
+    assert "mixed" not in stamp.stale_since(table, made, stamp.current(table))
 
 
 def test_a_table_never_reads_its_answers_from_the_lm_response_cache(tiny):

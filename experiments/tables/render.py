@@ -66,9 +66,10 @@ def status(table: Table, made: dict | None, data: dict | None = None) -> str:
     """The status line of a rendered table: fresh, or stale since the commit that changed what it ran."""
     if not made:
         return "not rendered"
-    if problems := stamp.differences(table, made, stamp.current(table), data):
+    now = stamp.current(table)
+    if problems := stamp.differences(table, made, now, data):
         differ = "differs" if len(problems) == 1 else "differ"
-        return f"**stale since {stamp.stale_since(table, made)}**: {', '.join(problems)} {differ} from today's"
+        return f"**stale since {stamp.stale_since(table, made, now)}**: {', '.join(problems)} {differ} from today's"
     part = (f"; {len(made['cells'])} of {made['declared_cells']} cells run"
             if len(made["cells"]) < made.get("declared_cells", 0) else "")
     return f"current (measured on {made['commit'][:12]}){part}"

@@ -58,12 +58,11 @@ def git(*args: str) -> str | None:
         return None
 
 
-def stale_since(table: Table, stamp: dict, root: Path = PROJECT_ROOT) -> str:
-    """The first commit that changed what a cell of ``stamp`` ran: per cell whose program's code differs from today's
-    (every cell, when the declaration does), the first commit after the cell's own that changed a file of its program
-    (or the declaration); the earliest of those. ``uncommitted changes`` when no commit did (the working tree
-    differs)."""
-    now = current(table, root)
+def stale_since(table: Table, stamp: dict, now: dict, root: Path = PROJECT_ROOT) -> str:
+    """The first commit that changed what a cell of ``stamp`` ran: per cell whose program's code differs from ``now``
+    (:func:`current`; every cell, when the declaration differs), the first commit after the cell's own that changed a
+    file of its program (or the declaration); the earliest of those. ``uncommitted changes`` when no commit did (the
+    working tree differs)."""
     declared = {"experiments/tables/declared.py"} if stamp.get("settings") != now["settings"] else set()
     starts: dict[str, set] = {}  # a commit cells were made on -> the files whose later change stales them
     for key, cell in stamp.get("cells", {}).items():
